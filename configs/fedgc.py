@@ -1,0 +1,23 @@
+r"""FedGC (Niu & Deng, AAAI 2022): FedPE plus the server's softmax-regularizer step (Alg. 1).
+
+    python -m fedjax_face.main --config=configs/fedgc.py --workdir=/tmp/fedgc
+    python -m fedjax_face.main --config=configs/fedgc.py:loss=cosface --workdir=/tmp/fedgc_cos
+    python -m fedjax_face.main --config=configs/fedgc.py --config.fedgc.reg_lambda=1 --workdir=...
+
+Argument (comma separated): loss=softmax|cosface|arcface, partition=balanced|lognormal, runlocal.
+"""
+
+from fedjax_face import config_lib
+
+
+def get_config(arg=None):
+  args = config_lib.parse_arg(arg, {'loss': config_lib.LOSSES,
+                                    'partition': ('balanced', 'lognormal'),
+                                    'runlocal': (True,)})
+  c = config_lib.base_config()
+  c.algorithm = 'fedgc'
+  c.head.loss = args.get('loss', 'softmax')
+  c.federated.partition = args.get('partition', 'balanced')
+  if args.get('runlocal'):
+    config_lib.runlocal(c)
+  return c

@@ -1,0 +1,22 @@
+r"""FedPE (Niu & Deng, AAAI 2022): FedAvg with each client's class embeddings kept private.
+
+    python -m fedjax_face.main --config=configs/fedpe.py --workdir=/tmp/fedpe
+    python -m fedjax_face.main --config=configs/fedpe.py:loss=arcface --workdir=/tmp/fedpe_arc
+
+Argument (comma separated): loss=softmax|cosface|arcface, partition=balanced|lognormal, runlocal.
+"""
+
+from fedjax_face import config_lib
+
+
+def get_config(arg=None):
+  args = config_lib.parse_arg(arg, {'loss': config_lib.LOSSES,
+                                    'partition': ('balanced', 'lognormal'),
+                                    'runlocal': (True,)})
+  c = config_lib.base_config()
+  c.algorithm = 'fedpe'
+  c.head.loss = args.get('loss', 'softmax')
+  c.federated.partition = args.get('partition', 'balanced')
+  if args.get('runlocal'):
+    config_lib.runlocal(c)
+  return c

@@ -1,0 +1,54 @@
+"""Centralized training: the upper bound of every federated method (FedGC Table 5, rows "*").
+
+The same backbone and head trained with SGD on all training identities at once: one global class
+matrix over every identity, a softmax over the global class space ("global optimization" in the
+FedGC paper). It runs through the same round engine as a single client holding all the data, so a
+"round" is `federated.local_steps` optimizer steps; the optimizer's momentum is carried across
+rounds (it is one continuous SGD run), unlike the federated clients'.
+"""
+
+import jax
+import jax.numpy as jnp
+
+from fedjax_face.algorithms import common
+from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, RoundState
+from fedjax_face.models import heads
+
+
+def build(config, model, fed, *, step_mode: str) -> Algorithm:
+  """Centralized training over `fed`, which must hold all identities on one client."""
+  if fed.num_clients != 1:
+    raise ValueError(f'centralized training expects all data on one client, got {fed.num_clients}.')
+  train = common.local_trainer(model, head_kwargs=common.head_kwargs(config),
+                               optimizer=common.make_optimizer(config.optimizer),
+                               step_mode=step_mode)
+  image_shape = fed.images.shape[1:]
+
+  def init(rng):
+    backbone_rng, w_rng = jax.random.split(rng)
+    variables = common.init_backbone(model, backbone_rng, image_shape)
+    w = heads.init_class_embeddings(w_rng, fed.max_classes, config.model.embedding_dim,
+                                    config.head.loss)
+    server = {'model': variables, 'W': w, 'opt_state': train.init_opt_state(variables, w)}
+    return RoundState(server=server, clients={}, round=jnp.zeros((), jnp.int32))
+
+  def broadcast(server, client_ids):
+    del client_ids
+    return ClientInput(shared=server, per_client={})
+
+  def client_update(client_input: ClientInput, private, data, rng) -> ClientResult:
+    server = client_input.shared
+    model_vars, w, opt_state, metrics = train(server['model'], server['W'], data, rng,
+                                              opt_state=server['opt_state'])
+    update = {'model': model_vars, 'W': w, 'opt_state': opt_state}
+    return ClientResult(update=update, private=private, metrics=metrics)
+
+  def server_update(server, updates, weights, client_ids):
+    del server, client_ids
+    # The one real client is the row with weight; padding rows (weight 0) are ignored.
+    return jax.tree.map(lambda x: x[jnp.argmax(weights)], updates)
+
+  return Algorithm(name='centralized', init=init, broadcast=broadcast,
+                   client_update=client_update, server_update=server_update,
+                   eval_variables=lambda server: server['model'],
+                   class_embeddings=lambda state: state.server['W'])

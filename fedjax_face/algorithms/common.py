@@ -1,0 +1,117 @@
+"""Pieces shared by the face-recognition algorithms: optimizer, local training, class tables."""
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from fedjax_face.core import local
+from fedjax_face.data import preprocess
+from fedjax_face.models import heads
+
+
+def make_optimizer(config) -> optax.GradientTransformation:
+  """SGD with momentum and (coupled, PyTorch-style) weight decay: the FedGC / insightface recipe.
+
+  `config` is the `optimizer` section: learning_rate (constant, as in FedGC), momentum,
+  weight_decay.
+  """
+  return optax.chain(
+      optax.add_decayed_weights(config.weight_decay),
+      optax.sgd(config.learning_rate, momentum=config.momentum or None),
+  )
+
+
+def head_kwargs(config) -> dict:
+  """The loss's kwargs from `config.head`; a negative margin means the paper's margin for the loss."""
+  head = dict(config.head)
+  if head.get('margin', -1.0) < 0:
+    head['margin'] = None
+  return heads.head_kwargs_from_config(head)
+
+
+def init_backbone(model, rng: jax.Array, image_shape: tuple[int, ...]):
+  """Backbone variables (`params` and, if the model has BatchNorm, `batch_stats`)."""
+  variables = model.init(rng, jnp.zeros((1,) + tuple(image_shape), jnp.float32), train=False)
+  return dict(variables)
+
+
+def local_trainer(model, *, head_kwargs: dict, optimizer: optax.GradientTransformation,
+                  step_mode: str, train_class_embeddings: bool = True) -> Callable:
+  """Builds `train(variables, W, data, rng, opt_state=None) -> (variables, W, opt_state, metrics)`.
+
+  The local objective is the client's classification loss (FedGC Eq. 3/4 and its CosFace /
+  ArcFace variants) over its own classes only. Federated clients pass no `opt_state`, so the
+  momentum is created afresh at the start of every round (clients are stateless between rounds
+  apart from what the algorithm keeps explicitly); centralized training carries it across rounds.
+  With `train_class_embeddings=False` W is held fixed (FedPE+Fixed).
+  """
+
+  def loss_fn(params, batch_stats, class_embeddings, images, labels, sample_mask, class_mask):
+    variables = {'params': params['backbone']}
+    if batch_stats:
+      variables['batch_stats'] = batch_stats
+    features, new_state = model.apply(variables, images, train=True, mutable=['batch_stats'])
+    w = params['W'] if train_class_embeddings else jax.lax.stop_gradient(class_embeddings)
+    loss = heads.loss(features, w, labels, class_mask, sample_mask, **head_kwargs)
+    return loss, new_state.get('batch_stats', {})
+
+  def init_opt_state(variables, class_embeddings):
+    params = {'backbone': variables['params']}
+    if train_class_embeddings:
+      params['W'] = class_embeddings
+    return optimizer.init(params)
+
+  def train(variables, class_embeddings, data, rng, opt_state=None):
+    params = {'backbone': variables['params']}
+    if train_class_embeddings:
+      params['W'] = class_embeddings
+    if opt_state is None:
+      opt_state = optimizer.init(params)
+    carry = (params, variables.get('batch_stats', {}), opt_state)
+    num_steps = data['images'].shape[0]
+    xs = {'images': data['images'], 'labels': data['labels'], 'mask': data['mask'],
+          'rng': jax.random.split(rng, num_steps)}
+
+    def step(carry, batch):
+      params, batch_stats, opt_state = carry
+      images = preprocess.normalize(preprocess.random_flip(batch['rng'], batch['images']))
+      (loss, batch_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+          params, batch_stats, class_embeddings, images, batch['labels'], batch['mask'],
+          data['class_mask'])
+      updates, opt_state = optimizer.update(grads, opt_state, params)
+      return (optax.apply_updates(params, updates), batch_stats, opt_state), loss
+
+    (params, batch_stats, opt_state), losses = local.run_steps(
+        local.skip_if_empty(step), carry, xs, mode=step_mode)
+    active = jnp.any(data['mask'], axis=-1)
+    metrics = {'train_loss': jnp.sum(losses * active) / jnp.maximum(active.sum(), 1)}
+    new_variables = {'params': params['backbone']}
+    if batch_stats:
+      new_variables['batch_stats'] = batch_stats
+    return new_variables, params.get('W', class_embeddings), opt_state, metrics
+
+  train.init_opt_state = init_opt_state
+  return train
+
+
+def init_client_class_embeddings(rng: jax.Array, class_mask: np.ndarray, dim: int, kind: str):
+  """`[K, C_max, d]` class embeddings, one independent draw per client, padded rows zero."""
+  num_clients, max_classes = class_mask.shape
+  w = heads.init_class_embeddings(rng, num_clients * max_classes, dim, kind)
+  w = w.reshape(num_clients, max_classes, dim)
+  return w * jnp.asarray(class_mask, w.dtype)[..., None]
+
+
+def to_global_order(stacked: jax.Array, identity_table: np.ndarray, num_identities: int):
+  """Client-stacked `[K, C_max, d]` class embeddings -> `[num_identities, d]` by global identity.
+
+  Identities held by several clients (the general case) keep the last client's row.
+  """
+  flat_ids = identity_table.reshape(-1)
+  rows = stacked.reshape((-1,) + stacked.shape[2:])
+  valid = flat_ids >= 0
+  out = jnp.zeros((num_identities,) + stacked.shape[2:], stacked.dtype)
+  return out.at[flat_ids[valid]].set(rows[valid])

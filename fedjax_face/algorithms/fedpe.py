@@ -1,0 +1,54 @@
+"""FedPE: Federated Averaging with Private Embeddings (Niu & Deng, AAAI 2022, "Problem Formulation").
+
+FedAvg in which every client keeps its last fully-connected layer — its class embeddings W_k — to
+itself: the backbone theta is averaged with weights n_k / n (Alg. 1 lines 10-11), W_k never leaves
+the client. This is FedGC's Algorithm 1 without the server's gradient correction (lines 13-14).
+
+Client optimiser: SGD (momentum 0.9, weight decay 5e-4 in the paper), its momentum reset at the
+start of every round. Batch-norm statistics are averaged with the parameters.
+"""
+
+import jax
+import numpy as np
+
+from fedjax_face.algorithms import common
+from fedjax_face.core import aggregation
+from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, RoundState
+from fedjax_face.models import heads
+
+
+def build(config, model, fed, *, step_mode: str) -> Algorithm:
+  """FedPE over the partition `fed` (a `data.federated.FederatedData`)."""
+  head_kwargs = common.head_kwargs(config)
+  train = common.local_trainer(model, head_kwargs=head_kwargs,
+                               optimizer=common.make_optimizer(config.optimizer),
+                               step_mode=step_mode,
+                               train_class_embeddings=not config.get('fixed_class_embeddings', False))
+  image_shape = fed.images.shape[1:]
+  identity_table = np.asarray(fed.identity_table)
+
+  def init(rng):
+    backbone_rng, w_rng = jax.random.split(rng)
+    w = common.init_client_class_embeddings(w_rng, fed.class_mask, config.model.embedding_dim,
+                                            config.head.loss)
+    return RoundState(server={'model': common.init_backbone(model, backbone_rng, image_shape)},
+                      clients={'W': w}, round=jax.numpy.zeros((), jax.numpy.int32))
+
+  def broadcast(server, client_ids):
+    del client_ids  # every client receives the same backbone
+    return ClientInput(shared={'model': server['model']}, per_client={})
+
+  def client_update(client_input: ClientInput, private, data, rng) -> ClientResult:
+    model_vars, w, _, metrics = train(client_input.shared['model'], private['W'], data, rng)
+    return ClientResult(update={'model': model_vars}, private={'W': w}, metrics=metrics)
+
+  def server_update(server, updates, weights, client_ids):
+    del client_ids
+    return {'model': aggregation.weighted_mean(updates['model'], weights)}   # Alg. 1 line 11
+
+  def class_embeddings(state: RoundState):
+    return common.to_global_order(state.clients['W'], identity_table, fed.num_identities)
+
+  return Algorithm(name='fedpe', init=init, broadcast=broadcast, client_update=client_update,
+                   server_update=server_update, eval_variables=lambda server: server['model'],
+                   class_embeddings=class_embeddings)

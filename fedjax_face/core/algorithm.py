@@ -1,0 +1,85 @@
+"""The algorithm contract: a federated method is a handful of pure functions over pytrees.
+
+`build(config, ...)` in each `fedjax_face/algorithms/<name>.py` returns an `Algorithm`. The round
+engine (`core/engine.py`) calls its functions in this order every round:
+
+    client_input        = broadcast(state.server, client_ids)
+    result_k            = client_update(client_input_k, private_k, data_k, rng_k)   # per client
+    state.server        = server_update(state.server, results.update, weights, client_ids)
+    state.clients[ids]  = results.private
+
+Privacy is structural: what a client keeps (`ClientResult.private`, e.g. FedPE's class embeddings)
+is scattered back into `RoundState.clients` by the engine and never reaches `server_update`, which
+sees only `ClientResult.update`. Tests assert, per algorithm, what `update` contains.
+"""
+
+from typing import Any, Callable, NamedTuple
+
+import flax
+import jax
+
+PyTree = Any
+
+
+@flax.struct.dataclass
+class RoundState:
+  """Everything that persists between rounds.
+
+  Attributes:
+    server: what the server holds (global model, server-side class embeddings, ...).
+    clients: every client's persistent private state stacked on a leading axis of size
+      num_clients (a simulation stores it centrally; the engine gathers the selected rows and
+      scatters them back). An empty dict when the method keeps nothing on clients.
+    round: rounds completed so far (int32 scalar).
+  """
+  server: PyTree
+  clients: PyTree
+  round: jax.Array
+
+
+class ClientInput(NamedTuple):
+  """What the server sends to the selected clients.
+
+  `shared` is the same for every client of the round (e.g. the global backbone: never copied per
+  client); `per_client` is stacked along the cohort axis (e.g. FedGC's W_k).
+  """
+  shared: PyTree
+  per_client: PyTree
+
+
+class ClientResult(NamedTuple):
+  """What one client's local training produces.
+
+  Attributes:
+    update: what the client sends to the server (the only thing `server_update` sees).
+    private: the client's new persistent state (kept on the client).
+    metrics: scalars for logging (mean training loss, ...), averaged by the engine.
+  """
+  update: PyTree
+  private: PyTree
+  metrics: dict[str, jax.Array]
+
+
+class Algorithm(NamedTuple):
+  """A federated method as pure functions (see the module docstring for the call order).
+
+  Attributes:
+    name: registry name.
+    init: rng -> RoundState.
+    broadcast: (server, client_ids [m]) -> ClientInput.
+    client_update: (ClientInput for one client, private, data, rng) -> ClientResult. `data` is a
+      dict of `[steps, batch, ...]` arrays (`images` uint8, `labels` int32 local class ids, `mask`
+      bool). Pure, fixed shapes, no host callbacks: the engine vmaps, maps or loops it.
+    server_update: (server, updates stacked [m, ...], weights [m], client_ids [m]) -> server.
+      Padding clients have weight 0 and an out-of-range id (num_clients).
+    eval_variables: server -> backbone variables used for evaluation.
+    class_embeddings: RoundState -> ([num_identities, d] class embeddings in global identity
+      order, or None when the method has none), for diagnostics.
+  """
+  name: str
+  init: Callable[[jax.Array], RoundState]
+  broadcast: Callable[[PyTree, jax.Array], ClientInput]
+  client_update: Callable[[ClientInput, PyTree, dict, jax.Array], ClientResult]
+  server_update: Callable[[PyTree, PyTree, jax.Array, jax.Array], PyTree]
+  eval_variables: Callable[[PyTree], PyTree]
+  class_embeddings: Callable[[RoundState], jax.Array | None]

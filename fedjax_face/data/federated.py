@@ -1,0 +1,140 @@
+"""A federated view of a labelled image set: per-client indices, padded tables, round sampling.
+
+Every client's classes are numbered locally 0..C_k-1 (its private W_k has C_k rows), padded to
+C_max = max_k C_k with a class mask, so all clients share one shape. Per round, each selected
+client's local steps are drawn on the host and stacked as `[cohort, steps, batch, ...]` with a
+sample mask; the draw is a pure function of (seed, round, client), so resuming a run from a
+checkpoint replays exactly the same batches.
+"""
+
+import dataclasses
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class FederatedData:
+  """Training images split over clients.
+
+  Attributes:
+    images: uint8 `[N, H, W, 3]`, all training images (host memory).
+    client_indices: per client, the indices into `images` of its samples.
+    client_local_labels: per client, the local class id (0..C_k-1) of each of its samples.
+    identity_table: int32 `[K, C_max]`, global identity of each local class, -1 for padding.
+  """
+  images: np.ndarray
+  client_indices: list[np.ndarray]
+  client_local_labels: list[np.ndarray]
+  identity_table: np.ndarray
+
+  @property
+  def num_clients(self) -> int:
+    return len(self.client_indices)
+
+  @property
+  def max_classes(self) -> int:
+    return self.identity_table.shape[1]
+
+  @property
+  def class_mask(self) -> np.ndarray:
+    """bool `[K, C_max]`: which local class slots are real."""
+    return self.identity_table >= 0
+
+  @property
+  def num_examples(self) -> np.ndarray:
+    """int64 `[K]`: n_k, the aggregation weights."""
+    return np.array([len(i) for i in self.client_indices], np.int64)
+
+  @property
+  def num_identities(self) -> int:
+    return int(self.identity_table.max()) + 1
+
+
+def build(images: np.ndarray, labels: np.ndarray, client_identities: list[np.ndarray]) -> FederatedData:
+  """Groups samples by the identities each client holds.
+
+  Args:
+    images: uint8 `[N, H, W, C]`.
+    labels: int `[N]` global identity ids.
+    client_identities: per client, the global identity ids it holds (disjoint across clients for
+      an identity-exclusive partition).
+  """
+  if len(images) != len(labels):
+    raise ValueError(f'{len(images)} images but {len(labels)} labels.')
+  max_classes = max(len(ids) for ids in client_identities)
+  table = np.full((len(client_identities), max_classes), -1, np.int32)
+  indices, local_labels = [], []
+  by_identity = _indices_by_identity(labels)
+  for k, ids in enumerate(client_identities):
+    table[k, :len(ids)] = ids
+    members = [by_identity.get(int(i), np.zeros(0, np.int64)) for i in ids]
+    empty = [int(i) for i, m in zip(ids, members) if len(m) == 0]
+    if empty:
+      raise ValueError(f'client {k} holds identities with no images: {empty[:10]}; every '
+                       'identity of a partition needs at least one image.')
+    indices.append(np.concatenate(members))
+    local_labels.append(np.repeat(np.arange(len(ids), dtype=np.int32), [len(m) for m in members]))
+  return FederatedData(images, indices, local_labels, table)
+
+
+def _indices_by_identity(labels: np.ndarray) -> dict[int, np.ndarray]:
+  order = np.argsort(labels, kind='stable')
+  ids, starts = np.unique(labels[order], return_index=True)
+  return {int(i): s for i, s in zip(ids, np.split(order, starts[1:]))}
+
+
+def select_clients(num_clients: int, participation: float, round_index: int, seed: int) -> np.ndarray:
+  """The cohort of a round: round(C·K) clients (at least 1) drawn without replacement, sorted."""
+  if not 0.0 < participation <= 1.0:
+    raise ValueError(f'federated.participation={participation}; expected a fraction in (0, 1].')
+  m = max(1, int(round(participation * num_clients)))
+  if m == num_clients:
+    return np.arange(num_clients, dtype=np.int32)
+  rng = np.random.default_rng([seed, round_index, 0x5e1ec7])
+  return np.sort(rng.choice(num_clients, size=m, replace=False)).astype(np.int32)
+
+
+def pad_cohort(client_ids: np.ndarray, multiple: int, num_clients: int) -> np.ndarray:
+  """Pads the cohort to a multiple of `multiple` with the padding id `num_clients`."""
+  pad = -len(client_ids) % multiple
+  return np.concatenate([client_ids, np.full(pad, num_clients, np.int32)]).astype(np.int32)
+
+
+def sample_round(fed: FederatedData, client_ids: np.ndarray, *, round_index: int, seed: int,
+                 steps: int, batch_size: int, local_epochs: float = 0.0) -> dict[str, np.ndarray]:
+  """Stacked local batches of one round.
+
+  Each client walks through its samples in a fresh random order (reshuffled when exhausted).
+  With `local_epochs == 0` every client runs `steps` full batches; with `local_epochs = E > 0`
+  client k runs ceil(E·n_k / B) steps (at most `steps`, the static cap), the last one partial:
+  the unused steps and samples are masked out, so uneven clients share one shape (FedAvg).
+
+  Returns:
+    dict of `images` uint8 `[m, steps, B, H, W, C]`, `labels` int32 `[m, steps, B]` (local class
+    ids), `mask` bool `[m, steps, B]` and `class_mask` bool `[m, C_max]` (the client's real class
+    slots); padding clients (id >= num_clients) are all-masked.
+  """
+  m = len(client_ids)
+  per_round = steps * batch_size
+  index = np.zeros((m, per_round), np.int64)
+  labels = np.zeros((m, per_round), np.int32)
+  mask = np.zeros((m, per_round), bool)
+  for row, k in enumerate(client_ids):
+    if k >= fed.num_clients:
+      continue  # padding client
+    n = len(fed.client_indices[k])
+    rng = np.random.default_rng([seed, round_index, int(k)])
+    order = np.concatenate([rng.permutation(n) for _ in range(-(-per_round // n))])[:per_round]
+    index[row] = fed.client_indices[k][order]
+    labels[row] = fed.client_local_labels[k][order]
+    if local_epochs > 0:
+      mask[row, :min(per_round, int(np.ceil(local_epochs * n)))] = True
+    else:
+      mask[row] = True
+  shape = (m, steps, batch_size)
+  return {
+      'images': fed.images[index.reshape(-1)].reshape(shape + fed.images.shape[1:]),
+      'labels': labels.reshape(shape),
+      'mask': mask.reshape(shape),
+      'class_mask': fed.class_mask[np.minimum(client_ids, fed.num_clients - 1)],
+  }

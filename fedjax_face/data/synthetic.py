@@ -1,0 +1,956 @@
+"""Embedded synthetic face-recognition benchmark, generated on the fly from a seed.
+
+Every identity is a parametric face (head shape, eyes, brows, nose, mouth, ears, skin tone, hair,
+facial hair, glasses, a mole ...) drawn from a prior; every image renders one identity under
+nuisance draws (yaw/pitch/roll, alignment jitter, illumination, expression, age drift, occlusion,
+blur, sensor noise, background, clothes). Rendering is vectorised numpy: soft signed-distance
+masks evaluated on a per-image warped coordinate grid, composited as albedo layers and shaded with
+a Lambertian model, in fixed-size chunks so memory stays bounded and two worker threads can share
+the work (numpy releases the GIL inside its loops).
+
+`make_benchmark` mirrors what federated face-recognition papers use: a labelled training set
+(identities sorted, as in an MS1M-style record file) and three verification pair sets built from
+*disjoint* held-out identities, laid out like the insightface `.bin` files:
+
+* `lfw`: mild nuisance on both sides.
+* `cfp_fp`: a near-frontal image against a large-yaw (profile-ish) image, genuine and impostor.
+* `agedb_30`: the two images are ~30 years apart in age (genuine and impostor), moderate nuisance,
+  a share of them greyscale like the old photos in AgeDB.
+
+Images follow `fedjax_face.data.preprocess`: uint8 `[N, H, W, 3]` RGB.
+
+Coordinate conventions used throughout the renderer: image coordinates `(u, v)` lie in [-1, 1]
+with `v` pointing down; "head" coordinates are centred on the head with the half-width of an
+average head ~0.64 and the eye line near y = 0; "texture" coordinates `(xt, yt)` are head
+coordinates un-rotated by the yaw, i.e. where a point of the face surface would sit in a frontal
+view, so facial features are drawn once in texture space and yaw foreshortens them for free.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import math
+import os
+from typing import Callable, Dict, Mapping, Optional, Sequence
+
+import numpy as np
+
+PROFILES = ('train', 'lfw', 'cfp_frontal', 'cfp_profile', 'agedb')
+PAIR_SET_NAMES = ('lfw', 'cfp_fp', 'agedb_30')
+
+# Occluder kinds stored in nuisance['occluder'].
+OCC_NONE, OCC_RECT, OCC_SUNGLASSES, OCC_HAND, OCC_MASK = 0, 1, 2, 3, 4
+
+# Age gap of an agedb_30 pair, in the same "years" as identity base ages and nuisance age offsets.
+AGEDB_GAP_YEARS = 30.0
+
+# Pixels rendered per chunk: 64 images at 32x32 keeps every [n, H, W] temporary at 256 KiB, which
+# stays in cache (numpy ops on ~1 MiB arrays measured ~4x slower per element) and bounds memory.
+_CHUNK_PIXELS = 1 << 14
+
+# Independent rng streams per purpose (seeded as SeedSequence([seed, stream])), so that e.g. the
+# test identities and pair sets do not change when the training set size changes.
+_STREAM_TRAIN_IDS = 1
+_STREAM_TRAIN_COUNTS = 2
+_STREAM_TRAIN_NUISANCE = 3
+_STREAM_TEST_IDS = 4
+_STREAM_PAIRS = {'lfw': 5, 'cfp_fp': 6, 'agedb_30': 7}
+
+# Placement of the head in the image: a looser crop than the ArcFace 112x112 template so that the
+# hair outline (a strong cue at 32x32) stays visible; chin near the bottom edge.
+_FACE_SCALE = 0.92
+_FACE_CENTER_Y = -0.04
+
+
+@dataclasses.dataclass(frozen=True)
+class PairSet:
+  """A verification pair set in insightface `.bin` order.
+
+  Attributes:
+    name: 'lfw', 'cfp_fp' or 'agedb_30'.
+    images: uint8 `[2P, H, W, 3]`; pair p is `images[2p]`, `images[2p + 1]`.
+    issame: bool `[P]`, True for genuine pairs.
+    identities: int32 `[P, 2]` test-identity ids of the two sides (indices into
+      `FaceBenchmark.test_identity_params`); None for pair sets loaded from real data.
+    nuisance: the nuisance draws of the `2P` images (same order as `images`); None for real data.
+  """
+  name: str
+  images: np.ndarray
+  issame: np.ndarray
+  identities: Optional[np.ndarray] = None
+  nuisance: Optional[Dict[str, np.ndarray]] = None
+
+  @property
+  def num_pairs(self) -> int:
+    return int(self.issame.shape[0])
+
+
+@dataclasses.dataclass(frozen=True)
+class FaceBenchmark:
+  """A synthetic training set plus the three verification pair sets.
+
+  Attributes:
+    train_images: uint8 `[N, H, W, 3]`.
+    train_labels: int32 `[N]` identity ids in 0..num_identities-1, sorted by identity.
+    num_identities: number of training identities.
+    pair_sets: 'lfw', 'cfp_fp', 'agedb_30' -> PairSet, all built from held-out identities.
+    train_identity_params: parameters of the training identities (row i = label i).
+    test_identity_params: parameters of the held-out identities (row j = PairSet id j).
+  """
+  train_images: np.ndarray
+  train_labels: np.ndarray
+  num_identities: int
+  pair_sets: Dict[str, PairSet]
+  train_identity_params: Optional[Dict[str, np.ndarray]] = None
+  test_identity_params: Optional[Dict[str, np.ndarray]] = None
+
+
+# ----------------------------------------------------------------------------------------------
+# Priors.
+# ----------------------------------------------------------------------------------------------
+
+# Skin tones from light to dark; identities interpolate along this ramp so that neighbouring
+# tones (and hence look-alike identities) are common, as in real populations.
+_SKIN_RAMP = np.array([
+    [0.97, 0.83, 0.72],
+    [0.90, 0.72, 0.60],
+    [0.80, 0.60, 0.46],
+    [0.66, 0.46, 0.33],
+    [0.50, 0.34, 0.24],
+    [0.34, 0.23, 0.17],
+])
+_HAIR_PALETTE = np.array([
+    [0.07, 0.06, 0.06],  # black
+    [0.18, 0.12, 0.08],  # dark brown
+    [0.35, 0.23, 0.14],  # brown
+    [0.55, 0.42, 0.28],  # light brown
+    [0.80, 0.67, 0.45],  # blond
+    [0.52, 0.24, 0.11],  # auburn
+])
+_HAIR_WEIGHTS = np.array([0.32, 0.26, 0.17, 0.1, 0.09, 0.06])
+_IRIS_PALETTE = np.array([
+    [0.22, 0.13, 0.07],  # brown
+    [0.12, 0.08, 0.05],  # dark brown
+    [0.30, 0.45, 0.62],  # blue
+    [0.33, 0.42, 0.25],  # green / hazel
+])
+_IRIS_WEIGHTS = np.array([0.45, 0.3, 0.15, 0.1])
+_GREY_HAIR = np.array([0.78, 0.78, 0.80])
+
+
+def _truncnorm(rng: np.random.Generator, mean: float, sd: float, n: int, lo: float,
+               hi: float) -> np.ndarray:
+  # Clipping (rather than rejection) keeps the number of draws fixed, hence the streams stable.
+  return np.clip(rng.normal(mean, sd, n), lo, hi)
+
+
+def sample_identities(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
+  """Draws `n` identities from the face prior.
+
+  Args:
+    rng: numpy random generator (consumed).
+    n: number of identities.
+
+  Returns:
+    Dict of float32 arrays with leading dimension `n` (`[n]` or `[n, 3]` for colours). Lengths in
+    head units (average head half-width ~0.64); ages in years.
+  """
+  if n < 0:
+    raise ValueError(f'n must be >= 0, got {n}')
+  p = {}
+  p['head_w'] = _truncnorm(rng, 0.64, 0.04, n, 0.52, 0.77)
+  p['head_h'] = _truncnorm(rng, 0.95, 0.05, n, 0.8, 1.1)
+  p['jaw'] = _truncnorm(rng, 0.32, 0.1, n, 0.05, 0.6)  # lower-face taper: high = pointed chin
+  p['eye_dx'] = _truncnorm(rng, 0.27, 0.022, n, 0.2, 0.34)
+  p['eye_y'] = _truncnorm(rng, 0.0, 0.035, n, -0.1, 0.1)
+  p['eye_w'] = _truncnorm(rng, 0.085, 0.012, n, 0.055, 0.12)
+  p['eye_h'] = _truncnorm(rng, 0.04, 0.008, n, 0.022, 0.06)
+  p['eye_tilt'] = _truncnorm(rng, 0.0, 0.12, n, -0.35, 0.35)
+  p['iris_color'] = _IRIS_PALETTE[rng.choice(len(_IRIS_PALETTE), n, p=_IRIS_WEIGHTS)]
+  p['brow_gap'] = _truncnorm(rng, 0.095, 0.02, n, 0.05, 0.15)
+  p['brow_thick'] = _truncnorm(rng, 0.036, 0.011, n, 0.015, 0.07)
+  p['brow_angle'] = _truncnorm(rng, 0.05, 0.13, n, -0.3, 0.4)
+  p['brow_len'] = _truncnorm(rng, 0.115, 0.02, n, 0.07, 0.16)
+  p['brow_dark'] = rng.uniform(0.35, 0.8, n)  # brow colour = hair colour * brow_dark
+  p['nose_len'] = _truncnorm(rng, 0.35, 0.035, n, 0.26, 0.45)
+  p['nose_w'] = _truncnorm(rng, 0.075, 0.014, n, 0.045, 0.12)
+  p['nose_depth'] = _truncnorm(rng, 0.16, 0.035, n, 0.08, 0.26)
+  p['mouth_y'] = _truncnorm(rng, 0.57, 0.035, n, 0.47, 0.68)
+  p['mouth_w'] = _truncnorm(rng, 0.19, 0.025, n, 0.13, 0.26)
+  p['lip_thick'] = _truncnorm(rng, 0.036, 0.01, n, 0.015, 0.065)
+  p['ear_y'] = _truncnorm(rng, 0.14, 0.04, n, 0.04, 0.25)
+  p['ear_h'] = _truncnorm(rng, 0.17, 0.025, n, 0.11, 0.24)
+  p['ear_out'] = rng.uniform(0.2, 1.0, n)  # how far the ears stick out
+  # Skin: position on the light->dark ramp plus a small independent hue jitter.
+  tone = rng.beta(1.6, 2.2, n) * (len(_SKIN_RAMP) - 1)
+  lo = np.floor(tone).astype(int).clip(0, len(_SKIN_RAMP) - 2)
+  frac = (tone - lo)[:, None]
+  skin = _SKIN_RAMP[lo] * (1 - frac) + _SKIN_RAMP[lo + 1] * frac
+  p['skin_color'] = np.clip(skin * np.exp(rng.normal(0, 0.035, (n, 3))), 0, 1)
+  p['lip_color'] = np.clip(skin * np.array([0.92, 0.62, 0.62]) *
+                           np.exp(rng.normal(0, 0.06, (n, 3))), 0, 1)
+  hair = _HAIR_PALETTE[rng.choice(len(_HAIR_PALETTE), n, p=_HAIR_WEIGHTS)]
+  p['hair_color'] = np.clip(hair * np.exp(rng.normal(0, 0.15, (n, 1)) +
+                                          rng.normal(0, 0.05, (n, 3))), 0, 1)
+  # Hairline (texture y of the forehead edge): mostly normal, some fringes, a few bald.
+  kind = rng.random(n)
+  hairline = np.where(kind < 0.15, rng.uniform(-0.45, -0.2, n),
+                      np.where(kind > 0.94, rng.uniform(-1.1, -0.95, n),
+                               rng.normal(-0.68, 0.07, n)))
+  p['hairline'] = hairline
+  p['hairline_curve'] = rng.normal(0.35, 0.2, n)
+  p['hair_volume'] = np.clip(np.abs(rng.normal(0.05, 0.06, n)), 0, 0.25)
+  length_kind = rng.random(n)
+  p['hair_length'] = np.where(length_kind < 0.55, rng.uniform(-0.35, 0.1, n),
+                              np.where(length_kind < 0.75, rng.uniform(0.1, 0.7, n),
+                                       rng.uniform(0.7, 1.8, n)))
+  p['recede'] = np.where(rng.random(n) < 0.4, rng.random(n), 0.0)
+  p['grey_onset'] = rng.normal(50.0, 8.0, n)
+  p['base_age'] = rng.uniform(25.0, 60.0, n)
+  p['weight_drift'] = rng.normal(0.0, 1.0, n)  # face width change per 30 years, in units of 6%
+  beard_kind = rng.random(n)
+  p['beard'] = np.where(beard_kind < 0.18, rng.uniform(0.45, 0.95, n),
+                        np.where(beard_kind < 0.3, rng.uniform(0.12, 0.3, n), 0.0))
+  p['moustache'] = np.where((p['beard'] > 0.4) & (rng.random(n) < 0.8), rng.uniform(0.6, 1.0, n),
+                            np.where(rng.random(n) < 0.08, rng.uniform(0.5, 0.95, n), 0.0))
+  p['glasses'] = (rng.random(n) < 0.15).astype(float)
+  p['glasses_size'] = rng.uniform(0.85, 1.2, n)
+  p['glasses_color'] = np.where(rng.random((n, 1)) < 0.7,
+                                rng.uniform(0.02, 0.2, (n, 1)) * np.ones((1, 3)),
+                                rng.uniform(0.3, 0.8, (n, 3)))
+  p['mole'] = (rng.random(n) < 0.3).astype(float)
+  p['mole_x'] = rng.uniform(-0.4, 0.4, n)
+  p['mole_y'] = rng.uniform(-0.25, 0.7, n)
+  return {k: np.asarray(v, np.float32) for k, v in p.items()}
+
+
+# Per-profile nuisance strengths at difficulty 1. Protocol-defining quantities (the profile yaw of
+# cfp_profile, the agedb age gap) are not scaled by `difficulty`; everything incidental is.
+_PROFILE_SETTINGS = {
+    #                yaw_sd profile pitch roll  shift scale light expr  age  occ   blur noise grey
+    'train':        (0.30, 0.12, 0.12, 0.08, 0.04, 0.05, 1.0, 1.0, 7.0, 0.15, 0.9, 0.05, 0.05),
+    'lfw':          (0.22, 0.0, 0.10, 0.06, 0.03, 0.04, 0.9, 0.9, 4.0, 0.07, 0.8, 0.04, 0.03),
+    'cfp_frontal':  (0.07, 0.0, 0.06, 0.04, 0.025, 0.03, 0.7, 0.6, 3.0, 0.05, 0.6, 0.03, 0.0),
+    'cfp_profile':  (0.0, 1.0, 0.06, 0.04, 0.025, 0.03, 0.7, 0.6, 3.0, 0.05, 0.6, 0.03, 0.0),
+    'agedb':        (0.20, 0.0, 0.10, 0.06, 0.03, 0.04, 0.9, 0.9, 0.0, 0.07, 0.9, 0.05, 0.3),
+}
+
+
+def sample_nuisance(rng: np.random.Generator, n: int, profile: str,
+                    difficulty: float) -> dict[str, np.ndarray]:
+  """Draws per-image nuisance for `n` images.
+
+  Args:
+    rng: numpy random generator (consumed).
+    n: number of images.
+    profile: 'train' (broad variation incl. some profiles), 'lfw' (mild), 'cfp_frontal' (near
+      frontal), 'cfp_profile' (|yaw| 1.05..1.4 rad), 'agedb' (moderate; age offsets are +-15 years
+      around the identity's base age, so two independent draws are often far apart; make_benchmark
+      sets paired ages explicitly).
+    difficulty: multiplies all incidental nuisance strengths (1.0 = default calibration, 0 =
+      canonical frontal, evenly lit images).
+
+  Returns:
+    Dict of arrays with leading dimension `n`: float32 except 'occluder' (int32) and
+    'noise_seed' (uint32).
+  """
+  if profile not in _PROFILE_SETTINGS:
+    raise ValueError(f'profile must be one of {PROFILES}, got {profile!r}')
+  if not (np.isfinite(difficulty) and difficulty >= 0):
+    raise ValueError(f'difficulty must be a finite number >= 0, got {difficulty}')
+  (yaw_sd, profile_p, pitch_sd, roll_sd, shift_sd, scale_sd, light, expr, age_sd, occ_p,
+   blur_max, noise_max, grey_p) = _PROFILE_SETTINGS[profile]
+  d = float(difficulty)
+  q = {}
+  # Pose. Profile-ish views: a fixed share for 'train', all of them for 'cfp_profile'.
+  sign = np.where(rng.random(n) < 0.5, -1.0, 1.0)
+  big_yaw = sign * rng.uniform(1.05, 1.4, n)
+  small_yaw = rng.normal(0.0, yaw_sd * d, n)
+  if profile == 'train':
+    is_profile = rng.random(n) < min(1.0, profile_p * d)
+    big_yaw = sign * np.minimum(rng.uniform(0.7, 1.35, n) * min(1.0, d), 1.4)
+  else:
+    is_profile = np.full(n, profile_p > 0.5)
+  q['yaw'] = np.clip(np.where(is_profile, big_yaw, small_yaw), -1.45, 1.45)
+  q['pitch'] = np.clip(rng.normal(0.0, pitch_sd * d, n), -0.5, 0.5)
+  q['roll'] = np.clip(rng.normal(0.0, roll_sd * d, n), -0.4, 0.4)
+  q['shift_x'] = rng.normal(0.0, shift_sd * d, n)
+  q['shift_y'] = rng.normal(0.0, shift_sd * d, n)
+  q['scale'] = np.exp(rng.normal(0.0, scale_sd * d, n))
+  # Illumination: direction (z towards the camera), diffuse share, exposure, colour cast, and an
+  # intensity gradient across the frame.
+  lt = light * d
+  q['light_x'] = rng.normal(0.0, 0.7 * lt, n)
+  q['light_y'] = rng.normal(-0.2 * min(lt, 1.0), 0.35 * lt, n)
+  q['light_strength'] = np.clip(rng.uniform(0.25, 0.7, n) * lt, 0.0, 0.9)
+  q['gain'] = np.exp(rng.normal(0.0, 0.2 * lt, n))
+  q['tint'] = np.exp(rng.normal(0.0, 0.06 * lt, (n, 3)))
+  q['grad'] = rng.uniform(0.0, 0.3, n) * lt
+  q['grad_angle'] = rng.uniform(0.0, 2 * np.pi, n)
+  q['saturation'] = np.where(rng.random(n) < min(1.0, grey_p * d), rng.uniform(0.0, 0.3, n), 1.0)
+  # Expression.
+  e = expr * d
+  q['smile'] = np.clip(rng.normal(0.1 * min(e, 1.0), 0.5 * e, n), -1.0, 1.2)
+  q['mouth_open'] = np.clip(rng.exponential(1.0, n) * 0.35 * e * (rng.random(n) < 0.35), 0, 1)
+  blink = rng.random(n) < 0.04 * min(e, 1.0)
+  q['eye_open'] = np.where(blink, 0.1, np.clip(rng.normal(1.0, 0.15 * e, n), 0.2, 1.4))
+  q['brow_raise'] = np.clip(rng.normal(0.0, 0.5 * e, n), -1.5, 1.5)
+  # Age offset in years relative to the identity's base age.
+  if profile == 'agedb':
+    q['age'] = sign * 15.0 + rng.normal(0.0, 2.0, n)
+  else:
+    q['age'] = rng.normal(0.0, age_sd * d, n)
+  # Occlusion.
+  occ = np.where(rng.random(n) < min(1.0, occ_p * d), rng.integers(1, 5, n), OCC_NONE)
+  q['occluder'] = occ.astype(np.int32)
+  q['occ_x'] = rng.uniform(-0.6, 0.6, n)
+  q['occ_y'] = rng.uniform(-0.6, 0.6, n)
+  q['occ_w'] = rng.uniform(0.15, 0.45, n)
+  q['occ_h'] = rng.uniform(0.1, 0.4, n)
+  q['occ_color'] = rng.uniform(0.0, 1.0, (n, 3))
+  q['glasses_on'] = (rng.random(n) >= min(1.0, 0.15 * d)).astype(float)
+  # Camera: gaussian blur sigma (in pixels of a 32x32 image; scaled with resolution) with a few
+  # strongly blurred shots, and sensor noise std in [0, 1] intensity units.
+  heavy = rng.random(n) < 0.05 * min(d, 1.0)
+  q['blur'] = np.where(heavy, rng.uniform(1.0, 1.8, n) * d, rng.uniform(0.0, blur_max, n) * d)
+  q['noise'] = rng.uniform(0.1, 1.0, n) * noise_max * d
+  q['noise_seed'] = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+  # Scene: background gradient between two colours, an optional background blob, clothes.
+  bg1 = rng.uniform(0.05, 0.95, (n, 3))
+  q['bg_color'] = bg1
+  q['bg_color2'] = 0.5 * bg1 + 0.5 * rng.uniform(0.0, 1.0, (n, 3))
+  q['bg_angle'] = rng.uniform(0.0, 2 * np.pi, n)
+  q['blob_r'] = np.where(rng.random(n) < 0.5, rng.uniform(0.15, 0.5, n), 0.0)
+  q['blob_x'] = rng.uniform(-1.0, 1.0, n)
+  q['blob_y'] = rng.uniform(-1.0, 1.0, n)
+  q['blob_color'] = rng.uniform(0.0, 1.0, (n, 3))
+  q['clothes_color'] = rng.uniform(0.02, 0.9, (n, 3))
+  out = {}
+  for k, v in q.items():
+    if k == 'occluder':
+      out[k] = v
+    elif k == 'noise_seed':
+      out[k] = v.astype(np.uint32)
+    else:
+      out[k] = np.asarray(v, np.float32)
+  return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Rendering.
+# ----------------------------------------------------------------------------------------------
+
+_F32 = np.float32
+# Luma weights (ITU-R BT.601), used for desaturation.
+_LUMA = np.array([0.299, 0.587, 0.114], _F32)
+_COS_BACK = math.cos(1.3)  # texture angle beyond which the skull's side/back shows (hair)
+
+
+def _soft(d: np.ndarray, inv_w) -> np.ndarray:
+  """Coverage of the region `d < 0` with a linear ramp ~1/inv_w wide (cheap anti-aliasing)."""
+  t = 0.5 - d * inv_w
+  return np.clip(t, 0.0, 1.0, out=t)
+
+
+def _len(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+  # np.hypot is several times slower than this for float32 on the sizes used here.
+  return np.sqrt(x * x + y * y)
+
+
+def _segment_dist(x: np.ndarray, y: np.ndarray, x0, y0, x1, y1) -> np.ndarray:
+  """Distance from points to the segment (x0, y0)-(x1, y1) (all broadcastable)."""
+  dx, dy = x1 - x0, y1 - y0
+  inv = 1.0 / (dx * dx + dy * dy + 1e-9)
+  rx, ry = x - x0, y - y0
+  t = np.clip((rx * dx + ry * dy) * inv, 0.0, 1.0)
+  return _len(rx - t * dx, ry - t * dy)
+
+
+def _hash_bits(seeds: np.ndarray, count: int) -> np.ndarray:
+  """Per-image counter-based 32-bit hashes `[n, count]`, independent of chunking.
+
+  A stateless integer hash keeps `render_faces` a pure function of its inputs (no rng argument)
+  while still giving every image its own noise.
+  """
+  idx = np.arange(count, dtype=np.uint32)[None, :]
+  x = seeds.astype(np.uint32)[:, None] * np.uint32(0x9E3779B1) + idx
+  x ^= x >> np.uint32(16)
+  x *= np.uint32(0x7FEB352D)
+  x ^= x >> np.uint32(15)
+  x *= np.uint32(0x846CA68B)
+  x ^= x >> np.uint32(16)
+  return x
+
+
+def _gaussian_matrices(sigma: np.ndarray, size: int) -> np.ndarray:
+  """Row-normalised 1-D gaussian blur operators `[n, size, size]` (edges renormalised)."""
+  i = np.arange(size, dtype=_F32)
+  d2 = (i[:, None] - i[None, :])**2
+  s = np.maximum(sigma, 1e-3).astype(_F32)[:, None, None]
+  g = np.exp(-d2[None] / (2 * s * s))
+  g /= g.sum(axis=2, keepdims=True)
+  return g
+
+
+def _composite(layers: Sequence, n: int, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+  """Back-to-front "over" compositing of constant-colour layers, as one batched matmul.
+
+  Every layer is (alpha broadcastable to [n, H, W], colour [n, 3] or [3]); a darkening is just a
+  black layer. Instead of blending three-channel images layer by layer, the visible weight of each
+  layer is computed on one-channel fields (front to back transmittance) and the colours are mixed
+  at the end: ~3x fewer passes over memory.
+
+  Returns:
+    weights [n, K, H*W] and colours [n, 3, K].
+  """
+  k = len(layers)
+  w = np.empty((n, k) + shape, _F32)
+  t = np.ones((n,) + shape, _F32)
+  for i in range(k - 1, -1, -1):
+    np.multiply(layers[i][0], t, out=w[:, i])
+    t -= w[:, i]
+  cols = np.stack([np.broadcast_to(np.asarray(cl, _F32), (n, 3)) for _, cl in layers], axis=2)
+  return w.reshape(n, k, -1), cols
+
+
+def _render_chunk(ip: Mapping[str, np.ndarray], nz: Mapping[str, np.ndarray],
+                  size: int) -> np.ndarray:
+  """Renders one chunk; see `render_faces`. Returns uint8 `[n, 3, size, size]` (channel first)."""
+  f32 = _F32
+  n = ip['head_w'].shape[0]
+
+  def c(a):  # scalar per image -> [n, 1, 1]
+    return np.asarray(a, f32).reshape(n, 1, 1)
+
+  def col(a):  # colour per image -> [n, 3] float32
+    return np.asarray(a, f32).reshape(-1, 3)
+
+  pw = 2.0 / size
+  g = (np.arange(size, dtype=f32) + 0.5) * f32(pw) - 1.0
+  u = g[None, None, :]
+  v = g[None, :, None]
+  layers = []
+
+  def add(alpha, color):
+    layers.append((alpha, col(color)))
+
+  black = np.zeros(3, f32)
+
+  # --- Age: identity trajectories evaluated at base age + per-image offset (per-image scalars).
+  age = np.clip(ip['base_age'] + nz['age'], 14.0, 90.0)
+  old = np.clip((age - 35.0) / 35.0, 0.0, 1.3)
+  young = np.clip((28.0 - age) / 14.0, 0.0, 1.0)
+  grey = 1.0 / (1.0 + np.exp(-(age - ip['grey_onset']) / 4.0))
+  hl_eff = ip['hairline'] - 0.4 * ip['recede'] * np.clip((age - 28.0) / 30.0, 0.0, 1.5)
+  head_w = ip['head_w'] * (1.0 + 0.06 * ip['weight_drift'] * (age - ip['base_age']) / 30.0)
+  jaw = np.clip(ip['jaw'] - 0.1 * old + 0.08 * young, 0.0, 0.7)
+  sag = 0.035 * old
+  wrinkle = np.clip((age - 40.0) / 30.0, 0.0, 1.0)
+  skin_rgb = ip['skin_color'] * (1.0 - 0.07 * old)[:, None] + (0.03 * young)[:, None]
+  hair_rgb = ip['hair_color'] + (_GREY_HAIR - ip['hair_color']) * grey[:, None]
+  brow_base = ip['hair_color'] * ip['brow_dark'][:, None]
+  brow_rgb = brow_base + (_GREY_HAIR * 0.8 - brow_base) * (0.6 * grey)[:, None]
+  bald = np.clip((-hl_eff - 0.85) / 0.1, 0.0, 1.0)
+  crown = -3.0 + bald * 2.55  # top of the side/back hair band: only bald heads have one
+
+  a = c(head_w)
+  b = c(ip['head_h'])
+  theta = nz['yaw']
+  sin_t, cos_t = c(np.sin(theta)), c(np.cos(theta))
+
+  # --- Image -> head coordinates (similarity transform: alignment jitter + roll). ---
+  scale = _FACE_SCALE * nz['scale']
+  cr, sr = c(np.cos(nz['roll']) / scale), c(np.sin(nz['roll']) / scale)
+  px = u - c(nz['shift_x'])
+  py = v - c(_FACE_CENTER_Y + nz['shift_y'])
+  x = cr * px + sr * py
+  y = cr * py - sr * px
+  inv_pw = c(scale / pw)  # 1 / (pixel width in head units)
+  inv_soft = np.minimum(inv_pw, f32(1 / 0.035))  # softer edges for hair and shadows
+
+  # Under yaw the skull's silhouette widens (a head is deeper than wide) and slides backwards.
+  xs = (x + 0.12 * a * sin_t) * (1.0 / (1.0 + 0.18 * np.abs(sin_t)))
+  yn = y * (1.0 / b)
+  yn_pos = np.clip(yn, 0.0, 1.0)
+  yn_neg = np.clip(yn, -1.0, 0.0)
+  aw = a * (1.0 - c(jaw) * yn_pos * yn_pos) * (1.0 - 0.08 * yn_neg * yn_neg)
+  xa = xs / aw
+  yn2 = yn * yn
+  head_m = _soft((np.sqrt(xa * xa + yn2) - 1.0) * a, inv_pw)
+
+  # Cylindrical surface with cross-section radius r(y); a surface point at image angle alpha
+  # (sin alpha = xs / r) has texture angle phi = alpha - yaw, so xt = r sin(phi).
+  r = aw * np.sqrt(np.clip(1.0 - yn2, 0.02, 1.0))
+  sa = np.clip(xs / r, -1.0, 1.0)
+  ca = np.sqrt(1.0 - sa * sa)
+  xt = r * (sa * cos_t - ca * sin_t)
+  cos_phi = ca * cos_t + sa * sin_t
+  yt = y - c(nz['pitch'] * 0.3) * ca
+  axt = np.abs(xt)
+  back = _soft((cos_phi - _COS_BACK) * r, inv_pw)  # 1 on the side/back of the skull
+  face = head_m * (1.0 - back)  # where facial features may appear
+
+  # --- Hair masks. ---
+  hlen = c(ip['hair_length'])
+  hl = c(hl_eff) + c(ip['hairline_curve']) * xt * xt
+  top_hair = _soft(yt - hl, inv_soft)
+  band = _soft(y - hlen, inv_soft) * _soft(c(crown) - y, inv_soft)
+  hair_in = top_hair + (band - top_hair) * back
+  vol = c(ip['hair_volume'])
+  ax_o = a + vol
+  yo = y + 0.3 * vol
+  xo = xs / ax_o
+  yoo = yo / (b + 1.2 * vol)
+  outer_ell = (np.sqrt(xo * xo + yoo * yoo) - 1.0) * ax_o
+  outer_side = np.maximum(np.abs(xs) - ax_o * (1.0 - 0.05 * y), -yo)  # hanging hair below
+  ring = _soft(np.minimum(outer_ell, outer_side), inv_pw) * band
+
+  # --- Background (layers 0-2: they are not shaded). ---
+  ang = nz['bg_angle']
+  t_bg = np.clip(0.5 + 0.5 * (u * c(np.cos(ang)) + v * c(np.sin(ang))), 0.0, 1.0)
+  add(np.ones((1, 1, 1), f32), nz['bg_color'])
+  add(t_bg, nz['bg_color2'])
+  blob = _soft(_len(u - c(nz['blob_x']), v - c(nz['blob_y'])) - c(nz['blob_r']), 1.0 / 0.05)
+  add(blob * c(nz['blob_r'] > 0), nz['blob_color'])
+  num_bg_layers = len(layers)
+
+  # --- Back hair, clothes, neck, head. ---
+  add(ring, hair_rgb)
+  xn = np.abs(x + 0.1 * a * sin_t)
+  clothes_m = _soft(b + 0.12 + 0.25 * np.maximum(xn - 0.35, 0.0) - y, inv_pw)
+  add(clothes_m, nz['clothes_color'])
+  neck_m = _soft(np.maximum(xn - 0.55 * a, 0.45 - yn), inv_pw)
+  add(neck_m, skin_rgb * 0.78)
+  add(head_m, skin_rgb)
+
+  # --- Facial features, in texture coordinates (mirrored |xt| for symmetric ones). ---
+  mouth_y = c(ip['mouth_y'] + sag)
+  eye_y = c(ip['eye_y'] + 0.3 * sag)
+  eye_dx = c(ip['eye_dx'])
+  eye_w = c(ip['eye_w'])
+  eh = c(ip['eye_h'] * (1.0 - 0.2 * old))
+  tilt = ip['eye_tilt']
+  ct, st = c(np.cos(tilt)), c(np.sin(tilt))
+  dx = axt - eye_dx
+  dy = yt - eye_y
+  ex = ct * dx + st * dy
+  ey = ct * dy - st * dx
+
+  # Eye sockets and (with age) bags: soft shadows that keep the eye region visible at 32x32,
+  # where the eye itself is about one pixel tall.
+  exs = ex / (1.7 * eye_w)
+  eys = (ey + 0.015) / (2.8 * eh)
+  sock = _soft((np.sqrt(exs * exs + eys * eys) - 1.0) * 0.1, np.minimum(inv_pw, f32(1 / 0.05)))
+  exb = ex / (1.2 * eye_w)
+  eyb = (ey - 2.2 * eh) / (0.9 * eh)
+  bags = _soft(np.sqrt(exb * exb + eyb * eyb) - 1.0, f32(4.0))
+  add((0.2 * sock + c(0.12 * old) * bags) * face, black)
+
+  # Eye: sclera ellipse, iris disc, dark upper lid line.
+  eh_open = eh * c(nz['eye_open'])
+  exe = ex / eye_w
+  eye_m = _soft((np.sqrt(exe * exe + (ey / np.maximum(eh_open, 1e-3))**2) - 1.0) * eh_open,
+                inv_pw) * face
+  add(eye_m, skin_rgb * 0.25 + 0.62)
+  iris_m = _soft(_len(ex, ey) - 0.8 * eh, inv_pw) * eye_m
+  add(iris_m, ip['iris_color'])
+  lid_y = -eh_open * np.sqrt(np.clip(1.0 - exe * exe, 0.0, 1.0))
+  lid_m = _soft(np.abs(ey - lid_y) - 0.008, inv_pw) * _soft(np.abs(exe) - 1.05, inv_pw * eye_w)
+  add(lid_m * face * 0.8, ip['iris_color'] * 0.4)
+
+  # Brows: tapered capsules above the eyes; expression raises and tilts them.
+  by = eye_y - c(ip['brow_gap'] + 0.035 * nz['brow_raise'])
+  ba = ip['brow_angle'] - 0.08 * nz['brow_raise'] + tilt
+  cb, sb = c(np.cos(ba)), c(np.sin(ba))
+  dbx, dby = axt - (eye_dx + 0.01), yt - by
+  along = cb * dbx - sb * dby
+  across = sb * dbx + cb * dby
+  blen = c(ip['brow_len'])
+  along_c = np.clip(along, -blen, blen)
+  thick = c(ip['brow_thick'] * 0.5) * (1.0 - 0.45 * np.clip(along_c / blen, 0.0, 1.0))
+  brow_m = _soft(_len(along - along_c, across) - thick, inv_pw) * face
+  add(brow_m, brow_rgb)
+
+  # Age lines: nasolabial folds and forehead lines.
+  nose_y1 = eye_y + c(ip['nose_len'])
+  nw = c(ip['nose_w'])
+  mw = c(ip['mouth_w'] * (1.0 + 0.08 * nz['smile']))
+  wr = c(wrinkle)
+  line_w = np.maximum(f32(0.012), 0.6 / inv_pw)
+  fold = _segment_dist(axt, yt, nw + 0.04, nose_y1 - 0.02, mw + 0.04, mouth_y + 0.04)
+  lines = 0.25 * _soft(fold - line_w, inv_pw)
+  fore = np.abs(np.sin((yt - hl) * f32(2 * np.pi / 0.09)))  # phase-locked to the hairline
+  lines += 0.08 * fore * (_soft(axt - 0.32, inv_pw) * _soft(by - 0.05 - yt, inv_pw) *
+                          _soft(hl + 0.08 - yt, inv_pw))
+  add(lines * wr * face, black)
+
+  # Facial hair (under the lips, over the skin).
+  beard_top = mouth_y - 0.1 - 0.3 * np.clip(axt / a - 0.25, 0.0, 1.0)
+  add(_soft(beard_top - yt, inv_soft) * face * c(ip['beard']), hair_rgb * 0.85)
+  mo = c(nz['mouth_open'] * 0.06)
+  lip = c(ip['lip_thick'])
+  stache_y = mouth_y - lip * 0.5 - mo * 0.5 - 0.045
+  stache_m = _soft(axt - mw * 1.1, inv_pw) * _soft(np.abs(yt - stache_y) - 0.035, inv_pw)
+  add(stache_m * face * c(ip['moustache']), hair_rgb * 0.85)
+
+  # Mouth: upper/lower lip bands around a smile curve, dark gap (teeth when wide open).
+  ex_m = np.clip(axt / mw, 0.0, 1.0)
+  ex_m2 = ex_m * ex_m
+  env = np.sqrt(1.0 - ex_m2)
+  yc = mouth_y - c(0.05 * nz['smile']) * ex_m2
+  lip_env = lip * env
+  dm = yt - yc
+  mo_env = 0.5 * mo * env
+  up = np.abs(dm + mo_env + 0.45 * lip_env) - 0.45 * lip_env
+  lo = np.abs(dm - mo_env - 0.55 * lip_env) - 0.55 * lip_env
+  in_mouth = _soft(axt - mw, inv_pw) * face
+  add(_soft(np.minimum(up, lo), inv_pw) * in_mouth, ip['lip_color'])
+  gap_rgb = np.where((nz['mouth_open'] > 0.3)[:, None], [0.55, 0.45, 0.41], [0.22, 0.07, 0.07])
+  add(_soft(np.abs(dm) - mo_env - 0.004, inv_pw) * in_mouth, gap_rgb)
+
+  # Mole (asymmetric on purpose: a left/right identity cue).
+  mole_m = _soft(_len(xt - c(ip['mole_x']), yt - c(ip['mole_y'])) - 0.022, inv_pw)
+  add(mole_m * face * c(0.55 * ip['mole']), black)
+
+  # Nose, in head coordinates because it protrudes: the tip slides further than the surface under
+  # yaw and, in profile, sticks out past the cheek line.
+  nose_y0 = eye_y + 0.06
+  fr = np.clip((y - nose_y0) * (1.0 / (nose_y1 - nose_y0)), 0.0, 1.0)
+  depth = c(ip['nose_depth']) * fr
+  x_surf = r * sin_t
+  xm = x_surf + 0.5 * depth * sin_t
+  half = (nw * (0.6 + 0.4 * np.abs(cos_t))) * (0.35 + 0.65 * fr * fr) + (
+      0.5 * np.abs(sin_t)) * depth
+  nose_m = (_soft(np.abs(xs - xm) - half, inv_pw) * _soft(nose_y0 - y, inv_pw) *
+            _soft(y - nose_y1 - 0.3 * nw, inv_pw))
+  nose_m *= np.clip(cos_t * 3.0 + 1.0, 0.0, 1.0)  # hidden only for extreme yaw
+  add(nose_m, skin_rgb * 1.03)
+  tip_x = x_surf + c(ip['nose_depth']) * sin_t
+  nx_ = (np.abs(xs - tip_x) - 0.5 * nw * np.abs(cos_t)) / (0.35 * nw)
+  ny_ = (y - nose_y1 - 0.015) * (1.0 / 0.018)
+  nost = _soft(np.sqrt(nx_ * nx_ + ny_ * ny_) - 1.0, np.minimum(inv_pw, f32(1 / 0.02)))
+  add(0.45 * nost * head_m, black)
+
+  # Ears at texture angle +-90 degrees: seen edge-on (thin, sticking out) in frontal views, flat
+  # in profile; hidden behind the head, and covered by hair that reaches below them.
+  ear_y = ip['ear_y']
+  ear_h = ip['ear_h']
+  ear_hw = 0.5 * ear_h
+  r_ear = head_w * np.sqrt(np.clip(1.0 - (ear_y / ip['head_h'])**2, 0.1, 1.0))
+  cover = 1.0 - 0.9 * np.clip((ip['hair_length'] - ear_y + 0.05) * 10.0, 0.0, 1.0) * (1.0 - bald)
+  ear_m = 0.0
+  inner = 0.0
+  for side in (-1.0, 1.0):
+    alpha_e = side * (np.pi / 2) + theta
+    sa_e, ca_e = np.sin(alpha_e), np.cos(alpha_e)
+    xe = sa_e * (r_ear + (0.3 + 0.9 * ip['ear_out']) * ear_hw * (1.0 - np.abs(ca_e)))
+    half_w = ear_hw * (0.35 + 0.65 * np.abs(ca_e))
+    ex_e = (xs - c(xe)) * c(1.0 / half_w)
+    ey_e = (y - c(ear_y)) * c(1.0 / ear_h)
+    ell = np.sqrt(ex_e * ex_e + ey_e * ey_e)
+    behind = np.clip((0.45 - ca_e) / 0.3, 0.0, 1.0)
+    vis = np.clip((ca_e + 0.15) * 8.0 + 0.5, 0.0, 1.0) * cover
+    m = _soft((ell - 1.0) * c(half_w), inv_pw) * (1.0 - head_m * c(behind)) * c(vis)
+    ear_m = ear_m + m
+    inner = inner + _soft((ell - 0.55) * c(half_w), inv_pw) * m * c(np.clip(ca_e * 2.0, 0.0, 1.0))
+  add(ear_m, skin_rgb * np.array([0.95, 0.85, 0.82], f32))
+  add(0.3 * inner, black)
+
+  # Hair on the head (top and back of the skull), over skin and ears.
+  add(hair_in * head_m, hair_rgb)
+
+  # Glasses (identity trait, sometimes taken off) and sunglasses (an occluder): elliptical rims
+  # around the eyes plus a bridge; sunglasses also fill the lenses.
+  occ = nz['occluder']
+  gsz = c(ip['glasses_size'])
+  lw, lh = 1.75 * eye_w * gsz, 0.13 * gsz
+  lqx = (axt - eye_dx) / lw
+  lqy = (yt - eye_y + 0.01) / lh
+  lens_q = np.sqrt(lqx * lqx + lqy * lqy)
+  rim_t = np.maximum(f32(0.009), 0.22 / inv_pw)
+  rim = _soft(np.abs(lens_q - 1.0) * lh - rim_t, inv_pw)
+  bridge = _soft(np.abs(yt - eye_y + 0.03) - rim_t, inv_pw) * _soft(axt - (eye_dx - 0.9 * lw),
+                                                                     inv_pw)
+  sun = occ == OCC_SUNGLASSES
+  wear = np.maximum(ip['glasses'] * nz['glasses_on'], sun)
+  add(np.maximum(rim, bridge) * face * c(wear), ip['glasses_color'])
+  add(_soft((lens_q - 1.0) * lh, inv_pw) * face * c(0.93 * sun), [0.05, 0.05, 0.07])
+
+  # Other occluders: a random rectangle, a hand over the lower face, a medical mask.
+  rect = _soft(np.maximum(np.abs(u - c(nz['occ_x'])) - c(nz['occ_w']),
+                          np.abs(v - c(nz['occ_y'])) - c(nz['occ_h'])), f32(1.0 / pw))
+  add(rect * c(occ == OCC_RECT), nz['occ_color'])
+  hy = c(0.35 + 0.35 * (nz['occ_y'] + 0.6))
+  hex_ = (x - c(nz['occ_x'] * 0.5)) * c(1.0 / (0.22 + nz['occ_w']))
+  hey = (y - hy) * c(1.0 / (0.18 + 0.6 * nz['occ_h']))
+  hand_m = _soft((np.sqrt(hex_ * hex_ + hey * hey) - 1.0) * 0.25, inv_pw) * c(occ == OCC_HAND)
+  add(hand_m, skin_rgb * 0.97)
+  grooves = np.cos((y - hy) * f32(2 * np.pi / 0.11)) > 0.6
+  add(0.12 * grooves * hand_m, black)
+  mask_m = (_soft(nose_y1 - 0.12 - yt, inv_pw) * _soft(yt - b * 0.92, inv_pw) * face *
+            c(occ == OCC_MASK))
+  add(mask_m, 0.6 + 0.4 * nz['occ_color'])
+
+  # --- Shading: Lambertian on an ellipsoid normal field; the nose gets its own ridge normal. ---
+  nose_w8 = 0.8 * nose_m
+  nx = np.clip(xa, -1.0, 1.0)
+  nx += (np.clip((xs - xm) / (half + 1e-3), -1.0, 1.0) - nx) * nose_w8
+  ny = np.clip(0.6 * yn, -1.0, 1.0) - 0.3 * nose_m
+  nzz = np.sqrt(np.clip(1.0 - nx * nx - ny * ny, 0.0, 1.0))
+  lx, ly = nz['light_x'], nz['light_y']
+  ln = np.sqrt(lx * lx + ly * ly + 1.0)
+  lam = np.maximum(nx * c(lx / ln) + ny * c(ly / ln) + nzz * c(1.0 / ln), 0.0)
+  ks = c(nz['light_strength'])
+  shade = (1.0 - ks) + (ks * c(ln)) * lam  # normalised: a frontal light leaves the centre at 1
+  # The cheek beyond the nose falls into the nose's shadow / away from the camera-side light.
+  shade *= 1.0 - 0.25 * face * np.clip(sin_t * (xs - tip_x) * (2.0 / a), 0.0, 1.0)
+
+  w, cols = _composite(layers, n, (size, size))
+  fg = 1.0 - w[:, :num_bg_layers].sum(axis=1).reshape(n, size, size)
+  grad = 1.0 + c(nz['grad']) * (u * c(np.cos(nz['grad_angle'])) +
+                                v * c(np.sin(nz['grad_angle'])))
+  light = (1.0 + (shade - 1.0) * fg) * grad * c(nz['gain'])
+
+  # Camera colour: tint, then (de)saturation, folded into one 3x3 matrix applied to the layer
+  # colours rather than to every pixel.
+  sat = nz['saturation'].astype(f32)[:, None, None]
+  cmat = sat * np.eye(3, dtype=f32) + (1.0 - sat) * _LUMA[None, None, :]
+  cmat = cmat * nz['tint'].astype(f32)[:, None, :]
+  img = np.matmul(np.matmul(cmat, cols), w)  # [n, 3, H*W]
+  img *= light.reshape(n, 1, -1)
+  img = img.reshape(n, 3, size, size)
+
+  # --- Camera: gaussian blur (separable, as batched matmuls), then sensor noise. ---
+  sigma = nz['blur'] * (size / 32.0)
+  blurred = np.nonzero(sigma > 0.3)[0]
+  if blurred.size:
+    gm = _gaussian_matrices(sigma[blurred], size)[:, None]
+    img[blurred] = np.matmul(np.matmul(gm, img[blurred]), gm.transpose(0, 1, 3, 2))
+  # Three 10-bit uniform fields from one 32-bit hash per pixel; std = nuisance['noise'].
+  bits = _hash_bits(nz['noise_seed'], size * size)[:, None, :] >> np.array(
+      [0, 10, 20], np.uint32)[None, :, None]
+  noise = (bits & np.uint32(1023)).astype(f32).reshape(n, 3, size, size)
+  img += (noise - 511.5) * c(nz['noise'] * (np.sqrt(12.0) / 1024.0))[:, None]
+  img = img * 255.0 + 0.5
+  return np.clip(img, 0.0, 255.0, out=img).astype(np.uint8)
+
+
+def render_faces(identity_params: dict[str, np.ndarray], nuisance: dict[str, np.ndarray],
+                 image_size: int) -> np.ndarray:
+  """Renders one image per row of `identity_params` / `nuisance`.
+
+  Args:
+    identity_params: as from `sample_identities`, already gathered per image (leading dim n).
+    nuisance: as from `sample_nuisance`, leading dim n.
+    image_size: output height and width in pixels (>= 16).
+
+  Returns:
+    uint8 `[n, image_size, image_size, 3]` RGB; a pure function of the inputs (also independent
+    of how the work is chunked).
+  """
+  if image_size < 16:
+    raise ValueError(f'image_size must be >= 16, got {image_size}')
+  n = identity_params['head_w'].shape[0]
+  for name, d in (('identity_params', identity_params), ('nuisance', nuisance)):
+    for k, val in d.items():
+      if val.shape[0] != n:
+        raise ValueError(f'{name}[{k!r}] has {val.shape[0]} rows, expected {n}')
+  out = np.empty((n, image_size, image_size, 3), np.uint8)
+  if n == 0:
+    return out
+  chunk = max(1, _CHUNK_PIXELS // (image_size * image_size))
+  starts = list(range(0, n, chunk))
+
+  def work(s: int) -> None:
+    e = min(n, s + chunk)
+    rendered = _render_chunk({k: v[s:e] for k, v in identity_params.items()},
+                             {k: v[s:e] for k, v in nuisance.items()}, image_size)
+    out[s:e] = rendered.transpose(0, 2, 3, 1)
+
+  # numpy releases the GIL inside its loops, so threads give a real speed-up on multi-core hosts.
+  workers = min(len(starts), os.cpu_count() or 1, 8)
+  if workers <= 1:
+    for s in starts:
+      work(s)
+  else:
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+      list(pool.map(work, starts))
+  return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Benchmark assembly.
+# ----------------------------------------------------------------------------------------------
+
+
+def _stream(seed: int, stream: int) -> np.random.Generator:
+  return np.random.default_rng(np.random.SeedSequence([seed, stream]))
+
+
+def _take(params: Mapping[str, np.ndarray], idx: np.ndarray) -> dict[str, np.ndarray]:
+  return {k: v[idx] for k, v in params.items()}
+
+
+def _interleave(first: Mapping[str, np.ndarray],
+                second: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """Rows a0, b0, a1, b1, ... (insightface .bin pair order)."""
+  out = {}
+  for k in first:
+    a, b = first[k], second[k]
+    z = np.empty((2 * a.shape[0],) + a.shape[1:], a.dtype)
+    z[0::2], z[1::2] = a, b
+    out[k] = z
+  return out
+
+
+def _make_pair_set(name: str, rng: np.random.Generator, test_params: Mapping[str, np.ndarray],
+                   num_pairs: int, num_folds: int, image_size: int,
+                   difficulty: float) -> PairSet:
+  """Builds a pair set; each contiguous fold holds its genuine pairs, then its impostor pairs."""
+  n_test = test_params['head_w'].shape[0]
+  per_fold = num_pairs // num_folds
+  issame = np.tile(np.repeat([True, False], per_fold // 2), num_folds)
+  id_a = rng.integers(0, n_test, num_pairs)
+  # Impostor partner: a uniformly random *other* identity.
+  id_b = np.where(issame, id_a, (id_a + rng.integers(1, n_test, num_pairs)) % n_test)
+  if name == 'lfw':
+    first = sample_nuisance(rng, num_pairs, 'lfw', difficulty)
+    second = sample_nuisance(rng, num_pairs, 'lfw', difficulty)
+  elif name == 'cfp_fp':
+    first = sample_nuisance(rng, num_pairs, 'cfp_frontal', difficulty)
+    second = sample_nuisance(rng, num_pairs, 'cfp_profile', difficulty)
+  else:
+    first = sample_nuisance(rng, num_pairs, 'agedb', difficulty)
+    second = sample_nuisance(rng, num_pairs, 'agedb', difficulty)
+    # Younger and older side ~AGEDB_GAP_YEARS apart; which side is older is random.
+    young = -0.5 * AGEDB_GAP_YEARS + rng.normal(0.0, 2.0, num_pairs)
+    gap = AGEDB_GAP_YEARS + rng.normal(0.0, 1.5, num_pairs)
+    swap = rng.random(num_pairs) < 0.5
+    first['age'] = np.where(swap, young + gap, young).astype(np.float32)
+    second['age'] = np.where(swap, young, young + gap).astype(np.float32)
+  nuisance = _interleave(first, second)
+  ids = np.stack([id_a, id_b], axis=1).astype(np.int32)
+  images = render_faces(_take(test_params, ids.reshape(-1)), nuisance, image_size)
+  return PairSet(name=name, images=images, issame=issame, identities=ids, nuisance=nuisance)
+
+
+def _check_int(name: str, value, minimum: int) -> int:
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    raise ValueError(f'{name} must be an integer, got {value!r}')
+  if value < minimum:
+    raise ValueError(f'{name} must be >= {minimum}, got {value}')
+  return int(value)
+
+
+def make_benchmark(*, seed: int, num_identities: int, images_per_identity: int,
+                   image_size: int = 32, num_test_identities: int = 300, num_pairs: int = 6000,
+                   num_folds: int = 10, difficulty: float = 1.0,
+                   images_per_identity_sigma: float = 0.0) -> FaceBenchmark:
+  """Generates the training set and the three verification pair sets.
+
+  Args:
+    seed: non-negative integer; the same arguments always give identical arrays. The test
+      identities and pair sets depend only on (seed, num_test_identities, num_pairs, num_folds,
+      image_size, difficulty), not on the training-set size.
+    num_identities: training identities.
+    images_per_identity: images per training identity (the median when sigma > 0); >= 2.
+    image_size: square image size in pixels (>= 16; 32, 64 and 112 are the intended ones).
+    num_test_identities: held-out identities for the pair sets (disjoint from training); >= 2.
+    num_pairs: pairs per pair set; divisible by 2 * num_folds.
+    num_folds: contiguous folds; each holds num_pairs / num_folds / 2 genuine pairs followed by
+      the same number of impostor pairs (LFW layout).
+    difficulty: scales all incidental nuisance (1.0 = default calibration).
+    images_per_identity_sigma: if > 0, identity i gets
+      max(2, round(images_per_identity * lognormal(0, sigma))) images.
+
+  Returns:
+    The FaceBenchmark.
+
+  Raises:
+    ValueError: an argument is out of range; the message names it.
+  """
+  seed = _check_int('seed', seed, 0)
+  num_identities = _check_int('num_identities', num_identities, 1)
+  images_per_identity = _check_int('images_per_identity', images_per_identity, 2)
+  image_size = _check_int('image_size', image_size, 16)
+  num_test_identities = _check_int('num_test_identities', num_test_identities, 2)
+  num_folds = _check_int('num_folds', num_folds, 1)
+  num_pairs = _check_int('num_pairs', num_pairs, 2 * num_folds)
+  if num_pairs % (2 * num_folds):
+    raise ValueError(f'num_pairs ({num_pairs}) must be divisible by 2 * num_folds '
+                     f'({2 * num_folds}) so every fold is half genuine, half impostor')
+  if not (np.isfinite(difficulty) and difficulty >= 0):
+    raise ValueError(f'difficulty must be a finite number >= 0, got {difficulty}')
+  if not (np.isfinite(images_per_identity_sigma) and images_per_identity_sigma >= 0):
+    raise ValueError('images_per_identity_sigma must be a finite number >= 0, got '
+                     f'{images_per_identity_sigma}')
+
+  train_params = sample_identities(_stream(seed, _STREAM_TRAIN_IDS), num_identities)
+  if images_per_identity_sigma > 0:
+    factor = _stream(seed, _STREAM_TRAIN_COUNTS).lognormal(0.0, images_per_identity_sigma,
+                                                           num_identities)
+    counts = np.maximum(2, np.round(images_per_identity * factor)).astype(np.int64)
+  else:
+    counts = np.full(num_identities, images_per_identity, np.int64)
+  labels = np.repeat(np.arange(num_identities, dtype=np.int32), counts)
+  nuisance = sample_nuisance(_stream(seed, _STREAM_TRAIN_NUISANCE), labels.shape[0], 'train',
+                             difficulty)
+  train_images = render_faces(_take(train_params, labels), nuisance, image_size)
+
+  test_params = sample_identities(_stream(seed, _STREAM_TEST_IDS), num_test_identities)
+  pair_sets = {
+      name: _make_pair_set(name, _stream(seed, _STREAM_PAIRS[name]), test_params, num_pairs,
+                           num_folds, image_size, difficulty) for name in PAIR_SET_NAMES
+  }
+  return FaceBenchmark(train_images=train_images, train_labels=labels,
+                       num_identities=num_identities, pair_sets=pair_sets,
+                       train_identity_params=train_params, test_identity_params=test_params)
+
+
+# ----------------------------------------------------------------------------------------------
+# Visualisation.
+# ----------------------------------------------------------------------------------------------
+
+
+def save_sample_grid(images: np.ndarray, path: str, *, rows: int = 8, cols: int = 12,
+                     labels: Optional[Sequence] = None) -> None:
+  """Writes the first rows*cols images as a PNG grid, upscaled (nearest) to >= 96 px per tile.
+
+  Args:
+    images: uint8 `[N, H, W, 3]` (N may be smaller than rows*cols; the rest stays blank).
+    path: output .png path.
+    rows: grid rows.
+    cols: grid columns.
+    labels: optional per-image labels, drawn in each tile's corner.
+  """
+  from PIL import Image, ImageDraw  # pylint: disable=g-import-not-at-top
+
+  images = np.asarray(images)
+  if images.ndim != 4 or images.shape[-1] != 3:
+    raise ValueError(f'images must be [N, H, W, 3], got shape {images.shape}')
+  if rows < 1 or cols < 1:
+    raise ValueError(f'rows and cols must be >= 1, got {rows}, {cols}')
+  if images.dtype != np.uint8:
+    images = np.clip(images, 0, 255).astype(np.uint8)
+  h, w = images.shape[1:3]
+  zoom = max(1, math.ceil(96 / max(h, w)))
+  gap = 2
+  th, tw = h * zoom, w * zoom
+  canvas = np.full((rows * (th + gap) + gap, cols * (tw + gap) + gap, 3), 255, np.uint8)
+  count = min(len(images), rows * cols)
+  for i in range(count):
+    rr, cc = divmod(i, cols)
+    tile = images[i].repeat(zoom, axis=0).repeat(zoom, axis=1)
+    y0, x0 = gap + rr * (th + gap), gap + cc * (tw + gap)
+    canvas[y0:y0 + th, x0:x0 + tw] = tile
+  pil = Image.fromarray(canvas)
+  if labels is not None:
+    draw = ImageDraw.Draw(pil)
+    for i in range(min(count, len(labels))):
+      rr, cc = divmod(i, cols)
+      y0, x0 = gap + rr * (th + gap), gap + cc * (tw + gap)
+      text = str(labels[i])
+      draw.rectangle([x0, y0, x0 + 7 * len(text) + 3, y0 + 12], fill=(0, 0, 0))
+      draw.text((x0 + 2, y0 + 1), text, fill=(255, 255, 0))
+  pil.save(path, format='PNG')

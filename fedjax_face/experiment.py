@@ -1,0 +1,201 @@
+"""`train_and_evaluate(config, workdir)`: data -> partition -> algorithm -> rounds -> evaluation.
+
+Everything a run does lives here so tests can call it directly; `main.py` only parses flags.
+Outputs in the workdir: config.json, checkpoints/ (resumed automatically), tensorboard/,
+results.json, report.md and PNG plots (data samples, ROC curves, class-embedding similarity).
+"""
+
+import os
+import time
+
+import jax
+import numpy as np
+from absl import logging
+
+from fedjax_face import algorithms, config_lib, models
+from fedjax_face.core import engine as engine_lib
+from fedjax_face.data import federated, partition, synthetic
+from fedjax_face.eval import diagnostics, plots, verification
+from fedjax_face.io import checkpoint, metrics, report
+
+
+def resolve_engine(config, platform: str | None = None) -> tuple[str, str]:
+  """(backend, step_mode) with 'auto' resolved from the platform.
+
+  XLA CPU: one client at a time with unrolled steps ('loop', 'unroll'): vmapped per-client
+  convolutions and convolutions inside while loops both take slow paths there (REFERENCE_NOTES §9).
+  GPU / TPU: all clients at once with scanned steps ('vmap', 'scan').
+  """
+  platform = platform or jax.default_backend()
+  on_cpu = platform == 'cpu'
+  backend = config.engine.backend
+  if backend == 'auto':
+    backend = 'loop' if on_cpu else 'vmap'
+  step_mode = config.engine.step_mode
+  if step_mode == 'auto':
+    step_mode = 'unroll' if on_cpu else 'scan'
+  return backend, step_mode
+
+
+def load_data(config):
+  """The data source named by config.data.source: training images/labels and the pair sets."""
+  if config.data.source == 'synthetic':
+    return synthetic.make_benchmark(
+        seed=config.seed, num_identities=config.data.num_identities,
+        images_per_identity=config.data.images_per_identity, image_size=config.data.image_size,
+        num_test_identities=config.data.num_test_identities, num_pairs=config.data.num_pairs,
+        difficulty=config.data.difficulty,
+        images_per_identity_sigma=config.data.images_per_identity_sigma)
+  raise ValueError(f'config.data.source={config.data.source!r}; expected one of '
+                   f'{config_lib.DATA_SOURCES}.')
+
+
+def client_partition(config, num_identities: int) -> list[np.ndarray]:
+  """The identity-exclusive partition of the training identities over the clients."""
+  rng = np.random.default_rng([config.seed, 0xc11e47])
+  return partition.identity_exclusive(num_identities, config.federated.num_clients,
+                                      config.federated.partition, rng)
+
+
+def grouped_class_embeddings(class_embeddings: np.ndarray, identity_table: np.ndarray):
+  """Global `[num_identities, d]` class embeddings -> `[K, C_max, d]` grouped by client."""
+  grouped = class_embeddings[np.maximum(identity_table, 0)]
+  return grouped * (identity_table >= 0)[..., None]
+
+
+def evaluate(config, model, algorithm, state, benchmark, fed_view, workdir: str) -> dict:
+  """Verification on every pair set, plus the FedGC Fig. 3 class-embedding diagnostic."""
+  variables = algorithm.eval_variables(state.server)
+  apply = jax.jit(lambda v, x: model.apply(v, x, train=False))
+  embed_fn = lambda x: apply(variables, x)
+  results, curves = {}, {}
+  for name in config.eval.pair_sets:
+    pairs = benchmark.pair_sets[name]
+    res = verification.verify(embed_fn, pairs.images, pairs.issame,
+                              batch_size=config.eval.batch_size, far_target=config.eval.far_target)
+    curves[report.PAIR_SET_TITLES.get(name, name)] = (np.asarray(res['roc_fpr']),
+                                                      np.asarray(res['roc_tpr']))
+    results[name] = res
+  plots.plot_roc(curves, os.path.join(workdir, 'roc.png'), title=config.algorithm)
+  out = {'verification': results, 'plots': ['roc.png']}
+  class_embeddings = algorithm.class_embeddings(state)
+  if class_embeddings is not None:
+    grouped = grouped_class_embeddings(np.asarray(class_embeddings), fed_view.identity_table)
+    within, cross = diagnostics.class_embedding_similarity(grouped, fed_view.class_mask)
+    plots.plot_similarity_histograms({config.algorithm: (within, cross)},
+                                     os.path.join(workdir, 'class_embedding_similarity.png'))
+    np.savez_compressed(os.path.join(workdir, 'class_embedding_similarity.npz'),
+                        within=within, cross=cross)
+    out['diagnostics'] = {'class_embedding_similarity':
+                          diagnostics.similarity_summary(within, cross)}
+    out['plots'].append('class_embedding_similarity.png')
+  return out
+
+
+def train_and_evaluate(config, workdir: str) -> dict:
+  """Runs one experiment end to end; returns the results dict also written to results.json."""
+  t_start = time.perf_counter()
+  config_lib.validate(config)
+  os.makedirs(workdir, exist_ok=True)
+  ckpt = checkpoint.Checkpointer(workdir, config.to_dict())
+
+  # Data and partition.
+  t0 = time.perf_counter()
+  benchmark = load_data(config)
+  data_s = time.perf_counter() - t0
+  print(f'data: {len(benchmark.train_images)} training images of {benchmark.num_identities} '
+        f'identities, pair sets {sorted(benchmark.pair_sets)} ({data_s:.1f} s)', flush=True)
+  client_ids = client_partition(config, benchmark.num_identities)
+  fed_view = federated.build(benchmark.train_images, benchmark.train_labels, client_ids)
+  if config.algorithm in algorithms.CENTRALIZED:
+    fed = federated.build(benchmark.train_images, benchmark.train_labels,
+                          partition.single_client(benchmark.num_identities))
+  else:
+    fed = fed_view
+  synthetic.save_sample_grid(benchmark.train_images[::max(1, len(benchmark.train_images) // 96)],
+                             os.path.join(workdir, 'samples.png'))
+
+  # Model, algorithm, engine.
+  model = models.build_backbone(config.model)
+  backend, step_mode = resolve_engine(config)
+  algorithm = algorithms.get(config.algorithm).build(config, model, fed, step_mode=step_mode)
+  mesh = None
+  if backend != 'loop':
+    mesh = engine_lib.make_mesh(config.engine.num_devices or None)
+  eng = engine_lib.RoundEngine(algorithm, backend=backend, map_width=config.engine.map_width,
+                               mesh=mesh)
+  root_rng = jax.random.PRNGKey(config.seed)
+  state = algorithm.init(jax.random.fold_in(root_rng, 0))
+  start_round = 0
+  if ckpt.latest_round() is not None:
+    state = ckpt.restore(state)
+    start_round = int(state.round)
+    print(f'resumed from round {start_round} in {workdir}', flush=True)
+
+  # Rounds.
+  fl = config.federated
+  num_examples = fed.num_examples.astype(np.float32)
+  cohort_size = len(federated.select_clients(fed.num_clients, fl.participation, 0, config.seed))
+  images_per_round = cohort_size * fl.local_steps * fl.batch_size
+  print(f'{config.algorithm}: {fed.num_clients} clients, {cohort_size} per round, '
+        f'{fl.local_steps} local steps of {fl.batch_size}, backend={backend}, '
+        f'steps={step_mode}, {config.num_rounds} rounds', flush=True)
+  writer = metrics.MetricWriter(os.path.join(workdir, 'tensorboard'))
+  progress = metrics.Progress(config.num_rounds, start_round, images_per_round)
+  t_train = time.perf_counter()
+  for r in range(start_round, config.num_rounds):
+    cohort = federated.select_clients(fed.num_clients, fl.participation, r, config.seed)
+    cohort = federated.pad_cohort(cohort, eng.cohort_multiple(), fed.num_clients)
+    weights = np.where(cohort < fed.num_clients,
+                       num_examples[np.minimum(cohort, fed.num_clients - 1)], 0.0)
+    data = federated.sample_round(fed, cohort, round_index=r, seed=config.seed,
+                                  steps=fl.local_steps, batch_size=fl.batch_size,
+                                  local_epochs=fl.local_epochs)
+    state, round_metrics = eng.run_round(state, cohort, weights, data,
+                                         jax.random.fold_in(root_rng, r + 1))
+    done = r + 1
+    if done % config.log_every == 0 or done == config.num_rounds or done == start_round + 1:
+      scalars = {k: float(v) for k, v in round_metrics.items()}
+      if not np.all(np.isfinite(list(scalars.values()))):
+        raise FloatingPointError(f'round {done}: non-finite training metrics {scalars}; the run '
+                                 'diverged (lower optimizer.learning_rate or fedgc.reg_lambda).')
+      writer.write_scalars(done, {**scalars, **progress.update(done, scalars)})
+    if config.checkpoint_every and done % config.checkpoint_every == 0:
+      ckpt.save(done, state)
+    if config.eval.every_rounds and done % config.eval.every_rounds == 0 and done < config.num_rounds:
+      mid = evaluate(config, model, algorithm, state, benchmark, fed_view, workdir)
+      writer.write_scalars(done, {f'eval/{k}/accuracy': v['accuracy']
+                                  for k, v in mid['verification'].items()})
+  jax.block_until_ready(state)
+  train_s = time.perf_counter() - t_train
+  if ckpt.latest_round() != config.num_rounds:
+    ckpt.save(config.num_rounds, state)
+  ckpt.close()
+
+  # Evaluation and outputs.
+  t0 = time.perf_counter()
+  out = evaluate(config, model, algorithm, state, benchmark, fed_view, workdir)
+  eval_s = time.perf_counter() - t0
+  writer.write_scalars(config.num_rounds, {f'eval/{k}/accuracy': v['accuracy']
+                                           for k, v in out['verification'].items()})
+  writer.close()
+  out['plots'].insert(0, 'samples.png')
+  results = {
+      'algorithm': config.algorithm,
+      'config_name': f'{config.algorithm}/{config.head.loss}/{config.federated.partition}',
+      'rounds': config.num_rounds,
+      'images_seen': config.num_rounds * images_per_round,
+      'engine': {'backend': backend, 'step_mode': step_mode, 'devices': jax.device_count(),
+                 'platform': jax.default_backend()},
+      'timing': {'data_s': data_s, 'train_s': train_s, 'eval_s': eval_s,
+                 'resumed_from_round': start_round,
+                 'total_s': time.perf_counter() - t_start},
+      **out,
+  }
+  for res in results['verification'].values():
+    res.pop('roc_fpr', None)
+    res.pop('roc_tpr', None)
+  text = report.write(workdir, results)
+  print(text, flush=True)
+  logging.info('results written to %s', workdir)
+  return results

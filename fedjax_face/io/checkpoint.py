@@ -1,0 +1,106 @@
+"""Resumable runs: orbax checkpoints of the round state, guarded by the run's config.
+
+A workdir belongs to one experiment: `config.json` records the config that wrote its checkpoints,
+and resuming with a different config is refused with the differing fields named. Fields that do
+not change the trained model (`RESUMABLE_FIELDS`) may differ, so a run can be extended
+(`num_rounds`) or moved to another backend.
+"""
+
+import json
+import os
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+from flax import serialization
+
+RESUMABLE_FIELDS = ('num_rounds', 'checkpoint_every', 'log_every', 'eval.', 'engine.')
+
+
+def flatten(tree: dict, prefix: str = '') -> dict[str, object]:
+  """{'a': {'b': 1}} -> {'a.b': 1} (tuples become lists, as in JSON)."""
+  out = {}
+  for key, value in tree.items():
+    if isinstance(value, dict):
+      out.update(flatten(value, f'{prefix}{key}.'))
+    else:
+      out[f'{prefix}{key}'] = list(value) if isinstance(value, tuple) else value
+  return out
+
+
+def config_differences(old: dict, new: dict) -> list[str]:
+  """Fields (outside RESUMABLE_FIELDS) whose values differ, as 'field: old -> new'."""
+  old_flat, new_flat = flatten(old), flatten(new)
+  diffs = []
+  for key in sorted(set(old_flat) | set(new_flat)):
+    if key.startswith(RESUMABLE_FIELDS) or key in RESUMABLE_FIELDS:
+      continue
+    if old_flat.get(key, '<absent>') != new_flat.get(key, '<absent>'):
+      diffs.append(f'{key}: {old_flat.get(key, "<absent>")!r} -> {new_flat.get(key, "<absent>")!r}')
+  return diffs
+
+
+def write_json_atomic(path: str, obj) -> None:
+  """Writes JSON through a temporary file and a rename, so a crash never leaves half a file."""
+  tmp = f'{path}.tmp'
+  with open(tmp, 'w') as f:
+    json.dump(obj, f, indent=2, sort_keys=True, default=_jsonable)
+  os.replace(tmp, path)
+
+
+def _jsonable(x):
+  if isinstance(x, (np.floating, np.integer)):
+    return x.item()
+  if isinstance(x, np.ndarray):
+    return x.tolist()
+  raise TypeError(f'not JSON serialisable: {type(x)}')
+
+
+class Checkpointer:
+  """Saves and restores `RoundState` under `<workdir>/checkpoints/<round>`."""
+
+  def __init__(self, workdir: str, config_dict: dict, *, max_to_keep: int = 2):
+    self.workdir = workdir
+    os.makedirs(workdir, exist_ok=True)
+    self._manager = ocp.CheckpointManager(
+        os.path.abspath(os.path.join(workdir, 'checkpoints')),
+        options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True))
+    self._check_config(config_dict)
+
+  def _check_config(self, config_dict: dict) -> None:
+    path = os.path.join(self.workdir, 'config.json')
+    if self._manager.latest_step() is not None and os.path.exists(path):
+      with open(path) as f:
+        try:
+          old = json.load(f)
+        except json.JSONDecodeError as e:
+          raise ValueError(f'{path} is not valid JSON ({e}); it should record the config of the '
+                           'checkpoints in this workdir. Use a new --workdir.') from e
+      diffs = config_differences(old, json.loads(json.dumps(config_dict, default=_jsonable)))
+      if diffs:
+        raise ValueError(
+            f'--workdir={self.workdir} holds checkpoints of a different config; refusing to '
+            'resume. Differences (checkpoint -> now):\n  ' + '\n  '.join(diffs) +
+            '\nUse a new --workdir, or the same config to resume.')
+    elif self._manager.latest_step() is not None:
+      raise ValueError(f'--workdir={self.workdir} has checkpoints but no config.json, so it is '
+                       'unknown which config wrote them. Use a new --workdir.')
+    write_json_atomic(path, config_dict)
+
+  def latest_round(self) -> int | None:
+    return self._manager.latest_step()
+
+  def restore(self, template):
+    """Restores the latest checkpoint into the structure of `template` (a RoundState)."""
+    step = self._manager.latest_step()
+    target = jax.tree.map(np.asarray, serialization.to_state_dict(template))
+    restored = self._manager.restore(step, args=ocp.args.StandardRestore(target))
+    return serialization.from_state_dict(template, restored)
+
+  def save(self, round_index: int, state) -> None:
+    state_dict = serialization.to_state_dict(state)
+    self._manager.save(round_index, args=ocp.args.StandardSave(state_dict), force=True)
+
+  def close(self) -> None:
+    self._manager.wait_until_finished()
+    self._manager.close()

@@ -1,0 +1,67 @@
+"""`results.json` (every metric, its protocol named) and `report.md` (the tables) of a run."""
+
+import os
+
+from fedjax_face.io import checkpoint
+
+PAIR_SET_TITLES = {'lfw': 'LFW-like', 'cfp_fp': 'CFP-FP-like', 'agedb_30': 'AgeDB-30-like'}
+
+
+def verification_table(results_by_method: dict[str, dict]) -> str:
+  """Markdown table: one row per method, accuracy (mean ± std over 10 folds) per pair set."""
+  pair_sets = []
+  for res in results_by_method.values():
+    for name in res['verification']:
+      if name not in pair_sets:
+        pair_sets.append(name)
+  header = '| method | ' + ' | '.join(PAIR_SET_TITLES.get(p, p) for p in pair_sets) + ' | average |'
+  lines = [header, '|' + ' --- |' * (len(pair_sets) + 2)]
+  for method, res in results_by_method.items():
+    accs = [res['verification'][p]['accuracy'] * 100 if p in res['verification'] else None
+            for p in pair_sets]
+    cells = [f"{a:.2f} ± {res['verification'][p]['accuracy_std'] * 100:.2f}" if a is not None
+             else '—' for a, p in zip(accs, pair_sets)]
+    known = [a for a in accs if a is not None]
+    average = f'{sum(known) / len(known):.2f}' if known else '—'
+    lines.append(f'| {method} | ' + ' | '.join(cells) + f' | {average} |')
+  return '\n'.join(lines)
+
+
+def detail_table(verification: dict[str, dict]) -> str:
+  """Markdown table of one run's verification metrics per pair set."""
+  lines = ['| pair set | accuracy (%) | threshold | VAL@FAR=1e-3 (%) | AUC | pairs |',
+           '| --- | --- | --- | --- | --- | --- |']
+  for name, m in verification.items():
+    lines.append(f"| {PAIR_SET_TITLES.get(name, name)} | {m['accuracy'] * 100:.2f} ± "
+                 f"{m['accuracy_std'] * 100:.2f} | {m['threshold']:.3f} | "
+                 f"{m['val_at_far'] * 100:.2f} ± {m['val_at_far_std'] * 100:.2f} | "
+                 f"{m['auc']:.4f} | {m['num_pairs']} |")
+  return '\n'.join(lines)
+
+
+def write(workdir: str, results: dict) -> str:
+  """Writes results.json and report.md; returns the report's markdown."""
+  checkpoint.write_json_atomic(os.path.join(workdir, 'results.json'), results)
+  verification = results['verification']
+  protocol = next(iter(verification.values()))['protocol'] if verification else ''
+  md = [f"# {results['algorithm']} — {results['config_name']}", '',
+        f"Rounds: {results['rounds']}; training images seen: {results['images_seen']}; "
+        f"wall time: {results['timing']['total_s']:.1f} s.", '',
+        f'Verification ({protocol}):', '', detail_table(verification), '']
+  sim = results.get('diagnostics', {}).get('class_embedding_similarity')
+  if sim:
+    md += ['Class-embedding cosine similarity (FedGC Fig. 3 diagnostic):', '',
+           '| pairs | mean | std | 99th pct | max |', '| --- | --- | --- | --- | --- |']
+    for kind in ('within', 'cross'):
+      if sim.get(f'{kind}_mean') is None:
+        continue
+      md.append(f"| {kind}-client | {sim[f'{kind}_mean']:.3f} | {sim[f'{kind}_std']:.3f} | "
+                f"{sim[f'{kind}_p99']:.3f} | {sim[f'{kind}_max']:.3f} |")
+    md.append('')
+  md += ['Plots: ' + ', '.join(results.get('plots', [])), '']
+  text = '\n'.join(md)
+  tmp = os.path.join(workdir, 'report.md.tmp')
+  with open(tmp, 'w') as f:
+    f.write(text)
+  os.replace(tmp, os.path.join(workdir, 'report.md'))
+  return text

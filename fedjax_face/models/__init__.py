@@ -1,0 +1,72 @@
+"""Backbones (face embedding networks), their registry, and the classification heads.
+
+Every backbone follows one contract: `module.apply(variables, x, train=..., mutable=...)` maps
+float32 images `[B, H, W, C]` in [-1, 1] to float32 embeddings `[B, embedding_dim]` (not
+normalised). Variables are `{'params', 'batch_stats'}`; in train mode pass
+`mutable=['batch_stats']`. Backbones are pure, so they can be `jax.vmap`ed over a clients axis.
+
+`build_backbone(config)` turns a model ConfigDict into a module; `BACKBONES` lists the names.
+"""
+
+from typing import Any, Callable, Dict
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from fedjax_face.models import heads
+from fedjax_face.models.iresnet import IResNet
+from fedjax_face.models.iresnet import iresnet18
+from fedjax_face.models.iresnet import iresnet34
+from fedjax_face.models.iresnet import PReLU
+from fedjax_face.models.small_cnn import SmallCNN
+
+# name -> constructor accepting `embedding_dim=`, `dtype=` and model-specific keyword arguments.
+BACKBONES: Dict[str, Callable[..., nn.Module]] = {
+    'small_cnn': SmallCNN,
+    'iresnet18': iresnet18,
+    'iresnet34': iresnet34,
+}
+
+_DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
+
+
+def _get(config: Any, field: str, default: Any) -> Any:
+  """`config.field`, or `default` when the field is absent or None (optional config fields)."""
+  value = config.get(field, None) if hasattr(config, 'get') else getattr(config, field, None)
+  return default if value is None else value
+
+
+def build_backbone(config: Any) -> nn.Module:
+  """Builds the backbone described by a model config.
+
+  Args:
+    config: an `ml_collections.ConfigDict` (or anything with the same fields) with
+      `name` (a key of `BACKBONES`), `embedding_dim`, `dtype` ('float32' | 'bfloat16', default
+      float32) and, for 'small_cnn' only, `width` (and optionally `num_stages`). IResNets ignore
+      `width` and accept an optional `dropout`.
+
+  Returns:
+    An unbound Flax module.
+
+  Raises:
+    ValueError: unknown backbone name or dtype.
+  """
+  name = config.name
+  if name not in BACKBONES:
+    raise ValueError(f'Unknown backbone {name!r}; valid names: {sorted(BACKBONES)}')
+  dtype_name = _get(config, 'dtype', 'float32')
+  if dtype_name not in _DTYPES:
+    raise ValueError(f'Unknown dtype {dtype_name!r}; valid dtypes: {sorted(_DTYPES)}')
+  kwargs = {'embedding_dim': config.embedding_dim, 'dtype': _DTYPES[dtype_name]}
+  if name == 'small_cnn':
+    kwargs['width'] = _get(config, 'width', SmallCNN.width)
+    kwargs['num_stages'] = _get(config, 'num_stages', SmallCNN.num_stages)
+  else:
+    kwargs['dropout'] = _get(config, 'dropout', 0.0)
+  return BACKBONES[name](**kwargs)
+
+
+__all__ = [
+    'BACKBONES', 'IResNet', 'PReLU', 'SmallCNN', 'build_backbone', 'heads', 'iresnet18',
+    'iresnet34',
+]

@@ -1,0 +1,206 @@
+"""Classification heads and losses over class embeddings: Softmax, CosFace and ArcFace.
+
+Class embeddings are stored as a matrix `W` of shape `[C, d]` whose row `c` is the embedding
+(proxy) of class `c`. The FedGC paper writes `W in R^{d x C}` (one column per class); we store its
+transpose so that a client's classes are a contiguous slice of rows and `logits = x @ W.T`.
+
+Heads (`kind`):
+  'softmax': `W x`, raw dot products: no normalisation, bias, scale or margin (FedGC's "Softmax").
+  'cosface': `s * (cos theta_j - m [j == y])` with L2-normalised features and class embeddings.
+  'arcface': `s * cos(theta_y + m)` for the target class and `s * cos theta_j` otherwise, with a
+    fallback for targets where `theta_y + m` would pass pi (see `ARCFACE_FALLBACKS`).
+
+Classes may be padded to a fixed size (so that clients with different class counts can be stacked
+and vmapped): `class_mask[c] == False` marks a padded class whose logit becomes `PAD_LOGIT`, a large
+negative *finite* number. It contributes exactly 0 to the softmax normaliser in float32, yet avoids
+the `0 * inf = NaN` traps of `-inf`. Labels must always index valid classes.
+"""
+
+import math
+from typing import Any, Dict, Optional
+
+import jax
+import jax.numpy as jnp
+
+HEADS = ('softmax', 'cosface', 'arcface')
+
+# How ArcFace treats targets with theta_y + m > pi, where cos(theta_y + m) stops decreasing in
+# theta_y (so the margin would *reward* moving away from the class). A string rather than
+# insightface's `easy_margin` bool because there are three variants:
+#   'classic': insightface's rule: if cos theta_y <= cos(pi - m) use the CosFace-like
+#              `cos theta_y - m sin(pi - m)` instead (continuous at theta_y = pi - m).
+#   'easy':    `easy_margin=True`: apply the margin only where cos theta_y > 0, else plain cos.
+#   'none':    no fallback, always cos(theta_y + m) (modern arcface_torch behaviour).
+ARCFACE_FALLBACKS = ('classic', 'easy', 'none')
+
+# Per-kind defaults (FedGC paper settings): CosFace s=64 m=0.35, ArcFace s=64 m=0.5.
+DEFAULT_SCALE = {'softmax': 1.0, 'cosface': 64.0, 'arcface': 64.0}
+DEFAULT_MARGIN = {'softmax': 0.0, 'cosface': 0.35, 'arcface': 0.5}
+
+# Logit of padded classes: exp(PAD_LOGIT - max) underflows to exactly 0 in float32.
+PAD_LOGIT = -1e9
+
+# Cosines are clipped to [-1 + eps, 1 - eps] before sqrt(1 - cos^2) so that the ArcFace gradient
+# stays finite at cos = +-1. 1e-6 is a few float32 ulps below 1 (ulp(1) ~ 6e-8), where
+# d/dc sqrt(1 - c^2) is ~ 700: large but finite.
+_COS_EPS = 1e-6
+# Squared-norm floor for L2 normalisation (an all-zero vector normalises to 0, not NaN).
+_NORM_EPS = 1e-12
+
+
+def _check_kind(kind: str) -> None:
+  if kind not in HEADS:
+    raise ValueError(f'Unknown head kind {kind!r}; valid kinds: {list(HEADS)}')
+
+
+def l2_normalize(x: jax.Array, axis: int = -1) -> jax.Array:
+  """`x / ||x||` along `axis`; the norm is floored so zero vectors give 0 and finite grads."""
+  sq_norm = jnp.sum(x * x, axis=axis, keepdims=True)
+  return x * jax.lax.rsqrt(jnp.maximum(sq_norm, _NORM_EPS))
+
+
+def _arcface_target(cos: jax.Array, margin: float, fallback: str) -> jax.Array:
+  """ArcFace target cosine `cos(theta + m)` with the chosen fallback, for cosines `cos`."""
+  if fallback not in ARCFACE_FALLBACKS:
+    raise ValueError(
+        f'Unknown arcface_fallback {fallback!r}; valid values: {list(ARCFACE_FALLBACKS)}')
+  cos = jnp.clip(cos, -1.0 + _COS_EPS, 1.0 - _COS_EPS)
+  sin = jnp.sqrt(1.0 - cos * cos)  # theta in [0, pi], so sin theta >= 0.
+  cos_theta_m = cos * math.cos(margin) - sin * math.sin(margin)
+  if fallback == 'classic':
+    th = math.cos(math.pi - margin)
+    mm = math.sin(math.pi - margin) * margin
+    return jnp.where(cos > th, cos_theta_m, cos - mm)
+  if fallback == 'easy':
+    return jnp.where(cos > 0, cos_theta_m, cos)
+  return cos_theta_m
+
+
+def logits(features: jax.Array,
+           class_embeddings: jax.Array,
+           labels: Optional[jax.Array],
+           class_mask: Optional[jax.Array],
+           *,
+           kind: str,
+           scale: float = 64.0,
+           margin: float = 0.0,
+           arcface_fallback: str = 'classic') -> jax.Array:
+  """Class logits of a batch of embeddings.
+
+  Args:
+    features: `[B, d]` embeddings (unnormalised; normalised here for cosface / arcface).
+    class_embeddings: `[C, d]` class embeddings, row c = class c (transpose of FedGC's W).
+    labels: `[B]` int target classes in [0, C) (padding samples too: give them any valid class),
+      which receive the margin; None applies no margin (inference / retrieval).
+    class_mask: `[C]` bool, False for padded classes; None means all classes are valid.
+    kind: one of `HEADS`.
+    scale: s, for cosface / arcface (ignored by softmax). A Python float (static under jit).
+    margin: m, for cosface / arcface (ignored by softmax). A Python float (static under jit).
+    arcface_fallback: one of `ARCFACE_FALLBACKS` (arcface only).
+
+  Returns:
+    float32 `[B, C]` logits; padded classes get `PAD_LOGIT`.
+  """
+  _check_kind(kind)
+  features = features.astype(jnp.float32)
+  class_embeddings = class_embeddings.astype(jnp.float32)
+  num_classes = class_embeddings.shape[0]
+
+  if kind == 'softmax':
+    out = features @ class_embeddings.T
+  else:
+    cos = l2_normalize(features) @ l2_normalize(class_embeddings).T
+    if labels is not None and margin != 0.0:
+      is_target = jax.nn.one_hot(labels, num_classes, dtype=jnp.bool_)
+      if kind == 'cosface':
+        cos = jnp.where(is_target, cos - margin, cos)
+      else:
+        # Only the target column gets the (costlier, clipped) arccos treatment.
+        target_cos = jnp.take_along_axis(cos, labels[:, None], axis=1)
+        cos = jnp.where(is_target, _arcface_target(target_cos, margin, arcface_fallback), cos)
+    out = scale * cos
+
+  if class_mask is not None:
+    out = jnp.where(class_mask[None, :], out, PAD_LOGIT)
+  return out
+
+
+def cross_entropy(logits: jax.Array,
+                  labels: jax.Array,
+                  sample_mask: Optional[jax.Array] = None) -> jax.Array:
+  """Mean softmax cross-entropy over valid samples.
+
+  Args:
+    logits: `[B, C]`.
+    labels: `[B]` int.
+    sample_mask: `[B]` bool, False for padding samples; None means all are valid.
+
+  Returns:
+    Scalar: sum of the per-sample CE over valid samples / max(1, number of valid samples), so an
+    all-padding batch gives 0 rather than NaN.
+  """
+  log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+  per_sample = -jnp.take_along_axis(log_probs, labels[:, None], axis=1)[:, 0]
+  if sample_mask is None:
+    return jnp.mean(per_sample)
+  # `where`, not a product, so a garbage (even NaN) loss of a padding sample cannot leak in.
+  total = jnp.sum(jnp.where(sample_mask, per_sample, 0.0))
+  return total / jnp.maximum(1.0, jnp.sum(sample_mask.astype(jnp.float32)))
+
+
+def loss(features: jax.Array,
+         class_embeddings: jax.Array,
+         labels: jax.Array,
+         class_mask: Optional[jax.Array],
+         sample_mask: Optional[jax.Array],
+         **head_kwargs: Any) -> jax.Array:
+  """`cross_entropy(logits(features, class_embeddings, labels, class_mask, **head_kwargs), ...)`.
+
+  `head_kwargs` are the keyword arguments of `logits` (`kind`, `scale`, `margin`,
+  `arcface_fallback`), typically from `head_kwargs_from_config`.
+  """
+  out = logits(features, class_embeddings, labels, class_mask, **head_kwargs)
+  return cross_entropy(out, labels, sample_mask)
+
+
+def head_kwargs_from_config(config: Any) -> Dict[str, Any]:
+  """Keyword arguments for `logits` / `loss` from a head config.
+
+  Args:
+    config: ConfigDict (or similar) with `loss` (one of `HEADS`) and optional `scale`, `margin`,
+      `arcface_fallback`; an absent or None field takes the per-kind default (FedGC paper:
+      CosFace s=64 m=0.35, ArcFace s=64 m=0.5; fallback 'classic').
+
+  Returns:
+    `{'kind', 'scale', 'margin'}`, plus `'arcface_fallback'` for arcface.
+  """
+  def get(field):
+    return config.get(field, None) if hasattr(config, 'get') else getattr(config, field, None)
+
+  kind = get('loss')
+  _check_kind(kind)
+  scale, margin = get('scale'), get('margin')
+  kwargs = {
+      'kind': kind,
+      'scale': float(DEFAULT_SCALE[kind] if scale is None else scale),
+      'margin': float(DEFAULT_MARGIN[kind] if margin is None else margin),
+  }
+  if kind == 'arcface':
+    fallback = get('arcface_fallback') or 'classic'
+    if fallback not in ARCFACE_FALLBACKS:
+      raise ValueError(
+          f'Unknown arcface_fallback {fallback!r}; valid values: {list(ARCFACE_FALLBACKS)}')
+    kwargs['arcface_fallback'] = fallback
+  return kwargs
+
+
+def init_class_embeddings(rng: jax.Array, num_classes: int, dim: int, kind: str) -> jax.Array:
+  """Initial class embeddings `[num_classes, dim]`, float32.
+
+  N(0, 0.01^2) for every kind, the init of arcface_torch's PartialFC class centres. For 'softmax'
+  (an unnormalised, bias-free linear layer) the small std keeps initial logits near 0, i.e. a
+  near-uniform initial prediction; for cosface / arcface only the directions matter (rows are
+  normalised), and i.i.d. Gaussian rows give isotropic random directions whatever the std.
+  """
+  _check_kind(kind)
+  return 0.01 * jax.random.normal(rng, (num_classes, dim), jnp.float32)

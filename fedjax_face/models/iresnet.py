@@ -1,0 +1,135 @@
+"""Insightface-style improved ResNets (IResNet-18/34) for 112x112 face crops.
+
+The layout follows the arcface_torch `iresnet` family (Duta et al.'s "improved" residual block as
+used by insightface):
+
+  stem: conv3x3(64, stride 1) -> BN -> PReLU
+  4 stages of IBasicBlocks, channels 64/128/256/512, first block of every stage has stride 2
+    (112 -> 56 -> 28 -> 14 -> 7)
+  head: BN -> dropout -> flatten -> Dense(embedding_dim) -> BN ("features", scale frozen at 1)
+
+  IBasicBlock(x) = BN(conv3x3_s(PReLU(BN(conv3x3_1(BN(x)))))) + shortcut(x),
+  shortcut = conv1x1_s + BN when stride or width changes, identity otherwise.
+
+Same backbone contract as `SmallCNN`: `module.apply(variables, x, train=..., mutable=...)`, images
+float32 `[B, H, W, C]` in [-1, 1] -> float32 `[B, embedding_dim]` (not normalised), variables
+`{'params', 'batch_stats'}`, safe under `jax.vmap` over a clients axis. With `dropout > 0` and
+`train=True` the caller must also pass `rngs={'dropout': key}`.
+
+Differences from the PyTorch original, none of which matters when training from scratch: the dense
+layer sees the feature map flattened in HWC rather than CHW order, it has no bias (the features BN
+cancels it), and convs use He fan-out init instead of N(0, 0.1).
+"""
+
+import functools
+from typing import Any, Callable, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from fedjax_face.models.small_cnn import BN_EPSILON
+from fedjax_face.models.small_cnn import BN_MOMENTUM
+from fedjax_face.models.small_cnn import conv_kernel_init
+
+
+class PReLU(nn.Module):
+  """Parametric ReLU with one learnable slope per channel (last axis), initialised to 0.25.
+
+  `flax.linen.PReLU` learns a single scalar slope; insightface uses PyTorch's per-channel
+  `nn.PReLU(C)`, hence this module.
+  """
+  init_slope: float = 0.25
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    slope = self.param(
+        'negative_slope', nn.initializers.constant(self.init_slope), (x.shape[-1],), jnp.float32)
+    return jnp.where(x >= 0, x, slope.astype(x.dtype) * x)
+
+
+class IBasicBlock(nn.Module):
+  """Improved basic residual block: BN-conv-BN-PReLU-conv-BN plus a (projected) shortcut."""
+  features: int
+  stride: int
+  norm: Callable[..., nn.Module]
+  conv: Callable[..., nn.Module]
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    residual = self.norm(name='bn1')(x)
+    residual = self.conv(self.features, (3, 3), name='conv1')(residual)
+    residual = self.norm(name='bn2')(residual)
+    residual = PReLU(name='prelu')(residual)
+    residual = self.conv(self.features, (3, 3), strides=self.stride, name='conv2')(residual)
+    residual = self.norm(name='bn3')(residual)
+    if self.stride != 1 or x.shape[-1] != self.features:
+      # The projection reads the raw block input, not BN(x), as in insightface's `downsample`.
+      x = self.conv(
+          self.features, (1, 1), strides=self.stride, padding=0, name='downsample_conv')(x)
+      x = self.norm(name='downsample_bn')(x)
+    return residual + x
+
+
+class IResNet(nn.Module):
+  """Insightface IResNet backbone.
+
+  Attributes:
+    stage_sizes: number of IBasicBlocks per stage, e.g. (2, 2, 2, 2) for IResNet-18.
+    embedding_dim: size of the output embedding (512 in insightface).
+    stage_widths: channels of each stage.
+    stem_width: channels of the stem conv.
+    dropout: dropout rate before the embedding layer (insightface default 0).
+    dtype: compute dtype (e.g. `jnp.bfloat16` on accelerators); parameters and BN statistics stay
+      float32, and the embedding layer plus the features BN always run in float32 (arcface_torch
+      likewise leaves its fc in float32 under fp16) so the returned embeddings are float32.
+  """
+  stage_sizes: Sequence[int]
+  embedding_dim: int = 512
+  stage_widths: Sequence[int] = (64, 128, 256, 512)
+  stem_width: int = 64
+  dropout: float = 0.0
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: jax.Array, train: bool) -> jax.Array:
+    """Embeds images `x` `[B, H, W, C]` -> float32 `[B, embedding_dim]`."""
+    if len(self.stage_sizes) != len(self.stage_widths):
+      raise ValueError(
+          f'stage_sizes {self.stage_sizes} and stage_widths {self.stage_widths} differ in length')
+    # PyTorch-style symmetric padding 1 for every 3x3 conv (Flax 'SAME' would pad asymmetrically
+    # for stride 2 on even sizes).
+    conv = functools.partial(
+        nn.Conv, padding=1, use_bias=False, kernel_init=conv_kernel_init, dtype=self.dtype)
+    norm = functools.partial(
+        nn.BatchNorm, use_running_average=not train, momentum=BN_MOMENTUM, epsilon=BN_EPSILON,
+        dtype=self.dtype)
+
+    x = x.astype(self.dtype)
+    x = conv(self.stem_width, (3, 3), name='conv1')(x)
+    x = norm(name='bn1')(x)
+    x = PReLU(name='prelu')(x)
+    for stage, (num_blocks, width) in enumerate(zip(self.stage_sizes, self.stage_widths)):
+      for block in range(num_blocks):
+        x = IBasicBlock(
+            width, stride=2 if block == 0 else 1, norm=norm, conv=conv,
+            name=f'layer{stage + 1}_{block}')(x)
+    x = norm(name='bn2')(x)
+    x = nn.Dropout(self.dropout, deterministic=not train)(x)
+    x = x.reshape((x.shape[0], -1)).astype(jnp.float32)
+    x = nn.Dense(self.embedding_dim, use_bias=False, dtype=jnp.float32, name='fc')(x)
+    # Scale frozen at 1 as in insightface (`features.weight` = 1, requires_grad=False).
+    x = nn.BatchNorm(
+        use_running_average=not train, momentum=BN_MOMENTUM, epsilon=BN_EPSILON, use_scale=False,
+        dtype=jnp.float32, name='features')(x)
+    return x
+
+
+def iresnet18(embedding_dim: int = 512, **kwargs: Any) -> IResNet:
+  """IResNet-18: blocks (2, 2, 2, 2)."""
+  return IResNet(stage_sizes=(2, 2, 2, 2), embedding_dim=embedding_dim, **kwargs)
+
+
+def iresnet34(embedding_dim: int = 512, **kwargs: Any) -> IResNet:
+  """IResNet-34: blocks (3, 4, 6, 3)."""
+  return IResNet(stage_sizes=(3, 4, 6, 3), embedding_dim=embedding_dim, **kwargs)

@@ -1,0 +1,45 @@
+"""A small federated problem shared by the engine tests (also run in a subprocess with 8 devices)."""
+
+import jax
+import numpy as np
+
+from fedjax_face import algorithms, config_lib, models
+from fedjax_face.core import engine as engine_lib
+from fedjax_face.data import federated
+
+
+def tiny_config(algorithm: str = 'fedgc'):
+  c = config_lib.runlocal(config_lib.base_config())
+  c.algorithm = algorithm
+  c.data.image_size = 8
+  c.model.width = 2
+  c.model.embedding_dim = 8
+  return c
+
+
+def tiny_problem(num_clients: int = 5, seed: int = 0):
+  rng = np.random.default_rng(seed)
+  num_identities = 2 * num_clients + 1
+  labels = np.repeat(np.arange(num_identities), 4).astype(np.int32)
+  images = rng.integers(0, 256, size=(len(labels), 8, 8, 3), dtype=np.uint8)
+  ids = np.array_split(rng.permutation(num_identities), num_clients)   # uneven: one has 3
+  return federated.build(images, labels, [np.sort(i).astype(np.int32) for i in ids])
+
+
+def run_rounds(algorithm_name: str, backend: str, *, step_mode: str = 'scan', map_width: int = 2,
+               mesh=None, cohorts=((0, 1, 2, 3, 4), (1, 3, 4)), pad_to: int = 1):
+  """Runs one round per cohort; returns the final RoundState as numpy and the engine."""
+  config = tiny_config(algorithm_name)
+  fed = tiny_problem()
+  model = models.build_backbone(config.model)
+  algorithm = algorithms.get(algorithm_name).build(config, model, fed, step_mode=step_mode)
+  eng = engine_lib.RoundEngine(algorithm, backend=backend, map_width=map_width, mesh=mesh)
+  state = algorithm.init(jax.random.PRNGKey(0))
+  for r, cohort in enumerate(cohorts):
+    multiple = int(np.lcm(eng.cohort_multiple(), pad_to))
+    ids = federated.pad_cohort(np.asarray(cohort, np.int32), multiple, fed.num_clients)
+    weights = np.where(ids < fed.num_clients,
+                       fed.num_examples[np.minimum(ids, fed.num_clients - 1)], 0).astype(np.float32)
+    data = federated.sample_round(fed, ids, round_index=r, seed=0, steps=2, batch_size=4)
+    state, _ = eng.run_round(state, ids, weights, data, jax.random.PRNGKey(r + 1))
+  return jax.tree.map(np.asarray, state), eng

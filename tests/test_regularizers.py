@@ -1,0 +1,107 @@
+"""FedGC's softmax regularizer (Eq. 5): value and gradients against the paper's closed forms."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_face.algorithms import regularizers
+
+
+def _random_case(seed=0, num_clients=3, max_classes=3, dim=4):
+  rng = np.random.default_rng(seed)
+  w = rng.normal(size=(num_clients, max_classes, dim)).astype(np.float64)
+  mask = np.ones((num_clients, max_classes), bool)
+  mask[1, 2] = False            # client 1 has two classes; its third slot is padding
+  w[1, 2] = 0.0
+  return w, mask
+
+
+def _rows(w, mask):
+  """Flattened real classes: (embedding, owner client) in order."""
+  return [(w[k, i], k) for k in range(w.shape[0]) for i in range(w.shape[1]) if mask[k, i]]
+
+
+def test_value_equals_eq5_written_out():
+  w, mask = _random_case()
+  rows = _rows(w, mask)
+  expected = 0.0
+  for a, (w_ki, k) in enumerate(rows):
+    self_term = np.exp(w_ki @ w_ki)
+    cross = sum(np.exp(w_zj @ w_ki) for w_zj, z in rows if z != k)
+    expected += -np.log(self_term / (self_term + cross))
+  with jax.enable_x64(True):
+    got = regularizers.softmax_regularizer(jnp.asarray(w), jnp.asarray(mask))
+  np.testing.assert_allclose(got, expected, rtol=1e-10)
+
+
+def test_gradient_equals_closed_form_eq11_plus_self_term():
+  """dReg/dW_zj = sum_{(k,i): k != z} p_{ki,zj} W_ki (Eq. 11) + (p_{zj,zj} - 1) W_zj (self term)."""
+  w, mask = _random_case(seed=1)
+  rows = _rows(w, mask)
+  n = len(rows)   # p[r, c]: row r's softmax over its own and every other client's embedding
+  p = np.zeros((n, n))
+  for r, (w_r, k) in enumerate(rows):
+    logits = np.full(n, -np.inf)
+    for c, (w_c, z) in enumerate(rows):
+      if z != k or c == r:
+        logits[c] = w_c @ w_r
+    e = np.exp(logits - logits.max())
+    p[r] = e / e.sum()
+  expected = []
+  for c, (w_c, z) in enumerate(rows):
+    eq11 = sum(p[r, c] * rows[r][0] for r in range(n) if rows[r][1] != z)
+    self_term = (p[c, c] - 1.0) * w_c
+    expected.append(eq11 + self_term)
+  with jax.enable_x64(True):
+    grad = jax.grad(regularizers.softmax_regularizer)(jnp.asarray(w), jnp.asarray(mask))
+  got = [np.asarray(grad[k, i]) for k in range(w.shape[0]) for i in range(w.shape[1]) if mask[k, i]]
+  np.testing.assert_allclose(np.stack(got), np.stack(expected), rtol=1e-9, atol=1e-12)
+  np.testing.assert_array_equal(grad[1, 2], 0.0)   # padding slot gets no gradient
+
+
+def test_within_client_pairs_are_not_pushed_apart():
+  """Eq. 5 sums only over other clients: two classes of one client feel no mutual gradient."""
+  w = np.zeros((2, 2, 3))
+  w[0, 0] = [1.0, 0.0, 0.0]
+  w[0, 1] = [0.9, 0.1, 0.0]    # almost the same direction, same client
+  w[1, 0] = [0.0, 0.0, 1.0]
+  mask = np.array([[True, True], [True, False]])
+  grad = jax.grad(regularizers.softmax_regularizer)(jnp.asarray(w, jnp.float32), jnp.asarray(mask))
+  # With only one other-client embedding orthogonal to both, each row's softmax is over
+  # {self, w_10}; the gradient of w_00 involves only w_00 itself (self term) and w_10.
+  p_self = np.exp(1.0) / (np.exp(1.0) + np.exp(0.0))
+  p_cross_from_10 = 1.0 / (np.exp(1.0) + 2.0)   # row (1,0): self 1, w_00.w_10 = w_01.w_10 = 0
+  expected_00 = (p_self - 1.0) * w[0, 0] + p_cross_from_10 * w[1, 0]
+  np.testing.assert_allclose(grad[0, 0], expected_00, rtol=1e-5)
+
+
+@pytest.mark.parametrize('form', ['cosface', 'arcface'])
+def test_normalised_forms_self_term_has_no_gradient(form):
+  """In the CosFace / ArcFace forms cos(W_ki, W'_ki) = 1: only cross-client terms move W."""
+  w = np.zeros((2, 1, 2), np.float32)
+  w[0, 0] = [1.0, 0.0]
+  w[1, 0] = [0.0, 2.0]      # orthogonal: the cross-client gradient is along the tangent
+  mask = np.ones((2, 1), bool)
+  s, m = 4.0, 0.3
+  grad = jax.grad(regularizers.softmax_regularizer)(jnp.asarray(w), jnp.asarray(mask), form=form,
+                                                   scale=s, margin=m)
+  self_logit = s * (1.0 - m) if form == 'cosface' else s * np.cos(m)
+  p_cross = np.exp(0.0) / (np.exp(self_logit) + np.exp(0.0))   # cos = 0 across clients
+  # d/dw_00 of s·cos(w_00, anchor_10) = s (I - u u^T) a / |w_00| with u = w_00/|w_00|, a = (0, 1).
+  np.testing.assert_allclose(grad[0, 0], [0.0, p_cross * s], rtol=1e-4, atol=1e-6)
+  np.testing.assert_allclose(grad[1, 0], [p_cross * s / 2.0, 0.0], rtol=1e-4, atol=1e-6)
+
+
+def test_gradient_correction_is_one_sgd_step_and_keeps_padding_zero():
+  w, mask = _random_case(seed=2)
+  w = jnp.asarray(w, jnp.float32)
+  grad = jax.grad(regularizers.softmax_regularizer)(w, jnp.asarray(mask))
+  out = regularizers.gradient_correction(w, jnp.asarray(mask), step_size=2.0)
+  np.testing.assert_allclose(out, w - 2.0 * grad, rtol=1e-6)
+  np.testing.assert_array_equal(out[1, 2], 0.0)
+
+
+def test_unknown_form_is_rejected():
+  with pytest.raises(ValueError, match='expected one of'):
+    regularizers.softmax_regularizer(jnp.zeros((2, 1, 2)), jnp.ones((2, 1), bool), form='cosine')
