@@ -45,9 +45,10 @@ OCC_NONE, OCC_RECT, OCC_SUNGLASSES, OCC_HAND, OCC_MASK = 0, 1, 2, 3, 4
 # Age gap of an agedb_30 pair, in the same "years" as identity base ages and nuisance age offsets.
 AGEDB_GAP_YEARS = 30.0
 
-# Pixels rendered per chunk: 64 images at 32x32 keeps every [n, H, W] temporary at 256 KiB, which
-# stays in cache (numpy ops on ~1 MiB arrays measured ~4x slower per element) and bounds memory.
-_CHUNK_PIXELS = 1 << 14
+# Pixels rendered per chunk: 32 images at 32x32 keeps every [n, H, W] float32 temporary at 128 KiB;
+# chunks twice that size measured ~2x slower per pixel (cache and allocator effects), and small
+# chunks bound memory at any image size.
+_CHUNK_PIXELS = 1 << 15
 
 # Independent rng streams per purpose (seeded as SeedSequence([seed, stream])), so that e.g. the
 # test identities and pair sets do not change when the training set size changes.
@@ -353,18 +354,23 @@ def _soft(d: np.ndarray, inv_w) -> np.ndarray:
   return np.clip(t, 0.0, 1.0, out=t)
 
 
-def _len(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-  # np.hypot is several times slower than this for float32 on the sizes used here.
-  return np.sqrt(x * x + y * y)
+def _round_dist(q2: np.ndarray, radius) -> np.ndarray:
+  """Signed distance to a circle of `radius`, from the squared distance `q2` to its centre.
+
+  Uses (q2 - r^2) / 2r, exact to first order at the boundary, which is all a soft mask clipped to
+  about a pixel needs, and avoids a square root (several times dearer than a multiply in numpy).
+  """
+  return (q2 - radius * radius) * (0.5 / radius)
 
 
-def _segment_dist(x: np.ndarray, y: np.ndarray, x0, y0, x1, y1) -> np.ndarray:
-  """Distance from points to the segment (x0, y0)-(x1, y1) (all broadcastable)."""
+def _segment_dist2(x: np.ndarray, y: np.ndarray, x0, y0, x1, y1) -> np.ndarray:
+  """Squared distance from points to the segment (x0, y0)-(x1, y1) (all broadcastable)."""
   dx, dy = x1 - x0, y1 - y0
   inv = 1.0 / (dx * dx + dy * dy + 1e-9)
   rx, ry = x - x0, y - y0
   t = np.clip((rx * dx + ry * dy) * inv, 0.0, 1.0)
-  return _len(rx - t * dx, ry - t * dy)
+  ex, ey = rx - t * dx, ry - t * dy
+  return ex * ex + ey * ey
 
 
 def _hash_bits(seeds: np.ndarray, count: int) -> np.ndarray:
@@ -383,35 +389,63 @@ def _hash_bits(seeds: np.ndarray, count: int) -> np.ndarray:
   return x
 
 
-def _gaussian_matrices(sigma: np.ndarray, size: int) -> np.ndarray:
-  """Row-normalised 1-D gaussian blur operators `[n, size, size]` (edges renormalised)."""
-  i = np.arange(size, dtype=_F32)
-  d2 = (i[:, None] - i[None, :])**2
-  s = np.maximum(sigma, 1e-3).astype(_F32)[:, None, None]
-  g = np.exp(-d2[None] / (2 * s * s))
-  g /= g.sum(axis=2, keepdims=True)
-  return g
+def _blur(img: np.ndarray, sigma: np.ndarray) -> np.ndarray:
+  """Separable gaussian blur of `[k, 3, S, S]` images with per-image `sigma` (pixels).
+
+  Written as weighted sums of edge-clamped shifted copies rather than as matmuls with blur
+  matrices: BLAS calls this small are slow with a multi-threaded BLAS on a busy host, and the
+  kernels are short (radius 3 sigma, grouped so each group pays only for its own radius).
+  """
+  size = img.shape[-1]
+  out = np.empty_like(img)
+  radius = np.minimum(np.ceil(3.0 * sigma).astype(int), size - 1)
+  for rad in np.unique(radius):
+    idx = np.flatnonzero(radius == rad)
+    offsets = np.arange(-rad, rad + 1, dtype=_F32)
+    taps = np.exp(-offsets[None, :]**2 / (2.0 * sigma[idx, None]**2)).astype(_F32)
+    taps /= taps.sum(axis=1, keepdims=True)
+    x = img[idx]
+    for axis in (2, 3):
+      pad = [(0, 0)] * 4
+      pad[axis] = (rad, rad)
+      xp = np.pad(x, pad, mode='edge')
+      acc = np.zeros_like(x)
+      for j in range(2 * rad + 1):
+        sl = [slice(None)] * 4
+        sl[axis] = slice(j, j + size)
+        acc += taps[:, j, None, None, None] * xp[tuple(sl)]
+      x = acc
+    out[idx] = x
+  return out
 
 
 def _composite(layers: Sequence, n: int, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
-  """Back-to-front "over" compositing of constant-colour layers, as one batched matmul.
+  """Back-to-front "over" compositing of constant-colour layers.
 
-  Every layer is (alpha broadcastable to [n, H, W], colour [n, 3] or [3]); a darkening is just a
-  black layer. Instead of blending three-channel images layer by layer, the visible weight of each
-  layer is computed on one-channel fields (front to back transmittance) and the colours are mixed
-  at the end: ~3x fewer passes over memory.
+  Each layer is (alpha, colour [n, 3] or [3], idx): with idx None, alpha broadcasts to [n, H, W];
+  otherwise the layer exists only on images `idx` and alpha is `[len(idx), H, W]` (rare features
+  are evaluated on just the images that have them). A darkening is a black layer. Rather than
+  blending three-channel images layer by layer, the visible weight of every layer is computed on
+  one-channel fields (front-to-back transmittance) and the colours are mixed once at the end.
 
   Returns:
-    weights [n, K, H*W] and colours [n, 3, K].
+    weights `[K, n, H*W]` and colours `[n, 3, K]`.
   """
   k = len(layers)
-  w = np.empty((n, k) + shape, _F32)
+  w = np.empty((k, n) + shape, _F32)  # layer-major: each layer's weights are contiguous
   t = np.ones((n,) + shape, _F32)
   for i in range(k - 1, -1, -1):
-    np.multiply(layers[i][0], t, out=w[:, i])
-    t -= w[:, i]
-  cols = np.stack([np.broadcast_to(np.asarray(cl, _F32), (n, 3)) for _, cl in layers], axis=2)
-  return w.reshape(n, k, -1), cols
+    alpha, _, idx = layers[i]
+    if idx is None:
+      wi = np.multiply(alpha, t, out=w[i])
+      t -= wi
+    else:
+      w[i] = 0.0
+      wi = alpha * t[idx]
+      w[i, idx] = wi
+      t[idx] -= wi
+  cols = np.stack([np.broadcast_to(cl, (n, 3)) for _, cl, _ in layers], axis=2)
+  return w.reshape(k, n, -1), cols
 
 
 def _render_chunk(ip: Mapping[str, np.ndarray], nz: Mapping[str, np.ndarray],
@@ -420,22 +454,28 @@ def _render_chunk(ip: Mapping[str, np.ndarray], nz: Mapping[str, np.ndarray],
   f32 = _F32
   n = ip['head_w'].shape[0]
 
-  def c(a):  # scalar per image -> [n, 1, 1]
-    return np.asarray(a, f32).reshape(n, 1, 1)
+  def c(a, idx=None):  # per-image scalar -> [n, 1, 1] (or [len(idx), 1, 1])
+    a = np.asarray(a, f32)
+    return (a if idx is None else a[idx]).reshape(-1, 1, 1)
 
-  def col(a):  # colour per image -> [n, 3] float32
-    return np.asarray(a, f32).reshape(-1, 3)
+  def pick(idx, *fields):  # the rows `idx` of per-image fields; broadcast-only fields unchanged
+    return [f if idx is None or f.shape[0] != n else f[idx] for f in fields]
 
+  def select(gate):  # images needing a rare feature: None = all of them
+    idx = np.flatnonzero(gate)
+    return None if idx.size == n else idx
+
+  layers = []
+
+  def add(alpha, color, idx=None):
+    if idx is None or idx.size:
+      layers.append((alpha, np.asarray(color, f32).reshape(-1, 3), idx))
+
+  black = np.zeros(3, f32)
   pw = 2.0 / size
   g = (np.arange(size, dtype=f32) + 0.5) * f32(pw) - 1.0
   u = g[None, None, :]
   v = g[None, :, None]
-  layers = []
-
-  def add(alpha, color):
-    layers.append((alpha, col(color)))
-
-  black = np.zeros(3, f32)
 
   # --- Age: identity trajectories evaluated at base age + per-image offset (per-image scalars).
   age = np.clip(ip['base_age'] + nz['age'], 14.0, 90.0)
@@ -477,7 +517,7 @@ def _render_chunk(ip: Mapping[str, np.ndarray], nz: Mapping[str, np.ndarray],
   aw = a * (1.0 - c(jaw) * yn_pos * yn_pos) * (1.0 - 0.08 * yn_neg * yn_neg)
   xa = xs / aw
   yn2 = yn * yn
-  head_m = _soft((np.sqrt(xa * xa + yn2) - 1.0) * a, inv_pw)
+  head_m = _soft(0.5 * a * (xa * xa + yn2 - 1.0), inv_pw)
 
   # Cylindrical surface with cross-section radius r(y); a surface point at image angle alpha
   # (sin alpha = xs / r) has texture angle phi = alpha - yaw, so xt = r sin(phi).
@@ -495,33 +535,34 @@ def _render_chunk(ip: Mapping[str, np.ndarray], nz: Mapping[str, np.ndarray],
   hlen = c(ip['hair_length'])
   hl = c(hl_eff) + c(ip['hairline_curve']) * xt * xt
   top_hair = _soft(yt - hl, inv_soft)
-  band = _soft(y - hlen, inv_soft) * _soft(c(crown) - y, inv_soft)
+  band = _soft(np.maximum(y - hlen, c(crown) - y), inv_soft)
   hair_in = top_hair + (band - top_hair) * back
   vol = c(ip['hair_volume'])
   ax_o = a + vol
   yo = y + 0.3 * vol
   xo = xs / ax_o
   yoo = yo / (b + 1.2 * vol)
-  outer_ell = (np.sqrt(xo * xo + yoo * yoo) - 1.0) * ax_o
+  outer_ell = 0.5 * ax_o * (xo * xo + yoo * yoo - 1.0)
   outer_side = np.maximum(np.abs(xs) - ax_o * (1.0 - 0.05 * y), -yo)  # hanging hair below
   ring = _soft(np.minimum(outer_ell, outer_side), inv_pw) * band
 
-  # --- Background (layers 0-2: they are not shaded). ---
+  # --- Background (the first layers, which are not shaded). ---
   ang = nz['bg_angle']
   t_bg = np.clip(0.5 + 0.5 * (u * c(np.cos(ang)) + v * c(np.sin(ang))), 0.0, 1.0)
   add(np.ones((1, 1, 1), f32), nz['bg_color'])
   add(t_bg, nz['bg_color2'])
-  blob = _soft(_len(u - c(nz['blob_x']), v - c(nz['blob_y'])) - c(nz['blob_r']), 1.0 / 0.05)
-  add(blob * c(nz['blob_r'] > 0), nz['blob_color'])
+  idx = select(nz['blob_r'] > 0)
+  if idx is None or idx.size:
+    bx, by_ = u - c(nz['blob_x'], idx), v - c(nz['blob_y'], idx)
+    add(_soft(_round_dist(bx * bx + by_ * by_, c(nz['blob_r'], idx)), 1.0 / 0.05),
+        nz['blob_color'], idx)
   num_bg_layers = len(layers)
 
   # --- Back hair, clothes, neck, head. ---
   add(ring, hair_rgb)
   xn = np.abs(x + 0.1 * a * sin_t)
-  clothes_m = _soft(b + 0.12 + 0.25 * np.maximum(xn - 0.35, 0.0) - y, inv_pw)
-  add(clothes_m, nz['clothes_color'])
-  neck_m = _soft(np.maximum(xn - 0.55 * a, 0.45 - yn), inv_pw)
-  add(neck_m, skin_rgb * 0.78)
+  add(_soft(b + 0.12 + 0.25 * np.maximum(xn - 0.35, 0.0) - y, inv_pw), nz['clothes_color'])
+  add(_soft(np.maximum(xn - 0.55 * a, 0.45 - yn), inv_pw), skin_rgb * 0.78)  # neck
   add(head_m, skin_rgb)
 
   # --- Facial features, in texture coordinates (mirrored |xt| for symmetric ones). ---
@@ -536,28 +577,37 @@ def _render_chunk(ip: Mapping[str, np.ndarray], nz: Mapping[str, np.ndarray],
   dy = yt - eye_y
   ex = ct * dx + st * dy
   ey = ct * dy - st * dx
+  ex2 = ex * ex
 
   # Eye sockets and (with age) bags: soft shadows that keep the eye region visible at 32x32,
   # where the eye itself is about one pixel tall.
-  exs = ex / (1.7 * eye_w)
-  eys = (ey + 0.015) / (2.8 * eh)
-  sock = _soft((np.sqrt(exs * exs + eys * eys) - 1.0) * 0.1, np.minimum(inv_pw, f32(1 / 0.05)))
-  exb = ex / (1.2 * eye_w)
-  eyb = (ey - 2.2 * eh) / (0.9 * eh)
-  bags = _soft(np.sqrt(exb * exb + eyb * eyb) - 1.0, f32(4.0))
-  add((0.2 * sock + c(0.12 * old) * bags) * face, black)
+  eys = (ey + 0.015) * (1.0 / (2.8 * eh))
+  sock = _soft(0.05 * (ex2 * (1.0 / (1.7 * eye_w)**2) + eys * eys - 1.0),
+               np.minimum(inv_pw, f32(1 / 0.05)))
+  shadow = 0.2 * sock
+  idx = select(old > 0)
+  if idx is None or idx.size:
+    ex2_, ey_, ew_, eh_ = pick(idx, ex2, ey, eye_w, eh)
+    eyb = (ey_ - 2.2 * eh_) * (1.0 / (0.9 * eh_))
+    bags = _soft(0.5 * (ex2_ * (1.0 / (1.2 * ew_)**2) + eyb * eyb - 1.0), f32(4.0))
+    bags *= c(0.12 * old, idx)
+    if idx is None:
+      shadow += bags
+    else:
+      shadow[idx] += bags
+  add(shadow * face, black)
 
   # Eye: sclera ellipse, iris disc, dark upper lid line.
   eh_open = eh * c(nz['eye_open'])
-  exe = ex / eye_w
-  eye_m = _soft((np.sqrt(exe * exe + (ey / np.maximum(eh_open, 1e-3))**2) - 1.0) * eh_open,
-                inv_pw) * face
+  inv_ew2 = 1.0 / (eye_w * eye_w)
+  exe2 = ex2 * inv_ew2
+  eyo = ey / np.maximum(eh_open, 1e-3)
+  eye_m = _soft(0.5 * eh_open * (exe2 + eyo * eyo - 1.0), inv_pw) * face
   add(eye_m, skin_rgb * 0.25 + 0.62)
-  iris_m = _soft(_len(ex, ey) - 0.8 * eh, inv_pw) * eye_m
-  add(iris_m, ip['iris_color'])
-  lid_y = -eh_open * np.sqrt(np.clip(1.0 - exe * exe, 0.0, 1.0))
-  lid_m = _soft(np.abs(ey - lid_y) - 0.008, inv_pw) * _soft(np.abs(exe) - 1.05, inv_pw * eye_w)
-  add(lid_m * face * 0.8, ip['iris_color'] * 0.4)
+  add(_soft(_round_dist(ex2 + ey * ey, 0.8 * eh), inv_pw) * eye_m, ip['iris_color'])
+  lid_y = -eh_open * np.sqrt(np.clip(1.0 - exe2, 0.0, 1.0))
+  lid_d = np.maximum(np.abs(ey - lid_y) - 0.008, (exe2 - 1.1) * (0.5 * eye_w))
+  add(_soft(lid_d, inv_pw) * face * 0.8, ip['iris_color'] * 0.4)
 
   # Brows: tapered capsules above the eyes; expression raises and tilts them.
   by = eye_y - c(ip['brow_gap'] + 0.035 * nz['brow_raise'])
@@ -569,49 +619,62 @@ def _render_chunk(ip: Mapping[str, np.ndarray], nz: Mapping[str, np.ndarray],
   blen = c(ip['brow_len'])
   along_c = np.clip(along, -blen, blen)
   thick = c(ip['brow_thick'] * 0.5) * (1.0 - 0.45 * np.clip(along_c / blen, 0.0, 1.0))
-  brow_m = _soft(_len(along - along_c, across) - thick, inv_pw) * face
-  add(brow_m, brow_rgb)
+  da = along - along_c
+  add(_soft(_round_dist(da * da + across * across, thick), inv_pw) * face, brow_rgb)
 
-  # Age lines: nasolabial folds and forehead lines.
   nose_y1 = eye_y + c(ip['nose_len'])
   nw = c(ip['nose_w'])
   mw = c(ip['mouth_w'] * (1.0 + 0.08 * nz['smile']))
-  wr = c(wrinkle)
-  line_w = np.maximum(f32(0.012), 0.6 / inv_pw)
-  fold = _segment_dist(axt, yt, nw + 0.04, nose_y1 - 0.02, mw + 0.04, mouth_y + 0.04)
-  lines = 0.25 * _soft(fold - line_w, inv_pw)
-  fore = np.abs(np.sin((yt - hl) * f32(2 * np.pi / 0.09)))  # phase-locked to the hairline
-  lines += 0.08 * fore * (_soft(axt - 0.32, inv_pw) * _soft(by - 0.05 - yt, inv_pw) *
-                          _soft(hl + 0.08 - yt, inv_pw))
-  add(lines * wr * face, black)
+
+  # Age lines (images older than ~40): nasolabial folds and forehead lines.
+  idx = select(wrinkle > 0)
+  if idx is None or idx.size:
+    axt_, yt_, hl_, face_, ipw = pick(idx, axt, yt, hl, face, inv_pw)
+    nw_, ny1_, mw_, my_, by_ = pick(idx, nw, nose_y1, mw, mouth_y, by)
+    line_w = np.maximum(f32(0.012), 0.6 / ipw)
+    fold = _segment_dist2(axt_, yt_, nw_ + 0.04, ny1_ - 0.02, mw_ + 0.04, my_ + 0.04)
+    lines = 0.25 * _soft(_round_dist(fold, line_w), ipw)
+    fore = np.abs(np.sin((yt_ - hl_) * f32(2 * np.pi / 0.09)))  # phase-locked to the hairline
+    lines += 0.08 * fore * _soft(np.maximum(np.maximum(axt_ - 0.32, by_ - 0.05 - yt_),
+                                            hl_ + 0.08 - yt_), ipw)
+    add(lines * c(wrinkle, idx) * face_, black, idx)
 
   # Facial hair (under the lips, over the skin).
-  beard_top = mouth_y - 0.1 - 0.3 * np.clip(axt / a - 0.25, 0.0, 1.0)
-  add(_soft(beard_top - yt, inv_soft) * face * c(ip['beard']), hair_rgb * 0.85)
   mo = c(nz['mouth_open'] * 0.06)
   lip = c(ip['lip_thick'])
-  stache_y = mouth_y - lip * 0.5 - mo * 0.5 - 0.045
-  stache_m = _soft(axt - mw * 1.1, inv_pw) * _soft(np.abs(yt - stache_y) - 0.035, inv_pw)
-  add(stache_m * face * c(ip['moustache']), hair_rgb * 0.85)
+  idx = select(ip['beard'] > 0)
+  if idx is None or idx.size:
+    axt_, yt_, face_, isoft, a_, my_ = pick(idx, axt, yt, face, inv_soft, a, mouth_y)
+    beard_top = my_ - 0.1 - 0.3 * np.clip(axt_ / a_ - 0.25, 0.0, 1.0)
+    add(_soft(beard_top - yt_, isoft) * face_ * c(ip['beard'], idx), hair_rgb * 0.85, idx)
+  idx = select(ip['moustache'] > 0)
+  if idx is None or idx.size:
+    axt_, yt_, face_, ipw, mw_, my_, lip_, mo_ = pick(idx, axt, yt, face, inv_pw, mw, mouth_y,
+                                                      lip, mo)
+    stache_y = my_ - 0.5 * (lip_ + mo_) - 0.045
+    stache = _soft(np.maximum(axt_ - mw_ * 1.1, np.abs(yt_ - stache_y) - 0.035), ipw)
+    add(stache * face_ * c(ip['moustache'], idx), hair_rgb * 0.85, idx)
 
   # Mouth: upper/lower lip bands around a smile curve, dark gap (teeth when wide open).
   ex_m = np.clip(axt / mw, 0.0, 1.0)
   ex_m2 = ex_m * ex_m
   env = np.sqrt(1.0 - ex_m2)
-  yc = mouth_y - c(0.05 * nz['smile']) * ex_m2
+  dm = yt - mouth_y + c(0.05 * nz['smile']) * ex_m2
   lip_env = lip * env
-  dm = yt - yc
   mo_env = 0.5 * mo * env
   up = np.abs(dm + mo_env + 0.45 * lip_env) - 0.45 * lip_env
   lo = np.abs(dm - mo_env - 0.55 * lip_env) - 0.55 * lip_env
-  in_mouth = _soft(axt - mw, inv_pw) * face
-  add(_soft(np.minimum(up, lo), inv_pw) * in_mouth, ip['lip_color'])
+  side = axt - mw
+  add(_soft(np.maximum(np.minimum(up, lo), side), inv_pw) * face, ip['lip_color'])
   gap_rgb = np.where((nz['mouth_open'] > 0.3)[:, None], [0.55, 0.45, 0.41], [0.22, 0.07, 0.07])
-  add(_soft(np.abs(dm) - mo_env - 0.004, inv_pw) * in_mouth, gap_rgb)
+  add(_soft(np.maximum(np.abs(dm) - mo_env - 0.004, side), inv_pw) * face, gap_rgb)
 
   # Mole (asymmetric on purpose: a left/right identity cue).
-  mole_m = _soft(_len(xt - c(ip['mole_x']), yt - c(ip['mole_y'])) - 0.022, inv_pw)
-  add(mole_m * face * c(0.55 * ip['mole']), black)
+  idx = select(ip['mole'] > 0)
+  if idx is None or idx.size:
+    xt_, yt_, face_, ipw = pick(idx, xt, yt, face, inv_pw)
+    mx, my = xt_ - c(ip['mole_x'], idx), yt_ - c(ip['mole_y'], idx)
+    add(_soft(_round_dist(mx * mx + my * my, 0.022), ipw) * face_ * 0.55, black, idx)
 
   # Nose, in head coordinates because it protrudes: the tip slides further than the surface under
   # yaw and, in profile, sticks out past the cheek line.
@@ -619,17 +682,16 @@ def _render_chunk(ip: Mapping[str, np.ndarray], nz: Mapping[str, np.ndarray],
   fr = np.clip((y - nose_y0) * (1.0 / (nose_y1 - nose_y0)), 0.0, 1.0)
   depth = c(ip['nose_depth']) * fr
   x_surf = r * sin_t
-  xm = x_surf + 0.5 * depth * sin_t
+  xm = x_surf + (0.5 * sin_t) * depth
   half = (nw * (0.6 + 0.4 * np.abs(cos_t))) * (0.35 + 0.65 * fr * fr) + (
       0.5 * np.abs(sin_t)) * depth
-  nose_m = (_soft(np.abs(xs - xm) - half, inv_pw) * _soft(nose_y0 - y, inv_pw) *
-            _soft(y - nose_y1 - 0.3 * nw, inv_pw))
-  nose_m *= np.clip(cos_t * 3.0 + 1.0, 0.0, 1.0)  # hidden only for extreme yaw
+  nose_d = np.maximum(np.maximum(np.abs(xs - xm) - half, nose_y0 - y), y - nose_y1 - 0.3 * nw)
+  nose_m = _soft(nose_d, inv_pw) * np.clip(cos_t * 3.0 + 1.0, 0.0, 1.0)  # gone at extreme yaw
   add(nose_m, skin_rgb * 1.03)
   tip_x = x_surf + c(ip['nose_depth']) * sin_t
-  nx_ = (np.abs(xs - tip_x) - 0.5 * nw * np.abs(cos_t)) / (0.35 * nw)
+  nx_ = (np.abs(xs - tip_x) - 0.5 * nw * np.abs(cos_t)) * (1.0 / (0.35 * nw))
   ny_ = (y - nose_y1 - 0.015) * (1.0 / 0.018)
-  nost = _soft(np.sqrt(nx_ * nx_ + ny_ * ny_) - 1.0, np.minimum(inv_pw, f32(1 / 0.02)))
+  nost = _soft(0.5 * (nx_ * nx_ + ny_ * ny_ - 1.0), np.minimum(inv_pw, f32(1 / 0.02)))
   add(0.45 * nost * head_m, black)
 
   # Ears at texture angle +-90 degrees: seen edge-on (thin, sticking out) in frontal views, flat
@@ -639,23 +701,25 @@ def _render_chunk(ip: Mapping[str, np.ndarray], nz: Mapping[str, np.ndarray],
   ear_hw = 0.5 * ear_h
   r_ear = head_w * np.sqrt(np.clip(1.0 - (ear_y / ip['head_h'])**2, 0.1, 1.0))
   cover = 1.0 - 0.9 * np.clip((ip['hair_length'] - ear_y + 0.05) * 10.0, 0.0, 1.0) * (1.0 - bald)
+  ey_e = (y - c(ear_y)) * c(1.0 / ear_h)
+  ey_e2 = ey_e * ey_e
   ear_m = 0.0
   inner = 0.0
-  for side in (-1.0, 1.0):
-    alpha_e = side * (np.pi / 2) + theta
+  for s in (-1.0, 1.0):
+    alpha_e = s * (np.pi / 2) + theta
     sa_e, ca_e = np.sin(alpha_e), np.cos(alpha_e)
     xe = sa_e * (r_ear + (0.3 + 0.9 * ip['ear_out']) * ear_hw * (1.0 - np.abs(ca_e)))
     half_w = ear_hw * (0.35 + 0.65 * np.abs(ca_e))
     ex_e = (xs - c(xe)) * c(1.0 / half_w)
-    ey_e = (y - c(ear_y)) * c(1.0 / ear_h)
-    ell = np.sqrt(ex_e * ex_e + ey_e * ey_e)
+    ell2 = ex_e * ex_e + ey_e2
     behind = np.clip((0.45 - ca_e) / 0.3, 0.0, 1.0)
     vis = np.clip((ca_e + 0.15) * 8.0 + 0.5, 0.0, 1.0) * cover
-    m = _soft((ell - 1.0) * c(half_w), inv_pw) * (1.0 - head_m * c(behind)) * c(vis)
+    m = _soft(_round_dist(ell2, 1.0) * c(half_w), inv_pw) * (1.0 - head_m * c(behind)) * c(vis)
     ear_m = ear_m + m
-    inner = inner + _soft((ell - 0.55) * c(half_w), inv_pw) * m * c(np.clip(ca_e * 2.0, 0.0, 1.0))
+    inner = inner + _soft(_round_dist(ell2, 0.55) * c(half_w), inv_pw) * m * c(
+        0.3 * np.clip(ca_e * 2.0, 0.0, 1.0))
   add(ear_m, skin_rgb * np.array([0.95, 0.85, 0.82], f32))
-  add(0.3 * inner, black)
+  add(inner, black)
 
   # Hair on the head (top and back of the skull), over skin and ears.
   add(hair_in * head_m, hair_rgb)
@@ -663,53 +727,60 @@ def _render_chunk(ip: Mapping[str, np.ndarray], nz: Mapping[str, np.ndarray],
   # Glasses (identity trait, sometimes taken off) and sunglasses (an occluder): elliptical rims
   # around the eyes plus a bridge; sunglasses also fill the lenses.
   occ = nz['occluder']
-  gsz = c(ip['glasses_size'])
-  lw, lh = 1.75 * eye_w * gsz, 0.13 * gsz
-  lqx = (axt - eye_dx) / lw
-  lqy = (yt - eye_y + 0.01) / lh
-  lens_q = np.sqrt(lqx * lqx + lqy * lqy)
-  rim_t = np.maximum(f32(0.009), 0.22 / inv_pw)
-  rim = _soft(np.abs(lens_q - 1.0) * lh - rim_t, inv_pw)
-  bridge = _soft(np.abs(yt - eye_y + 0.03) - rim_t, inv_pw) * _soft(axt - (eye_dx - 0.9 * lw),
-                                                                     inv_pw)
   sun = occ == OCC_SUNGLASSES
   wear = np.maximum(ip['glasses'] * nz['glasses_on'], sun)
-  add(np.maximum(rim, bridge) * face * c(wear), ip['glasses_color'])
-  add(_soft((lens_q - 1.0) * lh, inv_pw) * face * c(0.93 * sun), [0.05, 0.05, 0.07])
+  idx = select(wear > 0)
+  if idx is None or idx.size:
+    axt_, yt_, face_, ipw, edx, ey_, ew = pick(idx, axt, yt, face, inv_pw, eye_dx, eye_y, eye_w)
+    gsz = c(ip['glasses_size'], idx)
+    lw, lh = 1.75 * ew * gsz, 0.13 * gsz
+    lqx = (axt_ - edx) / lw
+    lqy = (yt_ - ey_ + 0.01) / lh
+    lens_d = 0.5 * lh * (lqx * lqx + lqy * lqy - 1.0)
+    rim_t = np.maximum(f32(0.009), 0.22 / ipw)
+    bridge = np.maximum(np.abs(yt_ - ey_ + 0.03) - rim_t, axt_ - (edx - 0.9 * lw))
+    frame = _soft(np.minimum(np.abs(lens_d) - rim_t, bridge), ipw) * face_
+    add(frame, ip['glasses_color'], idx)
+    add(_soft(lens_d, ipw) * face_ * c(0.93 * sun, idx), [0.05, 0.05, 0.07], idx)
 
   # Other occluders: a random rectangle, a hand over the lower face, a medical mask.
-  rect = _soft(np.maximum(np.abs(u - c(nz['occ_x'])) - c(nz['occ_w']),
-                          np.abs(v - c(nz['occ_y'])) - c(nz['occ_h'])), f32(1.0 / pw))
-  add(rect * c(occ == OCC_RECT), nz['occ_color'])
-  hy = c(0.35 + 0.35 * (nz['occ_y'] + 0.6))
-  hex_ = (x - c(nz['occ_x'] * 0.5)) * c(1.0 / (0.22 + nz['occ_w']))
-  hey = (y - hy) * c(1.0 / (0.18 + 0.6 * nz['occ_h']))
-  hand_m = _soft((np.sqrt(hex_ * hex_ + hey * hey) - 1.0) * 0.25, inv_pw) * c(occ == OCC_HAND)
-  add(hand_m, skin_rgb * 0.97)
-  grooves = np.cos((y - hy) * f32(2 * np.pi / 0.11)) > 0.6
-  add(0.12 * grooves * hand_m, black)
-  mask_m = (_soft(nose_y1 - 0.12 - yt, inv_pw) * _soft(yt - b * 0.92, inv_pw) * face *
-            c(occ == OCC_MASK))
-  add(mask_m, 0.6 + 0.4 * nz['occ_color'])
+  idx = select(occ == OCC_RECT)
+  if idx is None or idx.size:
+    rect = _soft(np.maximum(np.abs(u - c(nz['occ_x'], idx)) - c(nz['occ_w'], idx),
+                            np.abs(v - c(nz['occ_y'], idx)) - c(nz['occ_h'], idx)), f32(1.0 / pw))
+    add(rect, nz['occ_color'], idx)
+  idx = select(occ == OCC_HAND)
+  if idx is None or idx.size:
+    x_, y_, ipw = pick(idx, x, y, inv_pw)
+    hy = c(0.35 + 0.35 * (nz['occ_y'] + 0.6), idx)
+    hex_ = (x_ - c(nz['occ_x'] * 0.5, idx)) * c(1.0 / (0.22 + nz['occ_w']), idx)
+    hey = (y_ - hy) * c(1.0 / (0.18 + 0.6 * nz['occ_h']), idx)
+    hand = _soft(0.125 * (hex_ * hex_ + hey * hey - 1.0), ipw)
+    add(hand, skin_rgb * 0.97, idx)
+    add(hand * (np.cos((y_ - hy) * f32(2 * np.pi / 0.11)) > 0.6) * f32(0.12), black, idx)
+  idx = select(occ == OCC_MASK)
+  if idx is None or idx.size:
+    yt_, face_, ipw, ny1_, b_ = pick(idx, yt, face, inv_pw, nose_y1, b)
+    add(_soft(np.maximum(ny1_ - 0.12 - yt_, yt_ - b_ * 0.92), ipw) * face_,
+        0.6 + 0.4 * nz['occ_color'], idx)
 
   # --- Shading: Lambertian on an ellipsoid normal field; the nose gets its own ridge normal. ---
-  nose_w8 = 0.8 * nose_m
   nx = np.clip(xa, -1.0, 1.0)
-  nx += (np.clip((xs - xm) / (half + 1e-3), -1.0, 1.0) - nx) * nose_w8
+  nx += (np.clip((xs - xm) / (half + 1e-3), -1.0, 1.0) - nx) * (0.8 * nose_m)
   ny = np.clip(0.6 * yn, -1.0, 1.0) - 0.3 * nose_m
   nzz = np.sqrt(np.clip(1.0 - nx * nx - ny * ny, 0.0, 1.0))
   lx, ly = nz['light_x'], nz['light_y']
   ln = np.sqrt(lx * lx + ly * ly + 1.0)
   lam = np.maximum(nx * c(lx / ln) + ny * c(ly / ln) + nzz * c(1.0 / ln), 0.0)
-  ks = c(nz['light_strength'])
-  shade = (1.0 - ks) + (ks * c(ln)) * lam  # normalised: a frontal light leaves the centre at 1
+  ks = nz['light_strength']
+  shade = c(1.0 - ks) + c(ks * ln) * lam  # normalised: a frontal light leaves the centre at 1
   # The cheek beyond the nose falls into the nose's shadow / away from the camera-side light.
-  shade *= 1.0 - 0.25 * face * np.clip(sin_t * (xs - tip_x) * (2.0 / a), 0.0, 1.0)
+  shade *= 1.0 - 0.25 * face * np.clip((xs - tip_x) * (2.0 * sin_t / a), 0.0, 1.0)
 
   w, cols = _composite(layers, n, (size, size))
-  fg = 1.0 - w[:, :num_bg_layers].sum(axis=1).reshape(n, size, size)
-  grad = 1.0 + c(nz['grad']) * (u * c(np.cos(nz['grad_angle'])) +
-                                v * c(np.sin(nz['grad_angle'])))
+  fg = 1.0 - w[:num_bg_layers].sum(axis=0).reshape(n, size, size)
+  grad = 1.0 + (u * c(nz['grad'] * np.cos(nz['grad_angle'])) +
+                v * c(nz['grad'] * np.sin(nz['grad_angle'])))
   light = (1.0 + (shade - 1.0) * fg) * grad * c(nz['gain'])
 
   # Camera colour: tint, then (de)saturation, folded into one 3x3 matrix applied to the layer
@@ -717,16 +788,16 @@ def _render_chunk(ip: Mapping[str, np.ndarray], nz: Mapping[str, np.ndarray],
   sat = nz['saturation'].astype(f32)[:, None, None]
   cmat = sat * np.eye(3, dtype=f32) + (1.0 - sat) * _LUMA[None, None, :]
   cmat = cmat * nz['tint'].astype(f32)[:, None, :]
-  img = np.matmul(np.matmul(cmat, cols), w)  # [n, 3, H*W]
+  # einsum rather than matmul: no BLAS threads involved (see _blur).
+  img = np.einsum('nck,knp->ncp', np.einsum('ncd,ndk->nck', cmat, cols), w)  # [n, 3, H*W]
   img *= light.reshape(n, 1, -1)
   img = img.reshape(n, 3, size, size)
 
-  # --- Camera: gaussian blur (separable, as batched matmuls), then sensor noise. ---
+  # --- Camera: gaussian blur, then sensor noise. ---
   sigma = nz['blur'] * (size / 32.0)
-  blurred = np.nonzero(sigma > 0.3)[0]
-  if blurred.size:
-    gm = _gaussian_matrices(sigma[blurred], size)[:, None]
-    img[blurred] = np.matmul(np.matmul(gm, img[blurred]), gm.transpose(0, 1, 3, 2))
+  idx = np.flatnonzero(sigma > 0.3)
+  if idx.size:
+    img[idx] = _blur(img[idx], sigma[idx])
   # Three 10-bit uniform fields from one 32-bit hash per pixel; std = nuisance['noise'].
   bits = _hash_bits(nz['noise_seed'], size * size)[:, None, :] >> np.array(
       [0, 10, 20], np.uint32)[None, :, None]

@@ -12,7 +12,8 @@ class MetricWriter:
 
   def write_scalars(self, step: int, scalars: dict[str, float]) -> None:
     for name, value in scalars.items():
-      self._tb.add_scalar(name, float(value), step)
+      if value == value:   # NaN marks "not measured yet" (e.g. a rate before the second round)
+        self._tb.add_scalar(name, float(value), step)
     self._tb.flush()
 
   def close(self) -> None:
