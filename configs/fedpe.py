@@ -10,13 +10,4 @@ from fedjax_face import config_lib
 
 
 def get_config(arg=None):
-  args = config_lib.parse_arg(arg, {'loss': config_lib.LOSSES,
-                                    'partition': ('balanced', 'lognormal'),
-                                    'runlocal': (True,)})
-  c = config_lib.base_config()
-  c.algorithm = 'fedpe'
-  c.head.loss = args.get('loss', 'softmax')
-  c.federated.partition = args.get('partition', 'balanced')
-  if args.get('runlocal'):
-    config_lib.runlocal(c)
-  return c
+  return config_lib.federated_config('fedpe', arg)

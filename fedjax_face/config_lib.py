@@ -97,6 +97,21 @@ def runlocal(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   return c
 
 
+def federated_config(algorithm: str, arg: str | None) -> ml_collections.ConfigDict:
+  """The base config for a federated FR method, with the variant argument applied.
+
+  Argument (comma separated): loss=softmax|cosface|arcface, partition=balanced|lognormal, runlocal.
+  """
+  args = parse_arg(arg, {'loss': LOSSES, 'partition': partition.PARTITIONS, 'runlocal': (True,)})
+  c = base_config()
+  c.algorithm = algorithm
+  c.head.loss = args.get('loss', 'softmax')
+  c.federated.partition = args.get('partition', 'balanced')
+  if args.get('runlocal'):
+    runlocal(c)
+  return c
+
+
 def parse_arg(arg: str | None, allowed: dict[str, tuple]) -> dict[str, str | bool]:
   """Parses `get_config`'s argument `key=value,flag` (big_vision style).
 

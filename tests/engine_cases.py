@@ -27,9 +27,12 @@ def tiny_problem(num_clients: int = 5, seed: int = 0):
 
 
 def run_rounds(algorithm_name: str, backend: str, *, step_mode: str = 'scan', map_width: int = 2,
-               mesh=None, cohorts=((0, 1, 2, 3, 4), (1, 3, 4)), pad_to: int = 1):
+               mesh=None, cohorts=((0, 1, 2, 3, 4), (1, 3, 4)), pad_to: int = 1,
+               reg_lambda: float | None = None):
   """Runs one round per cohort; returns the final RoundState as numpy and the engine."""
   config = tiny_config(algorithm_name)
+  if reg_lambda is not None:
+    config.fedgc.reg_lambda = reg_lambda
   fed = tiny_problem()
   model = models.build_backbone(config.model)
   algorithm = algorithms.get(algorithm_name).build(config, model, fed, step_mode=step_mode)

@@ -52,6 +52,14 @@ def test_round_counter_and_unselected_clients_untouched(loop_results):
   assert not np.allclose(two.clients['W'][1], one.clients['W'][1])
 
 
+def test_fedgc_without_regularizer_is_fedpe(loop_results):
+  """lambda = 0 removes Alg. 1 lines 13-14: FedGC must then be FedPE exactly."""
+  fedgc, _ = engine_cases.run_rounds('fedgc', 'loop', reg_lambda=0.0)
+  fedpe = loop_results['fedpe']
+  jax.tree.map(np.testing.assert_array_equal, fedgc.server['model'], fedpe.server['model'])
+  np.testing.assert_array_equal(fedgc.server['W'], fedpe.clients['W'])
+
+
 def test_no_recompilation_across_rounds():
   _, eng = engine_cases.run_rounds('fedgc', 'vmap', cohorts=((0, 1, 2, 3, 4), (1, 3, 4, 0, 2)))
   assert eng.trace_count == 1

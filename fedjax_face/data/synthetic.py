@@ -129,7 +129,7 @@ _HAIR_PALETTE = np.array([
     [0.80, 0.67, 0.45],  # blond
     [0.52, 0.24, 0.11],  # auburn
 ])
-_HAIR_WEIGHTS = np.array([0.32, 0.26, 0.17, 0.1, 0.09, 0.06])
+_HAIR_WEIGHTS = np.array([0.4, 0.28, 0.13, 0.07, 0.08, 0.04])
 _IRIS_PALETTE = np.array([
     [0.22, 0.13, 0.07],  # brown
     [0.12, 0.08, 0.05],  # dark brown
@@ -188,12 +188,12 @@ def sample_identities(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]
   lo = np.floor(tone).astype(int).clip(0, len(_SKIN_RAMP) - 2)
   frac = (tone - lo)[:, None]
   skin = _SKIN_RAMP[lo] * (1 - frac) + _SKIN_RAMP[lo + 1] * frac
-  p['skin_color'] = np.clip(skin * np.exp(rng.normal(0, 0.035, (n, 3))), 0, 1)
+  p['skin_color'] = np.clip(skin * np.exp(rng.normal(0, 0.02, (n, 3))), 0, 1)
   p['lip_color'] = np.clip(skin * np.array([0.92, 0.62, 0.62]) *
                            np.exp(rng.normal(0, 0.06, (n, 3))), 0, 1)
   hair = _HAIR_PALETTE[rng.choice(len(_HAIR_PALETTE), n, p=_HAIR_WEIGHTS)]
-  p['hair_color'] = np.clip(hair * np.exp(rng.normal(0, 0.15, (n, 1)) +
-                                          rng.normal(0, 0.05, (n, 3))), 0, 1)
+  p['hair_color'] = np.clip(hair * np.exp(rng.normal(0, 0.08, (n, 1)) +
+                                          rng.normal(0, 0.03, (n, 3))), 0, 1)
   # Hairline (texture y of the forehead edge): mostly normal, some fringes, a few bald.
   kind = rng.random(n)
   hairline = np.where(kind < 0.15, rng.uniform(-0.45, -0.2, n),
@@ -226,16 +226,44 @@ def sample_identities(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]
   return {k: np.asarray(v, np.float32) for k, v in p.items()}
 
 
-# Per-profile nuisance strengths at difficulty 1. Protocol-defining quantities (the profile yaw of
-# cfp_profile, the agedb age gap) are not scaled by `difficulty`; everything incidental is.
-_PROFILE_SETTINGS = {
-    #                yaw_sd profile pitch roll  shift scale light expr  age  occ   blur noise grey
-    'train':        (0.30, 0.12, 0.12, 0.08, 0.04, 0.05, 1.0, 1.0, 7.0, 0.15, 0.9, 0.05, 0.05),
-    'lfw':          (0.22, 0.0, 0.10, 0.06, 0.03, 0.04, 0.9, 0.9, 4.0, 0.07, 0.8, 0.04, 0.03),
-    'cfp_frontal':  (0.07, 0.0, 0.06, 0.04, 0.025, 0.03, 0.7, 0.6, 3.0, 0.05, 0.6, 0.03, 0.0),
-    'cfp_profile':  (0.0, 1.0, 0.06, 0.04, 0.025, 0.03, 0.7, 0.6, 3.0, 0.05, 0.6, 0.03, 0.0),
-    'agedb':        (0.20, 0.0, 0.10, 0.06, 0.03, 0.04, 0.9, 0.9, 0.0, 0.07, 0.9, 0.05, 0.3),
+@dataclasses.dataclass(frozen=True)
+class _Profile:
+  """Nuisance strengths of one sampling profile at difficulty 1 (see sample_nuisance)."""
+  yaw_sd: float  # rad, near-frontal images
+  profile_frac: float  # share of profile-ish (large yaw) images
+  pitch_sd: float = 0.1  # rad
+  roll_sd: float = 0.06  # rad
+  shift_sd: float = 0.03  # alignment jitter, image half-widths
+  scale_sd: float = 0.04  # log scale
+  light: float = 1.0  # illumination strength multiplier
+  expression: float = 1.0
+  age_sd: float = 5.0  # years
+  occlusion: float = 0.1  # probability of an occluder
+  blur_max: float = 0.7  # max gaussian sigma, pixels of a 32x32 image
+  noise_max: float = 0.04  # max sensor noise std
+  grey_frac: float = 0.03  # share of greyscale / faded images
+  restyle: float = 1.0  # hair / facial-hair change multiplier
+
+
+_PROFILES = {
+    # Broad "in the wild" variation, a few profile views (as in MS1M-like training data).
+    'train': _Profile(yaw_sd=0.3, profile_frac=0.05, pitch_sd=0.12, roll_sd=0.08,
+                      shift_sd=0.04, scale_sd=0.05, age_sd=7.0, occlusion=0.15,
+                      blur_max=0.8, noise_max=0.05, grey_frac=0.05),
+    'lfw': _Profile(yaw_sd=0.25, profile_frac=0.0),
+    'cfp_frontal': _Profile(yaw_sd=0.07, profile_frac=0.0, pitch_sd=0.06, roll_sd=0.04,
+                            shift_sd=0.025, scale_sd=0.03, expression=0.7,
+                            age_sd=3.0, occlusion=0.05, blur_max=0.6, noise_max=0.03,
+                            grey_frac=0.0),
+    'cfp_profile': _Profile(yaw_sd=0.0, profile_frac=1.0, pitch_sd=0.06, roll_sd=0.04,
+                            shift_sd=0.025, scale_sd=0.03, expression=0.7,
+                            age_sd=3.0, occlusion=0.05, blur_max=0.6, noise_max=0.03,
+                            grey_frac=0.0),
+    # Old photos: more blur / noise / greyscale, and hairstyles change over the years.
+    'agedb': _Profile(yaw_sd=0.2, profile_frac=0.0, blur_max=0.9, noise_max=0.05,
+                      grey_frac=0.3, restyle=1.3),
 }
+assert tuple(_PROFILES) == PROFILES
 
 
 def sample_nuisance(rng: np.random.Generator, n: int, profile: str,
@@ -245,53 +273,58 @@ def sample_nuisance(rng: np.random.Generator, n: int, profile: str,
   Args:
     rng: numpy random generator (consumed).
     n: number of images.
-    profile: 'train' (broad variation incl. some profiles), 'lfw' (mild), 'cfp_frontal' (near
-      frontal), 'cfp_profile' (|yaw| 1.05..1.4 rad), 'agedb' (moderate; age offsets are +-15 years
-      around the identity's base age, so two independent draws are often far apart; make_benchmark
-      sets paired ages explicitly).
+    profile: 'train' (broad variation incl. a few profile views), 'lfw' (in the wild, no
+      profiles), 'cfp_frontal' (near frontal, controlled), 'cfp_profile' (|yaw| 1.2..1.5 rad,
+      controlled), 'agedb' (old photos; age offsets are +-15 years around the identity's base age;
+      make_benchmark sets paired ages explicitly).
     difficulty: multiplies all incidental nuisance strengths (1.0 = default calibration, 0 =
-      canonical frontal, evenly lit images).
+      canonical frontal, evenly lit images). The protocol-defining quantities (the yaw of
+      'cfp_profile', the agedb age offsets) are not scaled.
 
   Returns:
     Dict of arrays with leading dimension `n`: float32 except 'occluder' (int32) and
     'noise_seed' (uint32).
+
+  Raises:
+    ValueError: unknown profile or negative difficulty.
   """
-  if profile not in _PROFILE_SETTINGS:
+  if profile not in _PROFILES:
     raise ValueError(f'profile must be one of {PROFILES}, got {profile!r}')
   if not (np.isfinite(difficulty) and difficulty >= 0):
     raise ValueError(f'difficulty must be a finite number >= 0, got {difficulty}')
-  (yaw_sd, profile_p, pitch_sd, roll_sd, shift_sd, scale_sd, light, expr, age_sd, occ_p,
-   blur_max, noise_max, grey_p) = _PROFILE_SETTINGS[profile]
+  pr = _PROFILES[profile]
   d = float(difficulty)
+  d1 = min(d, 1.0)
   q = {}
-  # Pose. Profile-ish views: a fixed share for 'train', all of them for 'cfp_profile'.
+  # Pose. Profile-ish views: a share of 'train', all of 'cfp_profile'.
   sign = np.where(rng.random(n) < 0.5, -1.0, 1.0)
-  big_yaw = sign * rng.uniform(1.05, 1.4, n)
-  small_yaw = rng.normal(0.0, yaw_sd * d, n)
-  if profile == 'train':
-    is_profile = rng.random(n) < min(1.0, profile_p * d)
-    big_yaw = sign * np.minimum(rng.uniform(0.7, 1.35, n) * min(1.0, d), 1.4)
+  if profile == 'cfp_profile':
+    big_yaw = sign * rng.uniform(1.2, 1.5, n)
+    is_profile = np.ones(n, bool)
   else:
-    is_profile = np.full(n, profile_p > 0.5)
-  q['yaw'] = np.clip(np.where(is_profile, big_yaw, small_yaw), -1.45, 1.45)
-  q['pitch'] = np.clip(rng.normal(0.0, pitch_sd * d, n), -0.5, 0.5)
-  q['roll'] = np.clip(rng.normal(0.0, roll_sd * d, n), -0.4, 0.4)
-  q['shift_x'] = rng.normal(0.0, shift_sd * d, n)
-  q['shift_y'] = rng.normal(0.0, shift_sd * d, n)
-  q['scale'] = np.exp(rng.normal(0.0, scale_sd * d, n))
-  # Illumination: direction (z towards the camera), diffuse share, exposure, colour cast, and an
-  # intensity gradient across the frame.
-  lt = light * d
+    big_yaw = sign * rng.uniform(0.7, 1.35, n) * d1
+    is_profile = rng.random(n) < min(1.0, pr.profile_frac * d)
+  small_yaw = rng.normal(0.0, pr.yaw_sd * d, n)
+  q['yaw'] = np.clip(np.where(is_profile, big_yaw, small_yaw), -1.5, 1.5)
+  q['pitch'] = np.clip(rng.normal(0.0, pr.pitch_sd * d, n), -0.5, 0.5)
+  q['roll'] = np.clip(rng.normal(0.0, pr.roll_sd * d, n), -0.4, 0.4)
+  q['shift_x'] = rng.normal(0.0, pr.shift_sd * d, n)
+  q['shift_y'] = rng.normal(0.0, pr.shift_sd * d, n)
+  q['scale'] = np.exp(rng.normal(0.0, pr.scale_sd * d, n))
+  # Illumination: direction (z towards the camera), diffuse share, exposure, white balance, and
+  # an intensity gradient across the frame.
+  lt = pr.light * d
   q['light_x'] = rng.normal(0.0, 0.7 * lt, n)
   q['light_y'] = rng.normal(-0.2 * min(lt, 1.0), 0.35 * lt, n)
   q['light_strength'] = np.clip(rng.uniform(0.25, 0.7, n) * lt, 0.0, 0.9)
-  q['gain'] = np.exp(rng.normal(0.0, 0.2 * lt, n))
-  q['tint'] = np.exp(rng.normal(0.0, 0.06 * lt, (n, 3)))
+  q['gain'] = np.exp(rng.normal(0.0, 0.22 * lt, n))
+  q['tint'] = np.exp(rng.normal(0.0, 0.09 * lt, (n, 3)))
   q['grad'] = rng.uniform(0.0, 0.3, n) * lt
   q['grad_angle'] = rng.uniform(0.0, 2 * np.pi, n)
-  q['saturation'] = np.where(rng.random(n) < min(1.0, grey_p * d), rng.uniform(0.0, 0.3, n), 1.0)
+  q['saturation'] = np.where(rng.random(n) < min(1.0, pr.grey_frac * d), rng.uniform(0.0, 0.3, n),
+                             np.exp(rng.normal(0.0, 0.15 * lt, n)))
   # Expression.
-  e = expr * d
+  e = pr.expression * d
   q['smile'] = np.clip(rng.normal(0.1 * min(e, 1.0), 0.5 * e, n), -1.0, 1.2)
   q['mouth_open'] = np.clip(rng.exponential(1.0, n) * 0.35 * e * (rng.random(n) < 0.35), 0, 1)
   blink = rng.random(n) < 0.04 * min(e, 1.0)
@@ -301,24 +334,36 @@ def sample_nuisance(rng: np.random.Generator, n: int, profile: str,
   if profile == 'agedb':
     q['age'] = sign * 15.0 + rng.normal(0.0, 2.0, n)
   else:
-    q['age'] = rng.normal(0.0, age_sd * d, n)
+    q['age'] = rng.normal(0.0, pr.age_sd * d, n)
+  # Appearance changes between photos of one person: haircut, hair shade, facial hair (grown,
+  # trimmed, shaved, stubble), glasses taken off.
+  h = pr.restyle * d
+  q['hair_length_delta'] = rng.normal(0.0, 0.15 * h, n)
+  q['hair_volume_delta'] = rng.normal(0.0, 0.03 * h, n)
+  q['hairline_delta'] = rng.normal(0.0, 0.04 * h, n)
+  q['hair_shade'] = np.exp(rng.normal(0.0, 0.12 * h, n))
+  q['beard_growth'] = np.where(rng.random(n) < min(1.0, 0.12 * h), 0.0,
+                               np.clip(rng.normal(1.0, 0.25 * h, n), 0.0, 1.3))
+  q['stubble'] = np.where(rng.random(n) < min(1.0, 0.1 * h), rng.uniform(0.05, 0.25, n), 0.0)
+  q['glasses_on'] = (rng.random(n) >= min(1.0, 0.25 * d)).astype(float)
   # Occlusion.
-  occ = np.where(rng.random(n) < min(1.0, occ_p * d), rng.integers(1, 5, n), OCC_NONE)
+  occ = np.where(rng.random(n) < min(1.0, pr.occlusion * d), rng.integers(1, 5, n), OCC_NONE)
   q['occluder'] = occ.astype(np.int32)
   q['occ_x'] = rng.uniform(-0.6, 0.6, n)
   q['occ_y'] = rng.uniform(-0.6, 0.6, n)
   q['occ_w'] = rng.uniform(0.15, 0.45, n)
   q['occ_h'] = rng.uniform(0.1, 0.4, n)
   q['occ_color'] = rng.uniform(0.0, 1.0, (n, 3))
-  q['glasses_on'] = (rng.random(n) >= min(1.0, 0.15 * d)).astype(float)
   # Camera: gaussian blur sigma (in pixels of a 32x32 image; scaled with resolution) with a few
   # strongly blurred shots, and sensor noise std in [0, 1] intensity units.
-  heavy = rng.random(n) < 0.05 * min(d, 1.0)
-  q['blur'] = np.where(heavy, rng.uniform(1.0, 1.8, n) * d, rng.uniform(0.0, blur_max, n) * d)
-  q['noise'] = rng.uniform(0.1, 1.0, n) * noise_max * d
+  heavy = rng.random(n) < 0.05 * d1
+  q['blur'] = np.where(heavy, rng.uniform(1.0, 1.8, n) * d, rng.uniform(0.0, pr.blur_max, n) * d)
+  q['noise'] = rng.uniform(0.1, 1.0, n) * pr.noise_max * d
   q['noise_seed'] = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
-  # Scene: background gradient between two colours, an optional background blob, clothes.
-  bg1 = rng.uniform(0.05, 0.95, (n, 3))
+  # Scene: background gradient between two colours (muted, like most real backgrounds), an
+  # optional background blob, clothes.
+  grey = rng.uniform(0.1, 0.9, (n, 1))
+  bg1 = grey + (rng.uniform(0.0, 1.0, (n, 3)) - grey) * rng.uniform(0.0, 0.8, (n, 1))
   q['bg_color'] = bg1
   q['bg_color2'] = 0.5 * bg1 + 0.5 * rng.uniform(0.0, 1.0, (n, 3))
   q['bg_angle'] = rng.uniform(0.0, 2 * np.pi, n)
@@ -327,14 +372,9 @@ def sample_nuisance(rng: np.random.Generator, n: int, profile: str,
   q['blob_y'] = rng.uniform(-1.0, 1.0, n)
   q['blob_color'] = rng.uniform(0.0, 1.0, (n, 3))
   q['clothes_color'] = rng.uniform(0.02, 0.9, (n, 3))
-  out = {}
-  for k, v in q.items():
-    if k == 'occluder':
-      out[k] = v
-    elif k == 'noise_seed':
-      out[k] = v.astype(np.uint32)
-    else:
-      out[k] = np.asarray(v, np.float32)
+  out = {k: np.asarray(v, np.float32) for k, v in q.items()}
+  out['occluder'] = q['occluder']
+  out['noise_seed'] = q['noise_seed']
   return out
 
 
@@ -482,13 +522,18 @@ def _render_chunk(ip: Mapping[str, np.ndarray], nz: Mapping[str, np.ndarray],
   old = np.clip((age - 35.0) / 35.0, 0.0, 1.3)
   young = np.clip((28.0 - age) / 14.0, 0.0, 1.0)
   grey = 1.0 / (1.0 + np.exp(-(age - ip['grey_onset']) / 4.0))
-  hl_eff = ip['hairline'] - 0.4 * ip['recede'] * np.clip((age - 28.0) / 30.0, 0.0, 1.5)
+  hl_eff = (ip['hairline'] + nz['hairline_delta'] -
+            0.4 * ip['recede'] * np.clip((age - 28.0) / 30.0, 0.0, 1.5))
+  hair_len = np.maximum(ip['hair_length'] + nz['hair_length_delta'], -0.45)
+  hair_vol = np.clip(ip['hair_volume'] + nz['hair_volume_delta'], 0.0, 0.3)
+  beard = np.clip(ip['beard'] * nz['beard_growth'] + nz['stubble'], 0.0, 1.0)
   head_w = ip['head_w'] * (1.0 + 0.06 * ip['weight_drift'] * (age - ip['base_age']) / 30.0)
   jaw = np.clip(ip['jaw'] - 0.1 * old + 0.08 * young, 0.0, 0.7)
   sag = 0.035 * old
   wrinkle = np.clip((age - 40.0) / 30.0, 0.0, 1.0)
   skin_rgb = ip['skin_color'] * (1.0 - 0.07 * old)[:, None] + (0.03 * young)[:, None]
-  hair_rgb = ip['hair_color'] + (_GREY_HAIR - ip['hair_color']) * grey[:, None]
+  hair_base = np.clip(ip['hair_color'] * nz['hair_shade'][:, None], 0.0, 1.0)
+  hair_rgb = hair_base + (_GREY_HAIR - hair_base) * grey[:, None]
   brow_base = ip['hair_color'] * ip['brow_dark'][:, None]
   brow_rgb = brow_base + (_GREY_HAIR * 0.8 - brow_base) * (0.6 * grey)[:, None]
   bald = np.clip((-hl_eff - 0.85) / 0.1, 0.0, 1.0)
@@ -532,12 +577,12 @@ def _render_chunk(ip: Mapping[str, np.ndarray], nz: Mapping[str, np.ndarray],
   face = head_m * (1.0 - back)  # where facial features may appear
 
   # --- Hair masks. ---
-  hlen = c(ip['hair_length'])
+  hlen = c(hair_len)
   hl = c(hl_eff) + c(ip['hairline_curve']) * xt * xt
   top_hair = _soft(yt - hl, inv_soft)
   band = _soft(np.maximum(y - hlen, c(crown) - y), inv_soft)
   hair_in = top_hair + (band - top_hair) * back
-  vol = c(ip['hair_volume'])
+  vol = c(hair_vol)
   ax_o = a + vol
   yo = y + 0.3 * vol
   xo = xs / ax_o
@@ -642,11 +687,11 @@ def _render_chunk(ip: Mapping[str, np.ndarray], nz: Mapping[str, np.ndarray],
   # Facial hair (under the lips, over the skin).
   mo = c(nz['mouth_open'] * 0.06)
   lip = c(ip['lip_thick'])
-  idx = select(ip['beard'] > 0)
+  idx = select(beard > 0)
   if idx is None or idx.size:
     axt_, yt_, face_, isoft, a_, my_ = pick(idx, axt, yt, face, inv_soft, a, mouth_y)
     beard_top = my_ - 0.1 - 0.3 * np.clip(axt_ / a_ - 0.25, 0.0, 1.0)
-    add(_soft(beard_top - yt_, isoft) * face_ * c(ip['beard'], idx), hair_rgb * 0.85, idx)
+    add(_soft(beard_top - yt_, isoft) * face_ * c(beard, idx), hair_rgb * 0.85, idx)
   idx = select(ip['moustache'] > 0)
   if idx is None or idx.size:
     axt_, yt_, face_, ipw, mw_, my_, lip_, mo_ = pick(idx, axt, yt, face, inv_pw, mw, mouth_y,
@@ -700,7 +745,7 @@ def _render_chunk(ip: Mapping[str, np.ndarray], nz: Mapping[str, np.ndarray],
   ear_h = ip['ear_h']
   ear_hw = 0.5 * ear_h
   r_ear = head_w * np.sqrt(np.clip(1.0 - (ear_y / ip['head_h'])**2, 0.1, 1.0))
-  cover = 1.0 - 0.9 * np.clip((ip['hair_length'] - ear_y + 0.05) * 10.0, 0.0, 1.0) * (1.0 - bald)
+  cover = 1.0 - 0.9 * np.clip((hair_len - ear_y + 0.05) * 10.0, 0.0, 1.0) * (1.0 - bald)
   ey_e = (y - c(ear_y)) * c(1.0 / ear_h)
   ey_e2 = ey_e * ey_e
   ear_m = 0.0
@@ -896,7 +941,7 @@ def _make_pair_set(name: str, rng: np.random.Generator, test_params: Mapping[str
     second = sample_nuisance(rng, num_pairs, 'agedb', difficulty)
     # Younger and older side ~AGEDB_GAP_YEARS apart; which side is older is random.
     young = -0.5 * AGEDB_GAP_YEARS + rng.normal(0.0, 2.0, num_pairs)
-    gap = AGEDB_GAP_YEARS + rng.normal(0.0, 1.5, num_pairs)
+    gap = AGEDB_GAP_YEARS + np.clip(rng.normal(0.0, 1.5, num_pairs), -3.0, 3.0)
     swap = rng.random(num_pairs) < 0.5
     first['age'] = np.where(swap, young + gap, young).astype(np.float32)
     second['age'] = np.where(swap, young, young + gap).astype(np.float32)

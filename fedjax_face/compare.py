@@ -1,0 +1,53 @@
+r"""Side-by-side table of finished runs: `python -m fedjax_face.compare DIR [DIR ...]`.
+
+Reads each workdir's results.json and prints (and optionally writes, --out) one markdown table of
+verification accuracy per pair set, one row per run, plus the class-embedding diagnostic.
+"""
+
+import json
+import os
+import sys
+
+from absl import app, flags
+
+from fedjax_face.io import report
+
+_OUT = flags.DEFINE_string('out', None, 'Also write the table to this markdown file.')
+
+
+def load(workdir: str) -> dict:
+  path = os.path.join(workdir, 'results.json')
+  if not os.path.exists(path):
+    raise FileNotFoundError(f'{path} does not exist: is {workdir} a finished run?')
+  with open(path) as f:
+    return json.load(f)
+
+
+def table(workdirs: list[str]) -> str:
+  runs = {}
+  for w in workdirs:
+    res = load(w)
+    runs[f"{res['config_name']} ({os.path.basename(os.path.normpath(w))})"] = res
+  lines = [report.verification_table(runs), '',
+           '| run | within-client cos (mean) | cross-client cos (mean / p99) |',
+           '| --- | --- | --- |']
+  for name, res in runs.items():
+    sim = res.get('diagnostics', {}).get('class_embedding_similarity', {})
+    if sim.get('within_mean') is not None:
+      lines.append(f"| {name} | {sim['within_mean']:.3f} | {sim['cross_mean']:.3f} / "
+                   f"{sim['cross_p99']:.3f} |")
+  return '\n'.join(lines)
+
+
+def main(argv):
+  if len(argv) < 2:
+    raise app.UsageError('give one or more workdirs of finished runs')
+  text = table(argv[1:])
+  print(text)
+  if _OUT.value:
+    with open(_OUT.value, 'w') as f:
+      f.write(text + '\n')
+
+
+if __name__ == '__main__':
+  app.run(main)
