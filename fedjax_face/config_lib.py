@@ -63,6 +63,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.fedgc = ml_collections.ConfigDict()
   c.fedgc.reg_lambda = 20.0            # lambda of Alg. 1 line 14 (FedGC Table 2)
   c.fedgc.reg_form = ''                # '' = the loss's own form; or 'softmax' / 'cosface' / 'arcface'
+  c.fedgc.reg_reduction = 'sum'        # Eq. 5 as written; 'mean' = divided by the number of classes
 
   c.engine = ml_collections.ConfigDict()
   c.engine.backend = 'auto'            # 'auto' | 'vmap' | 'map' | 'loop'
@@ -155,6 +156,7 @@ def validate(c: ml_collections.ConfigDict) -> None:
   _check_choice('head.loss', c.head.loss, LOSSES)
   _check_choice('head.arcface_fallback', c.head.arcface_fallback, ('classic', 'easy', 'none'))
   _check_choice('fedgc.reg_form', c.fedgc.reg_form, ('',) + LOSSES)
+  _check_choice('fedgc.reg_reduction', c.fedgc.reg_reduction, ('sum', 'mean'))
   _check_choice('engine.backend', c.engine.backend, ('auto',) + engine.BACKENDS)
   _check_choice('engine.step_mode', c.engine.step_mode, ('auto',) + local.STEP_MODES)
   _check_choice('model.dtype', c.model.dtype, ('float32', 'bfloat16'))

@@ -105,3 +105,13 @@ def test_gradient_correction_is_one_sgd_step_and_keeps_padding_zero():
 def test_unknown_form_is_rejected():
   with pytest.raises(ValueError, match='expected one of'):
     regularizers.softmax_regularizer(jnp.zeros((2, 1, 2)), jnp.ones((2, 1), bool), form='cosine')
+
+
+def test_mean_reduction_divides_by_the_number_of_real_classes():
+  w, mask = _random_case(seed=3)
+  w = jnp.asarray(w, jnp.float32)
+  total = regularizers.softmax_regularizer(w, jnp.asarray(mask))
+  mean = regularizers.softmax_regularizer(w, jnp.asarray(mask), reduction='mean')
+  np.testing.assert_allclose(mean, total / mask.sum(), rtol=1e-6)   # 8 real classes
+  with pytest.raises(ValueError, match=r"reduction 'max'; expected one of \('sum', 'mean'\)"):
+    regularizers.softmax_regularizer(w, jnp.asarray(mask), reduction='max')

@@ -27,7 +27,7 @@ def regularizer_kwargs(config) -> dict:
   """The regularizer's form and its scale / margin, matching the loss unless overridden."""
   form = config.fedgc.reg_form or config.head.loss
   head_kwargs = common.head_kwargs(config)
-  kwargs = {'form': form}
+  kwargs = {'form': form, 'reduction': config.fedgc.reg_reduction}
   if form != 'softmax':
     kwargs['scale'] = head_kwargs.get('scale', 64.0)
     kwargs['margin'] = head_kwargs.get('margin', 0.0)

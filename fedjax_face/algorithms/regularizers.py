@@ -20,6 +20,12 @@ for CosFace, s·cos(theta + m) for ArcFace. Since cos(W_ki, W'_ki) = 1 at the cu
 self term carries no gradient in those forms; the margin still lowers its probability and so
 strengthens the push between cross-client embeddings.
 
+Reduction: Eq. 5 is a sum over every class, which we follow by default (`reduction='sum'`), so
+lambda·eta is the step of each class embedding. A mean over classes (what a mean-reduced
+cross-entropy would compute) divides that step by the number of classes C; the paper does not
+say which its code used and its lambda = 20 depends on it, so `reduction='mean'` is offered as
+the alternative reading (`config.fedgc.reg_reduction`).
+
 Storage: W is `[K, C_max, d]` (client, local class, dim), the transpose of the paper's d x C.
 """
 
@@ -27,6 +33,7 @@ import jax
 import jax.numpy as jnp
 
 FORMS = ('softmax', 'cosface', 'arcface')
+REDUCTIONS = ('sum', 'mean')
 _NEG = -1e9  # finite "minus infinity" so masked entries never produce 0 * inf
 
 
@@ -73,13 +80,21 @@ def regularizer_logits(class_embeddings, class_mask, *, form: str = 'softmax',
 
 
 def softmax_regularizer(class_embeddings, class_mask, *, form: str = 'softmax',
-                        scale: float = 64.0, margin: float = 0.0):
-  """Reg(W) of Eq. 5, summed over every real class of every client (dense; small C only)."""
+                        scale: float = 64.0, margin: float = 0.0, reduction: str = 'sum'):
+  """Reg(W) of Eq. 5 over every real class of every client (dense; small C only).
+
+  `reduction='sum'` is Eq. 5 as written; 'mean' divides by the number of real classes.
+  """
+  if reduction not in REDUCTIONS:
+    raise ValueError(f'regularizer reduction {reduction!r}; expected one of {REDUCTIONS}.')
   logits, allowed = regularizer_logits(class_embeddings, class_mask, form=form, scale=scale,
                                        margin=margin)
   masked = jnp.where(allowed, logits, _NEG)
   per_row = jax.nn.logsumexp(masked, axis=-1) - jnp.diagonal(logits)   # Eq. 5, one row
-  return jnp.sum(jnp.where(class_mask.reshape(-1), per_row, 0.0))
+  total = jnp.sum(jnp.where(class_mask.reshape(-1), per_row, 0.0))
+  if reduction == 'mean':
+    total = total / jnp.maximum(jnp.sum(class_mask), 1)
+  return total
 
 
 def gradient_correction(class_embeddings, class_mask, *, step_size: float, **form_kwargs):

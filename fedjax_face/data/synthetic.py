@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
 import math
 import os
 from typing import Callable, Dict, Mapping, Optional, Sequence
@@ -49,6 +50,9 @@ AGEDB_GAP_YEARS = 30.0
 # chunks twice that size measured ~2x slower per pixel (cache and allocator effects), and small
 # chunks bound memory at any image size.
 _CHUNK_PIXELS = 1 << 15
+
+# Number of fixed sensor-noise fields images pick from (see _noise_bank).
+_NOISE_BANK = 257
 
 # Independent rng streams per purpose (seeded as SeedSequence([seed, stream])), so that e.g. the
 # test identities and pair sets do not change when the training set size changes.
@@ -239,29 +243,29 @@ class _Profile:
   expression: float = 1.0
   age_sd: float = 5.0  # years
   occlusion: float = 0.1  # probability of an occluder
-  blur_max: float = 0.7  # max gaussian sigma, pixels of a 32x32 image
-  noise_max: float = 0.04  # max sensor noise std
+  blur_max: float = 0.6  # max gaussian sigma, pixels of a 32x32 image
+  noise_max: float = 0.035  # max sensor noise std
   grey_frac: float = 0.03  # share of greyscale / faded images
-  restyle: float = 1.0  # hair / facial-hair change multiplier
+  restyle: float = 1.2  # hair / facial-hair change multiplier
 
 
 _PROFILES = {
     # Broad "in the wild" variation, a few profile views (as in MS1M-like training data).
     'train': _Profile(yaw_sd=0.3, profile_frac=0.05, pitch_sd=0.12, roll_sd=0.08,
                       shift_sd=0.04, scale_sd=0.05, age_sd=7.0, occlusion=0.15,
-                      blur_max=0.8, noise_max=0.05, grey_frac=0.05),
+                      blur_max=0.7, noise_max=0.04, grey_frac=0.05),
     'lfw': _Profile(yaw_sd=0.25, profile_frac=0.0),
     'cfp_frontal': _Profile(yaw_sd=0.07, profile_frac=0.0, pitch_sd=0.06, roll_sd=0.04,
                             shift_sd=0.025, scale_sd=0.03, expression=0.7,
-                            age_sd=3.0, occlusion=0.05, blur_max=0.6, noise_max=0.03,
+                            age_sd=3.0, occlusion=0.05, blur_max=0.5, noise_max=0.03,
                             grey_frac=0.0),
     'cfp_profile': _Profile(yaw_sd=0.0, profile_frac=1.0, pitch_sd=0.06, roll_sd=0.04,
                             shift_sd=0.025, scale_sd=0.03, expression=0.7,
-                            age_sd=3.0, occlusion=0.05, blur_max=0.6, noise_max=0.03,
+                            age_sd=3.0, occlusion=0.05, blur_max=0.5, noise_max=0.03,
                             grey_frac=0.0),
     # Old photos: more blur / noise / greyscale, and hairstyles change over the years.
     'agedb': _Profile(yaw_sd=0.2, profile_frac=0.0, blur_max=0.9, noise_max=0.05,
-                      grey_frac=0.3, restyle=1.3),
+                      grey_frac=0.3, restyle=1.5),
 }
 assert tuple(_PROFILES) == PROFILES
 
@@ -318,7 +322,7 @@ def sample_nuisance(rng: np.random.Generator, n: int, profile: str,
   q['light_y'] = rng.normal(-0.2 * min(lt, 1.0), 0.35 * lt, n)
   q['light_strength'] = np.clip(rng.uniform(0.25, 0.7, n) * lt, 0.0, 0.9)
   q['gain'] = np.exp(rng.normal(0.0, 0.22 * lt, n))
-  q['tint'] = np.exp(rng.normal(0.0, 0.09 * lt, (n, 3)))
+  q['tint'] = np.exp(rng.normal(0.0, 0.1 * lt, (n, 3)))
   q['grad'] = rng.uniform(0.0, 0.3, n) * lt
   q['grad_angle'] = rng.uniform(0.0, 2 * np.pi, n)
   q['saturation'] = np.where(rng.random(n) < min(1.0, pr.grey_frac * d), rng.uniform(0.0, 0.3, n),
@@ -413,47 +417,47 @@ def _segment_dist2(x: np.ndarray, y: np.ndarray, x0, y0, x1, y1) -> np.ndarray:
   return ex * ex + ey * ey
 
 
-def _hash_bits(seeds: np.ndarray, count: int) -> np.ndarray:
-  """Per-image counter-based 32-bit hashes `[n, count]`, independent of chunking.
+@functools.lru_cache(maxsize=4)
+def _noise_bank(size: int) -> np.ndarray:
+  """A fixed bank of uniform int8 noise fields `[_NOISE_BANK, 3, size, size]` in [-127, 127].
 
-  A stateless integer hash keeps `render_faces` a pure function of its inputs (no rng argument)
-  while still giving every image its own noise.
+  Each image takes field `noise_seed % _NOISE_BANK`: a pure function of the nuisance (no rng
+  argument to `render_faces`, results independent of chunking), and ~50x cheaper than hashing
+  fresh per-pixel noise. Noise is independent of identity, so reusing fields does no harm.
   """
-  idx = np.arange(count, dtype=np.uint32)[None, :]
-  x = seeds.astype(np.uint32)[:, None] * np.uint32(0x9E3779B1) + idx
-  x ^= x >> np.uint32(16)
-  x *= np.uint32(0x7FEB352D)
-  x ^= x >> np.uint32(15)
-  x *= np.uint32(0x846CA68B)
-  x ^= x >> np.uint32(16)
-  return x
+  rng = np.random.default_rng(0x5EED)
+  return rng.integers(-127, 128, (_NOISE_BANK, 3, size, size), dtype=np.int8)
 
 
 def _blur(img: np.ndarray, sigma: np.ndarray) -> np.ndarray:
   """Separable gaussian blur of `[k, 3, S, S]` images with per-image `sigma` (pixels).
 
   Written as weighted sums of edge-clamped shifted copies rather than as matmuls with blur
-  matrices: BLAS calls this small are slow with a multi-threaded BLAS on a busy host, and the
-  kernels are short (radius 3 sigma, grouped so each group pays only for its own radius).
+  matrices: small BLAS calls are slow with a multi-threaded BLAS on a busy host, and the kernels
+  are short (radius 2.5 sigma, grouped so each group pays only for its own radius; symmetric taps
+  share a multiply).
   """
   size = img.shape[-1]
   out = np.empty_like(img)
-  radius = np.minimum(np.ceil(3.0 * sigma).astype(int), size - 1)
+  radius = np.minimum(np.ceil(2.5 * sigma).astype(int), size - 1)
   for rad in np.unique(radius):
     idx = np.flatnonzero(radius == rad)
-    offsets = np.arange(-rad, rad + 1, dtype=_F32)
+    offsets = np.arange(rad + 1, dtype=_F32)
     taps = np.exp(-offsets[None, :]**2 / (2.0 * sigma[idx, None]**2)).astype(_F32)
-    taps /= taps.sum(axis=1, keepdims=True)
+    taps /= 2.0 * taps.sum(axis=1, keepdims=True) - taps[:, :1]
+    taps = taps.reshape(len(idx), 1, 1, 1, rad + 1)
     x = img[idx]
     for axis in (2, 3):
-      pad = [(0, 0)] * 4
-      pad[axis] = (rad, rad)
-      xp = np.pad(x, pad, mode='edge')
-      acc = np.zeros_like(x)
-      for j in range(2 * rad + 1):
-        sl = [slice(None)] * 4
-        sl[axis] = slice(j, j + size)
-        acc += taps[:, j, None, None, None] * xp[tuple(sl)]
+      first = np.take(x, [0], axis=axis).repeat(rad, axis=axis)
+      last = np.take(x, [size - 1], axis=axis).repeat(rad, axis=axis)
+      xp = np.concatenate([first, x, last], axis=axis)
+      acc = x * taps[..., 0]
+      for j in range(1, rad + 1):
+        lo = [slice(None)] * 4
+        hi = [slice(None)] * 4
+        lo[axis] = slice(rad - j, rad - j + size)
+        hi[axis] = slice(rad + j, rad + j + size)
+        acc += taps[..., j] * (xp[tuple(lo)] + xp[tuple(hi)])
       x = acc
     out[idx] = x
   return out
@@ -462,11 +466,13 @@ def _blur(img: np.ndarray, sigma: np.ndarray) -> np.ndarray:
 def _composite(layers: Sequence, n: int, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
   """Back-to-front "over" compositing of constant-colour layers.
 
-  Each layer is (alpha, colour [n, 3] or [3], idx): with idx None, alpha broadcasts to [n, H, W];
-  otherwise the layer exists only on images `idx` and alpha is `[len(idx), H, W]` (rare features
-  are evaluated on just the images that have them). A darkening is a black layer. Rather than
-  blending three-channel images layer by layer, the visible weight of every layer is computed on
-  one-channel fields (front-to-back transmittance) and the colours are mixed once at the end.
+  Each layer is (alpha, colour [n, 3] or [3], idx, rows). idx None: all images, else the layer
+  exists only on images `idx` (rare features are evaluated on just the images that have them);
+  rows None: the full height, else the layer is confined to that row slice (facial features are
+  evaluated on the band of rows they can reach). alpha is `[n or len(idx), H or band, W]`
+  (broadcastable). A darkening is a black layer. Rather than blending three-channel images layer
+  by layer, the visible weight of every layer is computed on one-channel fields (front-to-back
+  transmittance) and the colours are mixed once at the end.
 
   Returns:
     weights `[K, n, H*W]` and colours `[n, 3, K]`.
@@ -474,17 +480,23 @@ def _composite(layers: Sequence, n: int, shape: tuple[int, int]) -> tuple[np.nda
   k = len(layers)
   w = np.empty((k, n) + shape, _F32)  # layer-major: each layer's weights are contiguous
   t = np.ones((n,) + shape, _F32)
+  full = slice(None)
   for i in range(k - 1, -1, -1):
-    alpha, _, idx = layers[i]
-    if idx is None:
+    alpha, _, idx, rows = layers[i]
+    if idx is None and rows is None:
       wi = np.multiply(alpha, t, out=w[i])
       t -= wi
+      continue
+    w[i] = 0.0
+    rows = full if rows is None else rows
+    if idx is None:
+      wi = np.multiply(alpha, t[:, rows], out=w[i][:, rows])
+      t[:, rows] -= wi
     else:
-      w[i] = 0.0
-      wi = alpha * t[idx]
-      w[i, idx] = wi
-      t[idx] -= wi
-  cols = np.stack([np.broadcast_to(cl, (n, 3)) for _, cl, _ in layers], axis=2)
+      wi = alpha * t[idx, rows]
+      w[i][idx, rows] = wi
+      t[idx, rows] -= wi
+  cols = np.stack([np.broadcast_to(cl, (n, 3)) for _, cl, _, _ in layers], axis=2)
   return w.reshape(k, n, -1), cols
 
 
@@ -505,11 +517,14 @@ def _render_chunk(ip: Mapping[str, np.ndarray], nz: Mapping[str, np.ndarray],
     idx = np.flatnonzero(gate)
     return None if idx.size == n else idx
 
+  def crop(rows, *fields):  # a band of image rows of [., H, W] fields (views, no copies)
+    return [f[:, rows] if f.shape[1] == size else f for f in fields]
+
   layers = []
 
-  def add(alpha, color, idx=None):
+  def add(alpha, color, idx=None, rows=None):
     if idx is None or idx.size:
-      layers.append((alpha, np.asarray(color, f32).reshape(-1, 3), idx))
+      layers.append((alpha, np.asarray(color, f32).reshape(-1, 3), idx, rows))
 
   black = np.zeros(3, f32)
   pw = 2.0 / size
@@ -546,13 +561,25 @@ def _render_chunk(ip: Mapping[str, np.ndarray], nz: Mapping[str, np.ndarray],
 
   # --- Image -> head coordinates (similarity transform: alignment jitter + roll). ---
   scale = _FACE_SCALE * nz['scale']
+  v_center = _FACE_CENTER_Y + nz['shift_y']
   cr, sr = c(np.cos(nz['roll']) / scale), c(np.sin(nz['roll']) / scale)
   px = u - c(nz['shift_x'])
-  py = v - c(_FACE_CENTER_Y + nz['shift_y'])
+  py = v - c(v_center)
   x = cr * px + sr * py
   y = cr * py - sr * px
   inv_pw = c(scale / pw)  # 1 / (pixel width in head units)
   inv_soft = np.minimum(inv_pw, f32(1 / 0.035))  # softer edges for hair and shadows
+
+  pitch_y = 0.3 * np.abs(nz['pitch'])  # how far pitch moves texture y against head y
+  roll_cos, roll_sin = np.cos(nz['roll']), np.abs(np.sin(nz['roll']))
+
+  def band(y_lo, y_hi, x_reach):
+    """Image rows that can see the head-coordinate box [-x_reach, x_reach] x [y_lo, y_hi]."""
+    v_lo = v_center + scale * (roll_cos * y_lo - roll_sin * x_reach)
+    v_hi = v_center + scale * (roll_cos * y_hi + roll_sin * x_reach)
+    r0 = max(0, int(np.floor((v_lo.min() + 1.0) / pw - 0.5)) - 2)
+    r1 = min(size, int(np.ceil((v_hi.max() + 1.0) / pw - 0.5)) + 3)
+    return slice(r0, max(r1, r0 + 1))
 
   # Under yaw the skull's silhouette widens (a head is deeper than wide) and slides backwards.
   xs = (x + 0.12 * a * sin_t) * (1.0 / (1.0 + 0.18 * np.abs(sin_t)))
@@ -580,8 +607,8 @@ def _render_chunk(ip: Mapping[str, np.ndarray], nz: Mapping[str, np.ndarray],
   hlen = c(hair_len)
   hl = c(hl_eff) + c(ip['hairline_curve']) * xt * xt
   top_hair = _soft(yt - hl, inv_soft)
-  band = _soft(np.maximum(y - hlen, c(crown) - y), inv_soft)
-  hair_in = top_hair + (band - top_hair) * back
+  hair_band = _soft(np.maximum(y - hlen, c(crown) - y), inv_soft)
+  hair_in = top_hair + (hair_band - top_hair) * back
   vol = c(hair_vol)
   ax_o = a + vol
   yo = y + 0.3 * vol
@@ -589,7 +616,7 @@ def _render_chunk(ip: Mapping[str, np.ndarray], nz: Mapping[str, np.ndarray],
   yoo = yo / (b + 1.2 * vol)
   outer_ell = 0.5 * ax_o * (xo * xo + yoo * yoo - 1.0)
   outer_side = np.maximum(np.abs(xs) - ax_o * (1.0 - 0.05 * y), -yo)  # hanging hair below
-  ring = _soft(np.minimum(outer_ell, outer_side), inv_pw) * band
+  ring = _soft(np.minimum(outer_ell, outer_side), inv_pw) * hair_band
 
   # --- Background (the first layers, which are not shaded). ---
   ang = nz['bg_angle']
@@ -610,16 +637,27 @@ def _render_chunk(ip: Mapping[str, np.ndarray], nz: Mapping[str, np.ndarray],
   add(_soft(np.maximum(xn - 0.55 * a, 0.45 - yn), inv_pw), skin_rgb * 0.78)  # neck
   add(head_m, skin_rgb)
 
-  # --- Facial features, in texture coordinates (mirrored |xt| for symmetric ones). ---
-  mouth_y = c(ip['mouth_y'] + sag)
-  eye_y = c(ip['eye_y'] + 0.3 * sag)
+  # --- Facial features, in texture coordinates (mirrored |xt| for symmetric ones), each
+  # evaluated only on the band of rows it can reach. ---
+  mouth_y_ = ip['mouth_y'] + sag
+  eye_y_ = ip['eye_y'] + 0.3 * sag
+  eh_ = ip['eye_h'] * (1.0 - 0.2 * old)
+  mouth_y, eye_y, eh = c(mouth_y_), c(eye_y_), c(eh_)
   eye_dx = c(ip['eye_dx'])
   eye_w = c(ip['eye_w'])
-  eh = c(ip['eye_h'] * (1.0 - 0.2 * old))
   tilt = ip['eye_tilt']
+  reach = head_w + 0.3
+
+  # Eye band: sockets, eyes, brows, glasses.
+  brow_y_ = eye_y_ - ip['brow_gap'] - 0.035 * nz['brow_raise']
+  brow_ang = ip['brow_angle'] - 0.08 * nz['brow_raise'] + tilt
+  brow_top = brow_y_ - ip['brow_len'] * np.abs(np.sin(brow_ang)) - ip['brow_thick']
+  rows = band(np.minimum(brow_top, eye_y_ - 0.015 - 4.0 * eh_ - 0.2) - pitch_y - 0.06,
+              eye_y_ + np.maximum(4.0 * eh_, 0.16) + pitch_y + 0.06, reach)
+  axt_e, yt_e, face_e = crop(rows, axt, yt, face)
   ct, st = c(np.cos(tilt)), c(np.sin(tilt))
-  dx = axt - eye_dx
-  dy = yt - eye_y
+  dx = axt_e - eye_dx
+  dy = yt_e - eye_y
   ex = ct * dx + st * dy
   ey = ct * dy - st * dx
   ex2 = ex * ex
@@ -632,121 +670,150 @@ def _render_chunk(ip: Mapping[str, np.ndarray], nz: Mapping[str, np.ndarray],
   shadow = 0.2 * sock
   idx = select(old > 0)
   if idx is None or idx.size:
-    ex2_, ey_, ew_, eh_ = pick(idx, ex2, ey, eye_w, eh)
-    eyb = (ey_ - 2.2 * eh_) * (1.0 / (0.9 * eh_))
-    bags = _soft(0.5 * (ex2_ * (1.0 / (1.2 * ew_)**2) + eyb * eyb - 1.0), f32(4.0))
+    ex2_i, ey_i, ew_i, eh_i = pick(idx, ex2, ey, eye_w, eh)
+    eyb = (ey_i - 2.2 * eh_i) * (1.0 / (0.9 * eh_i))
+    bags = _soft(0.5 * (ex2_i * (1.0 / (1.2 * ew_i)**2) + eyb * eyb - 1.0), f32(4.0))
     bags *= c(0.12 * old, idx)
     if idx is None:
       shadow += bags
     else:
       shadow[idx] += bags
-  add(shadow * face, black)
+  add(shadow * face_e, black, rows=rows)
 
   # Eye: sclera ellipse, iris disc, dark upper lid line.
   eh_open = eh * c(nz['eye_open'])
-  inv_ew2 = 1.0 / (eye_w * eye_w)
-  exe2 = ex2 * inv_ew2
+  exe2 = ex2 * (1.0 / (eye_w * eye_w))
   eyo = ey / np.maximum(eh_open, 1e-3)
-  eye_m = _soft(0.5 * eh_open * (exe2 + eyo * eyo - 1.0), inv_pw) * face
-  add(eye_m, skin_rgb * 0.25 + 0.62)
-  add(_soft(_round_dist(ex2 + ey * ey, 0.8 * eh), inv_pw) * eye_m, ip['iris_color'])
+  eye_m = _soft(0.5 * eh_open * (exe2 + eyo * eyo - 1.0), inv_pw) * face_e
+  add(eye_m, skin_rgb * 0.25 + 0.62, rows=rows)
+  add(_soft(_round_dist(ex2 + ey * ey, 0.8 * eh), inv_pw) * eye_m, ip['iris_color'], rows=rows)
   lid_y = -eh_open * np.sqrt(np.clip(1.0 - exe2, 0.0, 1.0))
   lid_d = np.maximum(np.abs(ey - lid_y) - 0.008, (exe2 - 1.1) * (0.5 * eye_w))
-  add(_soft(lid_d, inv_pw) * face * 0.8, ip['iris_color'] * 0.4)
+  add(_soft(lid_d, inv_pw) * face_e * 0.8, ip['iris_color'] * 0.4, rows=rows)
 
   # Brows: tapered capsules above the eyes; expression raises and tilts them.
-  by = eye_y - c(ip['brow_gap'] + 0.035 * nz['brow_raise'])
-  ba = ip['brow_angle'] - 0.08 * nz['brow_raise'] + tilt
-  cb, sb = c(np.cos(ba)), c(np.sin(ba))
-  dbx, dby = axt - (eye_dx + 0.01), yt - by
+  cb, sb = c(np.cos(brow_ang)), c(np.sin(brow_ang))
+  dbx, dby = axt_e - (eye_dx + 0.01), yt_e - c(brow_y_)
   along = cb * dbx - sb * dby
   across = sb * dbx + cb * dby
   blen = c(ip['brow_len'])
   along_c = np.clip(along, -blen, blen)
   thick = c(ip['brow_thick'] * 0.5) * (1.0 - 0.45 * np.clip(along_c / blen, 0.0, 1.0))
   da = along - along_c
-  add(_soft(_round_dist(da * da + across * across, thick), inv_pw) * face, brow_rgb)
+  add(_soft(_round_dist(da * da + across * across, thick), inv_pw) * face_e, brow_rgb,
+      rows=rows)
+
+  # Glasses (identity trait, sometimes taken off) and sunglasses (an occluder): elliptical rims
+  # around the eyes plus a bridge; sunglasses also fill the lenses. Kept aside and added after
+  # the head hair, which they sit on.
+  glasses_layers = []
+  occ = nz['occluder']
+  sun = occ == OCC_SUNGLASSES
+  wear = np.maximum(ip['glasses'] * nz['glasses_on'], sun)
+  idx = select(wear > 0)
+  if idx is None or idx.size:
+    axt_i, yt_i, face_i, ipw, edx, ey_i, ew = pick(idx, axt_e, yt_e, face_e, inv_pw, eye_dx,
+                                                   eye_y, eye_w)
+    gsz = c(ip['glasses_size'], idx)
+    lw, lh = 1.75 * ew * gsz, 0.13 * gsz
+    lqx = (axt_i - edx) / lw
+    lqy = (yt_i - ey_i + 0.01) / lh
+    lens_d = 0.5 * lh * (lqx * lqx + lqy * lqy - 1.0)
+    rim_t = np.maximum(f32(0.009), 0.22 / ipw)
+    bridge = np.maximum(np.abs(yt_i - ey_i + 0.03) - rim_t, axt_i - (edx - 0.9 * lw))
+    frame = _soft(np.minimum(np.abs(lens_d) - rim_t, bridge), ipw) * face_i
+    glasses_layers.append((frame, ip['glasses_color'], idx, rows))
+    glasses_layers.append((_soft(lens_d, ipw) * face_i * c(0.93 * sun, idx), [0.05, 0.05, 0.07],
+                           idx, rows))
 
   nose_y1 = eye_y + c(ip['nose_len'])
   nw = c(ip['nose_w'])
   mw = c(ip['mouth_w'] * (1.0 + 0.08 * nz['smile']))
+  mo = c(nz['mouth_open'] * 0.06)
+  lip = c(ip['lip_thick'])
 
   # Age lines (images older than ~40): nasolabial folds and forehead lines.
   idx = select(wrinkle > 0)
   if idx is None or idx.size:
-    axt_, yt_, hl_, face_, ipw = pick(idx, axt, yt, hl, face, inv_pw)
-    nw_, ny1_, mw_, my_, by_ = pick(idx, nw, nose_y1, mw, mouth_y, by)
+    axt_i, yt_i, hl_i, face_i, ipw = pick(idx, axt, yt, hl, face, inv_pw)
+    nw_i, ny1_i, mw_i, my_i = pick(idx, nw, nose_y1, mw, mouth_y)
     line_w = np.maximum(f32(0.012), 0.6 / ipw)
-    fold = _segment_dist2(axt_, yt_, nw_ + 0.04, ny1_ - 0.02, mw_ + 0.04, my_ + 0.04)
+    fold = _segment_dist2(axt_i, yt_i, nw_i + 0.04, ny1_i - 0.02, mw_i + 0.04, my_i + 0.04)
     lines = 0.25 * _soft(_round_dist(fold, line_w), ipw)
-    fore = np.abs(np.sin((yt_ - hl_) * f32(2 * np.pi / 0.09)))  # phase-locked to the hairline
-    lines += 0.08 * fore * _soft(np.maximum(np.maximum(axt_ - 0.32, by_ - 0.05 - yt_),
-                                            hl_ + 0.08 - yt_), ipw)
-    add(lines * c(wrinkle, idx) * face_, black, idx)
+    fore = np.abs(np.sin((yt_i - hl_i) * f32(2 * np.pi / 0.09)))  # phase-locked to the hairline
+    lines += 0.08 * fore * _soft(np.maximum(np.maximum(axt_i - 0.32, c(brow_y_, idx) - 0.05 - yt_i),
+                                            hl_i + 0.08 - yt_i), ipw)
+    add(lines * c(wrinkle, idx) * face_i, black, idx)
 
-  # Facial hair (under the lips, over the skin).
-  mo = c(nz['mouth_open'] * 0.06)
-  lip = c(ip['lip_thick'])
+  # Beard (under the lips, over the skin).
   idx = select(beard > 0)
   if idx is None or idx.size:
-    axt_, yt_, face_, isoft, a_, my_ = pick(idx, axt, yt, face, inv_soft, a, mouth_y)
-    beard_top = my_ - 0.1 - 0.3 * np.clip(axt_ / a_ - 0.25, 0.0, 1.0)
-    add(_soft(beard_top - yt_, isoft) * face_ * c(beard, idx), hair_rgb * 0.85, idx)
+    axt_i, yt_i, face_i, isoft, a_i, my_i = pick(idx, axt, yt, face, inv_soft, a, mouth_y)
+    beard_top = my_i - 0.1 - 0.3 * np.clip(axt_i / a_i - 0.25, 0.0, 1.0)
+    add(_soft(beard_top - yt_i, isoft) * face_i * c(beard, idx), hair_rgb * 0.85, idx)
+
+  # Mouth band: moustache, lips, gap.
+  reach_y = 0.1 + ip['lip_thick'] + 0.06 * nz['mouth_open'] + 0.05 * np.abs(nz['smile'])
+  rows = band(mouth_y_ - reach_y - pitch_y - 0.04, mouth_y_ + reach_y + pitch_y + 0.04, reach)
+  axt_m, yt_m, face_m = crop(rows, axt, yt, face)
   idx = select(ip['moustache'] > 0)
   if idx is None or idx.size:
-    axt_, yt_, face_, ipw, mw_, my_, lip_, mo_ = pick(idx, axt, yt, face, inv_pw, mw, mouth_y,
-                                                      lip, mo)
-    stache_y = my_ - 0.5 * (lip_ + mo_) - 0.045
-    stache = _soft(np.maximum(axt_ - mw_ * 1.1, np.abs(yt_ - stache_y) - 0.035), ipw)
-    add(stache * face_ * c(ip['moustache'], idx), hair_rgb * 0.85, idx)
-
-  # Mouth: upper/lower lip bands around a smile curve, dark gap (teeth when wide open).
-  ex_m = np.clip(axt / mw, 0.0, 1.0)
+    axt_i, yt_i, face_i, ipw, mw_i, my_i, lip_i, mo_i = pick(idx, axt_m, yt_m, face_m, inv_pw, mw,
+                                                             mouth_y, lip, mo)
+    stache_y = my_i - 0.5 * (lip_i + mo_i) - 0.045
+    stache = _soft(np.maximum(axt_i - mw_i * 1.1, np.abs(yt_i - stache_y) - 0.035), ipw)
+    add(stache * face_i * c(ip['moustache'], idx), hair_rgb * 0.85, idx, rows)
+  # Lips: upper/lower bands around a smile curve; the gap is dark (teeth when wide open).
+  ex_m = np.clip(axt_m / mw, 0.0, 1.0)
   ex_m2 = ex_m * ex_m
   env = np.sqrt(1.0 - ex_m2)
-  dm = yt - mouth_y + c(0.05 * nz['smile']) * ex_m2
+  dm = yt_m - mouth_y + c(0.05 * nz['smile']) * ex_m2
   lip_env = lip * env
   mo_env = 0.5 * mo * env
   up = np.abs(dm + mo_env + 0.45 * lip_env) - 0.45 * lip_env
   lo = np.abs(dm - mo_env - 0.55 * lip_env) - 0.55 * lip_env
-  side = axt - mw
-  add(_soft(np.maximum(np.minimum(up, lo), side), inv_pw) * face, ip['lip_color'])
+  side = axt_m - mw
+  add(_soft(np.maximum(np.minimum(up, lo), side), inv_pw) * face_m, ip['lip_color'], rows=rows)
   gap_rgb = np.where((nz['mouth_open'] > 0.3)[:, None], [0.55, 0.45, 0.41], [0.22, 0.07, 0.07])
-  add(_soft(np.maximum(np.abs(dm) - mo_env - 0.004, side), inv_pw) * face, gap_rgb)
+  add(_soft(np.maximum(np.abs(dm) - mo_env - 0.004, side), inv_pw) * face_m, gap_rgb, rows=rows)
 
   # Mole (asymmetric on purpose: a left/right identity cue).
   idx = select(ip['mole'] > 0)
   if idx is None or idx.size:
-    xt_, yt_, face_, ipw = pick(idx, xt, yt, face, inv_pw)
-    mx, my = xt_ - c(ip['mole_x'], idx), yt_ - c(ip['mole_y'], idx)
-    add(_soft(_round_dist(mx * mx + my * my, 0.022), ipw) * face_ * 0.55, black, idx)
+    xt_i, yt_i, face_i, ipw = pick(idx, xt, yt, face, inv_pw)
+    mx, my = xt_i - c(ip['mole_x'], idx), yt_i - c(ip['mole_y'], idx)
+    add(_soft(_round_dist(mx * mx + my * my, 0.022), ipw) * face_i * 0.55, black, idx)
 
   # Nose, in head coordinates because it protrudes: the tip slides further than the surface under
   # yaw and, in profile, sticks out past the cheek line.
+  nose_rows = band(eye_y_ + 0.02, eye_y_ + ip['nose_len'] + 0.3 * ip['nose_w'] + 0.08, reach)
+  xs_n, y_n, r_n, head_n = crop(nose_rows, xs, y, r, head_m)
   nose_y0 = eye_y + 0.06
-  fr = np.clip((y - nose_y0) * (1.0 / (nose_y1 - nose_y0)), 0.0, 1.0)
+  fr = np.clip((y_n - nose_y0) * (1.0 / (nose_y1 - nose_y0)), 0.0, 1.0)
   depth = c(ip['nose_depth']) * fr
-  x_surf = r * sin_t
-  xm = x_surf + (0.5 * sin_t) * depth
+  xm = r_n * sin_t + (0.5 * sin_t) * depth
   half = (nw * (0.6 + 0.4 * np.abs(cos_t))) * (0.35 + 0.65 * fr * fr) + (
       0.5 * np.abs(sin_t)) * depth
-  nose_d = np.maximum(np.maximum(np.abs(xs - xm) - half, nose_y0 - y), y - nose_y1 - 0.3 * nw)
+  nose_d = np.maximum(np.maximum(np.abs(xs_n - xm) - half, nose_y0 - y_n),
+                      y_n - nose_y1 - 0.3 * nw)
   nose_m = _soft(nose_d, inv_pw) * np.clip(cos_t * 3.0 + 1.0, 0.0, 1.0)  # gone at extreme yaw
-  add(nose_m, skin_rgb * 1.03)
-  tip_x = x_surf + c(ip['nose_depth']) * sin_t
-  nx_ = (np.abs(xs - tip_x) - 0.5 * nw * np.abs(cos_t)) * (1.0 / (0.35 * nw))
-  ny_ = (y - nose_y1 - 0.015) * (1.0 / 0.018)
+  add(nose_m, skin_rgb * 1.03, rows=nose_rows)
+  nose_depth = c(ip['nose_depth'])
+  nx_ = (np.abs(xs_n - (r_n + nose_depth) * sin_t) - 0.5 * nw * np.abs(cos_t)) * (1.0 / (0.35 * nw))
+  ny_ = (y_n - nose_y1 - 0.015) * (1.0 / 0.018)
   nost = _soft(0.5 * (nx_ * nx_ + ny_ * ny_ - 1.0), np.minimum(inv_pw, f32(1 / 0.02)))
-  add(0.45 * nost * head_m, black)
+  add(0.45 * nost * head_n, black, rows=nose_rows)
 
   # Ears at texture angle +-90 degrees: seen edge-on (thin, sticking out) in frontal views, flat
   # in profile; hidden behind the head, and covered by hair that reaches below them.
   ear_y = ip['ear_y']
   ear_h = ip['ear_h']
   ear_hw = 0.5 * ear_h
+  rows = band(ear_y - ear_h - 0.04, ear_y + ear_h + 0.04, reach)
+  xs_r, y_r, head_r = crop(rows, xs, y, head_m)
   r_ear = head_w * np.sqrt(np.clip(1.0 - (ear_y / ip['head_h'])**2, 0.1, 1.0))
   cover = 1.0 - 0.9 * np.clip((hair_len - ear_y + 0.05) * 10.0, 0.0, 1.0) * (1.0 - bald)
-  ey_e = (y - c(ear_y)) * c(1.0 / ear_h)
+  ey_e = (y_r - c(ear_y)) * c(1.0 / ear_h)
   ey_e2 = ey_e * ey_e
   ear_m = 0.0
   inner = 0.0
@@ -755,38 +822,21 @@ def _render_chunk(ip: Mapping[str, np.ndarray], nz: Mapping[str, np.ndarray],
     sa_e, ca_e = np.sin(alpha_e), np.cos(alpha_e)
     xe = sa_e * (r_ear + (0.3 + 0.9 * ip['ear_out']) * ear_hw * (1.0 - np.abs(ca_e)))
     half_w = ear_hw * (0.35 + 0.65 * np.abs(ca_e))
-    ex_e = (xs - c(xe)) * c(1.0 / half_w)
+    ex_e = (xs_r - c(xe)) * c(1.0 / half_w)
     ell2 = ex_e * ex_e + ey_e2
     behind = np.clip((0.45 - ca_e) / 0.3, 0.0, 1.0)
     vis = np.clip((ca_e + 0.15) * 8.0 + 0.5, 0.0, 1.0) * cover
-    m = _soft(_round_dist(ell2, 1.0) * c(half_w), inv_pw) * (1.0 - head_m * c(behind)) * c(vis)
+    m = _soft(_round_dist(ell2, 1.0) * c(half_w), inv_pw) * (1.0 - head_r * c(behind)) * c(vis)
     ear_m = ear_m + m
     inner = inner + _soft(_round_dist(ell2, 0.55) * c(half_w), inv_pw) * m * c(
         0.3 * np.clip(ca_e * 2.0, 0.0, 1.0))
-  add(ear_m, skin_rgb * np.array([0.95, 0.85, 0.82], f32))
-  add(inner, black)
+  add(ear_m, skin_rgb * np.array([0.95, 0.85, 0.82], f32), rows=rows)
+  add(inner, black, rows=rows)
 
-  # Hair on the head (top and back of the skull), over skin and ears.
+  # Hair on the head (top and back of the skull), over skin and ears; then glasses.
   add(hair_in * head_m, hair_rgb)
-
-  # Glasses (identity trait, sometimes taken off) and sunglasses (an occluder): elliptical rims
-  # around the eyes plus a bridge; sunglasses also fill the lenses.
-  occ = nz['occluder']
-  sun = occ == OCC_SUNGLASSES
-  wear = np.maximum(ip['glasses'] * nz['glasses_on'], sun)
-  idx = select(wear > 0)
-  if idx is None or idx.size:
-    axt_, yt_, face_, ipw, edx, ey_, ew = pick(idx, axt, yt, face, inv_pw, eye_dx, eye_y, eye_w)
-    gsz = c(ip['glasses_size'], idx)
-    lw, lh = 1.75 * ew * gsz, 0.13 * gsz
-    lqx = (axt_ - edx) / lw
-    lqy = (yt_ - ey_ + 0.01) / lh
-    lens_d = 0.5 * lh * (lqx * lqx + lqy * lqy - 1.0)
-    rim_t = np.maximum(f32(0.009), 0.22 / ipw)
-    bridge = np.maximum(np.abs(yt_ - ey_ + 0.03) - rim_t, axt_ - (edx - 0.9 * lw))
-    frame = _soft(np.minimum(np.abs(lens_d) - rim_t, bridge), ipw) * face_
-    add(frame, ip['glasses_color'], idx)
-    add(_soft(lens_d, ipw) * face_ * c(0.93 * sun, idx), [0.05, 0.05, 0.07], idx)
+  for layer in glasses_layers:
+    add(*layer)
 
   # Other occluders: a random rectangle, a hand over the lower face, a medical mask.
   idx = select(occ == OCC_RECT)
@@ -796,23 +846,25 @@ def _render_chunk(ip: Mapping[str, np.ndarray], nz: Mapping[str, np.ndarray],
     add(rect, nz['occ_color'], idx)
   idx = select(occ == OCC_HAND)
   if idx is None or idx.size:
-    x_, y_, ipw = pick(idx, x, y, inv_pw)
+    x_i, y_i, ipw = pick(idx, x, y, inv_pw)
     hy = c(0.35 + 0.35 * (nz['occ_y'] + 0.6), idx)
-    hex_ = (x_ - c(nz['occ_x'] * 0.5, idx)) * c(1.0 / (0.22 + nz['occ_w']), idx)
-    hey = (y_ - hy) * c(1.0 / (0.18 + 0.6 * nz['occ_h']), idx)
+    hex_ = (x_i - c(nz['occ_x'] * 0.5, idx)) * c(1.0 / (0.22 + nz['occ_w']), idx)
+    hey = (y_i - hy) * c(1.0 / (0.18 + 0.6 * nz['occ_h']), idx)
     hand = _soft(0.125 * (hex_ * hex_ + hey * hey - 1.0), ipw)
     add(hand, skin_rgb * 0.97, idx)
-    add(hand * (np.cos((y_ - hy) * f32(2 * np.pi / 0.11)) > 0.6) * f32(0.12), black, idx)
+    add(hand * (np.cos((y_i - hy) * f32(2 * np.pi / 0.11)) > 0.6) * f32(0.12), black, idx)
   idx = select(occ == OCC_MASK)
   if idx is None or idx.size:
-    yt_, face_, ipw, ny1_, b_ = pick(idx, yt, face, inv_pw, nose_y1, b)
-    add(_soft(np.maximum(ny1_ - 0.12 - yt_, yt_ - b_ * 0.92), ipw) * face_,
+    yt_i, face_i, ipw, ny1_i, b_i = pick(idx, yt, face, inv_pw, nose_y1, b)
+    add(_soft(np.maximum(ny1_i - 0.12 - yt_i, yt_i - b_i * 0.92), ipw) * face_i,
         0.6 + 0.4 * nz['occ_color'], idx)
 
   # --- Shading: Lambertian on an ellipsoid normal field; the nose gets its own ridge normal. ---
   nx = np.clip(xa, -1.0, 1.0)
-  nx += (np.clip((xs - xm) / (half + 1e-3), -1.0, 1.0) - nx) * (0.8 * nose_m)
-  ny = np.clip(0.6 * yn, -1.0, 1.0) - 0.3 * nose_m
+  ny = np.clip(0.6 * yn, -1.0, 1.0)
+  nx_n, ny_n = crop(nose_rows, nx, ny)
+  nx_n += (np.clip((xs_n - xm) / (half + 1e-3), -1.0, 1.0) - nx_n) * (0.8 * nose_m)
+  ny_n -= 0.3 * nose_m
   nzz = np.sqrt(np.clip(1.0 - nx * nx - ny * ny, 0.0, 1.0))
   lx, ly = nz['light_x'], nz['light_y']
   ln = np.sqrt(lx * lx + ly * ly + 1.0)
@@ -820,7 +872,8 @@ def _render_chunk(ip: Mapping[str, np.ndarray], nz: Mapping[str, np.ndarray],
   ks = nz['light_strength']
   shade = c(1.0 - ks) + c(ks * ln) * lam  # normalised: a frontal light leaves the centre at 1
   # The cheek beyond the nose falls into the nose's shadow / away from the camera-side light.
-  shade *= 1.0 - 0.25 * face * np.clip((xs - tip_x) * (2.0 * sin_t / a), 0.0, 1.0)
+  shade *= 1.0 - 0.25 * face * np.clip((xs - (r + nose_depth) * sin_t) * (2.0 * sin_t / a), 0.0,
+                                      1.0)
 
   w, cols = _composite(layers, n, (size, size))
   fg = 1.0 - w[:num_bg_layers].sum(axis=0).reshape(n, size, size)
@@ -843,13 +896,18 @@ def _render_chunk(ip: Mapping[str, np.ndarray], nz: Mapping[str, np.ndarray],
   idx = np.flatnonzero(sigma > 0.3)
   if idx.size:
     img[idx] = _blur(img[idx], sigma[idx])
-  # Three 10-bit uniform fields from one 32-bit hash per pixel; std = nuisance['noise'].
-  bits = _hash_bits(nz['noise_seed'], size * size)[:, None, :] >> np.array(
-      [0, 10, 20], np.uint32)[None, :, None]
-  noise = (bits & np.uint32(1023)).astype(f32).reshape(n, 3, size, size)
-  img += (noise - 511.5) * c(nz['noise'] * (np.sqrt(12.0) / 1024.0))[:, None]
+  # Uniform sensor noise with std nuisance['noise'] (a uniform on [-a, a] has std a / sqrt(3)).
+  noise = _noise_bank(size)[nz['noise_seed'] % _NOISE_BANK]
+  img += noise * c(nz['noise'] * (np.sqrt(3.0) / 127.0))[:, None]
   img = img * 255.0 + 0.5
   return np.clip(img, 0.0, 255.0, out=img).astype(np.uint8)
+
+
+def _usable_cpus() -> int:
+  try:
+    return len(os.sched_getaffinity(0))
+  except AttributeError:  # not on Linux
+    return os.cpu_count() or 1
 
 
 def render_faces(identity_params: dict[str, np.ndarray], nuisance: dict[str, np.ndarray],
@@ -885,7 +943,7 @@ def render_faces(identity_params: dict[str, np.ndarray], nuisance: dict[str, np.
     out[s:e] = rendered.transpose(0, 2, 3, 1)
 
   # numpy releases the GIL inside its loops, so threads give a real speed-up on multi-core hosts.
-  workers = min(len(starts), os.cpu_count() or 1, 8)
+  workers = min(len(starts), _usable_cpus(), 8)
   if workers <= 1:
     for s in starts:
       work(s)
