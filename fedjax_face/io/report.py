@@ -14,6 +14,8 @@ def verification_table(results_by_method: dict[str, dict]) -> str:
     for name in res['verification']:
       if name not in pair_sets:
         pair_sets.append(name)
+  known = list(PAIR_SET_TITLES)
+  pair_sets.sort(key=lambda p: known.index(p) if p in known else len(known))
   header = '| method | ' + ' | '.join(PAIR_SET_TITLES.get(p, p) for p in pair_sets) + ' | average |'
   lines = [header, '|' + ' --- |' * (len(pair_sets) + 2)]
   for method, res in results_by_method.items():
