@@ -14,8 +14,9 @@ from absl import logging
 
 from fedjax_face import algorithms, config_lib, models
 from fedjax_face.core import engine as engine_lib
-from fedjax_face.data import federated, partition, synthetic
-from fedjax_face.eval import diagnostics, plots, verification
+from fedjax_face.data import federated, identification_set, partition, pipeline, sources, stores
+from fedjax_face.data import synthetic
+from fedjax_face.eval import diagnostics, identification, plots, verification
 from fedjax_face.io import checkpoint, metrics, report
 
 
@@ -38,23 +39,33 @@ def resolve_engine(config, platform: str | None = None) -> tuple[str, str]:
 
 
 def load_data(config):
-  """The data source named by config.data.source: training images/labels and the pair sets."""
-  if config.data.source == 'synthetic':
-    return synthetic.make_benchmark(
-        seed=config.seed, num_identities=config.data.num_identities,
-        images_per_identity=config.data.images_per_identity, image_size=config.data.image_size,
-        num_test_identities=config.data.num_test_identities, num_pairs=config.data.num_pairs,
-        difficulty=config.data.difficulty,
-        images_per_identity_sigma=config.data.images_per_identity_sigma)
-  raise ValueError(f'config.data.source={config.data.source!r}; expected one of '
-                   f'{config_lib.DATA_SOURCES}.')
+  """The data source named by config.data.source: training images/labels and the pair sets.
+
+  For real data (`data/sources.py`) `train_images` is a store that decodes on demand and the
+  pair sets are the `<name>.bin` / `<name>.txt` files of `config.eval.pair_sets`.
+  """
+  return sources.load(config)
+
+
+def load_identification_set(config):
+  """The 1:N gallery / probe set of held-out identities, or None when disabled."""
+  cfg = config.eval.identification
+  if not cfg.enabled or config.data.source != 'synthetic':
+    return None   # real data: no 1:N set of held-out identities is read yet
+  return identification_set.make_identification_set(
+      config.seed, image_size=config.data.image_size, num_enrolled=cfg.num_enrolled,
+      num_distractors=cfg.num_distractors, num_non_mated=cfg.num_non_mated,
+      probes_per_identity=cfg.probes_per_identity, difficulty=config.data.difficulty)
 
 
 def client_partition(config, num_identities: int) -> list[np.ndarray]:
-  """The identity-exclusive partition of the training identities over the clients."""
+  """The identity partition over the clients: exclusive, plus shared identities when
+  `federated.shared_fraction` > 0 (the FedGC general case)."""
   rng = np.random.default_rng([config.seed, 0xc11e47])
-  return partition.identity_exclusive(num_identities, config.federated.num_clients,
-                                      config.federated.partition, rng)
+  clients = partition.identity_exclusive(num_identities, config.federated.num_clients,
+                                         config.federated.partition, rng)
+  return partition.share_identities(clients, config.federated.shared_fraction,
+                                    config.federated.shared_group_size, rng)
 
 
 def grouped_class_embeddings(class_embeddings: np.ndarray, identity_table: np.ndarray):
@@ -63,8 +74,24 @@ def grouped_class_embeddings(class_embeddings: np.ndarray, identity_table: np.nd
   return grouped * (identity_table >= 0)[..., None]
 
 
-def evaluate(config, model, algorithm, state, benchmark, fed_view, workdir: str) -> dict:
-  """Verification on every pair set, plus the FedGC Fig. 3 class-embedding diagnostic."""
+def class_embedding_norms(algorithm, state) -> dict:
+  """Mean / max L2 norm of the real class embeddings (empty when the algorithm keeps none).
+
+  Logged every `log_every` rounds: FedGC's server step changes these norms, and with the unnormalised
+  softmax their scale sets the sharpness of every client's local loss.
+  """
+  class_embeddings = algorithm.class_embeddings(state)
+  if class_embeddings is None:
+    return {}
+  norms = np.linalg.norm(np.asarray(class_embeddings), axis=-1)   # [num_identities]
+  return {'class_embeddings/norm_mean': float(np.mean(norms)),
+          'class_embeddings/norm_max': float(np.max(norms))}
+
+
+def evaluate(config, model, algorithm, state, benchmark, fed_view, workdir: str,
+             id_set=None) -> dict:
+  """Verification on every pair set, 1:N identification when `id_set` is given, and the FedGC
+  Fig. 3 class-embedding diagnostic."""
   variables = algorithm.eval_variables(state.server)
   apply = jax.jit(lambda v, x: model.apply(v, x, train=False))
   embed_fn = lambda x: apply(variables, x)
@@ -73,11 +100,14 @@ def evaluate(config, model, algorithm, state, benchmark, fed_view, workdir: str)
     pairs = benchmark.pair_sets[name]
     res = verification.verify(embed_fn, pairs.images, pairs.issame,
                               batch_size=config.eval.batch_size, far_target=config.eval.far_target)
-    curves[report.PAIR_SET_TITLES.get(name, name)] = (np.asarray(res['roc_fpr']),
-                                                      np.asarray(res['roc_tpr']))
+    res['title'] = report.pair_set_title(name, config.data.source == 'synthetic')
+    curves[res['title']] = (np.asarray(res['roc_fpr']), np.asarray(res['roc_tpr']))
     results[name] = res
   plots.plot_roc(curves, os.path.join(workdir, 'roc.png'), title=config.algorithm)
   out = {'verification': results, 'plots': ['roc.png']}
+  if id_set is not None:
+    out['identification'] = identification.identify(embed_fn, id_set,
+                                                    batch_size=config.eval.batch_size)
   class_embeddings = algorithm.class_embeddings(state)
   if class_embeddings is not None:
     grouped = grouped_class_embeddings(np.asarray(class_embeddings), fed_view.identity_table)
@@ -87,7 +117,9 @@ def evaluate(config, model, algorithm, state, benchmark, fed_view, workdir: str)
     np.savez_compressed(os.path.join(workdir, 'class_embedding_similarity.npz'),
                         within=within, cross=cross)
     out['diagnostics'] = {'class_embedding_similarity':
-                          diagnostics.similarity_summary(within, cross)}
+                          diagnostics.similarity_summary(within, cross),
+                          'class_embedding_norm':
+                          class_embedding_norms(algorithm, state)}
     out['plots'].append('class_embedding_similarity.png')
   return out
 
@@ -102,6 +134,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   # Data and partition.
   t0 = time.perf_counter()
   benchmark = load_data(config)
+  id_set = load_identification_set(config)
   data_s = time.perf_counter() - t0
   print(f'data: {len(benchmark.train_images)} training images of {benchmark.num_identities} '
         f'identities, pair sets {sorted(benchmark.pair_sets)} ({data_s:.1f} s)', flush=True)
@@ -143,19 +176,29 @@ def train_and_evaluate(config, workdir: str) -> dict:
   writer = metrics.MetricWriter(os.path.join(workdir, 'tensorboard'))
   progress = metrics.Progress(config.num_rounds, start_round, images_per_round)
   t_train = time.perf_counter()
+  # Round r+1's batches are drawn (for real data: read and decoded) in a background thread while
+  # round r trains; sample_round is a pure function of (seed, round, client), so prefetching
+  # changes only when the data is made.
+  round_data = pipeline.Prefetcher(
+      lambda r: federated.sample_round(
+          fed, federated.pad_cohort(
+              federated.select_clients(fed.num_clients, fl.participation, r, config.seed),
+              eng.cohort_multiple(), fed.num_clients),
+          round_index=r, seed=config.seed, steps=fl.local_steps, batch_size=fl.batch_size,
+          local_epochs=fl.local_epochs),
+      range(start_round, config.num_rounds), depth=config.data.prefetch)
   for r in range(start_round, config.num_rounds):
     cohort = federated.select_clients(fed.num_clients, fl.participation, r, config.seed)
     cohort = federated.pad_cohort(cohort, eng.cohort_multiple(), fed.num_clients)
     weights = np.where(cohort < fed.num_clients,
                        num_examples[np.minimum(cohort, fed.num_clients - 1)], 0.0)
-    data = federated.sample_round(fed, cohort, round_index=r, seed=config.seed,
-                                  steps=fl.local_steps, batch_size=fl.batch_size,
-                                  local_epochs=fl.local_epochs)
+    data = round_data.get(r)
     state, round_metrics = eng.run_round(state, cohort, weights, data,
                                          jax.random.fold_in(root_rng, r + 1))
     done = r + 1
     if done % config.log_every == 0 or done == config.num_rounds or done == start_round + 1:
       scalars = {k: float(v) for k, v in round_metrics.items()}
+      scalars.update(class_embedding_norms(algorithm, state))
       if not np.all(np.isfinite(list(scalars.values()))):
         raise FloatingPointError(f'round {done}: non-finite training metrics {scalars}; the run '
                                  'diverged (lower optimizer.learning_rate or fedgc.reg_lambda).')
@@ -166,6 +209,11 @@ def train_and_evaluate(config, workdir: str) -> dict:
       mid = evaluate(config, model, algorithm, state, benchmark, fed_view, workdir)
       writer.write_scalars(done, {f'eval/{k}/accuracy': v['accuracy']
                                   for k, v in mid['verification'].items()})
+  round_data.close()
+  if isinstance(fed.images, stores.DecodedImageStore):
+    print(f'input pipeline: waited {round_data.wait_s:.1f} s for round data; '
+          f'{len(fed.images.bad)} bad records skipped ({fed.images.num_masked} samples masked)',
+          flush=True)
   jax.block_until_ready(state)
   train_s = time.perf_counter() - t_train
   if ckpt.latest_round() != config.num_rounds:
@@ -174,7 +222,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
 
   # Evaluation and outputs.
   t0 = time.perf_counter()
-  out = evaluate(config, model, algorithm, state, benchmark, fed_view, workdir)
+  out = evaluate(config, model, algorithm, state, benchmark, fed_view, workdir, id_set)
   eval_s = time.perf_counter() - t0
   writer.write_scalars(config.num_rounds, {f'eval/{k}/accuracy': v['accuracy']
                                            for k, v in out['verification'].items()})
@@ -182,7 +230,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
   out['plots'].insert(0, 'samples.png')
   results = {
       'algorithm': config.algorithm,
-      'config_name': f'{config.algorithm}/{config.head.loss}/{config.federated.partition}',
+      'config_name': (f'{config_lib.method_name(config)}/{config.head.loss}/'
+                      f'{config.federated.partition}'),
       'rounds': config.num_rounds,
       'images_seen': config.num_rounds * images_per_round,
       'engine': {'backend': backend, 'step_mode': step_mode, 'devices': jax.device_count(),

@@ -4,7 +4,7 @@ Flags only; everything else is `experiment.train_and_evaluate`. Override any con
 `--config.<field>=value` (e.g. `--config.fedgc.reg_lambda=1`); unknown fields are rejected.
 """
 
-from absl import app, flags
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 from fedjax_face import experiment
@@ -18,6 +18,9 @@ flags.mark_flags_as_required(['config', 'workdir'])
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  if not flags.FLAGS['verbosity'].present:
+    # Orbax logs every checkpoint step at INFO; the progress line is the run's log. `-v 0` restores it.
+    logging.set_verbosity(logging.WARNING)
   experiment.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
 
 

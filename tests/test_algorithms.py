@@ -80,3 +80,41 @@ def test_fedgc_server_update_scatters_then_corrects_all_clients():
 def test_unknown_algorithm_lists_valid_names():
   with pytest.raises(ValueError, match=r"algorithm='fedx' is unknown; expected one of \['centralized', 'fedgc', 'fedpe'\]"):
     algorithms.get('fedx')
+
+
+def test_general_case_averages_shared_identity_and_regularizes_against_exclusive_classes():
+  """Hand-made 3 clients: identity 0 is shared by clients 0 and 1; 1, 2, 3 are exclusive."""
+  from fedjax_face.algorithms import fedgc, regularizers
+  table = np.array([[0, 1], [0, 2], [3, -1]], np.int32)
+  valid, holders = fedgc.identity_holders(table, 4)
+  np.testing.assert_array_equal(valid, [True, True, True, True])
+  np.testing.assert_array_equal(holders, [[1, 1, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1]])
+  rng = np.random.default_rng(0)
+  slots = rng.normal(size=(3, 2, 4)).astype(np.float32)
+  slots[2, 1] = 0.0
+  rows = np.asarray(fedgc.identity_rows(jnp.asarray(slots), table, 4))
+  np.testing.assert_allclose(rows[0], (slots[0, 0] + slots[1, 0]) / 2, rtol=1e-6)
+  np.testing.assert_array_equal(rows[1:], [slots[0, 1], slots[1, 1], slots[2, 0]])
+  # Identity 0 meets 1 (client 0) and 2 (client 1) in local softmaxes: only 3 is a cross term.
+  allowed = np.asarray(regularizers.allowed_mask(jnp.asarray(valid), jnp.asarray(holders)))
+  np.testing.assert_array_equal(allowed, [[1, 0, 0, 1], [0, 1, 1, 1], [0, 1, 1, 1],
+                                          [1, 1, 1, 1]])
+  corrected = regularizers.flat_gradient_correction(jnp.asarray(rows), jnp.asarray(valid),
+                                                    jnp.asarray(holders), step_size=0.5)
+  back = np.asarray(fedgc.client_slots(corrected, table))
+  np.testing.assert_array_equal(back[0, 0], back[1, 0])   # every holder gets the same row
+  np.testing.assert_array_equal(back[2, 1], np.zeros(4))  # padding stays zero
+  np.testing.assert_allclose(back[2, 0], np.asarray(corrected)[3], rtol=0)
+
+
+def test_shared_identities_split_images_between_holders():
+  from fedjax_face.data import federated, partition
+  clients = partition.share_identities([np.array([0, 1]), np.array([2]), np.array([3])], 0.5, 2,
+                                       np.random.default_rng(1))
+  assert sum(len(c) for c in clients) == 4 + 2
+  labels = np.repeat(np.arange(4), 6)
+  fed = federated.build(np.zeros((24, 2, 2, 3), np.uint8), labels, clients)
+  seen = np.concatenate(fed.client_indices)
+  np.testing.assert_array_equal(np.sort(seen), np.arange(24))   # every image once, none twice
+  with pytest.raises(ValueError, match='shared_group_size=5; expected 2 to num_clients'):
+    partition.share_identities(clients, 0.5, 5, np.random.default_rng(0))

@@ -42,8 +42,17 @@ def test_train_and_evaluate_writes_every_output(tmp_path, name):
     assert metrics['num_pairs'] == config.data.num_pairs
     assert metrics['protocol'].startswith('insightface 10-fold')
   assert results['verification']['lfw']['accuracy'] == saved['verification']['lfw']['accuracy']
+  ident, id_config = saved['identification'], config.eval.identification
+  assert ident['num_enrolled'] == id_config.num_enrolled
+  assert ident['num_distractors'] == id_config.num_distractors
+  assert ident['num_mated'] == id_config.num_enrolled * id_config.probes_per_identity
+  assert ident['num_non_mated'] == id_config.num_non_mated
+  assert 0.0 <= ident['rank_1'] <= ident['rank_5'] <= 1.0
+  norms = saved['diagnostics']['class_embedding_norm']
+  assert 0.0 < norms['class_embeddings/norm_mean'] <= norms['class_embeddings/norm_max']
   report = (tmp_path / 'report.md').read_text()
   assert '| LFW-like |' in report and 'AgeDB-30-like' in report
+  assert '1:N identification' in report and 'rank-1 (%)' in report
 
 
 def test_four_rounds_equal_two_plus_resume_plus_two(tmp_path):
@@ -81,6 +90,8 @@ def test_workdir_of_another_config_is_refused_and_left_intact(tmp_path):
     ('engine.backend', 'pmap', r"engine.backend='pmap'; expected one of"),
     ('federated.participation', 1.5, r'participation=1.5; expected a fraction in \(0, 1\]'),
     ('federated.batch_size', 0, r'federated.batch_size=0; expected a positive integer'),
+    ('eval.identification.num_non_mated', 0,
+     r'eval.identification.num_non_mated=0; expected a positive integer'),
 ])
 def test_bad_config_values_are_named(tmp_path, field, value, match):
   config = load_config('fedgc')
@@ -113,3 +124,17 @@ def test_unknown_override_field_is_rejected_by_the_command_line(tmp_path):
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
   assert out.returncode != 0
   assert 'lambda' in out.stderr and not (tmp_path / 'config.json').exists()
+
+
+def test_general_case_with_shared_identities_runs_end_to_end(tmp_path):
+  config = load_config('fedgc')
+  config.federated.shared_fraction = 0.25
+  results = experiment.train_and_evaluate(config, str(tmp_path))
+  assert results['config_name'] == 'fedgc/softmax/balanced'
+  assert 0.0 <= results['verification']['lfw']['accuracy'] <= 1.0
+
+
+@pytest.mark.parametrize('name,method', [('fedcos', 'fedcos'), ('fedpe_fixed', 'fedpe+fixed')])
+def test_variant_configs_run_and_are_named(tmp_path, name, method):
+  results = experiment.train_and_evaluate(load_config(name), str(tmp_path))
+  assert results['config_name'] == f'{method}/softmax/balanced'

@@ -28,7 +28,7 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     backbone_rng, w_rng = jax.random.split(rng)
     variables = common.init_backbone(model, backbone_rng, image_shape)
     w = heads.init_class_embeddings(w_rng, fed.max_classes, config.model.embedding_dim,
-                                    config.head.loss)
+                                    config.head.loss, config.head.init_std)
     server = {'model': variables, 'W': w, 'opt_state': train.init_opt_state(variables, w)}
     return RoundState(server=server, clients={}, round=jnp.zeros((), jnp.int32))
 

@@ -97,10 +97,11 @@ def local_trainer(model, *, head_kwargs: dict, optimizer: optax.GradientTransfor
   return train
 
 
-def init_client_class_embeddings(rng: jax.Array, class_mask: np.ndarray, dim: int, kind: str):
+def init_client_class_embeddings(rng: jax.Array, class_mask: np.ndarray, dim: int, kind: str,
+                                 std: float = 0.01):
   """`[K, C_max, d]` class embeddings, one independent draw per client, padded rows zero."""
   num_clients, max_classes = class_mask.shape
-  w = heads.init_class_embeddings(rng, num_clients * max_classes, dim, kind)
+  w = heads.init_class_embeddings(rng, num_clients * max_classes, dim, kind, std)
   w = w.reshape(num_clients, max_classes, dim)
   return w * jnp.asarray(class_mask, w.dtype)[..., None]
 

@@ -23,14 +23,14 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
   train = common.local_trainer(model, head_kwargs=head_kwargs,
                                optimizer=common.make_optimizer(config.optimizer),
                                step_mode=step_mode,
-                               train_class_embeddings=not config.get('fixed_class_embeddings', False))
+                               train_class_embeddings=not config.fedpe.fixed_class_embeddings)
   image_shape = fed.images.shape[1:]
   identity_table = np.asarray(fed.identity_table)
 
   def init(rng):
     backbone_rng, w_rng = jax.random.split(rng)
     w = common.init_client_class_embeddings(w_rng, fed.class_mask, config.model.embedding_dim,
-                                            config.head.loss)
+                                            config.head.loss, config.head.init_std)
     return RoundState(server={'model': common.init_backbone(model, backbone_rng, image_shape)},
                       clients={'W': w}, round=jax.numpy.zeros((), jax.numpy.int32))
 

@@ -5,11 +5,18 @@ C_max = max_k C_k with a class mask, so all clients share one shape. Per round, 
 client's local steps are drawn on the host and stacked as `[cohort, steps, batch, ...]` with a
 sample mask; the draw is a pure function of (seed, round, client), so resuming a run from a
 checkpoint replays exactly the same batches.
+
+The images sit behind a store (`data/stores.py`): the synthetic benchmark's uint8 array itself, or
+a `DecodedImageStore` that decodes only the images a round draws (RecordIO records, image files,
+TFDS examples), so a multi-million-image training set never has to be in memory. The tables here
+hold indices and labels only.
 """
 
 import dataclasses
 
 import numpy as np
+
+from fedjax_face.data import stores
 
 
 @dataclasses.dataclass(frozen=True)
@@ -17,12 +24,13 @@ class FederatedData:
   """Training images split over clients.
 
   Attributes:
-    images: uint8 `[N, H, W, 3]`, all training images (host memory).
+    images: the training images as a store (`data/stores.py`): a uint8 `[N, H, W, 3]` array in
+      host memory, or a `DecodedImageStore` with that `shape` that decodes on demand.
     client_indices: per client, the indices into `images` of its samples.
     client_local_labels: per client, the local class id (0..C_k-1) of each of its samples.
     identity_table: int32 `[K, C_max]`, global identity of each local class, -1 for padding.
   """
-  images: np.ndarray
+  images: np.ndarray | stores.DecodedImageStore
   client_indices: list[np.ndarray]
   client_local_labels: list[np.ndarray]
   identity_table: np.ndarray
@@ -50,14 +58,16 @@ class FederatedData:
     return int(self.identity_table.max()) + 1
 
 
-def build(images: np.ndarray, labels: np.ndarray, client_identities: list[np.ndarray]) -> FederatedData:
-  """Groups samples by the identities each client holds.
+def build(images: np.ndarray | stores.DecodedImageStore, labels: np.ndarray,
+          client_identities: list[np.ndarray]) -> FederatedData:
+  """Groups samples by the identities each client holds (from the labels; no image is read).
 
   Args:
-    images: uint8 `[N, H, W, C]`.
+    images: uint8 `[N, H, W, C]`, or a store of N images.
     labels: int `[N]` global identity ids.
     client_identities: per client, the global identity ids it holds (disjoint across clients for
-      an identity-exclusive partition).
+      an identity-exclusive partition). An identity held by h clients (the general case) has its
+      images dealt out between them: the j-th holder (in client order) gets images j, j+h, ...
   """
   if len(images) != len(labels):
     raise ValueError(f'{len(images)} images but {len(labels)} labels.')
@@ -65,13 +75,21 @@ def build(images: np.ndarray, labels: np.ndarray, client_identities: list[np.nda
   table = np.full((len(client_identities), max_classes), -1, np.int32)
   indices, local_labels = [], []
   by_identity = _indices_by_identity(labels)
+  holders = {}
+  for k, ids in enumerate(client_identities):
+    for i in ids:
+      holders.setdefault(int(i), []).append(k)
+  def share(i: int, k: int) -> np.ndarray:
+    members, group = by_identity.get(i, np.zeros(0, np.int64)), holders[i]
+    return members[group.index(k)::len(group)]
   for k, ids in enumerate(client_identities):
     table[k, :len(ids)] = ids
-    members = [by_identity.get(int(i), np.zeros(0, np.int64)) for i in ids]
+    members = [share(int(i), k) for i in ids]
     empty = [int(i) for i, m in zip(ids, members) if len(m) == 0]
     if empty:
       raise ValueError(f'client {k} holds identities with no images: {empty[:10]}; every '
-                       'identity of a partition needs at least one image.')
+                       'identity of a partition needs at least one image (a shared identity at '
+                       'least one per holder).')
     indices.append(np.concatenate(members))
     local_labels.append(np.repeat(np.arange(len(ids), dtype=np.int32), [len(m) for m in members]))
   return FederatedData(images, indices, local_labels, table)
@@ -109,6 +127,10 @@ def sample_round(fed: FederatedData, client_ids: np.ndarray, *, round_index: int
   client k runs ceil(E·n_k / B) steps (at most `steps`, the static cap), the last one partial:
   the unused steps and samples are masked out, so uneven clients share one shape (FedAvg).
 
+  Only the drawn images are read from `fed.images` (each distinct one once); a bad record that
+  the store skips (`data.skip_bad_records`) is masked out like a padding sample. A record is bad
+  for good, so the round stays a pure function of (seed, round, client).
+
   Returns:
     dict of `images` uint8 `[m, steps, B, H, W, C]`, `labels` int32 `[m, steps, B]` (local class
     ids), `mask` bool `[m, steps, B]` and `class_mask` bool `[m, C_max]` (the client's real class
@@ -132,8 +154,10 @@ def sample_round(fed: FederatedData, client_ids: np.ndarray, *, round_index: int
     else:
       mask[row] = True
   shape = (m, steps, batch_size)
+  images, ok = stores.take(fed.images, index.reshape(-1))
+  mask &= ok.reshape(mask.shape)
   return {
-      'images': fed.images[index.reshape(-1)].reshape(shape + fed.images.shape[1:]),
+      'images': images.reshape(shape + tuple(fed.images.shape[1:])),
       'labels': labels.reshape(shape),
       'mask': mask.reshape(shape),
       'class_mask': fed.class_mask[np.minimum(client_ids, fed.num_clients - 1)],

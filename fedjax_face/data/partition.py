@@ -3,6 +3,11 @@
 FedGC splits CASIA-WebFace's identities over 36 clients, identity-exclusive (Y_k ∩ Y_z = ∅), either
 balanced or unbalanced with client sizes drawn log-normally (ln X ~ N(0, 1), FedGC Table 3). Sizes
 are numbers of identities per client: every identity's images stay together on one client.
+
+The paper's general case ("Extend FedGC to More General Case"): some identities are shared by a
+group of clients. `share_identities` gives a chosen fraction of the identities to extra clients;
+`federated.build` then splits a shared identity's images between its holders (each holder has
+its own photos of the person, none duplicated).
 """
 
 import numpy as np
@@ -47,3 +52,32 @@ def identity_exclusive(num_identities: int, num_clients: int, kind: str,
 def single_client(num_identities: int) -> list[np.ndarray]:
   """All identities on one client (centralized training)."""
   return [np.arange(num_identities, dtype=np.int32)]
+
+
+def share_identities(client_identities: list[np.ndarray], fraction: float, group_size: int,
+                     rng: np.random.Generator) -> list[np.ndarray]:
+  """Makes round(fraction·N) identities shared by `group_size` clients each (the general case).
+
+  Each chosen identity keeps its owner and is added to `group_size - 1` other clients drawn at
+  random. Returns each client's sorted identity ids (no longer disjoint).
+  """
+  num_clients = len(client_identities)
+  num_identities = sum(len(ids) for ids in client_identities)
+  if not 0.0 <= fraction <= 1.0:
+    raise ValueError(f'federated.shared_fraction={fraction}; expected a fraction in [0, 1].')
+  if fraction == 0.0:
+    return client_identities
+  if not 2 <= group_size <= num_clients:
+    raise ValueError(f'federated.shared_group_size={group_size}; expected 2 to num_clients '
+                     f'({num_clients}): a shared identity is held by a group of clients.')
+  owner = np.empty(num_identities, np.int64)
+  for k, ids in enumerate(client_identities):
+    owner[ids] = k
+  chosen = rng.choice(num_identities, size=int(round(fraction * num_identities)), replace=False)
+  extra = [[] for _ in range(num_clients)]
+  for identity in np.sort(chosen):
+    others = np.delete(np.arange(num_clients), owner[identity])
+    for k in rng.choice(others, size=group_size - 1, replace=False):
+      extra[k].append(identity)
+  return [np.sort(np.concatenate([ids, np.asarray(more, ids.dtype)])).astype(np.int32)
+          for ids, more in zip(client_identities, extra)]

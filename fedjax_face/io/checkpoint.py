@@ -14,7 +14,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 from flax import serialization
 
-RESUMABLE_FIELDS = ('num_rounds', 'checkpoint_every', 'log_every', 'eval.', 'engine.')
+RESUMABLE_FIELDS = ('num_rounds', 'checkpoint_every', 'log_every', 'eval.', 'engine.', 'data.prefetch',
+                    'data.decode_threads', 'data.skip_bad_records')
 
 
 def flatten(tree: dict, prefix: str = '') -> dict[str, object]:

@@ -7,6 +7,15 @@ from fedjax_face.io import checkpoint
 PAIR_SET_TITLES = {'lfw': 'LFW-like', 'cfp_fp': 'CFP-FP-like', 'agedb_30': 'AgeDB-30-like'}
 
 
+def pair_set_title(name: str, synthetic: bool) -> str:
+  """'LFW-like' for the synthetic benchmark's sets; real sets keep their own name ('lfw')."""
+  return PAIR_SET_TITLES.get(name, name) if synthetic else name
+
+
+def _title(results: dict, name: str) -> str:
+  return results.get(name, {}).get('title', PAIR_SET_TITLES.get(name, name))
+
+
 def verification_table(results_by_method: dict[str, dict]) -> str:
   """Markdown table: one row per method, accuracy (mean ± std over 10 folds) per pair set."""
   pair_sets = []
@@ -16,7 +25,11 @@ def verification_table(results_by_method: dict[str, dict]) -> str:
         pair_sets.append(name)
   known = list(PAIR_SET_TITLES)
   pair_sets.sort(key=lambda p: known.index(p) if p in known else len(known))
-  header = '| method | ' + ' | '.join(PAIR_SET_TITLES.get(p, p) for p in pair_sets) + ' | average |'
+  titles = {}
+  for res in results_by_method.values():
+    for p in res['verification']:
+      titles.setdefault(p, _title(res['verification'], p))
+  header = '| method | ' + ' | '.join(titles.get(p, p) for p in pair_sets) + ' | average |'
   lines = [header, '|' + ' --- |' * (len(pair_sets) + 2)]
   for method, res in results_by_method.items():
     accs = [res['verification'][p]['accuracy'] * 100 if p in res['verification'] else None
@@ -29,12 +42,32 @@ def verification_table(results_by_method: dict[str, dict]) -> str:
   return '\n'.join(lines)
 
 
+def _percent(value) -> str:
+  return '—' if value is None else f'{value * 100:.2f}'
+
+
+def identification_table(results_by_method: dict[str, dict]) -> str:
+  """Markdown table of 1:N identification: rank-1 / rank-5 and TPIR at each FPIR, per method."""
+  runs = {m: r['identification'] for m, r in results_by_method.items() if r.get('identification')}
+  if not runs:
+    return ''
+  fpirs = sorted({f for r in runs.values() for f in r['tpir_at_fpir']}, key=float, reverse=True)
+  lines = ['| method | rank-1 (%) | rank-5 (%) | '
+           + ' | '.join(f'TPIR@FPIR={f} (%)' for f in fpirs) + ' |',
+           '|' + ' --- |' * (3 + len(fpirs))]
+  for method, r in runs.items():
+    cells = [_percent(r.get('rank_1')), _percent(r.get('rank_5'))]
+    cells += [_percent(r['tpir_at_fpir'].get(f)) for f in fpirs]
+    lines.append(f'| {method} | ' + ' | '.join(cells) + ' |')
+  return '\n'.join(lines)
+
+
 def detail_table(verification: dict[str, dict]) -> str:
   """Markdown table of one run's verification metrics per pair set."""
   lines = ['| pair set | accuracy (%) | threshold | VAL@FAR=1e-3 (%) | AUC | pairs |',
            '| --- | --- | --- | --- | --- | --- |']
   for name, m in verification.items():
-    lines.append(f"| {PAIR_SET_TITLES.get(name, name)} | {m['accuracy'] * 100:.2f} ± "
+    lines.append(f"| {_title(verification, name)} | {m['accuracy'] * 100:.2f} ± "
                  f"{m['accuracy_std'] * 100:.2f} | {m['threshold']:.3f} | "
                  f"{m['val_at_far'] * 100:.2f} ± {m['val_at_far_std'] * 100:.2f} | "
                  f"{m['auc']:.4f} | {m['num_pairs']} |")
@@ -50,6 +83,12 @@ def write(workdir: str, results: dict) -> str:
         f"Rounds: {results['rounds']}; training images seen: {results['images_seen']}; "
         f"wall time: {results['timing']['total_s']:.1f} s.", '',
         f'Verification ({protocol}):', '', detail_table(verification), '']
+  ident = results.get('identification')
+  if ident:
+    md += [f"1:N identification ({ident['protocol']}): {ident['num_gallery_identities']} gallery "
+           f"templates ({ident['num_enrolled']} enrolled + {ident['num_distractors']} distractors), "
+           f"{ident['num_mated']} mated and {ident['num_non_mated']} non-mated probes:", '',
+           identification_table({results['config_name']: results}), '']
   sim = results.get('diagnostics', {}).get('class_embedding_similarity')
   if sim:
     md += ['Class-embedding cosine similarity (FedGC Fig. 3 diagnostic):', '',

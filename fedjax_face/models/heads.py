@@ -194,13 +194,15 @@ def head_kwargs_from_config(config: Any) -> Dict[str, Any]:
   return kwargs
 
 
-def init_class_embeddings(rng: jax.Array, num_classes: int, dim: int, kind: str) -> jax.Array:
+def init_class_embeddings(rng: jax.Array, num_classes: int, dim: int, kind: str,
+                          std: float = 0.01) -> jax.Array:
   """Initial class embeddings `[num_classes, dim]`, float32.
 
-  N(0, 0.01^2) for every kind, the init of arcface_torch's PartialFC class centres. For 'softmax'
+  N(0, std^2) for every kind; the default 0.01 is the init of arcface_torch's PartialFC class
+  centres (`config.head.init_std`; PyTorch's default nn.Linear init would be ~1/sqrt(3d)). For 'softmax'
   (an unnormalised, bias-free linear layer) the small std keeps initial logits near 0, i.e. a
   near-uniform initial prediction; for cosface / arcface only the directions matter (rows are
   normalised), and i.i.d. Gaussian rows give isotropic random directions whatever the std.
   """
   _check_kind(kind)
-  return 0.01 * jax.random.normal(rng, (num_classes, dim), jnp.float32)
+  return std * jax.random.normal(rng, (num_classes, dim), jnp.float32)
