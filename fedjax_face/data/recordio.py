@@ -369,7 +369,10 @@ class RecordFile:
     self.close()
 
   def __del__(self):
-    self.close()
+    try:
+      self.close()
+    except Exception:  # pylint: disable=broad-except
+      pass  # at interpreter exit `os` may already be torn down; the OS closes the fd anyway
 
 
 # ------------------------------------------------------------------------------------------------
