@@ -1,9 +1,6 @@
 """Streamed / sharded FedGC regularizers (blockwise.py) against the dense reference."""
 
 import functools
-import os
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -11,7 +8,7 @@ import numpy as np
 import pytest
 
 from fedjax_face.algorithms import blockwise, regularizers
-from tests import test_regularizers
+from tests import forced_devices, test_regularizers
 
 # (form, self_gradient, scale, margin): every form of Eq. 5, at the paper's scales / margins.
 _SOFTMAX_FORMS = {
@@ -189,10 +186,4 @@ print('OK 8 devices')
 
 
 def test_sharded_over_eight_forced_cpu_devices_equals_single_device():
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8',
-             JAX_PLATFORMS='cpu', PYTHONPATH=root)
-  out = subprocess.run([sys.executable, '-c', _EIGHT_DEVICES], env=env, cwd=root,
-                       capture_output=True, text=True, timeout=600)
-  assert out.returncode == 0, out.stderr[-3000:]
-  assert 'OK 8 devices' in out.stdout
+  assert 'OK 8 devices' in forced_devices.run(_EIGHT_DEVICES)

@@ -1,15 +1,12 @@
 """The round engine: every backend, step mode, cohort padding and device count gives one result."""
 
-import os
-import subprocess
-import sys
 
 import jax
 import numpy as np
 import pytest
 
 from fedjax_face.core import engine as engine_lib
-from tests import engine_cases
+from tests import engine_cases, forced_devices
 
 
 def assert_trees_close(a, b, rtol=2e-4, atol=2e-5):
@@ -88,10 +85,4 @@ print('OK 8 devices')
 
 
 def test_eight_forced_cpu_devices_give_the_same_round():
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8',
-             JAX_PLATFORMS='cpu', PYTHONPATH=root)
-  out = subprocess.run([sys.executable, '-c', _EIGHT_DEVICES], env=env, cwd=root,
-                       capture_output=True, text=True, timeout=600)
-  assert out.returncode == 0, out.stderr[-3000:]
-  assert 'OK 8 devices' in out.stdout
+  assert 'OK 8 devices' in forced_devices.run(_EIGHT_DEVICES)

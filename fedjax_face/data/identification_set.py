@@ -122,12 +122,7 @@ def _stream(seed: int, k: int) -> np.random.Generator:
   return np.random.default_rng(np.random.SeedSequence([seed, _STREAM_TAG, k]))
 
 
-def _check_int(name: str, value, minimum: int) -> int:
-  if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-    raise ValueError(f'{name} must be an integer, got {value!r}')
-  if value < minimum:
-    raise ValueError(f'{name} must be >= {minimum}, got {value}')
-  return int(value)
+_check_int = synthetic._check_int  # pylint: disable=protected-access  (same argument rules)
 
 
 def probe_nuisance(rng: np.random.Generator, n: int, difficulty: float) -> dict[str, np.ndarray]:
