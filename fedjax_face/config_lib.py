@@ -14,6 +14,7 @@ from fedjax_face.data import partition
 LOSSES = ('softmax', 'cosface', 'arcface')
 DATA_SOURCES = ('synthetic', 'insightface', 'image_folder', 'tfds')   # data/sources.py
 PAIR_SETS = ('lfw', 'cfp_fp', 'agedb_30')    # the synthetic ones; real data: any <name>.bin / .txt
+DISTRIBUTED_MODES = ('off', 'auto', 'on')    # engine.distributed (experiment.py)
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -92,8 +93,13 @@ def base_config() -> ml_collections.ConfigDict:
   c.engine = ml_collections.ConfigDict()
   c.engine.backend = 'auto'            # 'auto' | 'vmap' | 'map' | 'loop'
   c.engine.step_mode = 'auto'          # 'auto' | 'scan' | 'unroll'
-  c.engine.map_width = 8
-  c.engine.num_devices = 0             # 0 = all visible devices
+  c.engine.map_width = 0               # clients per chunk of 'map', and of 'vmap' when the cohort
+                                       # does not fit at once; 0 = the widest chunk that fits the
+                                       # device memory (RoundEngine.plan); > 0 is unused by 'vmap'
+  c.engine.memory_fraction = 0.6       # share of free device memory the auto width plans for
+  c.engine.num_devices = 0             # 0 = all visible devices (of every process)
+  c.engine.distributed = 'auto'        # 'off' | 'auto' | 'on': jax.distributed.initialize() for
+                                       # multi-host runs (experiment.initialize_distributed)
 
   c.eval = ml_collections.ConfigDict()
   c.eval.every_rounds = 0              # 0 = only after the last round
@@ -237,12 +243,17 @@ def validate(c: ml_collections.ConfigDict) -> None:
                 ('auto', 'dense', 'blockwise'))
   _check_choice('engine.backend', c.engine.backend, ('auto',) + engine.BACKENDS)
   _check_choice('engine.step_mode', c.engine.step_mode, ('auto',) + local.STEP_MODES)
+  _check_choice('engine.distributed', c.engine.distributed, DISTRIBUTED_MODES)
+  if not (isinstance(c.engine.memory_fraction, (int, float))
+          and 0.0 < c.engine.memory_fraction <= 1.0):
+    raise ValueError(f'config.engine.memory_fraction={c.engine.memory_fraction!r}; expected a '
+                     'fraction in (0, 1].')
   _check_choice('model.dtype', c.model.dtype, ('float32', 'bfloat16'))
   _check_data(c)
   for name in ('num_rounds', 'data.num_identities', 'data.images_per_identity', 'data.image_size',
                'data.num_test_identities', 'data.num_pairs', 'federated.num_clients',
                'federated.local_steps', 'federated.batch_size', 'model.embedding_dim',
-               'engine.map_width', 'eval.batch_size', 'eval.identification.num_enrolled',
+               'eval.batch_size', 'eval.identification.num_enrolled',
                'eval.identification.num_non_mated', 'eval.identification.probes_per_identity'):
     value = c
     for part in name.split('.'):
@@ -254,7 +265,8 @@ def validate(c: ml_collections.ConfigDict) -> None:
                       ('fedgc.reg_block_size', c.fedgc.reg_block_size),
                       ('eval.identification.num_distractors',
                        c.eval.identification.num_distractors),
-                      ('engine.num_devices', c.engine.num_devices)):
+                      ('engine.num_devices', c.engine.num_devices),
+                      ('engine.map_width', c.engine.map_width)):
     if not isinstance(value, int) or value < 0:
       raise ValueError(f'config.{name}={value!r}; expected a non-negative integer.')
   if not 0.0 < c.federated.participation <= 1.0:

@@ -3,14 +3,22 @@
 Everything a run does lives here so tests can call it directly; `main.py` only parses flags.
 Outputs in the workdir: config.json, checkpoints/ (resumed automatically), tensorboard/,
 results.json, report.md and PNG plots (data samples, ROC curves, class-embedding similarity).
+
+Multi-host (`initialize_distributed`, `launch/tpu_pod.sh`, `launch/slurm_gpu.sh`): every process
+runs this same function. Each samples and loads only the cohort rows of its own devices
+(`RoundEngine.process_rows`); the round state is replicated, so every process logs and evaluates
+the same numbers, but only process 0 touches the workdir (it alone reads a checkpoint to resume,
+and broadcasts it).
 """
 
 import os
+import re
 import time
 
 import jax
 import numpy as np
 from absl import logging
+from jax.experimental import multihost_utils
 
 from fedjax_face import algorithms, config_lib, models
 from fedjax_face.core import engine as engine_lib
@@ -36,6 +44,110 @@ def resolve_engine(config, platform: str | None = None) -> tuple[str, str]:
   if step_mode == 'auto':
     step_mode = 'unroll' if on_cpu else 'scan'
   return backend, step_mode
+
+
+DISTRIBUTED_ENV = 'FEDJAX_FACE_DISTRIBUTED'   # off | auto | on; read when engine.distributed='auto'
+_PROCESS_ENV = {'coordinator_address': 'JAX_COORDINATOR_ADDRESS',
+                'num_processes': 'JAX_NUM_PROCESSES', 'process_id': 'JAX_PROCESS_ID'}
+
+
+def distributed_settings(mode: str, *, coordinator_address: str | None = None,
+                         num_processes: int | None = None, process_id: int | None = None,
+                         environ=None) -> dict | None:
+  """The arguments of `jax.distributed.initialize`, or None for a one-process run. Starts nothing.
+
+  Modes (`config.engine.distributed`): 'off' one process; 'on' always initialise; 'auto' (the
+  default) initialise only when something names a multi-process run — the environment variable
+  FEDJAX_FACE_DISTRIBUTED=on, a coordinator address, or more than one process — so a plain run on
+  one host never waits for peers. Explicit arguments (main.py's flags) win over the environment
+  (JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID); what both leave out (None) JAX
+  finds itself under SLURM, Open MPI and on Cloud TPU VMs.
+  """
+  environ = os.environ if environ is None else environ
+  source = 'config.engine.distributed'
+  if mode == 'auto' and environ.get(DISTRIBUTED_ENV, '').strip():
+    mode, source = environ[DISTRIBUTED_ENV].strip().lower(), DISTRIBUTED_ENV
+  if mode not in config_lib.DISTRIBUTED_MODES:
+    raise ValueError(f'{source}={mode!r}; expected one of {config_lib.DISTRIBUTED_MODES}.')
+  address = coordinator_address or environ.get(_PROCESS_ENV['coordinator_address']) or None
+  if address is not None and not re.fullmatch(r'\S+:\d+', address):
+    raise ValueError(f'coordinator address {address!r} (--coordinator_address or '
+                     'JAX_COORDINATOR_ADDRESS); expected HOST:PORT, e.g. 10.0.0.1:1234.')
+  num = _process_setting('num_processes', num_processes, environ, minimum=1)
+  pid = _process_setting('process_id', process_id, environ, minimum=0)
+  if num is not None and pid is not None and pid >= num:
+    raise ValueError(f'process id {pid} (--process_id or JAX_PROCESS_ID) with {num} processes; '
+                     f'expected 0..{num - 1}.')
+  if mode == 'off' or (mode == 'auto' and address is None and (num or 1) == 1):
+    return None
+  return {'coordinator_address': address, 'num_processes': num, 'process_id': pid}
+
+
+def _process_setting(name: str, value, environ, *, minimum: int) -> int | None:
+  """An integer setting from its flag or else its environment variable, checked."""
+  where = f'--{name}'
+  if value is None and environ.get(_PROCESS_ENV[name], '').strip():
+    value, where = environ[_PROCESS_ENV[name]].strip(), _PROCESS_ENV[name]
+  if value is None:
+    return None
+  try:
+    number = int(value)
+  except (TypeError, ValueError):
+    number = None
+  if number is None or number < minimum or isinstance(value, float):
+    raise ValueError(f'{where}={value!r}; expected an integer >= {minimum}.')
+  return number
+
+
+def initialize_distributed(mode: str, *, coordinator_address: str | None = None,
+                           num_processes: int | None = None, process_id: int | None = None) -> bool:
+  """Starts JAX's distributed runtime when `distributed_settings` asks for it (once per process).
+
+  Must run before anything touches a JAX device: main.py calls it first with its flags, and
+  `train_and_evaluate` calls it again (then a no-op) for runs started from Python.
+
+  Returns:
+    Whether the distributed runtime is running.
+  """
+  settings = distributed_settings(mode, coordinator_address=coordinator_address,
+                                  num_processes=num_processes, process_id=process_id)
+  if jax.distributed.is_initialized():
+    return True
+  if settings is None:
+    return False
+  if getattr(jax.config, 'jax_cpu_collectives_implementation', 'gloo') in (None, 'none'):
+    # XLA CPU needs a collectives library across processes (CPU runs: tests, laptops).
+    jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+  try:
+    jax.distributed.initialize(**settings)
+  except ValueError as e:   # JAX found no cluster to fill in what was left out
+    missing = ', '.join(k for k, v in settings.items() if v is None)
+    raise ValueError(
+        f'engine.distributed asks for several processes but {missing or "a setting"} is unknown '
+        f'({e}). Pass --coordinator_address=HOST:PORT --num_processes=N --process_id=I (or set '
+        'JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID), or launch with srun, '
+        'mpirun or on a Cloud TPU VM, where JAX finds them itself.') from e
+  except RuntimeError as e:
+    raise RuntimeError(f'{e} (initialize_distributed must run before anything touches a JAX '
+                       'device; main.py calls it first).') from e
+  return True
+
+
+def _process_zero_value(value, chief: bool):
+  """Process 0's value of a small host tree, on every process (identity with one process)."""
+  if jax.process_count() == 1:
+    return value
+  return jax.tree.map(np.asarray, multihost_utils.broadcast_one_to_all(value, is_source=chief))
+
+
+def one_client_data(fed, config):
+  """One client's round data without the cohort axis: the shapes `RoundEngine.plan` sizes from
+  (a padding client, so nothing is decoded but one image)."""
+  fl = config.federated
+  data = federated.sample_round(fed, np.array([fed.num_clients], np.int32), round_index=0,
+                                seed=config.seed, steps=fl.local_steps, batch_size=fl.batch_size,
+                                local_epochs=fl.local_epochs)
+  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), data)
 
 
 def load_data(config):
@@ -80,7 +192,7 @@ def class_embedding_norms(algorithm, state) -> dict:
   Logged every `log_every` rounds: FedGC's server step changes these norms, and with the unnormalised
   softmax their scale sets the sharpness of every client's local loss.
   """
-  class_embeddings = algorithm.class_embeddings(state)
+  class_embeddings = algorithm.class_embeddings(engine_lib.local_copy(state))
   if class_embeddings is None:
     return {}
   norms = np.linalg.norm(np.asarray(class_embeddings), axis=-1)   # [num_identities]
@@ -89,9 +201,10 @@ def class_embedding_norms(algorithm, state) -> dict:
 
 
 def evaluate(config, model, algorithm, state, benchmark, fed_view, workdir: str,
-             id_set=None) -> dict:
+             id_set=None, *, write: bool = True) -> dict:
   """Verification on every pair set, 1:N identification when `id_set` is given, and the FedGC
-  Fig. 3 class-embedding diagnostic."""
+  Fig. 3 class-embedding diagnostic; plots and arrays are written to `workdir` when `write`."""
+  state = engine_lib.local_copy(state)   # evaluation runs in each process alone
   variables = algorithm.eval_variables(state.server)
   apply = jax.jit(lambda v, x: model.apply(v, x, train=False))
   embed_fn = lambda x: apply(variables, x)
@@ -103,7 +216,8 @@ def evaluate(config, model, algorithm, state, benchmark, fed_view, workdir: str,
     res['title'] = report.pair_set_title(name, config.data.source == 'synthetic')
     curves[res['title']] = (np.asarray(res['roc_fpr']), np.asarray(res['roc_tpr']))
     results[name] = res
-  plots.plot_roc(curves, os.path.join(workdir, 'roc.png'), title=config.algorithm)
+  if write:
+    plots.plot_roc(curves, os.path.join(workdir, 'roc.png'), title=config.algorithm)
   out = {'verification': results, 'plots': ['roc.png']}
   if id_set is not None:
     out['identification'] = identification.identify(embed_fn, id_set,
@@ -112,10 +226,11 @@ def evaluate(config, model, algorithm, state, benchmark, fed_view, workdir: str,
   if class_embeddings is not None:
     grouped = grouped_class_embeddings(np.asarray(class_embeddings), fed_view.identity_table)
     within, cross = diagnostics.class_embedding_similarity(grouped, fed_view.class_mask)
-    plots.plot_similarity_histograms({config.algorithm: (within, cross)},
-                                     os.path.join(workdir, 'class_embedding_similarity.png'))
-    np.savez_compressed(os.path.join(workdir, 'class_embedding_similarity.npz'),
-                        within=within, cross=cross)
+    if write:
+      plots.plot_similarity_histograms({config.algorithm: (within, cross)},
+                                       os.path.join(workdir, 'class_embedding_similarity.png'))
+      np.savez_compressed(os.path.join(workdir, 'class_embedding_similarity.npz'),
+                          within=within, cross=cross)
     out['diagnostics'] = {'class_embedding_similarity':
                           diagnostics.similarity_summary(within, cross),
                           'class_embedding_norm':
@@ -125,19 +240,34 @@ def evaluate(config, model, algorithm, state, benchmark, fed_view, workdir: str,
 
 
 def train_and_evaluate(config, workdir: str) -> dict:
-  """Runs one experiment end to end; returns the results dict also written to results.json."""
+  """Runs one experiment end to end; returns the results dict also written to results.json.
+
+  In a multi-process run every process calls this with the same arguments and gets the same
+  results; only process 0 writes to `workdir`.
+  """
   t_start = time.perf_counter()
   config_lib.validate(config)
-  os.makedirs(workdir, exist_ok=True)
-  ckpt = checkpoint.Checkpointer(workdir, config.to_dict())
+  initialize_distributed(config.engine.distributed)
+  chief = jax.process_index() == 0
+  say = print if chief else (lambda *args, **kwargs: None)
+  ckpt = None
+  if chief:
+    try:
+      os.makedirs(workdir, exist_ok=True)
+      ckpt = checkpoint.Checkpointer(workdir, config.to_dict())
+    except Exception:   # a refused or unwritable workdir: tell the others, then raise
+      _process_zero_value(np.int32(1), chief)
+      raise
+  if _process_zero_value(np.int32(0), chief):
+    raise RuntimeError(f'process 0 refused --workdir={workdir}; its log has the reason.')
 
   # Data and partition.
   t0 = time.perf_counter()
   benchmark = load_data(config)
   id_set = load_identification_set(config)
   data_s = time.perf_counter() - t0
-  print(f'data: {len(benchmark.train_images)} training images of {benchmark.num_identities} '
-        f'identities, pair sets {sorted(benchmark.pair_sets)} ({data_s:.1f} s)', flush=True)
+  say(f'data: {len(benchmark.train_images)} training images of {benchmark.num_identities} '
+      f'identities, pair sets {sorted(benchmark.pair_sets)} ({data_s:.1f} s)', flush=True)
   client_ids = client_partition(config, benchmark.num_identities)
   fed_view = federated.build(benchmark.train_images, benchmark.train_labels, client_ids)
   if config.algorithm in algorithms.CENTRALIZED:
@@ -145,51 +275,59 @@ def train_and_evaluate(config, workdir: str) -> dict:
                           partition.single_client(benchmark.num_identities))
   else:
     fed = fed_view
-  synthetic.save_sample_grid(benchmark.train_images[::max(1, len(benchmark.train_images) // 96)],
-                             os.path.join(workdir, 'samples.png'))
+  if chief:
+    synthetic.save_sample_grid(
+        benchmark.train_images[::max(1, len(benchmark.train_images) // 96)],
+        os.path.join(workdir, 'samples.png'))
 
   # Model, algorithm, engine.
   model = models.build_backbone(config.model)
   backend, step_mode = resolve_engine(config)
   algorithm = algorithms.get(config.algorithm).build(config, model, fed, step_mode=step_mode)
   mesh = None
-  if backend != 'loop':
+  if backend != 'loop' or jax.process_count() > 1:   # several processes: the mesh spans them
     mesh = engine_lib.make_mesh(config.engine.num_devices or None)
   eng = engine_lib.RoundEngine(algorithm, backend=backend, map_width=config.engine.map_width,
                                mesh=mesh)
   root_rng = jax.random.PRNGKey(config.seed)
   state = algorithm.init(jax.random.fold_in(root_rng, 0))
-  start_round = 0
-  if ckpt.latest_round() is not None:
+  if chief and ckpt.latest_round() is not None:
     state = ckpt.restore(state)
-    start_round = int(state.round)
-    print(f'resumed from round {start_round} in {workdir}', flush=True)
+  state = _process_zero_value(state, chief)   # only process 0 reads the workdir
+  start_round = int(state.round)
+  if start_round:
+    say(f'resumed from round {start_round} in {workdir}', flush=True)
 
   # Rounds.
   fl = config.federated
   num_examples = fed.num_examples.astype(np.float32)
   cohort_size = len(federated.select_clients(fed.num_clients, fl.participation, 0, config.seed))
+  plan = eng.plan(state, cohort_size, one_client_data(fed, config),
+                  memory_fraction=config.engine.memory_fraction)
+  if plan is not None:
+    say(f'engine: {plan.describe()}', flush=True)
+  cohort_of = lambda r: federated.pad_cohort(
+      federated.select_clients(fed.num_clients, fl.participation, r, config.seed),
+      eng.cohort_multiple(), fed.num_clients)
+  rows = eng.process_rows(len(cohort_of(0)))   # this process loads only these clients' data
   images_per_round = cohort_size * fl.local_steps * fl.batch_size
-  print(f'{config.algorithm}: {fed.num_clients} clients, {cohort_size} per round, '
-        f'{fl.local_steps} local steps of {fl.batch_size}, backend={backend}, '
-        f'steps={step_mode}, {config.num_rounds} rounds', flush=True)
-  writer = metrics.MetricWriter(os.path.join(workdir, 'tensorboard'))
+  say(f'{config.algorithm}: {fed.num_clients} clients, {cohort_size} per round, '
+      f'{fl.local_steps} local steps of {fl.batch_size}, backend={backend}, '
+      f'steps={step_mode}, {config.num_rounds} rounds, {jax.process_count()} process(es), '
+      f'{eng.num_shards} device(s) for clients', flush=True)
+  writer = metrics.MetricWriter(os.path.join(workdir, 'tensorboard')) if chief else None
   progress = metrics.Progress(config.num_rounds, start_round, images_per_round)
   t_train = time.perf_counter()
   # Round r+1's batches are drawn (for real data: read and decoded) in a background thread while
   # round r trains; sample_round is a pure function of (seed, round, client), so prefetching
-  # changes only when the data is made.
+  # changes only when the data is made, and each process can draw just its own rows.
   round_data = pipeline.Prefetcher(
       lambda r: federated.sample_round(
-          fed, federated.pad_cohort(
-              federated.select_clients(fed.num_clients, fl.participation, r, config.seed),
-              eng.cohort_multiple(), fed.num_clients),
-          round_index=r, seed=config.seed, steps=fl.local_steps, batch_size=fl.batch_size,
-          local_epochs=fl.local_epochs),
+          fed, cohort_of(r)[rows], round_index=r, seed=config.seed, steps=fl.local_steps,
+          batch_size=fl.batch_size, local_epochs=fl.local_epochs),
       range(start_round, config.num_rounds), depth=config.data.prefetch)
   for r in range(start_round, config.num_rounds):
-    cohort = federated.select_clients(fed.num_clients, fl.participation, r, config.seed)
-    cohort = federated.pad_cohort(cohort, eng.cohort_multiple(), fed.num_clients)
+    cohort = cohort_of(r)
     weights = np.where(cohort < fed.num_clients,
                        num_examples[np.minimum(cohort, fed.num_clients - 1)], 0.0)
     data = round_data.get(r)
@@ -202,31 +340,31 @@ def train_and_evaluate(config, workdir: str) -> dict:
       if not np.all(np.isfinite(list(scalars.values()))):
         raise FloatingPointError(f'round {done}: non-finite training metrics {scalars}; the run '
                                  'diverged (lower optimizer.learning_rate or fedgc.reg_lambda).')
-      writer.write_scalars(done, {**scalars, **progress.update(done, scalars)})
-    if config.checkpoint_every and done % config.checkpoint_every == 0:
-      ckpt.save(done, state)
+      if chief:
+        writer.write_scalars(done, {**scalars, **progress.update(done, scalars)})
+    if chief and config.checkpoint_every and done % config.checkpoint_every == 0:
+      ckpt.save(done, _for_checkpoint(state))
     if config.eval.every_rounds and done % config.eval.every_rounds == 0 and done < config.num_rounds:
-      mid = evaluate(config, model, algorithm, state, benchmark, fed_view, workdir)
-      writer.write_scalars(done, {f'eval/{k}/accuracy': v['accuracy']
-                                  for k, v in mid['verification'].items()})
+      mid = evaluate(config, model, algorithm, state, benchmark, fed_view, workdir, write=chief)
+      if chief:
+        writer.write_scalars(done, {f'eval/{k}/accuracy': v['accuracy']
+                                    for k, v in mid['verification'].items()})
   round_data.close()
   if isinstance(fed.images, stores.DecodedImageStore):
-    print(f'input pipeline: waited {round_data.wait_s:.1f} s for round data; '
-          f'{len(fed.images.bad)} bad records skipped ({fed.images.num_masked} samples masked)',
-          flush=True)
+    say(f'input pipeline: waited {round_data.wait_s:.1f} s for round data; '
+        f'{len(fed.images.bad)} bad records skipped ({fed.images.num_masked} samples masked)',
+        flush=True)
   jax.block_until_ready(state)
   train_s = time.perf_counter() - t_train
-  if ckpt.latest_round() != config.num_rounds:
-    ckpt.save(config.num_rounds, state)
-  ckpt.close()
+  if chief:
+    if ckpt.latest_round() != config.num_rounds:
+      ckpt.save(config.num_rounds, _for_checkpoint(state))
+    ckpt.close()
 
   # Evaluation and outputs.
   t0 = time.perf_counter()
-  out = evaluate(config, model, algorithm, state, benchmark, fed_view, workdir, id_set)
+  out = evaluate(config, model, algorithm, state, benchmark, fed_view, workdir, id_set, write=chief)
   eval_s = time.perf_counter() - t0
-  writer.write_scalars(config.num_rounds, {f'eval/{k}/accuracy': v['accuracy']
-                                           for k, v in out['verification'].items()})
-  writer.close()
   out['plots'].insert(0, 'samples.png')
   results = {
       'algorithm': config.algorithm,
@@ -235,6 +373,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
       'rounds': config.num_rounds,
       'images_seen': config.num_rounds * images_per_round,
       'engine': {'backend': backend, 'step_mode': step_mode, 'devices': jax.device_count(),
+                 'processes': jax.process_count(), 'clients_devices': eng.num_shards,
+                 'map_width': eng.width, 'width_plan': plan._asdict() if plan else None,
                  'platform': jax.default_backend()},
       'timing': {'data_s': data_s, 'train_s': train_s, 'eval_s': eval_s,
                  'resumed_from_round': start_round,
@@ -244,7 +384,20 @@ def train_and_evaluate(config, workdir: str) -> dict:
   for res in results['verification'].values():
     res.pop('roc_fpr', None)
     res.pop('roc_tpr', None)
+  if not chief:
+    return results
+  writer.write_scalars(config.num_rounds, {f'eval/{k}/accuracy': v['accuracy']
+                                           for k, v in out['verification'].items()})
+  writer.close()
   text = report.write(workdir, results)
   print(text, flush=True)
   logging.info('results written to %s', workdir)
   return results
+
+
+def _for_checkpoint(state):
+  """What process 0 saves: host copies with several processes (orbax then writes from process 0
+  alone, see io/checkpoint.py), the arrays themselves with one."""
+  if jax.process_count() == 1:
+    return state
+  return jax.tree.map(np.asarray, state)

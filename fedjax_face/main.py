@@ -2,6 +2,17 @@ r"""Command line: `python -m fedjax_face.main --config=configs/fedgc.py --workdi
 
 Flags only; everything else is `experiment.train_and_evaluate`. Override any config field with
 `--config.<field>=value` (e.g. `--config.fedgc.reg_lambda=1`); unknown fields are rejected.
+
+Several processes (one per host, or one per GPU): every process runs the same command. JAX's
+distributed runtime starts when `--config.engine.distributed` is 'on', or 'auto' (the default)
+with FEDJAX_FACE_DISTRIBUTED=on, a coordinator address or more than one process named. Under
+SLURM, Open MPI and on Cloud TPU VMs JAX finds the processes itself (launch/slurm_gpu.sh,
+launch/tpu_pod.sh); elsewhere name them, e.g. on one machine:
+
+  python -m fedjax_face.main --config=configs/fedgc.py:runlocal --workdir=/tmp/run \
+      --coordinator_address=127.0.0.1:12345 --num_processes=2 --process_id=0 &
+  python -m fedjax_face.main --config=configs/fedgc.py:runlocal --workdir=/tmp/run \
+      --coordinator_address=127.0.0.1:12345 --num_processes=2 --process_id=1
 """
 
 from absl import app, flags, logging
@@ -12,6 +23,13 @@ from fedjax_face import experiment
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment config file (configs/*.py).',
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and reports.')
+_COORDINATOR = flags.DEFINE_string(
+    'coordinator_address', None, 'HOST:PORT of process 0 for jax.distributed (default: '
+    'JAX_COORDINATOR_ADDRESS, or found by JAX under SLURM / Open MPI / Cloud TPU).')
+_NUM_PROCESSES = flags.DEFINE_integer(
+    'num_processes', None, 'Processes of a multi-process run (default: JAX_NUM_PROCESSES).')
+_PROCESS_ID = flags.DEFINE_integer('process_id', None,
+                                   'This process, 0..num_processes-1 (default: JAX_PROCESS_ID).')
 flags.mark_flags_as_required(['config', 'workdir'])
 
 
@@ -21,6 +39,11 @@ def main(argv):
   if not flags.FLAGS['verbosity'].present:
     # Orbax logs every checkpoint step at INFO; the progress line is the run's log. `-v 0` restores it.
     logging.set_verbosity(logging.WARNING)
+  # Before anything touches a device: jax.distributed must start first.
+  experiment.initialize_distributed(_CONFIG.value.engine.distributed,
+                                    coordinator_address=_COORDINATOR.value,
+                                    num_processes=_NUM_PROCESSES.value,
+                                    process_id=_PROCESS_ID.value)
   experiment.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
 
 

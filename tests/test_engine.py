@@ -1,11 +1,14 @@
-"""The round engine: every backend, step mode, cohort padding and device count gives one result."""
+"""The round engine: every backend, step mode, cohort padding, chunking and device count gives one
+result, and one compile serves a whole run."""
 
 
 import jax
 import numpy as np
 import pytest
 
+from fedjax_face import algorithms, config_lib, models
 from fedjax_face.core import engine as engine_lib
+from fedjax_face.data import federated, partition
 from tests import engine_cases, forced_devices
 
 
@@ -57,9 +60,96 @@ def test_fedgc_without_regularizer_is_fedpe(loop_results):
   np.testing.assert_array_equal(fedgc.server['W'], fedpe.clients['W'])
 
 
-def test_no_recompilation_across_rounds():
-  _, eng = engine_cases.run_rounds('fedgc', 'vmap', cohorts=((0, 1, 2, 3, 4), (1, 3, 4, 0, 2)))
-  assert eng.trace_count == 1
+def lognormal_problem(num_clients: int = 8, num_identities: int = 20, seed: int = 0):
+  """Log-normal client sizes (FedGC Table 3), 2 images per identity: n_k ranges from 2 to ~16."""
+  rng = np.random.default_rng(seed)
+  ids = partition.identity_exclusive(num_identities, num_clients, 'lognormal', rng)
+  labels = np.repeat(np.arange(num_identities), 2).astype(np.int32)
+  images = rng.integers(0, 256, size=(len(labels), 8, 8, 3), dtype=np.uint8)
+  return federated.build(images, labels, ids)
+
+
+@pytest.mark.parametrize('backend,map_width', [('vmap', 0), ('map', 2), ('loop', 0)])
+def test_one_compile_for_a_run_with_changing_cohorts_and_uneven_clients(backend, map_width):
+  """Participation 1/2 picks another cohort every round; with local_epochs = 1 each client runs
+  ceil(n_k / B) of the 3 steps (the rest masked): neither may change a compiled shape."""
+  config = engine_cases.tiny_config('fedgc')
+  fed = lognormal_problem()
+  algorithm = algorithms.get('fedgc').build(config, models.build_backbone(config.model), fed,
+                                            step_mode='scan')
+  eng = engine_lib.RoundEngine(algorithm, backend=backend, map_width=map_width)
+  state = algorithm.init(jax.random.PRNGKey(0))
+  cohorts, steps_run = set(), set()
+  for r in range(3):
+    ids = federated.select_clients(fed.num_clients, 0.5, r, seed=0)
+    cohorts.add(tuple(ids))
+    ids = federated.pad_cohort(ids, eng.cohort_multiple(), fed.num_clients)
+    weights = np.where(ids < fed.num_clients,
+                       fed.num_examples[np.minimum(ids, fed.num_clients - 1)], 0).astype(np.float32)
+    data = federated.sample_round(fed, ids, round_index=r, seed=0, steps=3, batch_size=4,
+                                  local_epochs=1.0)
+    steps_run.update(data['mask'].any(-1).sum(-1)[ids < fed.num_clients].tolist())
+    state, _ = eng.run_round(state, ids, weights, data, jax.random.PRNGKey(r + 1))
+  jax.block_until_ready(state)
+  assert len(cohorts) == 3 and len(steps_run) > 1, (cohorts, steps_run)   # the test's premise
+  expected = {'prepare', 'client', 'finish'} if backend == 'loop' else {'round'}
+  assert set(eng.traces) == expected and eng.trace_count == 1, dict(eng.traces)
+
+
+@pytest.mark.parametrize('cohort,capacity,devices,width', [
+    (36, 100, 1, 36),   # fits: the whole cohort at once
+    (36, 10, 1, 9),     # 4 chunks either way; 9 pads nothing, 10 would pad 4
+    (37, 10, 1, 10),
+    (36, 2, 4, 8),      # 8 clients (2 per device) at a time, 5 chunks
+    (10, 0, 2, 2),      # not even one client per device fits: one each (and a warning in the log)
+])
+def test_choose_width(cohort, capacity, devices, width):
+  assert engine_lib.choose_width(cohort, capacity, devices) == width
+
+
+def test_vmap_falls_back_to_chunks_when_the_cohort_does_not_fit(loop_results, monkeypatch):
+  config = engine_cases.tiny_config('fedgc')
+  fed = engine_cases.tiny_problem()
+  algorithm = algorithms.get('fedgc').build(config, models.build_backbone(config.model), fed,
+                                            step_mode='scan')
+  state = algorithm.init(jax.random.PRNGKey(0))
+  client_data = jax.tree.map(
+      lambda x: x[0], federated.sample_round(fed, np.array([5], np.int32), round_index=0, seed=0,
+                                             steps=2, batch_size=4))
+  eng = engine_lib.RoundEngine(algorithm, backend='vmap')
+  plan = eng.plan(state, 5, client_data)   # this machine's memory: the tiny cohort fits
+  assert plan.width == 5 and plan.chunks == 1 and eng.width is None
+  assert 0 < plan.client_bytes < plan.budget_bytes
+  # A device with room for two clients beside the resident state and data.
+  free = (plan.resident_bytes + 2.5 * plan.client_bytes) / engine_lib.MEMORY_FRACTION
+  monkeypatch.setattr(engine_lib, 'device_free_bytes', lambda device: int(free))
+  eng = engine_lib.RoundEngine(algorithm, backend='vmap')
+  plan = eng.plan(state, 5, client_data)
+  assert (plan.width, plan.chunks, eng.cohort_multiple()) == (2, 3, 2)
+  for r, cohort in enumerate(((0, 1, 2, 3, 4), (1, 3, 4))):
+    ids = federated.pad_cohort(np.asarray(cohort, np.int32), eng.cohort_multiple(), 5)
+    weights = np.where(ids < 5, fed.num_examples[np.minimum(ids, 4)], 0).astype(np.float32)
+    data = federated.sample_round(fed, ids, round_index=r, seed=0, steps=2, batch_size=4)
+    state, _ = eng.run_round(state, ids, weights, data, jax.random.PRNGKey(r + 1))
+  assert_trees_close(jax.tree.map(np.asarray, state), loop_results['fedgc'])
+
+
+def test_map_with_auto_width_needs_a_plan():
+  eng = engine_lib.RoundEngine(None, backend='map', map_width=0)
+  with pytest.raises(ValueError, match=r'map_width=0 \(auto\).*call plan\(\) first'):
+    eng.cohort_multiple()
+
+
+@pytest.mark.parametrize('field,value,match', [
+    ('map_width', -1, r'engine.map_width=-1; expected a non-negative integer'),
+    ('memory_fraction', 1.5, r'engine.memory_fraction=1.5; expected a fraction in \(0, 1\]'),
+    ('distributed', 'yes', r"engine.distributed='yes'; expected one of \('off', 'auto', 'on'\)"),
+])
+def test_bad_engine_fields_are_named(field, value, match):
+  config = engine_cases.tiny_config()
+  config.engine[field] = value
+  with pytest.raises(ValueError, match=match):
+    config_lib.validate(config)
 
 
 def test_bad_backend_is_refused():

@@ -6,20 +6,36 @@ One compiled program serves every round: the cohort is padded to a fixed size wi
 
 Backends for the clients axis (measured, not assumed — REFERENCE_NOTES §9, `python -m fedjax_face.bench`):
   vmap  all clients of the cohort at once (per-client weights become grouped convolutions);
-  map   `map_width` clients at a time under vmap, the groups one after another (`lax.map`);
+  map   `map_width` clients at a time under vmap, the chunks one after another (`lax.map`);
   loop  one client at a time: a Python loop over a jitted client update, the way fedjax and
         pfl-research run clients (fastest on XLA CPU, where vmapped convolutions are slow).
-With a device mesh, the clients axis of `vmap` / `map` is laid over the mesh axis `clients`.
+With a device mesh, the clients axis is laid over the mesh axis `clients`.
+
+Memory: `map_width=0` (auto) sizes the chunks from the device's memory (`plan`): one client's
+update is compiled on its own, its compiled footprint read from `memory_analysis()`, and the
+widest chunk that fits the device's budget is taken. `vmap` with an auto width runs the whole
+cohort at once when it fits and falls back to chunks when it does not.
+
+Several processes (`jax.distributed`, one per host or GPU): the mesh spans every process's
+devices, ordered by process, so process p holds one contiguous block of cohort rows
+(`process_rows`) and supplies only those rows' data; `run_round` assembles the global arrays with
+`jax.make_array_from_process_local_data`. The loop backend runs each process's block on its own
+first device. The state is replicated on every device, so every process can read it.
 
 Each client's randomness is `fold_in(round_rng, client_id)`, so a round's result does not depend on
-the backend, the cohort padding or the device count.
+the backend, the cohort padding, the chunking, the device count or the process count.
 """
 
-from typing import Any
+import collections
+import math
+import os
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from absl import logging
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from fedjax_face.core import aggregation
@@ -27,49 +43,175 @@ from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, Rou
 
 BACKENDS = ('vmap', 'map', 'loop')
 CLIENTS_AXIS = 'clients'
+# Share of a device's free memory a round may plan for: XLA's own workspace, fragmentation and the
+# buffers of evaluation are not in the compiled estimate (config.engine.memory_fraction).
+MEMORY_FRACTION = 0.6
 
 
 def make_mesh(num_devices: int | None = None) -> Mesh:
-  """A 1-D mesh with axis `clients` over the first `num_devices` devices (default: all)."""
-  devices = jax.devices()
-  if num_devices is not None:
-    if not 1 <= num_devices <= len(devices):
-      raise ValueError(f'engine.num_devices={num_devices} but {len(devices)} devices are visible; '
-                       f'expected 1..{len(devices)} (0 means all).')
-    devices = devices[:num_devices]
-  return Mesh(np.asarray(devices), (CLIENTS_AXIS,))
+  """A 1-D mesh with axis `clients` over `num_devices` devices (default: all, of every process).
+
+  Devices are ordered by process, so each process's share of the cohort is one contiguous block
+  of rows; with several processes each contributes the same number of its own devices.
+  """
+  devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
+  if num_devices is None:
+    return Mesh(np.asarray(devices), (CLIENTS_AXIS,))
+  processes = jax.process_count()
+  if not 1 <= num_devices <= len(devices) or num_devices % processes:
+    raise ValueError(f'engine.num_devices={num_devices} but {len(devices)} devices are visible in '
+                     f'{processes} process(es); expected a multiple of {processes} from '
+                     f'{processes} to {len(devices)} (0 means all).')
+  per_process = num_devices // processes
+  by_process = collections.defaultdict(list)
+  for d in devices:
+    by_process[d.process_index].append(d)
+  chosen = [d for p in sorted(by_process) for d in by_process[p][:per_process]]
+  return Mesh(np.asarray(chosen), (CLIENTS_AXIS,))
+
+
+def local_copy(tree):
+  """Each leaf's copy on this process's first device holding it (the state is replicated).
+
+  Computations on the result run in this process alone, which is what evaluation, logging and
+  the loop backend's clients need in a multi-process run.
+  """
+  return jax.tree.map(lambda x: x.addressable_data(0) if isinstance(x, jax.Array) else x, tree)
+
+
+def tree_bytes(tree) -> int:
+  """Bytes of all leaves (arrays or ShapeDtypeStructs)."""
+  return sum(math.prod(x.shape) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree))
+
+
+def host_available_bytes() -> int:
+  """Memory this process may still allocate on the host: MemAvailable, capped by a cgroup limit."""
+  available = os.sysconf('SC_AVPHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
+  try:
+    with open('/proc/meminfo') as f:
+      for line in f:
+        if line.startswith('MemAvailable:'):
+          available = int(line.split()[1]) * 1024
+  except OSError:
+    pass
+  try:  # containers: the cgroup (v2) limit can be far below the machine's memory
+    with open('/sys/fs/cgroup/memory.max') as f, open('/sys/fs/cgroup/memory.current') as g:
+      limit = f.read().strip()
+      if limit != 'max':
+        available = min(available, int(limit) - int(g.read().strip()))
+  except (OSError, ValueError):
+    pass
+  return max(0, available)
+
+
+def device_free_bytes(device: jax.Device) -> int:
+  """Free memory of one device: its allocator's limit on GPU / TPU; on CPU the host's available
+  memory shared by this process's CPU devices (forced CPU devices share one RAM)."""
+  stats = device.memory_stats() if hasattr(device, 'memory_stats') else None
+  if stats and 'bytes_limit' in stats:
+    return max(0, int(stats['bytes_limit']) - int(stats.get('bytes_in_use', 0)))
+  return host_available_bytes() // max(1, len(jax.local_devices(backend=device.platform)))
+
+
+class WidthPlan(NamedTuple):
+  """How `RoundEngine.plan` sized the client chunks (for the log and results.json).
+
+  Attributes:
+    width: clients per chunk (the whole padded cohort when it fits at once).
+    chunks: chunks per round, run one after another.
+    client_bytes: compiled footprint of one client's update (temp + arguments + outputs).
+    resident_bytes: per device, what the round holds whatever the width (state in and out, the
+      cohort's data, inputs and results rows).
+    budget_bytes: per device, free memory times the safety fraction.
+  """
+  width: int
+  chunks: int
+  client_bytes: int
+  resident_bytes: int
+  budget_bytes: int
+
+  def describe(self) -> str:
+    mb = lambda b: f'{b / 2**20:,.1f} MiB'
+    return (f'{self.width} clients per chunk, {self.chunks} chunk(s) per round (one client '
+            f'{mb(self.client_bytes)}, resident {mb(self.resident_bytes)}, budget '
+            f'{mb(self.budget_bytes)} per device)')
+
+
+def choose_width(cohort: int, per_device_capacity: int, num_shards: int) -> int:
+  """The chunk width for a cohort padded to `num_shards`: as few chunks as fit, as even as can be.
+
+  With c clients per device per chunk, at most W = c · num_shards clients run at once; the cohort
+  needs ceil(cohort / W) chunks, and the narrowest width (a multiple of `num_shards`) that still
+  gives that many chunks pads the cohort least.
+  """
+  widest = max(1, per_device_capacity) * num_shards
+  if widest >= cohort:
+    return cohort
+  chunks = _ceil_div(cohort, widest)
+  return _ceil_div(_ceil_div(cohort, chunks), num_shards) * num_shards
+
+
+def _ceil_div(a: int, b: int) -> int:
+  return -(-a // b)
 
 
 class RoundEngine:
   """Runs federated rounds of one `Algorithm` with one execution backend."""
 
-  def __init__(self, algorithm: Algorithm, *, backend: str, map_width: int = 8,
+  def __init__(self, algorithm: Algorithm, *, backend: str, map_width: int = 0,
                mesh: Mesh | None = None):
     if backend not in BACKENDS:
       raise ValueError(f'engine.backend={backend!r}; expected one of {BACKENDS}.')
-    if map_width < 1:
-      raise ValueError(f'engine.map_width={map_width}; expected a positive integer.')
+    if not isinstance(map_width, (int, np.integer)) or map_width < 0:
+      raise ValueError(f'engine.map_width={map_width!r}; expected a non-negative integer '
+                       '(0 = sized from the device memory).')
     self.algorithm = algorithm
     self.backend = backend
-    self.map_width = map_width
+    self.map_width = int(map_width)
     self.mesh = mesh
-    self.num_shards = 1 if mesh is None or backend == 'loop' else mesh.size
-    if backend == 'map' and map_width % self.num_shards:
+    self.num_shards = 1 if mesh is None else mesh.size
+    if backend == 'map' and self.map_width % self.num_shards:
       raise ValueError(f'engine.map_width={map_width} must be a multiple of the device count '
-                       f'{self.num_shards} so each group of clients splits over the devices.')
-    self.trace_count = 0  # incremented at trace time: tests use it to catch recompilation
-    if backend == 'loop':
-      self._prepare = jax.jit(self._prepare_fn)
-      self._client = jax.jit(self._one_client)
-      self._finish = jax.jit(self._finish_fn)
+                       f'{self.num_shards} so each chunk of clients splits over the devices.')
+    if mesh is None and jax.process_count() > 1:
+      raise ValueError(f'{jax.process_count()} processes but no mesh: a multi-process run needs '
+                       'engine.make_mesh() so the clients axis spans every process.')
+    # Clients per chunk; None runs the whole cohort at once (vmap) or one by one (loop).
+    self.width = self.map_width if backend == 'map' and self.map_width else None
+    self.last_plan: WidthPlan | None = None
+    # Traces per jitted entry point; a second trace of any of them is a recompilation.
+    self.traces = collections.Counter()
+    if mesh is not None:
+      self._replicated = NamedSharding(mesh, P())
+      self._rows = NamedSharding(mesh, P(CLIENTS_AXIS))
+    self._compile()
+
+  @property
+  def trace_count(self) -> int:
+    """The most traces of any jitted piece: 1 for a whole run means no recompilation."""
+    return max(self.traces.values(), default=0)
+
+  def _jit(self, name: str, fn, *, global_out: bool):
+    def traced(*args):
+      self.traces[name] += 1
+      return fn(*args)
+    out = self._replicated if global_out and self.mesh is not None else None
+    return jax.jit(traced, out_shardings=out)
+
+  def _compile(self):
+    if self.backend == 'loop':
+      self._prepare = self._jit('prepare', self._prepare_fn, global_out=False)
+      self._client = self._jit('client', self._one_client, global_out=False)
+      self._finish = self._jit('finish', self._finish_fn, global_out=True)
     else:
-      self._round = jax.jit(self._round_fn)
+      self._round = self._jit('round', self._round_fn, global_out=True)
 
   def cohort_multiple(self) -> int:
-    """Cohort sizes are padded up to a multiple of this (devices, map width)."""
-    if self.backend == 'map':
-      return self.map_width
-    return self.num_shards
+    """Cohort sizes are padded up to a multiple of this (devices, chunk width)."""
+    if self.backend == 'map' and self.width is None:
+      raise ValueError('engine.map_width=0 (auto) with backend \'map\': call plan() first, which '
+                       'sizes the chunks from the device memory.')
+    return self.width or self.num_shards
 
   # -- pure pieces ---------------------------------------------------------------------------
 
@@ -83,7 +225,6 @@ class RoundEngine:
     return client_input, private
 
   def _finish_fn(self, state: RoundState, results: ClientResult, weights, client_ids):
-    self.trace_count += 1
     server = self.algorithm.server_update(state.server, results.update, weights, client_ids)
     clients = aggregation.scatter_clients(state.clients, client_ids, results.private)
     metrics = aggregation.weighted_mean(results.metrics, weights)
@@ -99,21 +240,131 @@ class RoundEngine:
   def _run_clients(self, client_input: ClientInput, private, data, client_ids, rng):
     over_clients = jax.vmap(self._one_client, in_axes=(None, 0, 0, 0, 0, None))
     xs = (client_input.per_client, private, data, client_ids)
-    if self.backend == 'vmap':
+    if self.width is None or self.width == len(client_ids):
       per_client, private, data, client_ids = self._shard(xs, axis=0)
       return over_clients(client_input.shared, per_client, private, data, client_ids, rng)
-    # 'map': groups of map_width clients under vmap, the groups one after another.
-    width = self.map_width
-    groups = jax.tree.map(lambda x: x.reshape((-1, width) + x.shape[1:]), xs)
-    groups = self._shard(groups, axis=1)
-    run_group = lambda g: over_clients(client_input.shared, *g, rng)
-    results = jax.lax.map(run_group, groups)
-    return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), results)
+    # Chunks of `width` clients under vmap, one after another. Row r = j·G + g goes to chunk g,
+    # so a device's block of rows (the cohort axis is split in blocks over the mesh) is exactly
+    # its share of every chunk: no client's data moves between devices.
+    width = self.width
+    chunks = jax.tree.map(lambda x: jnp.swapaxes(x.reshape((width, -1) + x.shape[1:]), 0, 1), xs)
+    chunks = self._shard(chunks, axis=1)
+    run_chunk = lambda c: over_clients(client_input.shared, *c, rng)
+    results = jax.lax.map(run_chunk, chunks)
+    return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1).reshape((-1,) + x.shape[2:]), results)
 
   def _round_fn(self, state: RoundState, client_ids, weights, data, rng):
     client_input, private = self._prepare_fn(state, client_ids)
     results = self._run_clients(client_input, private, data, client_ids, rng)
     return self._finish_fn(state, results, weights, client_ids)
+
+  # -- memory ------------------------------------------------------------------------------
+
+  def plan(self, state: RoundState, cohort_size: int, client_data, *,
+           memory_fraction: float = MEMORY_FRACTION) -> WidthPlan | None:
+    """Sizes the client chunks from the device memory when `map_width` is 0 (auto).
+
+    Compiles one client's update alone (`memory_analysis()`: temp + argument + output bytes, which
+    counts the shared model once per client: an overestimate on purpose), adds what the round
+    holds whatever the width, and takes the widest chunk that fits `memory_fraction` of the free
+    memory of the fullest device. Call it before the first round: it fixes `cohort_multiple()`.
+
+    Args:
+      state: the round state (arrays or ShapeDtypeStructs).
+      cohort_size: clients per round before padding.
+      client_data: one client's data, without the cohort axis (arrays or ShapeDtypeStructs).
+      memory_fraction: share of the free device memory to plan for.
+
+    Returns:
+      The plan, or None when there is nothing to size (loop backend, explicit width).
+    """
+    if self.backend == 'loop' or self.map_width:
+      return None
+    if not 0.0 < memory_fraction <= 1.0:
+      raise ValueError(f'engine.memory_fraction={memory_fraction!r}; expected a fraction in '
+                       '(0, 1].')
+    spec = lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype)
+    one_id = jax.ShapeDtypeStruct((1,), jnp.int32)
+    state_spec = jax.tree.map(spec, state)
+    client_input, private = jax.eval_shape(self._prepare_fn, state_spec, one_id)
+    row = lambda x: jax.ShapeDtypeStruct((1,) + tuple(np.shape(x)), x.dtype)
+    data = jax.tree.map(row, client_data)
+    rng = jax.eval_shape(lambda: jax.random.PRNGKey(0))
+    over_one = jax.vmap(self._one_client, in_axes=(None, 0, 0, 0, 0, None))
+    results = jax.eval_shape(over_one, client_input.shared, client_input.per_client, private,
+                             data, one_id, rng)
+    compiled = jax.jit(over_one).lower(client_input.shared, client_input.per_client, private,
+                                       data, one_id, rng).compile()
+    stats = compiled.memory_analysis()
+    cohort = _ceil_div(cohort_size, self.num_shards) * self.num_shards
+    if stats is None:   # the backend cannot tell: run the cohort at once, as before auto sizing
+      self.width = cohort if self.backend == 'map' else None
+      self._compile()
+      return None
+    client_bytes = int(stats.temp_size_in_bytes + stats.argument_size_in_bytes +
+                       stats.output_size_in_bytes)
+    rows_per_device = cohort // self.num_shards
+    row_bytes = tree_bytes((client_input.per_client, private, data, results))
+    resident = 2 * tree_bytes(state_spec) + rows_per_device * row_bytes
+    devices = list(self.mesh.devices.flat) if self.mesh is not None else jax.local_devices()[:1]
+    free = min(device_free_bytes(d) for d in devices if d.process_index == jax.process_index())
+    if jax.process_count() > 1:   # every process must pick the same width
+      free = int(np.min(multihost_utils.process_allgather(np.int64(free))))
+    budget = int(memory_fraction * free)
+    capacity = (budget - resident) // max(1, client_bytes)   # clients per device per chunk
+    if capacity < 1:
+      logging.warning('engine: not even one client per device fits the memory budget (%d bytes '
+                      'resident + %d per client > %d); running one per device anyway. Lower '
+                      'federated.participation, local_steps or batch_size, or raise '
+                      'engine.memory_fraction.', resident, client_bytes, budget)
+    width = choose_width(cohort, capacity, self.num_shards)
+    self.width = None if self.backend == 'vmap' and width == cohort else width
+    self.last_plan = WidthPlan(width=width, chunks=_ceil_div(cohort, width),
+                               client_bytes=client_bytes, resident_bytes=resident,
+                               budget_bytes=budget)
+    self._compile()   # a width is read at trace time
+    return self.last_plan
+
+  # -- several devices and processes --------------------------------------------------------
+
+  def process_rows(self, m: int) -> slice:
+    """The rows of an m-client cohort whose data this process supplies (all rows in one process)."""
+    if self.mesh is None:
+      return slice(0, m)
+    spans = sorted((idx[0].start or 0, m if idx[0].stop is None else idx[0].stop)
+                   for idx in self._rows.addressable_devices_indices_map((m,)).values())
+    for (_, stop), (start, _) in zip(spans, spans[1:]):
+      if stop != start:
+        raise ValueError(f'this process holds cohort rows {spans}, not one block; build the mesh '
+                         'with engine.make_mesh (devices ordered by process).')
+    return slice(spans[0][0], spans[-1][1])
+
+  def _local_rows(self, tree, m: int):
+    """This process's rows of `tree`, given either all m rows or this process's rows."""
+    rows = self.process_rows(m)
+    n = rows.stop - rows.start
+    def take(x):
+      if len(x) == n:
+        return x
+      if len(x) == m:
+        return x[rows]
+      raise ValueError(f'client data has {len(x)} rows; expected the cohort ({m}) or this '
+                       f'process\'s rows {rows.start}:{rows.stop} ({n}).')
+    return jax.tree.map(take, tree)
+
+  def _global_rows(self, tree, m: int):
+    """This process's rows -> global arrays with the cohort axis split over the mesh."""
+    return jax.tree.map(
+        lambda x: jax.make_array_from_process_local_data(self._rows, x, (m,) + x.shape[1:]), tree)
+
+  def _place(self, state):
+    """The state replicated on every mesh device (a no-op after the first round)."""
+    def put(x):
+      if isinstance(x, jax.Array) and x.sharding.is_equivalent_to(self._replicated, x.ndim):
+        return x
+      # Through the host: a process's committed local array cannot move to another process.
+      return jax.device_put(np.asarray(x), self._replicated)
+    return jax.tree.map(put, state)
 
   # -- driver ------------------------------------------------------------------------------
 
@@ -124,9 +375,10 @@ class RoundEngine:
     Args:
       state: the current state.
       client_ids: int32 `[m]`, padding clients have id num_clients; m is a multiple of
-        `cohort_multiple()`.
+        `cohort_multiple()`. Every process passes the whole cohort.
       weights: float32 `[m]` aggregation weights (n_k; 0 for padding clients).
-      data: per-client arrays `[m, steps, batch, ...]`.
+      data: per-client arrays `[m, steps, batch, ...]`, or only the rows `process_rows(m)` of
+        this process (what a multi-process run loads).
       rng: the round's key.
 
     Returns:
@@ -136,16 +388,27 @@ class RoundEngine:
     if m % self.cohort_multiple():
       raise ValueError(f'cohort of {m} clients is not a multiple of {self.cohort_multiple()}; '
                        'pad it with padding clients (see data.federated.pad_cohort).')
-    client_ids = jnp.asarray(client_ids, jnp.int32)
-    weights = jnp.asarray(weights, jnp.float32)
+    client_ids = np.asarray(client_ids, np.int32)
+    weights = np.asarray(weights, np.float32)
+    data = self._local_rows(data, m)
+    if self.mesh is not None:
+      state = self._place(state)
     if self.backend != 'loop':
+      if self.mesh is not None:
+        data = self._global_rows(data, m)
       return self._round(state, client_ids, weights, data, rng)
-    client_input, private = self._prepare(state, client_ids)
+    # loop: this process runs its rows one by one on its first device, then all processes meet
+    # in the jitted server step.
+    rows = self.process_rows(m)
+    ids = client_ids[rows]
+    client_input, private = self._prepare(local_copy(state), ids)
     results = []
-    for i in range(m):
+    for i, client_id in enumerate(ids):
       take = lambda x, i=i: x[i]
       results.append(self._client(client_input.shared, jax.tree.map(take, client_input.per_client),
                                   jax.tree.map(take, private), jax.tree.map(take, data),
-                                  client_ids[i], rng))
+                                  client_id, rng))
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *results)
+    if self.mesh is not None:
+      stacked = self._global_rows(stacked, m)
     return self._finish(state, stacked, weights, client_ids)

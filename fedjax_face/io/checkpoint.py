@@ -63,9 +63,18 @@ class Checkpointer:
   def __init__(self, workdir: str, config_dict: dict, *, max_to_keep: int = 2):
     self.workdir = workdir
     os.makedirs(workdir, exist_ok=True)
-    self._manager = ocp.CheckpointManager(
-        os.path.abspath(os.path.join(workdir, 'checkpoints')),
-        options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True))
+    directory = os.path.abspath(os.path.join(workdir, 'checkpoints'))
+    options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True)
+    if jax.process_count() > 1:
+      # Multi-process runs checkpoint from process 0 alone (host copies of the replicated state):
+      # orbax must then not wait for the other processes at its barriers.
+      os.makedirs(directory, exist_ok=True)
+      me = jax.process_index()
+      options = ocp.CheckpointManagerOptions(
+          max_to_keep=max_to_keep, create=False,
+          multiprocessing_options=ocp.options.MultiprocessingOptions(primary_host=me,
+                                                                     active_processes={me}))
+    self._manager = ocp.CheckpointManager(directory, options=options)
     self._check_config(config_dict)
 
   def _check_config(self, config_dict: dict) -> None:

@@ -1,0 +1,134 @@
+r"""Throughput bench: every engine backend x local-step mode against the ways peers run clients.
+
+    python -m fedjax_face.bench --config=configs/bench.py --out=/tmp/bench
+    python -m fedjax_face.bench --config=configs/bench.py:runlocal --out=/tmp/bench_small
+    python -m fedjax_face.bench --config=configs/bench.py:full --out=/tmp/bench_full   # GPU / TPU
+
+Section (f) sees only the visible devices; on CPU force some first:
+    XLA_FLAGS=--xla_force_host_platform_device_count=4 python -m fedjax_face.bench ...
+
+The model, head and optimizer are the experiment's (`config_lib.base_config`), so the figures are
+those of the default FedPE run; `--config.model.name=iresnet18 --config.data.image_size=112`
+measures another backbone. Resize a cohort with e.g.
+`--config.bench.cohorts.large.num_clients=256 --config.bench.cohorts.large.cohort_size=256`.
+
+Argument: `runlocal` (seconds on CPU, for tests) or `full` (accelerator sizes: a 256-client large
+cohort, nothing skipped, more repeats, the server step up to 20,000 classes).
+"""
+
+import ml_collections
+
+from fedjax_face import config_lib
+
+
+def cohort(num_clients: int, cohort_size: int, identities_per_client: int,
+           images_per_identity: int, local_steps: int,
+           batch_size: int) -> ml_collections.ConfigDict:
+  """`cohort_size` of `num_clients` clients, each training `local_steps` batches of `batch_size`."""
+  return ml_collections.ConfigDict(dict(
+      num_clients=num_clients, cohort_size=cohort_size,
+      identities_per_client=identities_per_client, images_per_identity=images_per_identity,
+      local_steps=local_steps, batch_size=batch_size))
+
+
+def get_config(arg=None):
+  args = config_lib.parse_arg(arg, {'runlocal': (True,), 'full': (True,)})
+  if len(args) > 1:
+    raise ValueError(f'config argument {arg!r}: runlocal and full exclude each other.')
+  c = config_lib.base_config()
+  c.algorithm = 'fedpe'   # the bench drives FedPE's client update (make_local_step mirrors it)
+
+  b = c.bench = ml_collections.ConfigDict()
+  b.sections = ('rounds', 'regularizer', 'eval', 'scaling')
+  b.backends = ('vmap', 'map', 'loop')     # engine.BACKENDS; 'map' once per map width
+  b.map_widths = (2, 4, 8)
+  b.step_modes = ('scan', 'unroll')        # core.local.STEP_MODES
+  b.warmup = 1                             # untimed calls first; the first one compiles
+  b.repeats = 3                            # timed calls; the median is reported
+  b.max_timed_s = 10.0                     # a combination's timed calls stop once past this
+  # Combinations not run, as fnmatch patterns over '<cohort>/<backend>/<step mode>' with the
+  # backend written vmap, map<width>, loop ('large/map8/scan', '*/*/scan'). They are listed in
+  # bench.json as skipped, with the pattern as the reason.
+  b.skip = ()
+  # Also skipped when jax.default_backend() == 'cpu': XLA CPU runs convolutions inside a while
+  # loop ~18x slower than straight-line code (REFERENCE_NOTES §9), and both the scanned local
+  # steps and `map`'s lax.map over client groups are while loops (measured here: map2/unroll
+  # ~90 images/s against ~660 for loop/unroll on the FedGC-like cohort). So scan and map are timed
+  # on the small FedFV-like cohort only, enough to show the gap and keep the CPU run ~5 minutes.
+  b.skip_on_cpu = ('fedgc/*/scan', 'large/*/scan', 'fedfv/map*/scan', 'fedgc/map*/*',
+                   'large/map*/*')
+  # The cohorts, measured in `run_cohorts` order.
+  fl = c.federated
+  b.cohorts = ml_collections.ConfigDict()
+  # FedGC-like: the default experiment (36 clients of 10 identities x 40 images, all selected).
+  b.cohorts.fedgc = cohort(fl.num_clients, fl.num_clients,
+                           c.data.num_identities // fl.num_clients,
+                           c.data.images_per_identity, fl.local_steps, fl.batch_size)
+  # FedFV-like: one identity per client, 8 clients selected out of 1000 per round.
+  b.cohorts.fedfv = cohort(1000, 8, 1, 10, fl.local_steps, fl.batch_size)
+  # Large: many clients of 32 images each (2 identities x 16), one local epoch of 2 x 16.
+  b.cohorts.large = cohort(64, 64, 2, 16, 2, 16)
+  b.run_cohorts = ('fedgc', 'fedfv', 'large')
+
+  # (d) FedGC's server step (bench_regularizer.bench_row), d and R as in the paper's scale-up.
+  b.regularizer = ml_collections.ConfigDict()
+  b.regularizer.classes = (1000, 2000, 4000)
+  b.regularizer.dim = 512
+  b.regularizer.block = 1024
+  b.regularizer.classes_per_client = 100
+  b.regularizer.repeats = 3
+  b.regularizer.time_max_classes = 50_000    # above: compiled memory only, no timed step
+  b.regularizer.dense_max_classes = 100_000  # above: the dense step is not even compiled
+
+  # (e) evaluation: backbone embeddings/s in eval mode; the 10-fold protocol on num_pairs pairs.
+  b.eval = ml_collections.ConfigDict()
+  b.eval.batch_size = c.eval.batch_size
+  b.eval.num_pairs = 6000
+  b.eval.num_folds = 10
+
+  # (f) the clients axis sharded over 1, 2, 4, ... visible devices (engine.make_mesh).
+  b.scaling = ml_collections.ConfigDict()
+  b.scaling.cohort = 'fedgc'
+  b.scaling.combination = 'best'   # best non-loop of section (a), or e.g. 'vmap/scan', 'map8/scan'
+  b.scaling.device_counts = ()     # () = powers of two up to the visible count, and that count
+
+  if args.get('runlocal'):
+    runlocal(c)
+  if args.get('full'):
+    full(c)
+  return c
+
+
+def runlocal(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """Seconds on CPU: a tiny model and cohorts that still pad (3 clients at map width 2)."""
+  config_lib.runlocal(c)
+  c.data.image_size = 8
+  c.model.width = 2
+  c.model.embedding_dim = 8
+  b = c.bench
+  b.map_widths = (2,)
+  b.repeats = 2
+  b.skip_on_cpu = ('large/*/scan',)
+  b.cohorts.fedgc = cohort(4, 4, 2, 4, 2, 4)
+  b.cohorts.fedfv = cohort(20, 3, 1, 3, 2, 4)
+  b.cohorts.large = cohort(8, 8, 1, 4, 1, 4)
+  b.regularizer.classes = (40, 80)
+  b.regularizer.dim = 8
+  b.regularizer.block = 32
+  b.regularizer.classes_per_client = 10
+  b.regularizer.repeats = 1
+  b.eval.batch_size = 32
+  b.eval.num_pairs = 200
+  return c
+
+
+def full(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """Accelerator sizes: nothing skipped, a 256-client large cohort, more repeats."""
+  b = c.bench
+  b.repeats = 5
+  b.max_timed_s = 60.0
+  b.skip_on_cpu = ()
+  b.cohorts.large = cohort(256, 256, 2, 16, 2, 16)
+  b.regularizer.classes = (1000, 5000, 10000, 20000)
+  b.regularizer.block = 4096
+  return c
