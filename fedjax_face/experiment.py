@@ -31,9 +31,16 @@ from fedjax_face.io import checkpoint, metrics, report
 def resolve_engine(config, platform: str | None = None) -> tuple[str, str]:
   """(backend, step_mode) with 'auto' resolved from the platform.
 
-  XLA CPU: one client at a time with unrolled steps ('loop', 'unroll'): vmapped per-client
-  convolutions and convolutions inside while loops both take slow paths there (REFERENCE_NOTES §9).
-  GPU / TPU: all clients at once with scanned steps ('vmap', 'scan').
+  The rules come from `python -m fedjax_face.bench` (figures in BUILD_NOTES.md, "Round engine
+  throughput"):
+  XLA CPU: one client at a time with unrolled steps ('loop', 'unroll'). On 2 cores it matched the
+    sequential loop of a jitted step (0.96-1.19x) and beat centralized training on the same images
+    (1.3-2.0x); vmap over clients ran at 0.24-0.44x the loop (per-client weights make grouped
+    convolutions), and every while loop of convolutions — scanned steps, `map`'s lax.map over
+    chunks — at 0.06-0.08x. Unrolling costs compile time linear in the local steps (72 s for 38
+    steps), paid once per run.
+  GPU / TPU: all clients at once with scanned steps ('vmap', 'scan'), chunked by memory
+    (`engine.map_width=0`, `RoundEngine.plan`); not measured here (no accelerator was lent).
   """
   platform = platform or jax.default_backend()
   on_cpu = platform == 'cpu'

@@ -201,7 +201,7 @@ class RoundEngine:
   def _compile(self):
     if self.backend == 'loop':
       self._prepare = self._jit('prepare', self._prepare_fn, global_out=False)
-      self._client = self._jit('client', self._one_client, global_out=False)
+      self._client = self._jit('client', self._client_at, global_out=False)
       self._finish = self._jit('finish', self._finish_fn, global_out=True)
     else:
       self._round = self._jit('round', self._round_fn, global_out=True)
@@ -218,6 +218,13 @@ class RoundEngine:
   def _one_client(self, shared, per_client, private, data, client_id, rng) -> ClientResult:
     rng = jax.random.fold_in(rng, client_id)
     return self.algorithm.client_update(ClientInput(shared, per_client), private, data, rng)
+
+  def _client_at(self, shared, per_client, private, data, index, client_id, rng) -> ClientResult:
+    """The loop backend's client: row `index` of the cohort's stacked `per_client` / `private`
+    is taken inside the jitted program, so a client costs one dispatch, not one per leaf."""
+    take = lambda x: x[index]
+    return self._one_client(shared, jax.tree.map(take, per_client), jax.tree.map(take, private),
+                            data, client_id, rng)
 
   def _prepare_fn(self, state: RoundState, client_ids):
     client_input = self.algorithm.broadcast(state.server, client_ids)
@@ -404,10 +411,10 @@ class RoundEngine:
     client_input, private = self._prepare(local_copy(state), ids)
     results = []
     for i, client_id in enumerate(ids):
-      take = lambda x, i=i: x[i]
-      results.append(self._client(client_input.shared, jax.tree.map(take, client_input.per_client),
-                                  jax.tree.map(take, private), jax.tree.map(take, data),
-                                  client_id, rng))
+      # Host data is sliced on the host (free); device-resident rows are sliced in `_client_at`.
+      results.append(self._client(client_input.shared, client_input.per_client, private,
+                                  jax.tree.map(lambda x, i=i: x[i], data), np.int32(i), client_id,
+                                  rng))
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *results)
     if self.mesh is not None:
       stacked = self._global_rows(stacked, m)
