@@ -16,7 +16,7 @@ Sections (keys of bench.json; `bench.sections` picks them):
   eval         (e) backbone embeddings/s in eval mode; the 10-fold verification protocol's time.
   scaling      (f) the best non-loop combination with the clients axis over 1, 2, 4, ... devices.
 
-How figures are taken (`measure`): each call's result is blocked on (`jax.block_until_ready`);
+How figures are taken (`timing.measure`): each call's result is blocked on (`jax.block_until_ready`);
 `warmup` untimed calls come first, the first of them traces and compiles; then up to `repeats`
 timed calls, stopped early once they pass `max_timed_s`; the median is the steady-state figure and
 `compile_s` is the first call's time minus that median. Round inputs arrive as host numpy arrays,
@@ -35,7 +35,6 @@ import json
 import os
 import platform
 import re
-import statistics
 import time
 from typing import Any, Callable
 
@@ -47,6 +46,7 @@ import optax
 from ml_collections import config_flags
 
 from fedjax_face import algorithms, bench_regularizer, config_lib, models
+from fedjax_face.timing import measure
 from fedjax_face.algorithms import common, fedgc
 from fedjax_face.core import aggregation, local
 from fedjax_face.core import engine as engine_lib
@@ -62,47 +62,6 @@ CPU_SKIP_REASON = ('XLA CPU runs convolutions inside while loops (scanned steps,
 
 
 # -- measurement helpers ---------------------------------------------------------------------------
-
-
-def measure(fn: Callable, *args, warmup: int = 1, repeats: int = 3,
-            budget_s: float | None = None) -> dict:
-  """Times `fn(*args)` to completion (`block_until_ready`): compile and steady state apart.
-
-  Args:
-    fn: the call to time; its result is blocked on, so asynchronous dispatch is not mistaken for
-      speed.
-    *args: its arguments, the same for every call (every timed call does the same work).
-    warmup: untimed calls before the timed ones (at least 1: the first traces and compiles).
-    repeats: timed calls (at least 1).
-    budget_s: if given, the timed calls stop once their total passes it (at least one is made), so
-      a slow combination costs about one budget rather than `repeats` slow calls.
-
-  Returns:
-    {'median_s', 'first_call_s', 'compile_s' (first call minus median, at least 0), 'times_s',
-    'repeats' (timed calls made)}.
-  """
-  if warmup < 1 or repeats < 1:
-    raise ValueError(f'warmup={warmup}, repeats={repeats}; expected both at least 1.')
-  start = time.perf_counter()
-  jax.block_until_ready(fn(*args))
-  first = time.perf_counter() - start
-  for _ in range(warmup - 1):
-    jax.block_until_ready(fn(*args))
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    times.append(time.perf_counter() - start)
-    if budget_s is not None and sum(times) >= budget_s:
-      break
-  median = statistics.median(times)
-  return {'median_s': median, 'first_call_s': first, 'compile_s': max(0.0, first - median),
-          'times_s': times, 'repeats': len(times)}
-
-
-def time_fn(fn: Callable, *args, warmup: int = 1, repeats: int = 3) -> float:
-  """Median seconds of `fn(*args)` over `repeats` blocked calls after `warmup` untimed ones."""
-  return measure(fn, *args, warmup=warmup, repeats=repeats)['median_s']
 
 
 def per_second(count: float, seconds: float) -> float:

@@ -13,8 +13,6 @@ with `--devices`), and the median wall time of a blockwise step after one warm-u
 
 import functools
 import json
-import statistics
-import time
 
 from absl import app, flags
 import jax
@@ -22,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
+from fedjax_face import timing
 from fedjax_face.algorithms import regularizers
 
 _CLASSES = flags.DEFINE_list('classes', ['1000', '10000'], 'Numbers of classes R to measure.')
@@ -71,13 +70,7 @@ def temp_bytes(step, num_classes: int, dim: int, classes_per_client: int) -> int
 
 def median_seconds(step, args, repeats: int) -> float:
   """Median wall time of `step(*args)` over `repeats` runs after one warm-up (compile) run."""
-  jax.block_until_ready(step(*args))
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(step(*args))
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
+  return timing.measure(step, *args, repeats=repeats)['median_s']
 
 
 def bench_row(num_classes: int, dim: int, block: int, *, classes_per_client: int = 100,

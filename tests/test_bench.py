@@ -14,7 +14,7 @@ import jax
 import numpy as np
 import pytest
 
-from fedjax_face import bench, models
+from fedjax_face import bench, models, timing
 from fedjax_face.core import engine as engine_lib
 from tests import forced_devices
 
@@ -237,13 +237,13 @@ def test_centralized_batches_concatenate_the_cohort():
 def test_measure_counts_calls_and_stops_at_the_budget():
   calls = []
   fn = lambda x: calls.append(x) or x
-  median = bench.time_fn(fn, 1.0, warmup=2, repeats=3)
-  assert len(calls) == 5 and median >= 0
+  timed = timing.measure(fn, 1.0, warmup=2, repeats=3)
+  assert len(calls) == 5 and timed['repeats'] == 3 and timed['median_s'] >= 0
   calls.clear()
-  timed = bench.measure(fn, 1.0, warmup=1, repeats=4, budget_s=0.0)
+  timed = timing.measure(fn, 1.0, warmup=1, repeats=4, budget_s=0.0)
   assert len(calls) == 2 and timed['repeats'] == 1 == len(timed['times_s'])
   with pytest.raises(ValueError, match='warmup=0'):
-    bench.measure(fn, 1.0, warmup=0)
+    timing.measure(fn, 1.0, warmup=0)
 
 
 def test_skip_on_cpu_applies_only_on_cpu():
