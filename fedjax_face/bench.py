@@ -42,7 +42,6 @@ from absl import app, flags
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from ml_collections import config_flags
 
 from fedjax_face import algorithms, bench_regularizer, config_lib, models
@@ -52,7 +51,6 @@ from fedjax_face.core import aggregation, local
 from fedjax_face.core import engine as engine_lib
 from fedjax_face.data import federated, preprocess
 from fedjax_face.eval import verification
-from fedjax_face.models import heads
 
 SECTIONS = ('rounds', 'regularizer', 'eval', 'scaling')
 COHORT_FIELDS = ('num_clients', 'cohort_size', 'identities_per_client', 'images_per_identity',
@@ -316,32 +314,16 @@ def images_per_round(client_ids: np.ndarray, data: dict, num_clients: int) -> in
 def make_local_step(config, model) -> tuple[Callable, Callable]:
   """(jitted `step((params, batch_stats, opt_state), batch) -> (carry, loss)`, jitted opt init).
 
-  FedPE's local step on its own, so a Python loop can drive it the way fedjax and pfl-research run
-  clients. `common.local_trainer` builds the same step as a closure inside its train function, so
-  it is rebuilt here from the same public parts (model, `heads.loss`, `common.make_optimizer`,
-  `preprocess`, `local.skip_if_empty`); tests/test_bench.py checks that looping it reproduces the
-  engine's round. `params` is {'backbone', 'W'}; `batch` holds one step's `images` [B, H, W, 3]
-  uint8, `labels`, `mask` [B], the client's `class_mask` [C] and the step's `rng`.
+  FedPE's local step (`common.local_step`, the one the engine's clients run) on its own, so a
+  Python loop can drive it the way fedjax and pfl-research run clients. `params` is
+  {'backbone', 'W'}; `batch` holds one step's `images` [B, H, W, 3] uint8, `labels`, `mask` [B],
+  the client's `class_mask` [C] and the step's `rng`.
   """
-  head_kwargs = common.head_kwargs(config)
   optimizer = common.make_optimizer(config.optimizer)
-
-  def loss_fn(params, batch_stats, images, batch):
-    variables = {'params': params['backbone']}
-    if batch_stats:
-      variables['batch_stats'] = batch_stats
-    features, new_state = model.apply(variables, images, train=True, mutable=['batch_stats'])
-    loss = heads.loss(features, params['W'], batch['labels'], batch['class_mask'], batch['mask'],
-                      **head_kwargs)
-    return loss, new_state.get('batch_stats', {})
+  one_step = common.local_step(model, head_kwargs=common.head_kwargs(config), optimizer=optimizer)
 
   def step(carry, batch):
-    params, batch_stats, opt_state = carry
-    images = preprocess.normalize(preprocess.random_flip(batch['rng'], batch['images']))
-    (loss, batch_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        params, batch_stats, images, batch)
-    updates, opt_state = optimizer.update(grads, opt_state, params)
-    return (optax.apply_updates(params, updates), batch_stats, opt_state), loss
+    return one_step(carry, batch, batch['class_mask'])
 
   return jax.jit(local.skip_if_empty(step)), jax.jit(optimizer.init)
 

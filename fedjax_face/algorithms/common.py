@@ -38,15 +38,17 @@ def init_backbone(model, rng: jax.Array, image_shape: tuple[int, ...]):
   return dict(variables)
 
 
-def local_trainer(model, *, head_kwargs: dict, optimizer: optax.GradientTransformation,
-                  step_mode: str, train_class_embeddings: bool = True) -> Callable:
-  """Builds `train(variables, W, data, rng, opt_state=None) -> (variables, W, opt_state, metrics)`.
+def local_step(model, *, head_kwargs: dict, optimizer: optax.GradientTransformation,
+               train_class_embeddings: bool = True) -> Callable:
+  """One local SGD step: `step(carry, batch, class_mask, class_embeddings) -> (carry, loss)`.
 
-  The local objective is the client's classification loss (FedGC Eq. 3/4 and its CosFace /
-  ArcFace variants) over its own classes only. Federated clients pass no `opt_state`, so the
-  momentum is created afresh at the start of every round (clients are stateless between rounds
-  apart from what the algorithm keeps explicitly); centralized training carries it across rounds.
-  With `train_class_embeddings=False` W is held fixed (FedPE+Fixed).
+  `carry` is `(params, batch_stats, opt_state)` with `params = {'backbone': ..., 'W': ...}`
+  (no 'W' when `train_class_embeddings=False`: the `class_embeddings` argument is then the fixed
+  W, FedPE+Fixed; otherwise it is unused). `batch` holds one step's `images` `[B, H, W, 3]` uint8,
+  `labels`, `mask` `[B]` and `rng`; `class_mask` `[C]` marks the client's real classes. The local
+  objective is the client's classification loss (FedGC Eq. 3/4 and its CosFace / ArcFace
+  variants) over its own classes only. `local_trainer` runs it over a client's steps; the bench
+  drives it from a Python loop, the way sequential simulators run clients.
   """
 
   def loss_fn(params, batch_stats, class_embeddings, images, labels, sample_mask, class_mask):
@@ -58,16 +60,42 @@ def local_trainer(model, *, head_kwargs: dict, optimizer: optax.GradientTransfor
     loss = heads.loss(features, w, labels, class_mask, sample_mask, **head_kwargs)
     return loss, new_state.get('batch_stats', {})
 
-  def init_opt_state(variables, class_embeddings):
+  def step(carry, batch, class_mask, class_embeddings=None):
+    params, batch_stats, opt_state = carry
+    images = preprocess.normalize(preprocess.random_flip(batch['rng'], batch['images']))
+    (loss, batch_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        params, batch_stats, class_embeddings, images, batch['labels'], batch['mask'],
+        class_mask)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    return (optax.apply_updates(params, updates), batch_stats, opt_state), loss
+
+  return step
+
+
+def local_trainer(model, *, head_kwargs: dict, optimizer: optax.GradientTransformation,
+                  step_mode: str, train_class_embeddings: bool = True) -> Callable:
+  """Builds `train(variables, W, data, rng, opt_state=None) -> (variables, W, opt_state, metrics)`.
+
+  Runs `local_step` over the client's steps (`data` leaves have a leading steps axis; padded
+  steps are skipped). Federated clients pass no `opt_state`, so the momentum is created afresh
+  at the start of every round (clients are stateless between rounds apart from what the
+  algorithm keeps explicitly); centralized training carries it across rounds. With
+  `train_class_embeddings=False` W is held fixed (FedPE+Fixed).
+  """
+  one_step = local_step(model, head_kwargs=head_kwargs, optimizer=optimizer,
+                        train_class_embeddings=train_class_embeddings)
+
+  def params_of(variables, class_embeddings):
     params = {'backbone': variables['params']}
     if train_class_embeddings:
       params['W'] = class_embeddings
-    return optimizer.init(params)
+    return params
+
+  def init_opt_state(variables, class_embeddings):
+    return optimizer.init(params_of(variables, class_embeddings))
 
   def train(variables, class_embeddings, data, rng, opt_state=None):
-    params = {'backbone': variables['params']}
-    if train_class_embeddings:
-      params['W'] = class_embeddings
+    params = params_of(variables, class_embeddings)
     if opt_state is None:
       opt_state = optimizer.init(params)
     carry = (params, variables.get('batch_stats', {}), opt_state)
@@ -76,13 +104,7 @@ def local_trainer(model, *, head_kwargs: dict, optimizer: optax.GradientTransfor
           'rng': jax.random.split(rng, num_steps)}
 
     def step(carry, batch):
-      params, batch_stats, opt_state = carry
-      images = preprocess.normalize(preprocess.random_flip(batch['rng'], batch['images']))
-      (loss, batch_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-          params, batch_stats, class_embeddings, images, batch['labels'], batch['mask'],
-          data['class_mask'])
-      updates, opt_state = optimizer.update(grads, opt_state, params)
-      return (optax.apply_updates(params, updates), batch_stats, opt_state), loss
+      return one_step(carry, batch, data['class_mask'], class_embeddings)
 
     (params, batch_stats, opt_state), losses = local.run_steps(
         local.skip_if_empty(step), carry, xs, mode=step_mode)
