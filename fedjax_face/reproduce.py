@@ -4,7 +4,10 @@ r"""The FedGC paper's tables, scaled down to the embedded benchmark, with the pa
     python -m fedjax_face.reproduce --table=all --root=/tmp/fedgc_tables --out_dir=docs
 
 Each table is a list of runs of `python -m fedjax_face.main` (one subprocess per run, the command
-printed before it starts). A run whose workdir already holds `results.json` is not run again, so
+printed before it starts). `--seeds=0,1,2` repeats every run with `--config.seed=S` (which redraws
+the benchmark and the training randomness) and reports mean ± standard deviation over the seeds:
+single runs differ by a few points from seed to seed on the embedded benchmark (BUILD_NOTES.md),
+so a gap smaller than that is not an ordering. A run whose workdir already holds `results.json` is not run again, so
 a sweep can be stopped and resumed, and runs shared by several tables (FedGC with the defaults is
 in Tables 1-5) are trained once. Extra `--set=field=value` overrides apply to every run (and so
 change every workdir name: runs with different overrides never share a workdir).
@@ -18,6 +21,7 @@ our 1:N analogue (rank-1 and TPIR@FPIR on held-out identities with distractors) 
 import dataclasses
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -30,6 +34,7 @@ _OUT = flags.DEFINE_string('out', None, 'Markdown file for one table (default: p
 _OUT_DIR = flags.DEFINE_string('out_dir', None, "With --table=all: write fedgc_table<N>.md here.")
 _SET = flags.DEFINE_multi_string('set', [], 'field=value override applied to every run.')
 _DRY_RUN = flags.DEFINE_bool('dry_run', False, 'Print the commands and the table of what exists.')
+_SEEDS = flags.DEFINE_list('seeds', ['0'], 'config.seed values; several: mean ± std over them.')
 
 PAIR_SETS = ('lfw', 'cfp_fp', 'agedb_30')
 PAIR_TITLES = {'lfw': 'LFW', 'cfp_fp': 'CFP-FP', 'agedb_30': 'AgeDB-30'}
@@ -172,21 +177,39 @@ def parse_overrides(items: list[str]) -> tuple[tuple[str, str], ...]:
   return tuple(out)
 
 
-def run_all(table: Table, root: str, extra: tuple, dry_run: bool = False) -> dict[Run, dict]:
-  """Runs what is missing; returns results.json of every run that has one."""
+def parse_seeds(items: list[str]) -> tuple[int, ...]:
+  try:
+    seeds = tuple(int(item) for item in items)
+  except ValueError:
+    raise ValueError(f'--seeds={",".join(items)}; expected integers, e.g. --seeds=0,1,2.') from None
+  if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+    raise ValueError(f'--seeds={",".join(items)}; expected distinct non-negative integers.')
+  return seeds
+
+
+def seed_overrides(extra: tuple[tuple[str, str], ...], seed: int) -> tuple[tuple[str, str], ...]:
+  """Seed 0 is the default config (its runs are shared with single-seed tables); others add it."""
+  return extra if seed == 0 else extra + (('seed', str(seed)),)
+
+
+def run_all(table: Table, root: str, extra: tuple, dry_run: bool = False,
+            seeds: tuple[int, ...] = (0,)) -> dict[tuple[Run, int], dict]:
+  """Runs what is missing; returns results.json of every (run, seed) that has one."""
   results = {}
   for row in table.rows:
-    workdir = os.path.join(root, row.run.name(extra))
-    path = os.path.join(workdir, 'results.json')
-    if not os.path.exists(path) and not dry_run:
-      cmd = row.run.command(workdir, extra)
-      print('$ ' + ' '.join(cmd[1:]).replace(sys.executable, 'python'), flush=True)
-      t0 = time.perf_counter()
-      subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-      print(f'  done in {time.perf_counter() - t0:.0f} s', flush=True)
-    if os.path.exists(path):
-      with open(path) as f:
-        results[row.run] = json.load(f)
+    for seed in seeds:
+      overrides = seed_overrides(extra, seed)
+      workdir = os.path.join(root, row.run.name(overrides))
+      path = os.path.join(workdir, 'results.json')
+      if not os.path.exists(path) and not dry_run:
+        cmd = row.run.command(workdir, overrides)
+        print('$ ' + ' '.join(cmd[1:]).replace(sys.executable, 'python'), flush=True)
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        print(f'  done in {time.perf_counter() - t0:.0f} s', flush=True)
+      if os.path.exists(path):
+        with open(path) as f:
+          results[(row.run, seed)] = json.load(f)
   return results
 
 
@@ -210,9 +233,18 @@ def _column_title(table: Table, column: str) -> str:
   return {'rank_1': 'rank-1'}.get(key, f'TPIR@FPIR={fpir}')
 
 
-def markdown(table: Table, results: dict[Run, dict], command: str) -> str:
+def summarize(values: list[float]) -> str:
+  """One cell: '—' without runs, the value for one run, mean ± sample std over several."""
+  if not values:
+    return '—'
+  if len(values) == 1:
+    return f'{values[0]:.2f}'
+  return f'{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}'
+
+
+def markdown(table: Table, results: dict[tuple[Run, int], dict], command: str,
+             seeds: tuple[int, ...] = (0,)) -> str:
   """The table with ours and the paper's value side by side per column."""
-  fmt = lambda v: '—' if v is None else f'{v:.2f}'
   header = ['method'] + [f'{_column_title(table, c)} {who}' for c in table.columns
                          for who in ('(ours)', '(paper)')]
   lines = [f'## {table.title}', '', f'Paper: {table.claim}.', '',
@@ -220,12 +252,16 @@ def markdown(table: Table, results: dict[Run, dict], command: str) -> str:
   for row in table.rows:
     cells = [row.label]
     for column, paper in zip(table.columns, row.paper):
-      cells += [fmt(_ours(results.get(row.run), table, column)), fmt(paper)]
+      ours = [_ours(results.get((row.run, seed)), table, column) for seed in seeds]
+      cells += [summarize([v for v in ours if v is not None]),
+                '—' if paper is None else f'{paper:.2f}']
     lines.append('| ' + ' | '.join(cells) + ' |')
+  spread = ('' if len(seeds) == 1 else
+            f' Ours: mean ± standard deviation over config.seed = {", ".join(map(str, seeds))}.')
   lines += ['', f'Made by `{command}`; ours: small CNN on the synthetic benchmark (default '
             'config), 10-fold accuracy (%) of the insightface protocol or the 1:N metrics of '
-            '`eval/identification.py`; paper: ResNet-34 on CASIA-WebFace and the real test sets.',
-            '']
+            '`eval/identification.py`; paper: ResNet-34 on CASIA-WebFace and the real test sets.'
+            + spread, '']
   return '\n'.join(lines)
 
 
@@ -234,6 +270,9 @@ def main(argv):
   if _TABLE.value is None:
     raise app.UsageError('--table is required: 1-7 or all.')
   extra = parse_overrides(_SET.value)
+  if any(key == 'seed' for key, _ in extra):
+    raise app.UsageError('--set=seed=... is not allowed; use --seeds.')
+  seeds = parse_seeds(_SEEDS.value)
   ids = sorted(TABLES) if _TABLE.value == 'all' else [int(_TABLE.value)]
   for tid in ids:
     if tid not in TABLES:
@@ -241,7 +280,8 @@ def main(argv):
   command = 'python -m fedjax_face.reproduce ' + ' '.join(sys.argv[1:])
   for tid in ids:
     table = TABLES[tid]
-    text = markdown(table, run_all(table, _ROOT.value, extra, _DRY_RUN.value), command)
+    results = run_all(table, _ROOT.value, extra, _DRY_RUN.value, seeds)
+    text = markdown(table, results, command, seeds)
     print(text, flush=True)
     out = _OUT.value if len(ids) == 1 else None
     if _OUT_DIR.value:
