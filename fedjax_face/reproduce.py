@@ -7,10 +7,10 @@ Each table is a list of runs of `python -m fedjax_face.main` (one subprocess per
 printed before it starts). `--seeds=0,1,2` repeats every run with `--config.seed=S` (which redraws
 the benchmark and the training randomness) and reports mean ± standard deviation over the seeds:
 single runs differ by a few points from seed to seed on the embedded benchmark (BUILD_NOTES.md),
-so a gap smaller than that is not an ordering. A run whose workdir already holds `results.json` is not run again, so
-a sweep can be stopped and resumed, and runs shared by several tables (FedGC with the defaults is
-in Tables 1-5) are trained once. Extra `--set=field=value` overrides apply to every run (and so
-change every workdir name: runs with different overrides never share a workdir).
+so a gap smaller than that is not an ordering. A run whose workdir already holds `results.json` is
+not run again, so a sweep can be stopped and resumed, and runs shared by several tables (FedGC
+with the defaults is in Tables 1-5) are trained once. Extra `--set=field=value` overrides apply to
+every run (and so change every workdir name: runs with different overrides never share a workdir).
 
 The paper trains ResNet-34 on CASIA-WebFace and tests on the real LFW / CFP-FP / AgeDB-30 (Tables
 1-5), MegaFace (Table 6) and IJB-B/C (Table 7). Ours is the small CNN on the synthetic benchmark, so
@@ -233,13 +233,14 @@ def _column_title(table: Table, column: str) -> str:
   return {'rank_1': 'rank-1'}.get(key, f'TPIR@FPIR={fpir}')
 
 
-def summarize(values: list[float]) -> str:
-  """One cell: '—' without runs, the value for one run, mean ± sample std over several."""
+def summarize(values: list[float], num_seeds: int = 1) -> str:
+  """One cell: '—' without runs, the value of one run, mean ± sample std over several; a cell
+  missing some of the `num_seeds` runs says how many it has."""
   if not values:
     return '—'
-  if len(values) == 1:
-    return f'{values[0]:.2f}'
-  return f'{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}'
+  cell = (f'{values[0]:.2f}' if len(values) == 1 else
+          f'{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}')
+  return cell if len(values) == num_seeds else f'{cell} ({len(values)} of {num_seeds} seeds)'
 
 
 def markdown(table: Table, results: dict[tuple[Run, int], dict], command: str,
@@ -253,7 +254,7 @@ def markdown(table: Table, results: dict[tuple[Run, int], dict], command: str,
     cells = [row.label]
     for column, paper in zip(table.columns, row.paper):
       ours = [_ours(results.get((row.run, seed)), table, column) for seed in seeds]
-      cells += [summarize([v for v in ours if v is not None]),
+      cells += [summarize([v for v in ours if v is not None], len(seeds)),
                 '—' if paper is None else f'{paper:.2f}']
     lines.append('| ' + ' | '.join(cells) + ' |')
   spread = ('' if len(seeds) == 1 else

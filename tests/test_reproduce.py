@@ -88,8 +88,9 @@ def test_markdown_one_seed_and_several():
   several = reproduce.markdown(
       table, {(a, 0): fake_result(lfw=0.78), (a, 1): fake_result(lfw=0.82),
               (b, 1): fake_result(lfw=0.9)}, 'cmd', seeds=(0, 1))
-  # mean 80, sample std sqrt(8) = 2.83; a row with one finished seed shows that value alone.
-  assert '| A | 80.00 ± 2.83 | 94.77 |' in several and '| B | 90.00 | — |' in several
+  # mean 80, sample std sqrt(8) = 2.83; a row missing a seed says so.
+  assert '| A | 80.00 ± 2.83 | 94.77 |' in several
+  assert '| B | 90.00 (1 of 2 seeds) | — |' in several
   assert 'mean ± standard deviation over config.seed = 0, 1.' in several
 
 
