@@ -28,14 +28,6 @@ import time
 
 from absl import app, flags
 
-_TABLE = flags.DEFINE_string('table', None, "1-7, or 'all'.")
-_ROOT = flags.DEFINE_string('root', '/tmp/fedgc_tables', 'Directory of the runs\' workdirs.')
-_OUT = flags.DEFINE_string('out', None, 'Markdown file for one table (default: print only).')
-_OUT_DIR = flags.DEFINE_string('out_dir', None, "With --table=all: write fedgc_table<N>.md here.")
-_SET = flags.DEFINE_multi_string('set', [], 'field=value override applied to every run.')
-_DRY_RUN = flags.DEFINE_bool('dry_run', False, 'Print the commands and the table of what exists.')
-_SEEDS = flags.DEFINE_list('seeds', ['0'], 'config.seed values; several: mean ± std over them.')
-
 PAIR_SETS = ('lfw', 'cfp_fp', 'agedb_30')
 PAIR_TITLES = {'lfw': 'LFW', 'cfp_fp': 'CFP-FP', 'agedb_30': 'AgeDB-30'}
 
@@ -266,32 +258,45 @@ def markdown(table: Table, results: dict[tuple[Run, int], dict], command: str,
   return '\n'.join(lines)
 
 
+def define_flags():
+  """The flags, defined only when run as a program: other tools define an `out` flag too, and absl
+  refuses a flag defined twice in one process (e.g. a test session importing both)."""
+  flags.DEFINE_string('table', None, "1-7, or 'all'.")
+  flags.DEFINE_string('root', '/tmp/fedgc_tables', "Directory of the runs' workdirs.")
+  flags.DEFINE_string('out', None, 'Markdown file for one table (default: print only).')
+  flags.DEFINE_string('out_dir', None, "With --table=all: write fedgc_table<N>.md here.")
+  flags.DEFINE_multi_string('set', [], 'field=value override applied to every run.')
+  flags.DEFINE_bool('dry_run', False, 'Print the commands and the table of what exists.')
+  flags.DEFINE_list('seeds', ['0'], 'config.seed values; several: mean ± std over them.')
+
+
 def main(argv):
   del argv
-  if _TABLE.value is None:
+  f = flags.FLAGS
+  if f.table is None:
     raise app.UsageError('--table is required: 1-7 or all.')
-  extra = parse_overrides(_SET.value)
+  extra = parse_overrides(f.set)
   if any(key == 'seed' for key, _ in extra):
     raise app.UsageError('--set=seed=... is not allowed; use --seeds.')
-  seeds = parse_seeds(_SEEDS.value)
-  ids = sorted(TABLES) if _TABLE.value == 'all' else [int(_TABLE.value)]
-  for tid in ids:
-    if tid not in TABLES:
-      raise app.UsageError(f'--table={_TABLE.value}; expected one of {sorted(TABLES)} or all.')
+  seeds = parse_seeds(f.seeds)
+  if f.table != 'all' and f.table not in map(str, TABLES):
+    raise app.UsageError(f'--table={f.table}; expected one of {sorted(TABLES)} or all.')
+  ids = sorted(TABLES) if f.table == 'all' else [int(f.table)]
   command = 'python -m fedjax_face.reproduce ' + ' '.join(sys.argv[1:])
   for tid in ids:
     table = TABLES[tid]
-    results = run_all(table, _ROOT.value, extra, _DRY_RUN.value, seeds)
+    results = run_all(table, f.root, extra, f.dry_run, seeds)
     text = markdown(table, results, command, seeds)
     print(text, flush=True)
-    out = _OUT.value if len(ids) == 1 else None
-    if _OUT_DIR.value:
-      out = os.path.join(_OUT_DIR.value, f'fedgc_table{tid}.md')
+    out = f.out if len(ids) == 1 else None
+    if f.out_dir:
+      out = os.path.join(f.out_dir, f'fedgc_table{tid}.md')
     if out:
       os.makedirs(os.path.dirname(out) or '.', exist_ok=True)
-      with open(out, 'w') as f:
-        f.write(text)
+      with open(out, 'w') as out_file:
+        out_file.write(text)
 
 
 if __name__ == '__main__':
+  define_flags()
   app.run(main)

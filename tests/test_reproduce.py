@@ -3,6 +3,8 @@
 import importlib.util
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -114,3 +116,22 @@ def test_run_all_reads_finished_runs_and_dry_run_starts_nothing(tmp_path, capsys
   assert got == {(a, 0): fake_result(lfw=0.5), (a, 1): fake_result(lfw=0.6)}
   assert capsys.readouterr().out == ''   # nothing was started
   assert not (tmp_path / b.name()).exists()
+
+
+def test_command_line_dry_run_with_seeds(tmp_path):
+  """The program end to end (flags included) on finished runs: no training is started."""
+  fedpe = reproduce._fedpe()  # pylint: disable=protected-access
+  for seed, acc in ((0, 0.8), (1, 0.9)):
+    workdir = tmp_path / fedpe.name(reproduce.seed_overrides((), seed))
+    workdir.mkdir()
+    (workdir / 'results.json').write_text(json.dumps(fake_result(lfw=acc)))
+  out_file = tmp_path / 'table4.md'
+  cmd = [sys.executable, '-m', 'fedjax_face.reproduce', '--table=4', f'--root={tmp_path}',
+         '--seeds=0,1', '--dry_run', f'--out={out_file}']
+  proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True)
+  text = out_file.read_text()
+  assert text in proc.stdout
+  assert '| FedPE | 85.00 ± 7.07 | 94.77 |' in text and '| FedGC | — | 98.40 |' in text
+  bad = subprocess.run(cmd[:3] + ['--table=9'], cwd=ROOT, capture_output=True, text=True)
+  assert bad.returncode != 0 and '--table=9; expected one of [1, 2, 3, 4, 5, 6, 7] or all' in (
+      bad.stderr + bad.stdout)
