@@ -42,6 +42,7 @@ def get_config(arg=None):
   b.sections = ('rounds', 'regularizer', 'eval', 'scaling')
   b.backends = ('vmap', 'map', 'loop')     # engine.BACKENDS; 'map' once per map width
   b.map_widths = (2, 4, 8)
+  b.loop_threads = (1, 0)                  # 'loop' on 1 thread and on 0 = the usable CPUs (auto)
   b.step_modes = ('scan', 'unroll')        # core.local.STEP_MODES
   b.warmup = 1                             # untimed calls first; the first one compiles
   b.repeats = 3                            # timed calls; the median is reported
@@ -107,6 +108,7 @@ def runlocal(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   c.model.embedding_dim = 8
   b = c.bench
   b.map_widths = (2,)
+  b.loop_threads = (1, 2)   # named, not 0: the same combinations on every machine
   b.repeats = 2
   b.skip_on_cpu = ('large/*/scan',)
   b.cohorts.fedgc = cohort(4, 4, 2, 4, 2, 4)

@@ -49,7 +49,7 @@ from fedjax_face.timing import measure
 from fedjax_face.algorithms import common, fedgc
 from fedjax_face.core import aggregation, local
 from fedjax_face.core import engine as engine_lib
-from fedjax_face.data import federated, preprocess
+from fedjax_face.data import federated, preprocess, stores
 from fedjax_face.eval import verification
 
 SECTIONS = ('rounds', 'regularizer', 'eval', 'scaling')
@@ -92,35 +92,50 @@ def platform_info() -> dict:
 # -- config ----------------------------------------------------------------------------------------
 
 
-def variant_name(backend: str, map_width: int | None = None) -> str:
-  """'vmap', 'loop' or 'map<width>': how a backend is written in names and skip patterns."""
-  return f'map{map_width}' if backend == 'map' else backend
+def variant_name(backend: str, width: int | None = None) -> str:
+  """How a backend is written in names and skip patterns: 'vmap', 'map<width>', and 'loop' (one
+  client at a time) or 'loop<threads>' (that many clients at once on host threads)."""
+  if backend == 'map' or (backend == 'loop' and width and width > 1):
+    return f'{backend}{width}'
+  return backend
 
 
 def parse_variant(name: str) -> tuple[str, int | None]:
-  """Inverse of `variant_name`: 'map8' -> ('map', 8), 'vmap' -> ('vmap', None)."""
-  match = re.fullmatch(r'map([1-9][0-9]*)', name)
+  """Inverse of `variant_name`: 'map8' -> ('map', 8), 'loop2' -> ('loop', 2), 'vmap' -> ('vmap',
+  None)."""
+  match = re.fullmatch(r'(map|loop)([1-9][0-9]*)', name)
   if match:
-    return 'map', int(match.group(1))
+    return match.group(1), int(match.group(2))
   if name in ('vmap', 'loop'):
     return name, None
-  raise ValueError(f'backend {name!r}; expected vmap, loop or map<width> (e.g. map8).')
+  raise ValueError(f'backend {name!r}; expected vmap, loop, loop<threads> (e.g. loop2) or '
+                   'map<width> (e.g. map8).')
+
+
+def loop_thread_counts(bench) -> list[int]:
+  """`bench.loop_threads` with 0 read as the usable CPUs (what `engine.loop_threads=0` picks on
+  CPU), repeats dropped."""
+  counts = [int(t) or stores.usable_cpus() for t in bench.loop_threads]
+  return list(dict.fromkeys(counts))
 
 
 def backend_variants(bench) -> list[tuple[str, int | None]]:
-  """(backend, map width) pairs of section (a): 'map' once per width of `bench.map_widths`."""
+  """(backend, width) pairs of section (a): 'map' once per width of `bench.map_widths`, 'loop'
+  once per thread count of `bench.loop_threads` (width None = one thread)."""
   out = []
   for backend in bench.backends:
     if backend == 'map':
       out.extend(('map', int(w)) for w in bench.map_widths)
+    elif backend == 'loop':
+      out.extend(('loop', t if t > 1 else None) for t in loop_thread_counts(bench))
     else:
       out.append((backend, None))
   return out
 
 
-def combination_name(cohort: str, backend: str, map_width: int | None, step_mode: str) -> str:
+def combination_name(cohort: str, backend: str, width: int | None, step_mode: str) -> str:
   """'<cohort>/<backend>/<step mode>', the key skip patterns match."""
-  return f'{cohort}/{variant_name(backend, map_width)}/{step_mode}'
+  return f'{cohort}/{variant_name(backend, width)}/{step_mode}'
 
 
 def skip_reason(bench, name: str, platform_name: str) -> str | None:
@@ -189,6 +204,12 @@ def validate(config, num_devices: int | None = None) -> None:
     _tuple_of('bench.map_widths', b.map_widths)
     for w in b.map_widths:
       _positive_int('bench.map_widths[...]', w)
+  if 'loop' in b.backends:
+    _tuple_of('bench.loop_threads', b.loop_threads)
+    for t in b.loop_threads:
+      if isinstance(t, bool) or not isinstance(t, int) or t < 0:
+        raise ValueError(f'config.bench.loop_threads has {t!r}; expected non-negative integers '
+                         '(0 = the usable CPUs).')
   for name in ('warmup', 'repeats'):
     _positive_int(f'bench.{name}', b[name])
   if isinstance(b.max_timed_s, bool) or not isinstance(b.max_timed_s, (int, float)) or not (
@@ -414,8 +435,11 @@ def measured(row: dict, images: int, timed: dict) -> dict:
 def bench_backend(algorithm, problem: Problem, state, rng, backend: str, width: int | None,
                   round_in: Callable, timing: dict, mesh=None) -> dict:
   """One combination: `RoundEngine.run_round` on the cohort padded as the engine needs it
-  (section (a) on one device; section (f) with the clients axis over `mesh`)."""
-  width_arg = {} if width is None else {'map_width': width}   # others keep the engine's default
+  (section (a) on one device; section (f) with the clients axis over `mesh`). `width` is the map
+  width or the loop's threads (None: the engine's default)."""
+  width_arg = {}
+  if width is not None:
+    width_arg = {'loop_threads': width} if backend == 'loop' else {'map_width': width}
   eng = engine_lib.RoundEngine(algorithm, backend=backend, mesh=mesh, **width_arg)
   ids, weights, data = round_in(eng.cohort_multiple())
   timed = measure(eng.run_round, state, ids, weights, data, rng, **timing)
@@ -481,7 +505,9 @@ def bench_cohort(config, model, problem: Problem, platform_name: str, log=print)
   for backend, width in backend_variants(b):
     for mode in b.step_modes:
       name = combination_name(problem.name, backend, width, mode)
-      row = {'name': name, 'backend': backend, 'map_width': width, 'step_mode': mode}
+      row = {'name': name, 'backend': backend, 'step_mode': mode,
+             'map_width': width if backend == 'map' else None,
+             'loop_threads': (width or 1) if backend == 'loop' else None}
       reason = skip_reason(b, name, platform_name)
       if reason:
         out['backends'].append({**row, 'status': 'skipped', 'reason': reason})

@@ -6,7 +6,6 @@ verification accuracy per pair set, one row per run, plus the class-embedding di
 
 import json
 import os
-import sys
 
 from absl import app, flags
 

@@ -96,6 +96,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.engine.map_width = 0               # clients per chunk of 'map', and of 'vmap' when the cohort
                                        # does not fit at once; 0 = the widest chunk that fits the
                                        # device memory (RoundEngine.plan); > 0 is unused by 'vmap'
+  c.engine.loop_threads = 0            # 'loop' clients run at once on host threads; 0 = the
+                                       # usable CPUs on CPU, 1 on an accelerator
   c.engine.memory_fraction = 0.6       # share of free device memory the auto width plans for
   c.engine.num_devices = 0             # 0 = all visible devices (of every process)
   c.engine.distributed = 'auto'        # 'off' | 'auto' | 'on': jax.distributed.initialize() for
@@ -266,7 +268,8 @@ def validate(c: ml_collections.ConfigDict) -> None:
                       ('eval.identification.num_distractors',
                        c.eval.identification.num_distractors),
                       ('engine.num_devices', c.engine.num_devices),
-                      ('engine.map_width', c.engine.map_width)):
+                      ('engine.map_width', c.engine.map_width),
+                      ('engine.loop_threads', c.engine.loop_threads)):
     if not isinstance(value, int) or value < 0:
       raise ValueError(f'config.{name}={value!r}; expected a non-negative integer.')
   if not 0.0 < c.federated.participation <= 1.0:

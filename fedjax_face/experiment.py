@@ -28,17 +28,18 @@ from fedjax_face.eval import diagnostics, identification, plots, verification
 from fedjax_face.io import checkpoint, metrics, report
 
 
-def resolve_engine(config, platform: str | None = None) -> tuple[str, str]:
-  """(backend, step_mode) with 'auto' resolved from the platform.
+def resolve_engine(config, platform: str | None = None) -> tuple[str, str, int]:
+  """(backend, step_mode, loop_threads) with 'auto' (0 for the threads) resolved from the platform.
 
   The rules come from `python -m fedjax_face.bench` (figures in BUILD_NOTES.md, "Round engine
   throughput"):
-  XLA CPU: one client at a time with unrolled steps ('loop', 'unroll'). On 2 cores it matched the
-    sequential loop of a jitted step (0.96-1.19x) and beat centralized training on the same images
-    (1.3-2.0x); vmap over clients ran at 0.24-0.44x the loop (per-client weights make grouped
-    convolutions), and every while loop of convolutions — scanned steps, `map`'s lax.map over
-    chunks — at 0.06-0.08x. Unrolling costs compile time linear in the local steps (72 s for 38
-    steps), paid once per run.
+  XLA CPU: a loop over clients with unrolled steps ('loop', 'unroll'), one client per usable CPU
+    at once (`engine.loop_threads=0`): XLA CPU runs a small client's program on about one core.
+    On 2 cores that is 1.34-1.64x the sequential loop of a jitted step (one thread: 0.93-1.19x)
+    and 2.3-3.9x centralized training on the same images; vmap over clients ran at 0.21-0.44x
+    the one-thread loop (per-client weights make grouped convolutions), and every while loop of
+    convolutions — scanned steps, `map`'s lax.map over chunks — at 0.06-0.08x. Unrolling costs
+    compile time linear in the local steps (72 s for 38 steps), paid once per run.
   GPU / TPU: all clients at once with scanned steps ('vmap', 'scan'), chunked by memory
     (`engine.map_width=0`, `RoundEngine.plan`); not measured here (no accelerator was lent).
   """
@@ -50,7 +51,9 @@ def resolve_engine(config, platform: str | None = None) -> tuple[str, str]:
   step_mode = config.engine.step_mode
   if step_mode == 'auto':
     step_mode = 'unroll' if on_cpu else 'scan'
-  return backend, step_mode
+  # One accelerator runs one program at a time: more threads would only queue on it.
+  loop_threads = config.engine.loop_threads or (stores.usable_cpus() if on_cpu else 1)
+  return backend, step_mode, loop_threads
 
 
 DISTRIBUTED_ENV = 'FEDJAX_FACE_DISTRIBUTED'   # off | auto | on; read when engine.distributed='auto'
@@ -289,13 +292,13 @@ def train_and_evaluate(config, workdir: str) -> dict:
 
   # Model, algorithm, engine.
   model = models.build_backbone(config.model)
-  backend, step_mode = resolve_engine(config)
+  backend, step_mode, loop_threads = resolve_engine(config)
   algorithm = algorithms.get(config.algorithm).build(config, model, fed, step_mode=step_mode)
   mesh = None
   if backend != 'loop' or jax.process_count() > 1:   # several processes: the mesh spans them
     mesh = engine_lib.make_mesh(config.engine.num_devices or None)
   eng = engine_lib.RoundEngine(algorithm, backend=backend, map_width=config.engine.map_width,
-                               mesh=mesh)
+                               mesh=mesh, loop_threads=loop_threads)
   root_rng = jax.random.PRNGKey(config.seed)
   state = algorithm.init(jax.random.fold_in(root_rng, 0))
   if chief and ckpt.latest_round() is not None:
@@ -382,6 +385,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
       'engine': {'backend': backend, 'step_mode': step_mode, 'devices': jax.device_count(),
                  'processes': jax.process_count(), 'clients_devices': eng.num_shards,
                  'map_width': eng.width, 'width_plan': plan._asdict() if plan else None,
+                 'loop_threads': eng.loop_threads if backend == 'loop' else None,
                  'platform': jax.default_backend()},
       'timing': {'data_s': data_s, 'train_s': train_s, 'eval_s': eval_s,
                  'resumed_from_round': start_round,

@@ -28,7 +28,7 @@ def tiny_problem(num_clients: int = 5, seed: int = 0):
 
 def run_rounds(algorithm_name: str, backend: str, *, step_mode: str = 'scan', map_width: int = 2,
                mesh=None, cohorts=((0, 1, 2, 3, 4), (1, 3, 4)), pad_to: int = 1,
-               reg_lambda: float | None = None):
+               reg_lambda: float | None = None, loop_threads: int = 1):
   """Runs one round per cohort; returns the final RoundState as numpy and the engine."""
   config = tiny_config(algorithm_name)
   if reg_lambda is not None:
@@ -36,7 +36,8 @@ def run_rounds(algorithm_name: str, backend: str, *, step_mode: str = 'scan', ma
   fed = tiny_problem()
   model = models.build_backbone(config.model)
   algorithm = algorithms.get(algorithm_name).build(config, model, fed, step_mode=step_mode)
-  eng = engine_lib.RoundEngine(algorithm, backend=backend, map_width=map_width, mesh=mesh)
+  eng = engine_lib.RoundEngine(algorithm, backend=backend, map_width=map_width, mesh=mesh,
+                               loop_threads=loop_threads)
   state = algorithm.init(jax.random.PRNGKey(0))
   for r, cohort in enumerate(cohorts):
     multiple = int(np.lcm(eng.cohort_multiple(), pad_to))

@@ -16,6 +16,7 @@ import pytest
 
 from fedjax_face import bench, models, timing
 from fedjax_face.core import engine as engine_lib
+from fedjax_face.data import stores
 from tests import forced_devices
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -38,7 +39,7 @@ TINY = {
     'bench.repeats': 1,
     'bench.regularizer.classes': (40,),
     'bench.skip_on_cpu': (),
-    'bench.skip': ('fedfv/vmap/unroll', 'fedfv/map2/scan', 'fedfv/loop/scan'),
+    'bench.skip': ('fedfv/vmap/unroll', 'fedfv/map2/scan', 'fedfv/loop/scan', 'fedfv/loop2/scan'),
 }
 NUM_DEVICES = 2
 
@@ -165,7 +166,11 @@ def test_images_per_round_is_cohort_times_steps_times_batch(tiny_run):
   # The FedFV-like cohort (3 clients) pads to the map width 2: 4 rows, 3 of them counted.
   padded = {r['name']: r['padded_cohort'] for r in saved['rounds']['fedfv']['backends']
             if r['status'] == 'measured'}
-  assert padded == {'fedfv/vmap/scan': 3, 'fedfv/map2/unroll': 4, 'fedfv/loop/unroll': 3}
+  assert padded == {'fedfv/vmap/scan': 3, 'fedfv/map2/unroll': 4, 'fedfv/loop/unroll': 3,
+                    'fedfv/loop2/unroll': 3}
+  threads = {r['name']: r['loop_threads'] for r in saved['rounds']['fedfv']['backends']}
+  assert threads['fedfv/loop/unroll'] == 1 and threads['fedfv/loop2/unroll'] == 2
+  assert threads['fedfv/vmap/scan'] is None
 
 
 def test_markdown_lists_every_row(tiny_run):
@@ -246,6 +251,16 @@ def test_measure_counts_calls_and_stops_at_the_budget():
     timing.measure(fn, 1.0, warmup=0)
 
 
+def test_variant_names_round_trip():
+  for backend, width, name in (('vmap', None, 'vmap'), ('map', 8, 'map8'), ('loop', None, 'loop'),
+                               ('loop', 1, 'loop'), ('loop', 4, 'loop4')):
+    assert bench.variant_name(backend, width) == name
+  assert bench.parse_variant('loop4') == ('loop', 4) and bench.parse_variant('loop') == ('loop', None)
+  b = load_config(None).bench
+  b.loop_threads = (1, 0, 2)   # 0 = the usable CPUs; a count met twice is measured once
+  assert bench.loop_thread_counts(b) == list(dict.fromkeys([1, stores.usable_cpus(), 2]))
+
+
 def test_skip_on_cpu_applies_only_on_cpu():
   b = load_config(None).bench
   assert 'skip_on_cpu' in bench.skip_reason(b, 'fedgc/vmap/scan', 'cpu')
@@ -265,6 +280,7 @@ def test_shipped_configs_validate(arg):
     ('bench.backends', ('vmap', 'pmap'), r"config.bench.backends has 'pmap'; expected entries "
      r"from \('vmap', 'map', 'loop'\)"),
     ('bench.map_widths', (2, 0), r'config.bench.map_widths\[...\]=0; expected a positive'),
+    ('bench.loop_threads', (1, -1), r'config.bench.loop_threads has -1; expected non-negative'),
     ('bench.step_modes', ('scan', 'while'), r"config.bench.step_modes has 'while'"),
     ('bench.sections', ('rounds', 'speed'), r"config.bench.sections has 'speed'"),
     ('bench.repeats', 0, r'config.bench.repeats=0; expected a positive integer'),

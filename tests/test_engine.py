@@ -1,6 +1,7 @@
 """The round engine: every backend, step mode, cohort padding, chunking and device count gives one
 result, and one compile serves a whole run."""
 
+import threading
 
 import jax
 import numpy as np
@@ -42,6 +43,30 @@ def test_padding_clients_change_nothing(loop_results):
   assert_trees_close(state, loop_results['fedgc'], rtol=0, atol=0)
 
 
+def test_loop_threads_give_the_same_round_on_several_threads(loop_results, monkeypatch):
+  """Clients run side by side on host threads: the same bits as one at a time."""
+  threads = set()
+  client_at = engine_lib.RoundEngine._client_at
+  def recording_client_at(self, *args):
+    threads.add(threading.get_ident())   # runs while tracing, on the calling thread
+    return client_at(self, *args)
+  monkeypatch.setattr(engine_lib.RoundEngine, '_client_at', recording_client_at)
+  run_thread = set()
+  real_loop = engine_lib.RoundEngine._loop
+  def recording_loop(self, run_client, n):
+    def run(i):
+      run_thread.add(threading.get_ident())
+      return run_client(i)
+    return real_loop(self, run, n)
+  monkeypatch.setattr(engine_lib.RoundEngine, '_loop', recording_loop)
+  state, eng = engine_cases.run_rounds('fedgc', 'loop', loop_threads=3)
+  # Traced once per cohort size (5, then 3 clients: the client indexes the cohort's stacked
+  # rows), each time on the calling thread, never by a racing pool thread.
+  assert eng.loop_threads == 3 and len(threads) == 1 and eng.traces['client'] == 2
+  assert len(run_thread) > 1, run_thread   # clients ran on the pool's threads too
+  assert_trees_close(state, loop_results['fedgc'], rtol=0, atol=0)
+
+
 def test_round_counter_and_unselected_clients_untouched(loop_results):
   one, _ = engine_cases.run_rounds('fedpe', 'loop', cohorts=((0, 1, 2, 3, 4),))
   two = loop_results['fedpe']
@@ -69,15 +94,18 @@ def lognormal_problem(num_clients: int = 8, num_identities: int = 20, seed: int 
   return federated.build(images, labels, ids)
 
 
-@pytest.mark.parametrize('backend,map_width', [('vmap', 0), ('map', 2), ('loop', 0)])
-def test_one_compile_for_a_run_with_changing_cohorts_and_uneven_clients(backend, map_width):
+@pytest.mark.parametrize('backend,map_width,loop_threads', [
+    ('vmap', 0, 1), ('map', 2, 1), ('loop', 0, 1), ('loop', 0, 3)])
+def test_one_compile_for_a_run_with_changing_cohorts_and_uneven_clients(backend, map_width,
+                                                                         loop_threads):
   """Participation 1/2 picks another cohort every round; with local_epochs = 1 each client runs
   ceil(n_k / B) of the 3 steps (the rest masked): neither may change a compiled shape."""
   config = engine_cases.tiny_config('fedgc')
   fed = lognormal_problem()
   algorithm = algorithms.get('fedgc').build(config, models.build_backbone(config.model), fed,
                                             step_mode='scan')
-  eng = engine_lib.RoundEngine(algorithm, backend=backend, map_width=map_width)
+  eng = engine_lib.RoundEngine(algorithm, backend=backend, map_width=map_width,
+                               loop_threads=loop_threads)
   state = algorithm.init(jax.random.PRNGKey(0))
   cohorts, steps_run = set(), set()
   for r in range(3):
@@ -142,6 +170,7 @@ def test_map_with_auto_width_needs_a_plan():
 
 @pytest.mark.parametrize('field,value,match', [
     ('map_width', -1, r'engine.map_width=-1; expected a non-negative integer'),
+    ('loop_threads', -2, r'engine.loop_threads=-2; expected a non-negative integer'),
     ('memory_fraction', 1.5, r'engine.memory_fraction=1.5; expected a fraction in \(0, 1\]'),
     ('distributed', 'yes', r"engine.distributed='yes'; expected one of \('off', 'auto', 'on'\)"),
 ])
@@ -155,6 +184,8 @@ def test_bad_engine_fields_are_named(field, value, match):
 def test_bad_backend_is_refused():
   with pytest.raises(ValueError, match=r"engine.backend='pmap'; expected one of \('vmap', 'map', 'loop'\)"):
     engine_lib.RoundEngine(None, backend='pmap')
+  with pytest.raises(ValueError, match=r'engine.loop_threads=0; expected a positive integer'):
+    engine_lib.RoundEngine(None, backend='loop', loop_threads=0)
 
 
 _EIGHT_DEVICES = """

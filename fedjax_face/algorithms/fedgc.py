@@ -27,7 +27,6 @@ import numpy as np
 from fedjax_face.algorithms import common, regularizers
 from fedjax_face.core import aggregation
 from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, RoundState
-from fedjax_face.models import heads
 
 
 def regularizer_kwargs(config) -> dict:
@@ -83,7 +82,6 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
                                step_mode=step_mode)
   image_shape = fed.images.shape[1:]
   identity_table = np.asarray(fed.identity_table)
-  class_mask = jnp.asarray(fed.class_mask)
   step_size = config.fedgc.reg_lambda * config.optimizer.learning_rate   # lambda·eta, Alg. 1 l. 14
   reg_kwargs = regularizer_kwargs(config)
   valid, holders = identity_holders(identity_table, fed.num_identities)

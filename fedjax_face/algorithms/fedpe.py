@@ -14,7 +14,6 @@ import numpy as np
 from fedjax_face.algorithms import common
 from fedjax_face.core import aggregation
 from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, RoundState
-from fedjax_face.models import heads
 
 
 def build(config, model, fed, *, step_mode: str) -> Algorithm:

@@ -7,8 +7,10 @@ One compiled program serves every round: the cohort is padded to a fixed size wi
 Backends for the clients axis (measured, not assumed — REFERENCE_NOTES §9, `python -m fedjax_face.bench`):
   vmap  all clients of the cohort at once (per-client weights become grouped convolutions);
   map   `map_width` clients at a time under vmap, the chunks one after another (`lax.map`);
-  loop  one client at a time: a Python loop over a jitted client update, the way fedjax and
-        pfl-research run clients (fastest on XLA CPU, where vmapped convolutions are slow).
+  loop  a Python loop over a jitted client update, the way fedjax and pfl-research run clients
+        (fastest on XLA CPU, where vmapped convolutions are slow), on `loop_threads` host threads:
+        XLA CPU runs one small client's program on about one core, so clients run side by side
+        fill the others (a client's result does not depend on which thread ran it).
 With a device mesh, the clients axis is laid over the mesh axis `clients`.
 
 Memory: `map_width=0` (auto) sizes the chunks from the device's memory (`plan`): one client's
@@ -27,6 +29,7 @@ the backend, the cohort padding, the chunking, the device count or the process c
 """
 
 import collections
+import concurrent.futures
 import math
 import os
 from typing import Any, NamedTuple
@@ -159,15 +162,19 @@ class RoundEngine:
   """Runs federated rounds of one `Algorithm` with one execution backend."""
 
   def __init__(self, algorithm: Algorithm, *, backend: str, map_width: int = 0,
-               mesh: Mesh | None = None):
+               mesh: Mesh | None = None, loop_threads: int = 1):
     if backend not in BACKENDS:
       raise ValueError(f'engine.backend={backend!r}; expected one of {BACKENDS}.')
     if not isinstance(map_width, (int, np.integer)) or map_width < 0:
       raise ValueError(f'engine.map_width={map_width!r}; expected a non-negative integer '
                        '(0 = sized from the device memory).')
+    if not isinstance(loop_threads, (int, np.integer)) or loop_threads < 1:
+      raise ValueError(f'engine.loop_threads={loop_threads!r}; expected a positive integer '
+                       '(host threads running loop-backend clients at once).')
     self.algorithm = algorithm
     self.backend = backend
     self.map_width = int(map_width)
+    self.loop_threads = int(loop_threads)
     self.mesh = mesh
     self.num_shards = 1 if mesh is None else mesh.size
     if backend == 'map' and self.map_width % self.num_shards:
@@ -266,6 +273,16 @@ class RoundEngine:
     return self._finish_fn(state, results, weights, client_ids)
 
   # -- memory ------------------------------------------------------------------------------
+
+  def _loop(self, run_client, n: int) -> list[ClientResult]:
+    """`run_client(i)` for i < n, in order, on up to `loop_threads` threads at once."""
+    if self.loop_threads == 1 or n <= 1:
+      return [run_client(i) for i in range(n)]
+    first = run_client(0)  # traces and compiles here, before any thread could race to
+    # Each thread waits for its client, so at most `loop_threads` programs run at once.
+    finish = lambda i: jax.block_until_ready(run_client(i))
+    with concurrent.futures.ThreadPoolExecutor(min(self.loop_threads, n - 1)) as pool:
+      return [first] + list(pool.map(finish, range(1, n)))
 
   def plan(self, state: RoundState, cohort_size: int, client_data, *,
            memory_fraction: float = MEMORY_FRACTION) -> WidthPlan | None:
@@ -409,12 +426,13 @@ class RoundEngine:
     rows = self.process_rows(m)
     ids = client_ids[rows]
     client_input, private = self._prepare(local_copy(state), ids)
-    results = []
-    for i, client_id in enumerate(ids):
+
+    def run_client(i: int) -> ClientResult:
       # Host data is sliced on the host (free); device-resident rows are sliced in `_client_at`.
-      results.append(self._client(client_input.shared, client_input.per_client, private,
-                                  jax.tree.map(lambda x, i=i: x[i], data), np.int32(i), client_id,
-                                  rng))
+      return self._client(client_input.shared, client_input.per_client, private,
+                          jax.tree.map(lambda x: x[i], data), np.int32(i), ids[i], rng)
+
+    results = self._loop(run_client, len(ids))
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *results)
     if self.mesh is not None:
       stacked = self._global_rows(stacked, m)

@@ -32,10 +32,11 @@ import concurrent.futures
 import dataclasses
 import functools
 import math
-import os
 from typing import Mapping, Sequence
 
 import numpy as np
+
+from fedjax_face.data import stores
 
 PROFILES = ('train', 'lfw', 'cfp_frontal', 'cfp_profile', 'agedb')
 PAIR_SET_NAMES = ('lfw', 'cfp_fp', 'agedb_30')
@@ -906,13 +907,6 @@ def _render_chunk(ip: Mapping[str, np.ndarray], nz: Mapping[str, np.ndarray],
   return np.clip(img, 0.0, 255.0, out=img).astype(np.uint8)
 
 
-def _usable_cpus() -> int:
-  try:
-    return len(os.sched_getaffinity(0))
-  except AttributeError:  # not on Linux
-    return os.cpu_count() or 1
-
-
 def render_faces(identity_params: dict[str, np.ndarray], nuisance: dict[str, np.ndarray],
                  image_size: int) -> np.ndarray:
   """Renders one image per row of `identity_params` / `nuisance`.
@@ -946,7 +940,7 @@ def render_faces(identity_params: dict[str, np.ndarray], nuisance: dict[str, np.
     out[s:e] = rendered.transpose(0, 2, 3, 1)
 
   # numpy releases the GIL inside its loops, so threads give a real speed-up on multi-core hosts.
-  workers = min(len(starts), _usable_cpus(), 8)
+  workers = min(len(starts), stores.usable_cpus(), 8)
   if workers <= 1:
     for s in starts:
       work(s)
