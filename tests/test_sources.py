@@ -344,29 +344,37 @@ class FedjaxFaceTestFaces(tfds.core.GeneratorBasedBuilder, skip_registration=Tru
       yield str(i), {'image': png(image), 'label': f'person_{label:03d}', 'index': i}
 
 
+def prepare_test_faces(bench, data_dir: str, file_format: str) -> str:
+  FedjaxFaceTestFaces.images, FedjaxFaceTestFaces.labels = bench.train_images, bench.train_labels
+  FedjaxFaceTestFaces(data_dir=data_dir, file_format=file_format).download_and_prepare()
+  return data_dir
+
+
+def load_test_faces(data_dir: str, rec_root: str):
+  """The run's data from a prepared copy, and each example's original index (TFDS shuffles)."""
+  config = runlocal_config(source='tfds', root=data_dir, tfds_name='fedjax_face_test_faces',
+                           tfds_label_key='label', verification_dir=rec_root)
+  config_lib.validate(config)
+  data = experiment.load_data(config)
+  source = tfds_source.open_split('fedjax_face_test_faces', split='train', data_dir=data_dir)
+  return data, np.array([source[i]['index'] for i in range(len(source))])
+
+
 @pytest.fixture(scope='module')
 def tfds_dir(bench, tmp_path_factory):
-  data_dir = str(tmp_path_factory.mktemp('tfds'))
-  FedjaxFaceTestFaces.images, FedjaxFaceTestFaces.labels = bench.train_images, bench.train_labels
-  FedjaxFaceTestFaces(data_dir=data_dir, file_format='array_record').download_and_prepare()
-  return data_dir
+  return prepare_test_faces(bench, str(tmp_path_factory.mktemp('tfds')), 'array_record')
 
 
 def test_tfds_array_record_reads_without_tensorflow(bench, rec_root, tfds_dir):
   """A real prepared array_record copy on disk, found by name in data_dir (no builder code)."""
-  config = runlocal_config(source='tfds', root=tfds_dir, tfds_name='fedjax_face_test_faces',
-                           tfds_label_key='label', verification_dir=rec_root)
-  config_lib.validate(config)
-  got = experiment.load_data(config)
-  source = tfds_source.open_split('fedjax_face_test_faces', split='train', data_dir=tfds_dir)
-  order = np.array([source[i]['index'] for i in range(len(source))])
+  got, order = load_test_faces(tfds_dir, rec_root)
   assert sorted(order) == list(range(len(bench.train_labels)))  # TFDS shuffled them
   np.testing.assert_array_equal(got.train_images[:], bench.train_images[order])
   # person_000 < person_001 < ...: the names sort like the original ids.
   np.testing.assert_array_equal(got.train_labels, bench.train_labels[order])
   assert got.num_identities == bench.num_identities
   np.testing.assert_array_equal(got.pair_sets['lfw'].images, bench.pair_sets['lfw'].images)
-  clients = experiment.client_partition(config, got.num_identities)
+  clients = experiment.client_partition(runlocal_config(source='tfds'), got.num_identities)
   fed = federated.build(got.train_images, got.train_labels, clients)
   ref = federated.build(bench.train_images, bench.train_labels, clients)
   for k in range(fed.num_clients):  # same samples per client, in TFDS order
@@ -402,20 +410,10 @@ def test_tfds_mock_lfw_and_celeb_a_features(bench):
                     reason='needs tensorflow: TFDS writes and reads tfrecord with it')
 def test_tfds_tfrecord_copy_reads_like_array_record(bench, rec_root, tfds_dir, tmp_path):
   """The default `tfds build` format (tfrecord, read once with tf.data) gives the same data."""
-  tfrecord_dir = str(tmp_path / 'tfrecord')
-  FedjaxFaceTestFaces.images, FedjaxFaceTestFaces.labels = bench.train_images, bench.train_labels
-  FedjaxFaceTestFaces(data_dir=tfrecord_dir, file_format='tfrecord').download_and_prepare()
+  tfrecord_dir = prepare_test_faces(bench, str(tmp_path / 'tfrecord'), 'tfrecord')
   assert glob.glob(os.path.join(tfrecord_dir, '*', '*', '*.tfrecord-*'))
-  loaded = {}
-  for name, root in (('array_record', tfds_dir), ('tfrecord', tfrecord_dir)):
-    config = runlocal_config(source='tfds', root=root, tfds_name='fedjax_face_test_faces',
-                             tfds_label_key='label', verification_dir=rec_root)
-    config_lib.validate(config)
-    data = experiment.load_data(config)
-    source = tfds_source.open_split('fedjax_face_test_faces', split='train', data_dir=root)
-    order = np.array([source[i]['index'] for i in range(len(source))])
-    loaded[name] = data, order
-  (ar, ar_order), (tr, tr_order) = loaded['array_record'], loaded['tfrecord']
+  ar, ar_order = load_test_faces(tfds_dir, rec_root)
+  tr, tr_order = load_test_faces(tfrecord_dir, rec_root)
   # The two formats may list the examples in different orders: compare them by their index.
   np.testing.assert_array_equal(tr.train_images[:][np.argsort(tr_order)],
                                 ar.train_images[:][np.argsort(ar_order)])
