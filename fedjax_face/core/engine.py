@@ -272,17 +272,17 @@ class RoundEngine:
     results = self._run_clients(client_input, private, data, client_ids, rng)
     return self._finish_fn(state, results, weights, client_ids)
 
-  # -- memory ------------------------------------------------------------------------------
-
   def _loop(self, run_client, n: int) -> list[ClientResult]:
     """`run_client(i)` for i < n, in order, on up to `loop_threads` threads at once."""
     if self.loop_threads == 1 or n <= 1:
       return [run_client(i) for i in range(n)]
-    first = run_client(0)  # traces and compiles here, before any thread could race to
+    first = run_client(0)  # traces and compiles on this thread: no two threads compile it
     # Each thread waits for its client, so at most `loop_threads` programs run at once.
     finish = lambda i: jax.block_until_ready(run_client(i))
     with concurrent.futures.ThreadPoolExecutor(min(self.loop_threads, n - 1)) as pool:
       return [first] + list(pool.map(finish, range(1, n)))
+
+  # -- memory ------------------------------------------------------------------------------
 
   def plan(self, state: RoundState, cohort_size: int, client_data, *,
            memory_fraction: float = MEMORY_FRACTION) -> WidthPlan | None:
