@@ -4,22 +4,20 @@ Reads each workdir's results.json and prints (and optionally writes, --out) one 
 verification accuracy per pair set, one row per run, plus the class-embedding diagnostic.
 """
 
-import json
 import os
 
 from absl import app, flags
 
-from fedjax_face.io import report
+from fedjax_face.io import files, report
 
 _OUT = flags.DEFINE_string('out', None, 'Also write the table to this markdown file.')
 
 
 def load(workdir: str) -> dict:
-  path = os.path.join(workdir, 'results.json')
-  if not os.path.exists(path):
+  path = files.join(workdir, 'results.json')
+  if not files.exists(path):
     raise FileNotFoundError(f'{path} does not exist: is {workdir} a finished run?')
-  with open(path) as f:
-    return json.load(f)
+  return files.read_json(path)
 
 
 def table(workdirs: list[str]) -> str:
@@ -44,8 +42,7 @@ def main(argv):
   text = table(argv[1:])
   print(text)
   if _OUT.value:
-    with open(_OUT.value, 'w') as f:
-      f.write(text + '\n')
+    files.write_text_atomic(_OUT.value, text + '\n')
 
 
 if __name__ == '__main__':

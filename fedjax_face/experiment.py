@@ -11,6 +11,7 @@ the same numbers, but only process 0 touches the workdir (it alone reads a check
 and broadcasts it).
 """
 
+import io
 import os
 import re
 import time
@@ -25,7 +26,7 @@ from fedjax_face.core import engine as engine_lib
 from fedjax_face.data import federated, identification_set, partition, pipeline, sources, stores
 from fedjax_face.data import synthetic
 from fedjax_face.eval import diagnostics, identification, plots, verification
-from fedjax_face.io import checkpoint, metrics, report
+from fedjax_face.io import checkpoint, files, metrics, report
 
 
 def resolve_engine(config, platform: str | None = None) -> tuple[str, str, int]:
@@ -227,7 +228,7 @@ def evaluate(config, model, algorithm, state, benchmark, fed_view, workdir: str,
     curves[res['title']] = (np.asarray(res['roc_fpr']), np.asarray(res['roc_tpr']))
     results[name] = res
   if write:
-    plots.plot_roc(curves, os.path.join(workdir, 'roc.png'), title=config.algorithm)
+    plots.plot_roc(curves, files.join(workdir, 'roc.png'), title=config.algorithm)
   out = {'verification': results, 'plots': ['roc.png']}
   if id_set is not None:
     out['identification'] = identification.identify(embed_fn, id_set,
@@ -238,9 +239,11 @@ def evaluate(config, model, algorithm, state, benchmark, fed_view, workdir: str,
     within, cross = diagnostics.class_embedding_similarity(grouped, fed_view.class_mask)
     if write:
       plots.plot_similarity_histograms({config.algorithm: (within, cross)},
-                                       os.path.join(workdir, 'class_embedding_similarity.png'))
-      np.savez_compressed(os.path.join(workdir, 'class_embedding_similarity.npz'),
-                          within=within, cross=cross)
+                                       files.join(workdir, 'class_embedding_similarity.png'))
+      arrays = io.BytesIO()
+      np.savez_compressed(arrays, within=within, cross=cross)
+      files.write_bytes_atomic(files.join(workdir, 'class_embedding_similarity.npz'),
+                               arrays.getvalue())
     out['diagnostics'] = {'class_embedding_similarity':
                           diagnostics.similarity_summary(within, cross),
                           'class_embedding_norm':
@@ -263,7 +266,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   ckpt = None
   if chief:
     try:
-      os.makedirs(workdir, exist_ok=True)
+      files.makedirs(workdir)
       ckpt = checkpoint.Checkpointer(workdir, config.to_dict())
     except Exception:   # a refused or unwritable workdir: tell the others, then raise
       _process_zero_value(np.int32(1), chief)
@@ -288,7 +291,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   if chief:
     synthetic.save_sample_grid(
         benchmark.train_images[::max(1, len(benchmark.train_images) // 96)],
-        os.path.join(workdir, 'samples.png'))
+        files.join(workdir, 'samples.png'))
 
   # Model, algorithm, engine.
   model = models.build_backbone(config.model)
@@ -325,7 +328,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
       f'{fl.local_steps} local steps of {fl.batch_size}, backend={backend}, '
       f'steps={step_mode}, {config.num_rounds} rounds, {jax.process_count()} process(es), '
       f'{eng.num_shards} device(s) for clients', flush=True)
-  writer = metrics.MetricWriter(os.path.join(workdir, 'tensorboard')) if chief else None
+  writer = metrics.MetricWriter(files.join(workdir, 'tensorboard')) if chief else None
   progress = metrics.Progress(config.num_rounds, start_round, images_per_round)
   t_train = time.perf_counter()
   # Round r+1's batches are drawn (for real data: read and decoded) in a background thread while

@@ -22,7 +22,8 @@ from fedjax_face import experiment
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment config file (configs/*.py).',
                                           lock_config=True)
-_WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and reports.')
+_WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and reports '
+                                '(a local path or a URI such as gs://bucket/run).')
 _COORDINATOR = flags.DEFINE_string(
     'coordinator_address', None, 'HOST:PORT of process 0 for jax.distributed (default: '
     'JAX_COORDINATOR_ADDRESS, or found by JAX under SLURM / Open MPI / Cloud TPU).')

@@ -19,7 +19,6 @@ our 1:N analogue (rank-1 and TPIR@FPIR on held-out identities with distractors) 
 """
 
 import dataclasses
-import json
 import os
 import statistics
 import subprocess
@@ -27,6 +26,8 @@ import sys
 import time
 
 from absl import app, flags
+
+from fedjax_face.io import files
 
 PAIR_SETS = ('lfw', 'cfp_fp', 'agedb_30')
 PAIR_TITLES = {'lfw': 'LFW', 'cfp_fp': 'CFP-FP', 'agedb_30': 'AgeDB-30'}
@@ -191,17 +192,16 @@ def run_all(table: Table, root: str, extra: tuple, dry_run: bool = False,
   for row in table.rows:
     for seed in seeds:
       overrides = seed_overrides(extra, seed)
-      workdir = os.path.join(root, row.run.name(overrides))
-      path = os.path.join(workdir, 'results.json')
-      if not os.path.exists(path) and not dry_run:
+      workdir = files.join(root, row.run.name(overrides))
+      path = files.join(workdir, 'results.json')
+      if not files.exists(path) and not dry_run:
         cmd = row.run.command(workdir, overrides)
         print('$ ' + ' '.join(cmd[1:]).replace(sys.executable, 'python'), flush=True)
         t0 = time.perf_counter()
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         print(f'  done in {time.perf_counter() - t0:.0f} s', flush=True)
-      if os.path.exists(path):
-        with open(path) as f:
-          results[(row.run, seed)] = json.load(f)
+      if files.exists(path):
+        results[(row.run, seed)] = files.read_json(path)
   return results
 
 
@@ -292,9 +292,7 @@ def main(argv):
     if f.out_dir:
       out = os.path.join(f.out_dir, f'fedgc_table{tid}.md')
     if out:
-      os.makedirs(os.path.dirname(out) or '.', exist_ok=True)
-      with open(out, 'w') as out_file:
-        out_file.write(text)
+      files.write_text_atomic(out, text)
 
 
 if __name__ == '__main__':

@@ -25,7 +25,7 @@ from absl import app, flags
 from fedjax_face import algorithms, config_lib, experiment, models
 from fedjax_face.data import federated, stores
 from fedjax_face.eval import verification
-from fedjax_face.io import checkpoint
+from fedjax_face.io import checkpoint, files
 
 _RUNS = flags.DEFINE_list('runs', None, 'Workdirs of finished runs; the first picks the pairs.')
 _OUT = flags.DEFINE_string('out', None, 'PNG path (a .json with the numbers is written beside it).')
@@ -38,11 +38,10 @@ SAME_DATA_FIELDS = ('seed', 'data.', 'federated.num_clients', 'federated.partiti
 
 def load_run(workdir: str):
   """(config, model, algorithm, state, benchmark, fed_view) of a finished run's last checkpoint."""
-  path = os.path.join(workdir, 'config.json')
-  if not os.path.exists(path):
+  path = files.join(workdir, 'config.json')
+  if not files.exists(path):
     raise ValueError(f'{workdir}: no config.json; expected the workdir of a finished run.')
-  with open(path) as f:
-    saved = json.load(f)
+  saved = files.read_json(path)
   # Fields added since the run was made keep their defaults (which reproduce the old behaviour).
   config = config_lib.base_config()
   config.update_from_flattened_dict(

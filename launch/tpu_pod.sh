@@ -5,7 +5,7 @@
 #       [--config.<field>=value ...]
 #
 # e.g.
-#   TPU_NAME=my-pod ZONE=us-central2-b bash launch/tpu_pod.sh /tmp/fedgc_webface \
+#   TPU_NAME=my-pod ZONE=us-central2-b bash launch/tpu_pod.sh gs://my-bucket/fedgc_webface \
 #       --config=configs/fedgc.py:loss=cosface --config.data.source=insightface \
 #       --config.data.root=/mnt/data/faces_webface_112x112 --config.data.image_size=112 \
 #       --config.model.name=iresnet34
@@ -15,8 +15,8 @@
 # split over every chip of the slice and each host samples and decodes only its own clients'
 # images (so data.root must hold the data on every host: a copy or a shared mount). Only process
 # 0 (worker 0) writes WORKDIR: checkpoints, TensorBoard, results.json, report.md; rerunning the
-# same command resumes from worker 0's checkpoints. WORKDIR is a local path on worker 0 (or an
-# NFS / gcsfuse mount), not gs://.
+# same command resumes from worker 0's checkpoints. WORKDIR is best a bucket (gs://bucket/run: it
+# outlives the slice); a local path is on worker 0's disk.
 #
 # Environment:
 #   TPU_NAME, ZONE  required: the TPU VM slice and its zone

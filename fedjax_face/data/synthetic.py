@@ -31,12 +31,14 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import functools
+import io
 import math
 from typing import Mapping, Sequence
 
 import numpy as np
 
 from fedjax_face.data import stores
+from fedjax_face.io import files
 
 PROFILES = ('train', 'lfw', 'cfp_frontal', 'cfp_profile', 'agedb')
 PAIR_SET_NAMES = ('lfw', 'cfp_fp', 'agedb_30')
@@ -1090,7 +1092,7 @@ def save_sample_grid(images: np.ndarray, path: str, *, rows: int = 8, cols: int 
 
   Args:
     images: uint8 `[N, H, W, 3]` (N may be smaller than rows*cols; the rest stays blank).
-    path: output .png path.
+    path: output .png path (local or a URI).
     rows: grid rows.
     cols: grid columns.
     labels: optional per-image labels, drawn in each tile's corner.
@@ -1124,4 +1126,6 @@ def save_sample_grid(images: np.ndarray, path: str, *, rows: int = 8, cols: int 
       text = str(labels[i])
       draw.rectangle([x0, y0, x0 + 7 * len(text) + 3, y0 + 12], fill=(0, 0, 0))
       draw.text((x0 + 2, y0 + 1), text, fill=(255, 255, 0))
-  pil.save(path, format='PNG')
+  buffer = io.BytesIO()
+  pil.save(buffer, format='PNG')
+  files.write_bytes_atomic(path, buffer.getvalue())

@@ -5,6 +5,7 @@ that no global figure state is created or leaked across calls in long training r
 nevertheless forced to the non-interactive 'Agg' so that nothing here ever needs a display.
 """
 
+import io
 import os
 from typing import Mapping
 
@@ -15,13 +16,14 @@ matplotlib.use('Agg')
 from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
 import numpy as np
 
+from fedjax_face.io import files
+
 
 def _save(fig: Figure, path: str) -> None:
-  """Writes `fig` to `path` (format from the extension), creating the directory if needed."""
-  directory = os.path.dirname(path)
-  if directory:
-    os.makedirs(directory, exist_ok=True)
-  fig.savefig(path, dpi=120, bbox_inches='tight')
+  """Writes `fig` to `path` (a local path or a URI; format from the extension)."""
+  buffer = io.BytesIO()
+  fig.savefig(buffer, format=os.path.splitext(path)[1][1:] or 'png', dpi=120, bbox_inches='tight')
+  files.write_bytes_atomic(path, buffer.getvalue())
 
 
 def plot_roc(curves: Mapping[str, tuple[np.ndarray, np.ndarray]],

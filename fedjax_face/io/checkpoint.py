@@ -7,12 +7,13 @@ not change the trained model (`RESUMABLE_FIELDS`) may differ, so a run can be ex
 """
 
 import json
-import os
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 from flax import serialization
+
+from fedjax_face.io import files
 
 RESUMABLE_FIELDS = ('num_rounds', 'checkpoint_every', 'log_every', 'eval.', 'engine.', 'data.prefetch',
                     'data.decode_threads', 'data.skip_bad_records')
@@ -41,34 +42,18 @@ def config_differences(old: dict, new: dict) -> list[str]:
   return diffs
 
 
-def write_json_atomic(path: str, obj) -> None:
-  """Writes JSON through a temporary file and a rename, so a crash never leaves half a file."""
-  tmp = f'{path}.tmp'
-  with open(tmp, 'w') as f:
-    json.dump(obj, f, indent=2, sort_keys=True, default=_jsonable)
-  os.replace(tmp, path)
-
-
-def _jsonable(x):
-  if isinstance(x, (np.floating, np.integer)):
-    return x.item()
-  if isinstance(x, np.ndarray):
-    return x.tolist()
-  raise TypeError(f'not JSON serialisable: {type(x)}')
-
-
 class Checkpointer:
   """Saves and restores `RoundState` under `<workdir>/checkpoints/<round>`."""
 
   def __init__(self, workdir: str, config_dict: dict, *, max_to_keep: int = 2):
     self.workdir = workdir
-    os.makedirs(workdir, exist_ok=True)
-    directory = os.path.abspath(os.path.join(workdir, 'checkpoints'))
+    files.makedirs(workdir)
+    directory = files.absolute(files.join(workdir, 'checkpoints'))
     options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True)
     if jax.process_count() > 1:
       # Multi-process runs checkpoint from process 0 alone (host copies of the replicated state):
       # orbax must then not wait for the other processes at its barriers.
-      os.makedirs(directory, exist_ok=True)
+      files.makedirs(directory)
       me = jax.process_index()
       options = ocp.CheckpointManagerOptions(
           max_to_keep=max_to_keep, create=False,
@@ -78,15 +63,14 @@ class Checkpointer:
     self._check_config(config_dict)
 
   def _check_config(self, config_dict: dict) -> None:
-    path = os.path.join(self.workdir, 'config.json')
-    if self._manager.latest_step() is not None and os.path.exists(path):
-      with open(path) as f:
-        try:
-          old = json.load(f)
-        except json.JSONDecodeError as e:
-          raise ValueError(f'{path} is not valid JSON ({e}); it should record the config of the '
-                           'checkpoints in this workdir. Use a new --workdir.') from e
-      diffs = config_differences(old, json.loads(json.dumps(config_dict, default=_jsonable)))
+    path = files.join(self.workdir, 'config.json')
+    if self._manager.latest_step() is not None and files.exists(path):
+      try:
+        old = json.loads(files.read_text(path))
+      except json.JSONDecodeError as e:
+        raise ValueError(f'{path} is not valid JSON ({e}); it should record the config of the '
+                         'checkpoints in this workdir. Use a new --workdir.') from e
+      diffs = config_differences(old, json.loads(json.dumps(config_dict, default=files.jsonable)))
       if diffs:
         raise ValueError(
             f'--workdir={self.workdir} holds checkpoints of a different config; refusing to '
@@ -95,7 +79,7 @@ class Checkpointer:
     elif self._manager.latest_step() is not None:
       raise ValueError(f'--workdir={self.workdir} has checkpoints but no config.json, so it is '
                        'unknown which config wrote them. Use a new --workdir.')
-    write_json_atomic(path, config_dict)
+    files.write_json_atomic(path, config_dict)
 
   def latest_round(self) -> int | None:
     return self._manager.latest_step()

@@ -2,12 +2,15 @@
 
 import time
 
+from fedjax_face.io import files
+
 
 class MetricWriter:
   """Writes scalars to the log and to TensorBoard event files under `<workdir>/tensorboard`."""
 
   def __init__(self, logdir: str):
     from tensorboardX import SummaryWriter  # imported here: only runs that log need it
+    files.register_tensorboard_scheme(logdir)
     self._tb = SummaryWriter(logdir=logdir)
 
   def write_scalars(self, step: int, scalars: dict[str, float]) -> None:

@@ -1,8 +1,6 @@
 """`results.json` (every metric, its protocol named) and `report.md` (the tables) of a run."""
 
-import os
-
-from fedjax_face.io import checkpoint
+from fedjax_face.io import files
 
 PAIR_SET_TITLES = {'lfw': 'LFW-like', 'cfp_fp': 'CFP-FP-like', 'agedb_30': 'AgeDB-30-like'}
 
@@ -76,7 +74,7 @@ def detail_table(verification: dict[str, dict]) -> str:
 
 def write(workdir: str, results: dict) -> str:
   """Writes results.json and report.md; returns the report's markdown."""
-  checkpoint.write_json_atomic(os.path.join(workdir, 'results.json'), results)
+  files.write_json_atomic(files.join(workdir, 'results.json'), results)
   verification = results['verification']
   protocol = next(iter(verification.values()))['protocol'] if verification else ''
   md = [f"# {results['algorithm']} — {results['config_name']}", '',
@@ -101,8 +99,5 @@ def write(workdir: str, results: dict) -> str:
     md.append('')
   md += ['Plots: ' + ', '.join(results.get('plots', [])), '']
   text = '\n'.join(md)
-  tmp = os.path.join(workdir, 'report.md.tmp')
-  with open(tmp, 'w') as f:
-    f.write(text)
-  os.replace(tmp, os.path.join(workdir, 'report.md'))
+  files.write_text_atomic(files.join(workdir, 'report.md'), text)
   return text

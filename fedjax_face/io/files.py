@@ -1,0 +1,100 @@
+"""Run outputs on a local disk or an object store (gs://, s3://) through `etils.epath`.
+
+Every file a run writes or reads in its workdir goes through here (checkpoints go through orbax,
+which takes the same paths), so `--workdir` may be a local path or a URI such as
+`gs://bucket/runs/fedgc`: a TPU VM's disk does not outlive the VM, a bucket does. With
+TensorFlow installed (requirements.txt on Linux x86-64) epath reaches gs:// through
+`tf.io.gfile`; without it, through fsspec (`gcsfs`).
+
+Writes go to `<path>.tmp` and are then renamed, so a crash never leaves half a file under the
+final name (on an object store the rename is a copy and a delete: the same guarantee, not an
+atomic one).
+"""
+
+import json
+import os
+import posixpath
+
+import numpy as np
+from etils import epath
+
+
+def is_uri(path: str) -> bool:
+  """True for 'gs://bucket/x' and the like; False for local paths."""
+  return '://' in str(path)
+
+
+def join(base: str, *parts: str) -> str:
+  """os.path.join that keeps a URI's '//' (posix joining for URIs on every OS)."""
+  return posixpath.join(str(base), *parts) if is_uri(base) else os.path.join(base, *parts)
+
+
+def absolute(path: str) -> str:
+  """A local path made absolute (orbax wants one); a URI unchanged (abspath would mangle it)."""
+  return str(path) if is_uri(path) else os.path.abspath(path)
+
+
+def makedirs(path: str) -> None:
+  epath.Path(path).mkdir(parents=True, exist_ok=True)
+
+
+def exists(path: str) -> bool:
+  return epath.Path(path).exists()
+
+
+def read_text(path: str) -> str:
+  return epath.Path(path).read_text()
+
+
+def read_json(path: str):
+  return json.loads(read_text(path))
+
+
+def write_bytes_atomic(path: str, data: bytes) -> None:
+  """Writes `data` to `path` through `<path>.tmp` and a rename (parent directories created)."""
+  target = epath.Path(path)
+  target.parent.mkdir(parents=True, exist_ok=True)
+  tmp = epath.Path(f'{path}.tmp')
+  tmp.write_bytes(data)
+  tmp.replace(target)
+
+
+def write_text_atomic(path: str, text: str) -> None:
+  write_bytes_atomic(path, text.encode('utf-8'))
+
+
+def write_json_atomic(path: str, obj) -> None:
+  """JSON (indented, sorted keys; numpy scalars and arrays as numbers and lists), atomically."""
+  write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=jsonable))
+
+
+def jsonable(x):
+  """json.dumps `default=`: numpy scalars and arrays as numbers and lists."""
+  if isinstance(x, (np.floating, np.integer)):
+    return x.item()
+  if isinstance(x, np.ndarray):
+    return x.tolist()
+  raise TypeError(f'not JSON serialisable: {type(x)}')
+
+
+class _RecordFileFactory:
+  """tensorboardX's writer factory for a URI scheme, through epath (see `tensorboard_logdir`)."""
+
+  def open(self, path):
+    return epath.Path(path).open('wb')
+
+  def directory_check(self, path):
+    makedirs(path)
+
+
+def register_tensorboard_scheme(logdir: str) -> None:
+  """Lets tensorboardX write event files under a URI logdir through epath.
+
+  tensorboardX's own gs:// writer needs `google-cloud-storage` (not in requirements.txt) and has
+  no other object stores; epath reaches them with what orbax already uses. Local logdirs keep
+  tensorboardX's plain files.
+  """
+  if not is_uri(logdir):
+    return
+  from tensorboardX import record_writer  # pylint: disable=g-import-not-at-top
+  record_writer.register_writer_factory(str(logdir).split('://', 1)[0], _RecordFileFactory())
