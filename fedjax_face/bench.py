@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 from ml_collections import config_flags
 
-from fedjax_face import algorithms, bench_regularizer, config_lib, models
+from fedjax_face import algorithms, bench_regularizer, config_lib, experiment, models
 from fedjax_face.timing import measure
 from fedjax_face.algorithms import common, fedgc
 from fedjax_face.core import aggregation, local
@@ -491,9 +491,15 @@ def bench_cohort(config, model, problem: Problem, platform_name: str, log=print)
   Every call starts from the same initial state, key and round data, so each does the same work.
   """
   b, seed = config.bench, config.seed
-  algs = {mode: algorithms.get('fedpe').build(config, model, problem.fed, step_mode=mode)
-          for mode in b.step_modes}
-  state = algs[b.step_modes[0]].init(jax.random.PRNGKey(seed))   # init does not depend on mode
+
+  @functools.cache
+  def algorithm(mode: str, conv_gradient: str):
+    backbone = models.build_backbone(config.model, conv_gradient=conv_gradient)
+    return algorithms.get('fedpe').build(config, backbone, problem.fed, step_mode=mode)
+
+  # Neither the step mode nor the conv gradient changes the parameters: one initial state.
+  state = algorithms.get('fedpe').build(config, model, problem.fed, step_mode='unroll').init(
+      jax.random.PRNGKey(seed))
   rng = jax.random.fold_in(jax.random.PRNGKey(seed), 1)
   round_in = functools.cache(lambda multiple: round_inputs(problem, multiple, seed))
   timing = dict(warmup=b.warmup, repeats=b.repeats, budget_s=b.max_timed_s)
@@ -505,7 +511,8 @@ def bench_cohort(config, model, problem: Problem, platform_name: str, log=print)
   for backend, width in backend_variants(b):
     for mode in b.step_modes:
       name = combination_name(problem.name, backend, width, mode)
-      row = {'name': name, 'backend': backend, 'step_mode': mode,
+      conv_gradient = experiment.conv_gradient_for(config, backend, mode, platform_name)
+      row = {'name': name, 'backend': backend, 'step_mode': mode, 'conv_gradient': conv_gradient,
              'map_width': width if backend == 'map' else None,
              'loop_threads': (width or 1) if backend == 'loop' else None}
       reason = skip_reason(b, name, platform_name)
@@ -513,7 +520,8 @@ def bench_cohort(config, model, problem: Problem, platform_name: str, log=print)
         out['backends'].append({**row, 'status': 'skipped', 'reason': reason})
         log(f'{name}: skipped ({reason})')
         continue
-      row.update(bench_backend(algs[mode], problem, state, rng, backend, width, round_in, timing))
+      row.update(bench_backend(algorithm(mode, conv_gradient), problem, state, rng, backend, width,
+                               round_in, timing))
       out['backends'].append(row)
       log(f"{name}: {row['images_per_s']:,.0f} images/s")
   for key, fn in (('sequential', bench_sequential), ('centralized', bench_centralized)):
@@ -577,7 +585,7 @@ def best_parallel_combination(cohort_result: dict) -> str | None:
   return f"{variant_name(best['backend'], best['map_width'])}/{best['step_mode']}"
 
 
-def bench_scaling(config, model, problem: Problem, combination: str | None, log=print) -> dict:
+def bench_scaling(config, problem: Problem, combination: str | None, log=print) -> dict:
   """One combination with the clients axis over 1, 2, 4, ... of the visible devices."""
   b = config.bench
   visible = jax.device_count()
@@ -590,7 +598,9 @@ def bench_scaling(config, model, problem: Problem, combination: str | None, log=
                    for n in counts]
     return out
   backend, width, mode = parse_combination(combination)
-  alg = algorithms.get('fedpe').build(config, model, problem.fed, step_mode=mode)
+  backbone = models.build_backbone(
+      config.model, conv_gradient=experiment.conv_gradient_for(config, backend, mode))
+  alg = algorithms.get('fedpe').build(config, backbone, problem.fed, step_mode=mode)
   state = alg.init(jax.random.PRNGKey(config.seed))
   rng = jax.random.fold_in(jax.random.PRNGKey(config.seed), 1)
   round_in = functools.cache(lambda multiple: round_inputs(problem, multiple, config.seed))
@@ -699,7 +709,10 @@ def run(config, out_dir: str, log=print) -> dict:
   os.makedirs(out_dir, exist_ok=True)
   b = config.bench
   info = platform_info()
-  model = models.build_backbone(config.model)
+  # The baselines, eval and scaling's default: no while loops, so the gradient a run would pick
+  # for unrolled loop steps. Each round combination picks its own (`bench_cohort`).
+  conv_gradient = experiment.conv_gradient_for(config, 'loop', 'unroll')
+  model = models.build_backbone(config.model, conv_gradient=conv_gradient)
   results = {'platform': info,
              'model': (f'{config.model.name} w={config.model.width} '
                        f'd={config.model.embedding_dim} {config.data.image_size}x'
@@ -723,7 +736,7 @@ def run(config, out_dir: str, log=print) -> dict:
     combination = b.scaling.combination
     if combination == 'best':
       combination = best_parallel_combination(results['rounds'][b.scaling.cohort])
-    results['scaling'] = bench_scaling(config, model, problem(b.scaling.cohort), combination, log)
+    results['scaling'] = bench_scaling(config, problem(b.scaling.cohort), combination, log)
   results['total_s'] = time.perf_counter() - t_start
   results['platform']['load_average_1min_end'] = os.getloadavg()[0] if hasattr(
       os, 'getloadavg') else None

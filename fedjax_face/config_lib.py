@@ -10,6 +10,7 @@ import ml_collections
 from fedjax_face import algorithms
 from fedjax_face.core import engine, local
 from fedjax_face.data import partition
+from fedjax_face.models.conv import CONV_GRADIENTS
 
 LOSSES = ('softmax', 'cosface', 'arcface')
 DATA_SOURCES = ('synthetic', 'insightface', 'image_folder', 'tfds')   # data/sources.py
@@ -93,6 +94,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.engine = ml_collections.ConfigDict()
   c.engine.backend = 'auto'            # 'auto' | 'vmap' | 'map' | 'loop'
   c.engine.step_mode = 'auto'          # 'auto' | 'scan' | 'unroll'
+  c.engine.conv_gradient = 'auto'      # 'auto' | 'xla' | 'canonical' (models/conv.py: the same
+                                       # gradients, fast in loops on XLA CPU; auto = it on CPU)
   c.engine.map_width = 0               # clients per chunk of 'map', and of 'vmap' when the cohort
                                        # does not fit at once; 0 = the widest chunk that fits the
                                        # device memory (RoundEngine.plan); > 0 is unused by 'vmap'
@@ -245,6 +248,7 @@ def validate(c: ml_collections.ConfigDict) -> None:
                 ('auto', 'dense', 'blockwise'))
   _check_choice('engine.backend', c.engine.backend, ('auto',) + engine.BACKENDS)
   _check_choice('engine.step_mode', c.engine.step_mode, ('auto',) + local.STEP_MODES)
+  _check_choice('engine.conv_gradient', c.engine.conv_gradient, ('auto',) + CONV_GRADIENTS)
   _check_choice('engine.distributed', c.engine.distributed, DISTRIBUTED_MODES)
   if not (isinstance(c.engine.memory_fraction, (int, float))
           and 0.0 < c.engine.memory_fraction <= 1.0):

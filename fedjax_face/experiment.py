@@ -29,20 +29,30 @@ from fedjax_face.eval import diagnostics, identification, plots, verification
 from fedjax_face.io import checkpoint, files, metrics, report
 
 
-def resolve_engine(config, platform: str | None = None) -> tuple[str, str, int]:
-  """(backend, step_mode, loop_threads) with 'auto' (0 for the threads) resolved from the platform.
+# On XLA CPU (canonical conv gradient) unrolled local steps beat scanned ones only for a few
+# steps: the README run (2 steps) trained at 3,515 img/s unrolled vs 3,138 scanned; one client's 8
+# steps ran at 2,444 vs 2,768; at 38 steps scanned ran at 3,828 vs 3,142 img/s and compiled in
+# seconds instead of ~70 s.
+UNROLL_MAX_STEPS = 4
 
-  The rules come from `python -m fedjax_face.bench` (figures in BUILD_NOTES.md, "Round engine
-  throughput"):
-  XLA CPU: a loop over clients with unrolled steps ('loop', 'unroll'), one client per usable CPU
-    at once (`engine.loop_threads=0`): XLA CPU runs a small client's program on about one core.
-    On 2 cores that is 1.34-1.64x the sequential loop of a jitted step (one thread: 0.93-1.19x)
-    and 2.3-3.9x centralized training on the same images; vmap over clients ran at 0.21-0.44x
-    the one-thread loop (per-client weights make grouped convolutions), and every while loop of
-    convolutions — scanned steps, `map`'s lax.map over chunks — at 0.06-0.08x. Unrolling costs
-    compile time linear in the local steps (72 s for 38 steps), paid once per run.
+
+def resolve_engine(config, platform: str | None = None) -> tuple[str, str, int, str]:
+  """(backend, step_mode, loop_threads, conv_gradient), 'auto' (0 threads) resolved by platform.
+
+  The rules come from `python -m fedjax_face.bench` and the runs in BUILD_NOTES.md ("Round engine
+  throughput", "Known XLA quirks"):
+  XLA CPU: a loop over clients ('loop'), one client per usable CPU at once
+    (`engine.loop_threads=0`): XLA CPU runs a small client's program on about one core. On 2 cores
+    that is 1.34-1.64x the sequential loop of a jitted step (one thread: 0.93-1.19x) and 2.3-3.9x
+    centralized training on the same images; vmap over clients ran at 0.21-0.44x the one-thread
+    loop (per-client weights make grouped convolutions). Local steps are unrolled up to
+    `UNROLL_MAX_STEPS` and scanned beyond (constant compile time). Inside while loops (scanned
+    steps, `map`'s lax.map) convolutions use the 'canonical' gradient (`models/conv.py`): with
+    XLA's own a conv's gradients ran ~34x slower there (loop/scan 146 vs 2,252 img/s on the
+    FedGC-like bench cohort); unrolled, XLA's own was faster (loop/unroll 2,663 vs 2,245).
   GPU / TPU: all clients at once with scanned steps ('vmap', 'scan'), chunked by memory
-    (`engine.map_width=0`, `RoundEngine.plan`); not measured here (no accelerator was lent).
+    (`engine.map_width=0`, `RoundEngine.plan`), XLA's own conv gradient; not measured here (no
+    accelerator was lent).
   """
   platform = platform or jax.default_backend()
   on_cpu = platform == 'cpu'
@@ -51,10 +61,19 @@ def resolve_engine(config, platform: str | None = None) -> tuple[str, str, int]:
     backend = 'loop' if on_cpu else 'vmap'
   step_mode = config.engine.step_mode
   if step_mode == 'auto':
-    step_mode = 'unroll' if on_cpu else 'scan'
+    step_mode = 'unroll' if on_cpu and config.federated.local_steps <= UNROLL_MAX_STEPS else 'scan'
   # One accelerator runs one program at a time: more threads would only queue on it.
   loop_threads = config.engine.loop_threads or (stores.usable_cpus() if on_cpu else 1)
-  return backend, step_mode, loop_threads
+  return backend, step_mode, loop_threads, conv_gradient_for(config, backend, step_mode, platform)
+
+
+def conv_gradient_for(config, backend: str, step_mode: str, platform: str | None = None) -> str:
+  """`engine.conv_gradient`, 'auto' resolved: 'canonical' where XLA CPU runs convs in while loops
+  (scanned steps, `map`'s lax.map), else XLA's own ('xla'), which was faster unrolled."""
+  if config.engine.conv_gradient != 'auto':
+    return config.engine.conv_gradient
+  in_loops = step_mode == 'scan' or backend == 'map'
+  return 'canonical' if (platform or jax.default_backend()) == 'cpu' and in_loops else 'xla'
 
 
 DISTRIBUTED_ENV = 'FEDJAX_FACE_DISTRIBUTED'   # off | auto | on; read when engine.distributed='auto'
@@ -294,8 +313,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
         files.join(workdir, 'samples.png'))
 
   # Model, algorithm, engine.
-  model = models.build_backbone(config.model)
-  backend, step_mode, loop_threads = resolve_engine(config)
+  backend, step_mode, loop_threads, conv_gradient = resolve_engine(config)
+  model = models.build_backbone(config.model, conv_gradient=conv_gradient)
   algorithm = algorithms.get(config.algorithm).build(config, model, fed, step_mode=step_mode)
   mesh = None
   if backend != 'loop' or jax.process_count() > 1:   # several processes: the mesh spans them
@@ -389,6 +408,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
                  'processes': jax.process_count(), 'clients_devices': eng.num_shards,
                  'map_width': eng.width, 'width_plan': plan._asdict() if plan else None,
                  'loop_threads': eng.loop_threads if backend == 'loop' else None,
+                 'conv_gradient': conv_gradient,
                  'platform': jax.default_backend()},
       'timing': {'data_s': data_s, 'train_s': train_s, 'eval_s': eval_s,
                  'resumed_from_round': start_round,

@@ -105,6 +105,9 @@ def test_bench_json_has_every_section_and_combination(tiny_run):
         assert 'bench.skip' in row['reason'] and 'images_per_s' not in row
       else:
         assert row['status'] == 'measured'
+      # As a run on CPU picks it: the canonical conv gradient inside while loops only.
+      in_loops = row['step_mode'] == 'scan' or row['backend'] == 'map'
+      assert row['conv_gradient'] == ('canonical' if in_loops else 'xla'), row['name']
     assert res['best']['name'] in expected
   assert [r['R'] for r in saved['regularizer']] == list(b.regularizer.classes)
   assert saved['eval']['verification']['num_pairs'] == b.eval.num_pairs
@@ -263,9 +266,9 @@ def test_variant_names_round_trip():
 
 def test_skip_on_cpu_applies_only_on_cpu():
   b = load_config(None).bench
-  assert 'skip_on_cpu' in bench.skip_reason(b, 'fedgc/vmap/scan', 'cpu')
-  assert bench.skip_reason(b, 'fedgc/vmap/scan', 'gpu') is None
-  assert bench.skip_reason(b, 'fedfv/loop/scan', 'cpu') is None
+  assert 'skip_on_cpu' in bench.skip_reason(b, 'fedgc/map2/scan', 'cpu')
+  assert bench.skip_reason(b, 'fedgc/map2/scan', 'gpu') is None
+  assert bench.skip_reason(b, 'fedgc/loop/scan', 'cpu') is None   # fast with the canonical conv
   assert 'skip_on_cpu' in bench.skip_reason(b, 'fedgc/map8/unroll', 'cpu')
   assert bench.skip_reason(b, 'fedfv/map8/unroll', 'cpu') is None
   assert bench.skip_reason(b, 'fedgc/loop/unroll', 'cpu') is None

@@ -1,8 +1,9 @@
 """A client's local steps: `lax.scan` or unrolled, with masked (no-op) steps.
 
-XLA CPU runs convolutions inside a while loop (what `lax.scan` lowers to) on a slow path, ~18x
-slower than the same steps unrolled (REFERENCE_NOTES §9); GPUs and TPUs do not have this problem.
-So the step loop is a choice: 'scan' (small program, fast compile) or 'unroll' (straight-line code).
+'scan' is a small program (compile time independent of the number of steps); 'unroll' is
+straight-line code, which XLA can fuse across steps. XLA CPU runs XLA's own conv kernel gradient
+~100x slower inside a while loop; backbones built with `conv_gradient='canonical'`
+(`models/conv.py`) do not have that problem, and `experiment.resolve_engine` picks the mode.
 """
 
 from typing import Any, Callable

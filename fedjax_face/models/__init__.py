@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict
 import flax.linen as nn
 import jax.numpy as jnp
 
+from fedjax_face.models import conv as conv_lib
 from fedjax_face.models import heads
 from fedjax_face.models.iresnet import IResNet
 from fedjax_face.models.iresnet import iresnet18
@@ -36,7 +37,7 @@ def _get(config: Any, field: str, default: Any) -> Any:
   return default if value is None else value
 
 
-def build_backbone(config: Any) -> nn.Module:
+def build_backbone(config: Any, conv_gradient: str = 'xla') -> nn.Module:
   """Builds the backbone described by a model config.
 
   Args:
@@ -44,20 +45,25 @@ def build_backbone(config: Any) -> nn.Module:
       `name` (a key of `BACKBONES`), `embedding_dim`, `dtype` ('float32' | 'bfloat16', default
       float32) and, for 'small_cnn' only, `width` (and optionally `num_stages`). IResNets ignore
       `width` and accept an optional `dropout`.
+    conv_gradient: how convolutions are differentiated, 'xla' or 'canonical' (`models/conv.py`;
+      `experiment.resolve_engine` picks it from `engine.conv_gradient`).
 
   Returns:
     An unbound Flax module.
 
   Raises:
-    ValueError: unknown backbone name or dtype.
+    ValueError: unknown backbone name, dtype or conv gradient.
   """
   name = config.name
   if name not in BACKBONES:
     raise ValueError(f'Unknown backbone {name!r}; valid names: {sorted(BACKBONES)}')
+  if conv_gradient not in conv_lib.CONV_GRADIENTS:
+    raise ValueError(f'Unknown conv gradient {conv_gradient!r}; valid: {conv_lib.CONV_GRADIENTS}')
   dtype_name = _get(config, 'dtype', 'float32')
   if dtype_name not in _DTYPES:
     raise ValueError(f'Unknown dtype {dtype_name!r}; valid dtypes: {sorted(_DTYPES)}')
-  kwargs = {'embedding_dim': config.embedding_dim, 'dtype': _DTYPES[dtype_name]}
+  kwargs = {'embedding_dim': config.embedding_dim, 'dtype': _DTYPES[dtype_name],
+            'conv_gradient': conv_gradient}
   if name == 'small_cnn':
     kwargs['width'] = _get(config, 'width', SmallCNN.width)
     kwargs['num_stages'] = _get(config, 'num_stages', SmallCNN.num_stages)

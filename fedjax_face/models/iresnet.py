@@ -28,6 +28,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from fedjax_face.models import conv as conv_lib
 from fedjax_face.models.small_cnn import BN_EPSILON
 from fedjax_face.models.small_cnn import BN_MOMENTUM
 from fedjax_face.models.small_cnn import conv_kernel_init
@@ -83,6 +84,8 @@ class IResNet(nn.Module):
     dtype: compute dtype (e.g. `jnp.bfloat16` on accelerators); parameters and BN statistics stay
       float32, and the embedding layer plus the features BN always run in float32 (arcface_torch
       likewise leaves its fc in float32 under fp16) so the returned embeddings are float32.
+    conv_gradient: 'xla' or 'canonical' (`models/conv.py`: the same gradients, fast inside
+      `lax.scan` on XLA CPU).
   """
   stage_sizes: Sequence[int]
   embedding_dim: int = 512
@@ -90,6 +93,7 @@ class IResNet(nn.Module):
   stem_width: int = 64
   dropout: float = 0.0
   dtype: Any = jnp.float32
+  conv_gradient: str = 'xla'
 
   @nn.compact
   def __call__(self, x: jax.Array, train: bool) -> jax.Array:
@@ -100,7 +104,8 @@ class IResNet(nn.Module):
     # PyTorch-style symmetric padding 1 for every 3x3 conv (Flax 'SAME' would pad asymmetrically
     # for stride 2 on even sizes).
     conv = functools.partial(
-        nn.Conv, padding=1, use_bias=False, kernel_init=conv_kernel_init, dtype=self.dtype)
+        nn.Conv, padding=1, use_bias=False, kernel_init=conv_kernel_init, dtype=self.dtype,
+        conv_general_dilated=conv_lib.conv_function(self.conv_gradient))
     norm = functools.partial(
         nn.BatchNorm, use_running_average=not train, momentum=BN_MOMENTUM, epsilon=BN_EPSILON,
         dtype=self.dtype)

@@ -20,6 +20,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from fedjax_face.models import conv as conv_lib
+
 # PyTorch-style BatchNorm hyper-parameters (momentum 0.1 there == 0.9 here, eps 1e-5), as in the
 # insightface models. Flax's default momentum 0.99 would make the running statistics lag far behind
 # the weights over the few local steps a federated client takes per round.
@@ -41,11 +43,14 @@ class SmallCNN(nn.Module):
       dense layer's input size is inferred at init.
     dtype: compute dtype of convs / dense / BN (e.g. `jnp.bfloat16`); parameters stay float32 and
       the returned embeddings are always float32.
+    conv_gradient: 'xla' or 'canonical' (`models/conv.py`: the same gradients, fast inside
+      `lax.scan` on XLA CPU).
   """
   width: int = 16
   embedding_dim: int = 128
   num_stages: int = 3
   dtype: Any = jnp.float32
+  conv_gradient: str = 'xla'
 
   @nn.compact
   def __call__(self, x: jax.Array, train: bool) -> jax.Array:
@@ -54,7 +59,8 @@ class SmallCNN(nn.Module):
     for stage in range(self.num_stages):
       x = nn.Conv(
           self.width * 2**stage, (3, 3), padding=1, use_bias=False,
-          kernel_init=conv_kernel_init, dtype=self.dtype, name=f'conv{stage}')(x)
+          kernel_init=conv_kernel_init, dtype=self.dtype, name=f'conv{stage}',
+          conv_general_dilated=conv_lib.conv_function(self.conv_gradient))(x)
       x = nn.BatchNorm(
           use_running_average=not train, momentum=BN_MOMENTUM, epsilon=BN_EPSILON,
           dtype=self.dtype, name=f'bn{stage}')(x)

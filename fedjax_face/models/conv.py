@@ -1,0 +1,92 @@
+"""A convolution whose kernel gradient XLA CPU runs fast inside loops.
+
+XLA CPU computes a convolution's kernel gradient as a convolution in a non-canonical layout (input
+channels as the batch). Unrolled, layout assignment rewrites it into a fast kernel; inside a while
+loop (`lax.scan` over local steps, `lax.map` over client chunks) the loop's fixed layouts keep it on
+a slow path. Measured on 2 CPU cores (BUILD_NOTES.md, "Known XLA quirks"): 8 scanned steps of a
+32-channel 3x3 conv's value and gradients took 7,170 ms with XLA's own gradient and 202 ms with
+`canonical_gradient_conv`, the same as unrolled (210 ms).
+
+`canonical_gradient_conv` is `lax.conv_general_dilated` with a custom VJP that states both
+gradients as ordinary NHWC/HWIO convolutions (the transposes made explicit), which XLA runs on its
+fast path anywhere. The mathematics is the same convolution: the tests compare both gradients to
+XLA's own. Cases it does not cover (dilations, grouped convolutions, other layouts) fall back to
+`lax.conv_general_dilated`.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+CONV_GRADIENTS = ('xla', 'canonical')
+_NHWC = ('NHWC', 'HWIO', 'NHWC')
+
+
+def _pads(padding, in_spatial, kernel_spatial, strides):
+  if isinstance(padding, str):
+    return tuple(lax.padtype_to_pads(in_spatial, kernel_spatial, strides, padding))
+  return tuple((int(lo), int(hi)) for lo, hi in padding)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
+def _conv(x, kernel, strides, pads, precision):
+  return lax.conv_general_dilated(x, kernel, strides, pads, dimension_numbers=_NHWC,
+                                  precision=precision)
+
+
+def _conv_fwd(x, kernel, strides, pads, precision):
+  return _conv(x, kernel, strides, pads, precision), (x, kernel)
+
+
+def _conv_bwd(strides, pads, precision, residuals, g):
+  x, kernel = residuals
+  kh, kw = kernel.shape[:2]
+  # Kernel gradient: correlate x with g over the batch. As a plain conv: x's input channels are
+  # the batch ([Cin, H, W, N]), g is the kernel ([Ho, Wo, N, Cout]) dilated by the stride, and the
+  # output [Cin, >=kh, >=kw, Cout] holds the kernel gradient in its first kh x kw positions.
+  dk = lax.conv_general_dilated(
+      x.transpose(3, 1, 2, 0), g.transpose(1, 2, 0, 3), (1, 1), pads, rhs_dilation=strides,
+      dimension_numbers=_NHWC, precision=precision)
+  dk = dk[:, :kh, :kw, :].transpose(1, 2, 0, 3).astype(kernel.dtype)
+  # Input gradient: the transposed conv, i.e. g dilated by the stride, convolved with the
+  # spatially flipped kernel whose input and output channels are swapped.
+  dx_pads = []
+  for size, k, stride, (lo, _), out in zip(x.shape[1:3], (kh, kw), strides, pads, g.shape[1:3]):
+    lo_t = k - 1 - lo
+    dx_pads.append((lo_t, size + k - 1 - ((out - 1) * stride + 1) - lo_t))
+  dx = lax.conv_general_dilated(
+      g, jnp.flip(kernel, (0, 1)).transpose(0, 1, 3, 2), (1, 1), dx_pads, lhs_dilation=strides,
+      dimension_numbers=_NHWC, precision=precision).astype(x.dtype)
+  return dx, dk
+
+
+_conv.defvjp(_conv_fwd, _conv_bwd)
+
+
+def canonical_gradient_conv(lhs, rhs, window_strides, padding, lhs_dilation=None,
+                            rhs_dilation=None, dimension_numbers=None, feature_group_count=1,
+                            batch_group_count=1, precision=None, preferred_element_type=None):
+  """`lax.conv_general_dilated` (same signature) with loop-friendly gradients for 2-D NHWC/HWIO."""
+  plain = (lhs.ndim == 4 and feature_group_count == 1 and batch_group_count == 1
+           and preferred_element_type is None
+           and all(d in (None, 1) for d in tuple(lhs_dilation or ()) + tuple(rhs_dilation or ()))
+           and lax.conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers)
+           == lax.conv_dimension_numbers(lhs.shape, rhs.shape, _NHWC))
+  if not plain:
+    return lax.conv_general_dilated(
+        lhs, rhs, window_strides, padding, lhs_dilation=lhs_dilation, rhs_dilation=rhs_dilation,
+        dimension_numbers=dimension_numbers, feature_group_count=feature_group_count,
+        batch_group_count=batch_group_count, precision=precision,
+        preferred_element_type=preferred_element_type)
+  strides = tuple(int(s) for s in window_strides)
+  pads = _pads(padding, lhs.shape[1:3], rhs.shape[:2], strides)
+  return _conv(lhs, rhs, strides, pads, precision)
+
+
+def conv_function(gradient: str):
+  """The conv for `nn.Conv(conv_general_dilated=...)`: 'xla' (XLA's own gradient) or 'canonical'."""
+  if gradient not in CONV_GRADIENTS:
+    raise ValueError(f'conv gradient {gradient!r} is not one of {CONV_GRADIENTS}')
+  return canonical_gradient_conv if gradient == 'canonical' else lax.conv_general_dilated
