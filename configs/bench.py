@@ -1,11 +1,11 @@
 r"""Throughput bench: every engine backend x local-step mode against the ways peers run clients.
 
-    python -m fedjax_face.bench --config=configs/bench.py --out=/tmp/bench
-    python -m fedjax_face.bench --config=configs/bench.py:runlocal --out=/tmp/bench_small
-    python -m fedjax_face.bench --config=configs/bench.py:full --out=/tmp/bench_full   # GPU / TPU
+    python -m fedjax_face.tools.bench --config=configs/bench.py --out=/tmp/bench
+    python -m fedjax_face.tools.bench --config=configs/bench.py:runlocal --out=/tmp/bench_small
+    python -m fedjax_face.tools.bench --config=configs/bench.py:full --out=/tmp/bench_full   # GPU / TPU
 
 Section (f) sees only the visible devices; on CPU force some first:
-    XLA_FLAGS=--xla_force_host_platform_device_count=4 python -m fedjax_face.bench ...
+    XLA_FLAGS=--xla_force_host_platform_device_count=4 python -m fedjax_face.tools.bench ...
 
 The model, head and optimizer are the experiment's (`config_lib.base_config`), so the figures are
 those of the default FedPE run; `--config.model.name=iresnet18 --config.data.image_size=112`
@@ -19,6 +19,7 @@ cohort, nothing skipped, more repeats, the server step up to 20,000 classes).
 import ml_collections
 
 from fedjax_face import config_lib
+from fedjax_face.algorithms import fedgc, fedpe
 
 
 def cohort(num_clients: int, cohort_size: int, identities_per_client: int,
@@ -37,6 +38,8 @@ def get_config(arg=None):
     raise ValueError(f'config argument {arg!r}: runlocal and full exclude each other.')
   c = config_lib.base_config()
   c.algorithm = 'fedpe'   # the bench drives FedPE's client update (make_local_step mirrors it)
+  c.fedpe = fedpe.config_section()
+  c.fedgc = fedgc.config_section()   # section (d) benches FedGC's server step
 
   b = c.bench = ml_collections.ConfigDict()
   b.sections = ('rounds', 'regularizer', 'eval', 'scaling')
@@ -53,9 +56,8 @@ def get_config(arg=None):
   b.skip = ()
   # Also skipped when jax.default_backend() == 'cpu', to keep the CPU run ~5 minutes: `map` on
   # the FedGC-like and large cohorts. With the canonical conv gradient in while loops
-  # (models/conv.py) map runs but trails the loop (session 6, nothing skipped, `real 6m20s`:
-  # map2/unroll 1,190 / 1,176 / 1,262 img/s vs loop/unroll 1,944 / 2,464 / 1,881 on the three
-  # cohorts; with XLA's own conv gradient map2/unroll was ~90), so the FedFV-like cohort shows it.
+  # (models/conv.py) map runs but trails the loop on every cohort (BUILD_NOTES.md, "Known XLA
+  # quirks", has the unskipped run), so the FedFV-like cohort alone shows it.
   b.skip_on_cpu = ('fedgc/map*/*', 'large/map*/*')
   # The cohorts, measured in `run_cohorts` order.
   fl = c.federated

@@ -1,27 +1,24 @@
-"""The base experiment config, the `get_config(arg)` variant parser, and config validation.
+"""The sections every method shares, the `get_config(arg)` variant parser, and their checks.
 
-Every file in `configs/` starts from `base_config()` and changes what its paper method needs, so
-all methods share one schema: a field that does not exist here is a typo, and
-`ml_collections.config_flags` rejects `--config.<field>=...` overrides of unknown fields.
+Every file in `configs/` starts from `base_config()` and adds its method's own section
+(`c.<method> = <method module>.config_section()`, checked by that module's `check_config`), so a
+field that exists in neither is a typo, and `ml_collections.config_flags` rejects
+`--config.<field>=...` overrides of unknown fields. The allowed values of a field are defined by
+the module that uses them and checked from there.
 """
 
 import ml_collections
 
-from fedjax_face import algorithms
-from fedjax_face.core import engine, local
-from fedjax_face.data import partition
+from fedjax_face.core import distributed, engine, local
+from fedjax_face.data import partition, sources, synthetic
+from fedjax_face.models import heads
 from fedjax_face.models.conv import CONV_GRADIENTS
-
-LOSSES = ('softmax', 'cosface', 'arcface')
-DATA_SOURCES = ('synthetic', 'insightface', 'image_folder', 'tfds')   # data/sources.py
-PAIR_SETS = ('lfw', 'cfp_fp', 'agedb_30')    # the synthetic ones; real data: any <name>.bin / .txt
-DISTRIBUTED_MODES = ('off', 'auto', 'on')    # engine.distributed (experiment.py)
 
 
 def base_config() -> ml_collections.ConfigDict:
   """Defaults sized so one run finishes in a few minutes on 2 CPU cores (README)."""
   c = ml_collections.ConfigDict()
-  c.algorithm = 'fedgc'
+  c.algorithm = ''                     # a key of algorithms.ALGORITHMS, set by each config
   c.seed = 0
   c.num_rounds = 60
   c.checkpoint_every = 20      # rounds; 0 = only at the end
@@ -39,7 +36,7 @@ def base_config() -> ml_collections.ConfigDict:
   # Real data (README 'Training on real data'); the synthetic-only fields above are then unused.
   c.data.root = ''                     # insightface: train.rec/.idx/property; image_folder:
                                        # <root>/<identity>/*.jpg; tfds: the TFDS data_dir
-  c.data.verification_dir = ''         # <name>.bin / <name>.txt of eval.pair_sets; '' = root
+  c.data.verification_dir = ''         # <name>.bin / .txt of evals.verification.pair_sets; '' = root
   c.data.center_crop = 1.0             # central square kept (share of the shorter side), then
                                        # resized to image_size when the size differs
   c.data.min_images_per_identity = 1   # identities with fewer images are dropped
@@ -80,44 +77,39 @@ def base_config() -> ml_collections.ConfigDict:
   c.optimizer.momentum = 0.9
   c.optimizer.weight_decay = 5e-4
 
-  c.fedpe = ml_collections.ConfigDict()
-  c.fedpe.fixed_class_embeddings = False   # FedPE+Fixed (FedGC Table 5): W stays at its init
-  c.fedgc = ml_collections.ConfigDict()
-  c.fedgc.regularizer = 'softmax'      # Eq. 5 ('softmax', FedGC) or 'cosine' (FedCos, Table 4)
-  c.fedgc.reg_lambda = 20.0            # lambda of Alg. 1 line 14 (FedGC Table 2)
-  c.fedgc.reg_form = ''                # '' = the loss's own form; or 'softmax' / 'cosface' / 'arcface'
-  c.fedgc.reg_reduction = 'sum'        # Eq. 5 as written; 'mean' = divided by the number of classes
-  c.fedgc.reg_self_gradient = True     # Eq. 5's self term moves W_ki; False = Eq. 12's reading
-  c.fedgc.reg_implementation = 'auto'  # 'dense' | 'blockwise' (streamed) | 'auto' (by class count)
-  c.fedgc.reg_block_size = 0           # blockwise rows per block; 0 = the module default
-
   c.engine = ml_collections.ConfigDict()
   c.engine.backend = 'auto'            # 'auto' | 'vmap' | 'map' | 'loop'
   c.engine.step_mode = 'auto'          # 'auto' | 'scan' | 'unroll'
   c.engine.conv_gradient = 'auto'      # 'auto' | 'xla' | 'canonical' (models/conv.py: the same
                                        # gradients, fast in loops on XLA CPU; auto = it on CPU)
-  c.engine.map_width = 0               # clients per chunk of 'map', and of 'vmap' when the cohort
-                                       # does not fit at once; 0 = the widest chunk that fits the
-                                       # device memory (RoundEngine.plan); > 0 is unused by 'vmap'
+  c.engine.map_width = 0               # clients per chunk of 'map' and 'vmap'; 0 = the widest
+                                       # chunk that fits the device memory (engine.plan_width;
+                                       # 'vmap' runs the whole cohort at once when it fits)
   c.engine.loop_threads = 0            # 'loop' clients run at once on host threads; 0 = the
                                        # usable CPUs on CPU, 1 on an accelerator
   c.engine.memory_fraction = 0.6       # share of free device memory the auto width plans for
   c.engine.num_devices = 0             # 0 = all visible devices (of every process)
   c.engine.distributed = 'auto'        # 'off' | 'auto' | 'on': jax.distributed.initialize() for
-                                       # multi-host runs (experiment.initialize_distributed)
+                                       # multi-host runs (core/distributed.py)
 
   c.eval = ml_collections.ConfigDict()
   c.eval.every_rounds = 0              # 0 = only after the last round
   c.eval.batch_size = 256
-  c.eval.pair_sets = PAIR_SETS
-  c.eval.far_target = 1e-3
-  # 1:N identification (MegaFace / IJB-C 1:N analogue, FedGC Tables 6-7) on held-out identities.
-  c.eval.identification = ml_collections.ConfigDict()
-  c.eval.identification.enabled = True
-  c.eval.identification.num_enrolled = 100
-  c.eval.identification.num_distractors = 1000
-  c.eval.identification.num_non_mated = 200
-  c.eval.identification.probes_per_identity = 2
+  # Evaluators by type (eval/__init__.py:EVALUATORS); each present section runs, with its settings.
+  c.evals = ml_collections.ConfigDict()
+  c.evals.verification = ml_collections.ConfigDict()    # 1:1, the insightface 10-fold protocol
+  c.evals.verification.pair_sets = synthetic.PAIR_SET_NAMES   # real data: <name>.bin / .txt stems
+  c.evals.verification.far_target = 1e-3
+  # 1:N identification (MegaFace / IJB-C 1:N analogue, FedGC Tables 6-7) on held-out synthetic
+  # identities (skipped for real data).
+  c.evals.identification = ml_collections.ConfigDict()
+  c.evals.identification.num_enrolled = 100
+  c.evals.identification.num_distractors = 1000
+  c.evals.identification.num_non_mated = 200
+  c.evals.identification.probes_per_identity = 2
+  # Class-embedding cosines within / across clients (FedGC Fig. 3(c)(d)); methods that keep
+  # class embeddings only.
+  c.evals.diagnostics = ml_collections.ConfigDict()
   return c
 
 
@@ -137,9 +129,9 @@ def runlocal(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   c.model.width = 4
   c.model.embedding_dim = 16
   c.eval.batch_size = 64
-  c.eval.identification.num_enrolled = 8
-  c.eval.identification.num_distractors = 16
-  c.eval.identification.num_non_mated = 10
+  c.evals.identification.num_enrolled = 8
+  c.evals.identification.num_distractors = 16
+  c.evals.identification.num_non_mated = 10
   return c
 
 
@@ -148,7 +140,8 @@ def federated_config(algorithm: str, arg: str | None) -> ml_collections.ConfigDi
 
   Argument (comma separated): loss=softmax|cosface|arcface, partition=balanced|lognormal, runlocal.
   """
-  args = parse_arg(arg, {'loss': LOSSES, 'partition': partition.PARTITIONS, 'runlocal': (True,)})
+  args = parse_arg(arg, {'loss': heads.HEADS, 'partition': partition.PARTITIONS,
+                         'runlocal': (True,)})
   c = base_config()
   c.algorithm = algorithm
   c.head.loss = args.get('loss', 'softmax')
@@ -182,127 +175,131 @@ def parse_arg(arg: str | None, allowed: dict[str, tuple]) -> dict[str, str | boo
   return parsed
 
 
-def _check_choice(name: str, value, choices):
+def check_choice(name: str, value, choices) -> None:
+  """Raises ValueError unless `config.<name>` is one of `choices`."""
   if value not in choices:
     raise ValueError(f'config.{name}={value!r}; expected one of {tuple(choices)}.')
 
 
-def _check_positive(name: str, value, *, allow_zero: bool = False):
-  if value < 0 or (value == 0 and not allow_zero):
+def check_number(name: str, value, *, allow_zero: bool = False) -> None:
+  """Raises ValueError unless `config.<name>` is a positive (or, with allow_zero, >= 0) number."""
+  if (not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0
+      or (value == 0 and not allow_zero)):
     expected = 'a non-negative number' if allow_zero else 'a positive number'
     raise ValueError(f'config.{name}={value!r}; expected {expected}.')
 
 
+def check_int(name: str, value, *, allow_zero: bool = False) -> None:
+  """Raises ValueError unless `config.<name>` is a positive (or, with allow_zero, >= 0) integer."""
+  if not isinstance(value, int) or isinstance(value, bool) or value < (0 if allow_zero else 1):
+    expected = 'a non-negative integer' if allow_zero else 'a positive integer'
+    raise ValueError(f'config.{name}={value!r}; expected {expected}.')
+
+
+def check_bool(name: str, value) -> None:
+  if not isinstance(value, bool):
+    raise ValueError(f'config.{name}={value!r}; expected True or False.')
+
+
+def check_fraction(name: str, value, *, closed_below: bool = False) -> None:
+  """Raises ValueError unless `config.<name>` is in (0, 1] (or [0, 1] with closed_below)."""
+  ok = isinstance(value, (int, float)) and (0.0 <= value if closed_below else 0.0 < value)
+  if not (ok and value <= 1.0):
+    interval = '[0, 1]' if closed_below else '(0, 1]'
+    raise ValueError(f'config.{name}={value!r}; expected a fraction in {interval}.')
+
+
+def section(c: ml_collections.ConfigDict, name: str, added_by: str) -> ml_collections.ConfigDict:
+  """`c.<name>`, or a ValueError saying which config adds it (a method or evaluator section)."""
+  if name not in c:
+    raise ValueError(f'config.{name} is missing; {added_by} adds it (start from a file in '
+                     'configs/).')
+  return c[name]
+
+
 def _check_data(c: ml_collections.ConfigDict) -> None:
-  """The real-data fields of `c.data` and the pair-set names (any file name for real data)."""
+  """The real-data fields of `c.data`."""
   d = c.data
-  if not c.eval.pair_sets or isinstance(c.eval.pair_sets, str):
-    raise ValueError(f'config.eval.pair_sets={c.eval.pair_sets!r}; expected a non-empty tuple of '
-                     'names, e.g. "(\'lfw\', \'cfp_fp\')".')
-  for name in c.eval.pair_sets:
-    if d.source == 'synthetic':
-      _check_choice('eval.pair_sets[...]', name, PAIR_SETS)
-    elif not isinstance(name, str) or not name or any(ch in name for ch in ',/\\ '):
-      raise ValueError(f'config.eval.pair_sets has {name!r}; expected the file stem of a '
-                       '<name>.bin or <name>.txt pair set, one name per tuple item, e.g. '
-                       '"(\'lfw\', \'calfw\')".')
+  check_choice('data.source', d.source, sources.SOURCES)
   if d.source in ('insightface', 'image_folder') and not d.root:
     raise ValueError(f'config.data.root is empty; data.source={d.source!r} needs the data '
                      'directory.')
-  if not 0.0 < d.center_crop <= 1.0:
+  if not isinstance(d.center_crop, (int, float)) or not 0.0 < d.center_crop <= 1.0:
     raise ValueError(f'config.data.center_crop={d.center_crop!r}; expected a fraction in (0, 1].')
-  if not isinstance(d.min_images_per_identity, int) or d.min_images_per_identity < 1:
-    raise ValueError(f'config.data.min_images_per_identity={d.min_images_per_identity!r}; '
-                     'expected a positive integer.')
+  check_int('data.min_images_per_identity', d.min_images_per_identity)
   for name in ('max_identities', 'prefetch', 'decode_threads'):
-    if not isinstance(d[name], int) or d[name] < 0:
-      raise ValueError(f'config.data.{name}={d[name]!r}; expected a non-negative integer.')
-  if not isinstance(d.skip_bad_records, bool):
-    raise ValueError(f'config.data.skip_bad_records={d.skip_bad_records!r}; expected True or '
-                     'False.')
+    check_int(f'data.{name}', d[name], allow_zero=True)
+  check_bool('data.skip_bad_records', d.skip_bad_records)
   if d.source == 'tfds' and not d.tfds_name:
     raise ValueError('config.data.tfds_name is empty; data.source=\'tfds\' needs a TFDS name '
                      '(lfw, celeb_a).')
+  for name in ('num_identities', 'images_per_identity', 'image_size', 'num_test_identities',
+               'num_pairs'):
+    check_int(f'data.{name}', d[name])
+  check_number('data.difficulty', d.difficulty, allow_zero=True)
+  if d.images_per_identity < 2:
+    raise ValueError('config.data.images_per_identity must be at least 2 (pairs need two images).')
+  if d.num_pairs % (2 * 10):
+    raise ValueError(f'config.data.num_pairs={d.num_pairs}; expected a multiple of 20 '
+                     '(10 folds, half genuine).')
 
 
-def method_name(c: ml_collections.ConfigDict) -> str:
-  """The paper's name of the method a config runs (FedCos and FedPE+Fixed are variants)."""
-  if c.algorithm == 'fedgc' and c.fedgc.regularizer == 'cosine':
-    return 'fedcos'
-  if c.algorithm == 'fedpe' and c.fedpe.fixed_class_embeddings:
-    return 'fedpe+fixed'
-  return c.algorithm
+def _check_federated(c: ml_collections.ConfigDict) -> None:
+  fl = c.federated
+  check_int('federated.num_clients', fl.num_clients)
+  check_choice('federated.partition', fl.partition, partition.PARTITIONS)
+  check_fraction('federated.participation', fl.participation)
+  check_fraction('federated.shared_fraction', fl.shared_fraction, closed_below=True)
+  if fl.shared_fraction > 0 and not (
+      isinstance(fl.shared_group_size, int) and 2 <= fl.shared_group_size <= fl.num_clients):
+    raise ValueError(f'config.federated.shared_group_size={fl.shared_group_size!r}; '
+                     f'expected an integer from 2 to federated.num_clients ({fl.num_clients}).')
+  check_int('federated.local_steps', fl.local_steps)
+  check_number('federated.local_epochs', fl.local_epochs, allow_zero=True)
+  check_int('federated.batch_size', fl.batch_size)
+
+
+def _check_model_and_head(c: ml_collections.ConfigDict) -> None:
+  check_int('model.embedding_dim', c.model.embedding_dim)
+  check_choice('model.dtype', c.model.dtype, ('float32', 'bfloat16'))
+  check_choice('head.loss', c.head.loss, heads.HEADS)
+  check_choice('head.arcface_fallback', c.head.arcface_fallback, heads.ARCFACE_FALLBACKS)
+  check_number('head.init_std', c.head.init_std)
+
+
+def _check_optimizer(c: ml_collections.ConfigDict) -> None:
+  check_number('optimizer.learning_rate', c.optimizer.learning_rate)
+  check_number('optimizer.momentum', c.optimizer.momentum, allow_zero=True)
+  check_number('optimizer.weight_decay', c.optimizer.weight_decay, allow_zero=True)
+
+
+def _check_engine(c: ml_collections.ConfigDict) -> None:
+  e = c.engine
+  check_choice('engine.backend', e.backend, ('auto',) + engine.BACKENDS)
+  check_choice('engine.step_mode', e.step_mode, ('auto',) + local.STEP_MODES)
+  check_choice('engine.conv_gradient', e.conv_gradient, ('auto',) + CONV_GRADIENTS)
+  check_choice('engine.distributed', e.distributed, distributed.MODES)
+  check_fraction('engine.memory_fraction', e.memory_fraction)
+  for name in ('num_devices', 'map_width', 'loop_threads'):
+    check_int(f'engine.{name}', e[name], allow_zero=True)
 
 
 def validate(c: ml_collections.ConfigDict) -> None:
-  """Raises ValueError naming the first field that is wrong and what was expected."""
-  _check_choice('algorithm', c.algorithm, sorted(algorithms.ALGORITHMS))
-  _check_choice('data.source', c.data.source, DATA_SOURCES)
-  _check_choice('federated.partition', c.federated.partition, partition.PARTITIONS)
-  _check_choice('head.loss', c.head.loss, LOSSES)
-  _check_choice('head.arcface_fallback', c.head.arcface_fallback, ('classic', 'easy', 'none'))
-  _check_choice('fedgc.reg_form', c.fedgc.reg_form, ('',) + LOSSES)
-  _check_choice('fedgc.reg_reduction', c.fedgc.reg_reduction, ('sum', 'mean'))
-  _check_choice('fedgc.regularizer', c.fedgc.regularizer, ('softmax', 'cosine'))
-  _check_choice('fedgc.reg_implementation', c.fedgc.reg_implementation,
-                ('auto', 'dense', 'blockwise'))
-  _check_choice('engine.backend', c.engine.backend, ('auto',) + engine.BACKENDS)
-  _check_choice('engine.step_mode', c.engine.step_mode, ('auto',) + local.STEP_MODES)
-  _check_choice('engine.conv_gradient', c.engine.conv_gradient, ('auto',) + CONV_GRADIENTS)
-  _check_choice('engine.distributed', c.engine.distributed, DISTRIBUTED_MODES)
-  if not (isinstance(c.engine.memory_fraction, (int, float))
-          and 0.0 < c.engine.memory_fraction <= 1.0):
-    raise ValueError(f'config.engine.memory_fraction={c.engine.memory_fraction!r}; expected a '
-                     'fraction in (0, 1].')
-  _check_choice('model.dtype', c.model.dtype, ('float32', 'bfloat16'))
+  """Raises ValueError naming the first shared field that is wrong and what was expected.
+
+  The method's own section is checked by its module (`algorithms.check_config`), each
+  evaluator's by the evaluator (`eval.check_config`).
+  """
+  if not isinstance(c.algorithm, str) or not c.algorithm:
+    raise ValueError(f'config.algorithm={c.algorithm!r}; expected a method name (each file in '
+                     'configs/ sets it).')
+  check_int('num_rounds', c.num_rounds)
+  for name in ('checkpoint_every', 'log_every'):
+    check_int(name, c[name], allow_zero=True)
   _check_data(c)
-  for name in ('num_rounds', 'data.num_identities', 'data.images_per_identity', 'data.image_size',
-               'data.num_test_identities', 'data.num_pairs', 'federated.num_clients',
-               'federated.local_steps', 'federated.batch_size', 'model.embedding_dim',
-               'eval.batch_size', 'eval.identification.num_enrolled',
-               'eval.identification.num_non_mated', 'eval.identification.probes_per_identity'):
-    value = c
-    for part in name.split('.'):
-      value = value[part]
-    if not isinstance(value, int) or value <= 0:
-      raise ValueError(f'config.{name}={value!r}; expected a positive integer.')
-  for name, value in (('checkpoint_every', c.checkpoint_every), ('log_every', c.log_every),
-                      ('eval.every_rounds', c.eval.every_rounds),
-                      ('fedgc.reg_block_size', c.fedgc.reg_block_size),
-                      ('eval.identification.num_distractors',
-                       c.eval.identification.num_distractors),
-                      ('engine.num_devices', c.engine.num_devices),
-                      ('engine.map_width', c.engine.map_width),
-                      ('engine.loop_threads', c.engine.loop_threads)):
-    if not isinstance(value, int) or value < 0:
-      raise ValueError(f'config.{name}={value!r}; expected a non-negative integer.')
-  if not 0.0 < c.federated.participation <= 1.0:
-    raise ValueError(f'config.federated.participation={c.federated.participation!r}; expected a '
-                     'fraction in (0, 1].')
-  _check_positive('optimizer.learning_rate', c.optimizer.learning_rate)
-  _check_positive('optimizer.momentum', c.optimizer.momentum, allow_zero=True)
-  _check_positive('optimizer.weight_decay', c.optimizer.weight_decay, allow_zero=True)
-  _check_positive('fedgc.reg_lambda', c.fedgc.reg_lambda, allow_zero=True)
-  _check_positive('head.init_std', c.head.init_std)
-  if not isinstance(c.fedpe.fixed_class_embeddings, bool):
-    raise ValueError(f'config.fedpe.fixed_class_embeddings={c.fedpe.fixed_class_embeddings!r}; '
-                     'expected True or False.')
-  if not isinstance(c.fedgc.reg_self_gradient, bool):
-    raise ValueError(f'config.fedgc.reg_self_gradient={c.fedgc.reg_self_gradient!r}; expected '
-                     'True or False.')
-  _check_positive('federated.local_epochs', c.federated.local_epochs, allow_zero=True)
-  if not 0.0 <= c.federated.shared_fraction <= 1.0:
-    raise ValueError(f'config.federated.shared_fraction={c.federated.shared_fraction!r}; expected '
-                     'a fraction in [0, 1].')
-  if c.federated.shared_fraction > 0 and not (
-      isinstance(c.federated.shared_group_size, int)
-      and 2 <= c.federated.shared_group_size <= c.federated.num_clients):
-    raise ValueError(f'config.federated.shared_group_size={c.federated.shared_group_size!r}; '
-                     f'expected an integer from 2 to federated.num_clients '
-                     f'({c.federated.num_clients}).')
-  _check_positive('data.difficulty', c.data.difficulty, allow_zero=True)
-  if c.data.images_per_identity < 2:
-    raise ValueError('config.data.images_per_identity must be at least 2 (pairs need two images).')
-  if c.data.num_pairs % (2 * 10):
-    raise ValueError(f'config.data.num_pairs={c.data.num_pairs}; expected a multiple of 20 '
-                     '(10 folds, half genuine).')
+  _check_federated(c)
+  _check_model_and_head(c)
+  _check_optimizer(c)
+  _check_engine(c)
+  check_int('eval.every_rounds', c.eval.every_rounds, allow_zero=True)
+  check_int('eval.batch_size', c.eval.batch_size)

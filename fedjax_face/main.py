@@ -1,4 +1,4 @@
-r"""Command line: `python -m fedjax_face.main --config=configs/fedgc.py --workdir=/tmp/fedgc`.
+r"""Command line: `python -m fedjax_face.main --config=configs/fedgc/fedgc.py --workdir=/tmp/fedgc`.
 
 Flags only; everything else is `experiment.train_and_evaluate`. Override any config field with
 `--config.<field>=value` (e.g. `--config.fedgc.reg_lambda=1`); unknown fields are rejected.
@@ -9,9 +9,9 @@ with FEDJAX_FACE_DISTRIBUTED=on, a coordinator address or more than one process 
 SLURM, Open MPI and on Cloud TPU VMs JAX finds the processes itself (launch/slurm_gpu.sh,
 launch/tpu_pod.sh); elsewhere name them, e.g. on one machine:
 
-  python -m fedjax_face.main --config=configs/fedgc.py:runlocal --workdir=/tmp/run \
+  python -m fedjax_face.main --config=configs/fedgc/fedgc.py:runlocal --workdir=/tmp/run \
       --coordinator_address=127.0.0.1:12345 --num_processes=2 --process_id=0 &
-  python -m fedjax_face.main --config=configs/fedgc.py:runlocal --workdir=/tmp/run \
+  python -m fedjax_face.main --config=configs/fedgc/fedgc.py:runlocal --workdir=/tmp/run \
       --coordinator_address=127.0.0.1:12345 --num_processes=2 --process_id=1
 """
 
@@ -19,6 +19,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from fedjax_face import experiment
+from fedjax_face.core import distributed, xla_flags
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment config file (configs/*.py).',
                                           lock_config=True)
@@ -41,12 +42,13 @@ def main(argv):
     # Orbax logs every checkpoint step at INFO; the progress line is the run's log. `-v 0` restores it.
     logging.set_verbosity(logging.WARNING)
   # Before anything touches a device: jax.distributed must start first.
-  experiment.initialize_distributed(_CONFIG.value.engine.distributed,
-                                    coordinator_address=_COORDINATOR.value,
-                                    num_processes=_NUM_PROCESSES.value,
-                                    process_id=_PROCESS_ID.value)
+  distributed.initialize_distributed(_CONFIG.value.engine.distributed,
+                                     coordinator_address=_COORDINATOR.value,
+                                     num_processes=_NUM_PROCESSES.value,
+                                     process_id=_PROCESS_ID.value)
   experiment.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
 
 
 if __name__ == '__main__':
+  xla_flags.apply_cpu_defaults()   # before JAX starts its CPU backend
   app.run(main)

@@ -9,8 +9,8 @@ set -euo pipefail
 out=${1:-/tmp/fedgc_baselines}; shift || true
 loss=${LOSS:-softmax}
 for method in centralized fedpe fedgc; do
-  python -m fedjax_face.main --config="configs/${method}.py:loss=${loss}" \
+  python -m fedjax_face.main --config="configs/fedgc/${method}.py:loss=${loss}" \
     --workdir="${out}/${method}_${loss}" "$@"
 done
-python -m fedjax_face.compare --out="${out}/table_${loss}.md" \
+python -m fedjax_face.tools.compare --out="${out}/table_${loss}.md" \
   "${out}/centralized_${loss}" "${out}/fedpe_${loss}" "${out}/fedgc_${loss}"

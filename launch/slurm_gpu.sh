@@ -9,9 +9,9 @@
 #
 # One training run over every GPU of a SLURM allocation, one process per GPU.
 #
-#   sbatch launch/slurm_gpu.sh WORKDIR --config=configs/fedgc.py [--config.<field>=value ...]
+#   sbatch launch/slurm_gpu.sh WORKDIR --config=configs/fedgc/fedgc.py [--config.<field>=value ...]
 #   sbatch --nodes=4 launch/slurm_gpu.sh /shared/runs/fedgc_webface \
-#       --config=configs/fedgc.py:loss=cosface --config.data.source=insightface \
+#       --config=configs/fedgc/fedgc.py:loss=cosface --config.data.source=insightface \
 #       --config.data.root=/shared/data/faces_webface_112x112 --config.data.image_size=112 \
 #       --config.model.name=iresnet34
 #

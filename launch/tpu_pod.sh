@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # One training run over every host of a Cloud TPU pod slice (e.g. v4-32 = 4 hosts x 4 chips).
 #
-#   TPU_NAME=my-pod ZONE=us-central2-b bash launch/tpu_pod.sh WORKDIR --config=configs/fedgc.py \
+#   TPU_NAME=my-pod ZONE=us-central2-b bash launch/tpu_pod.sh WORKDIR --config=configs/fedgc/fedgc.py \
 #       [--config.<field>=value ...]
 #
 # e.g.
 #   TPU_NAME=my-pod ZONE=us-central2-b bash launch/tpu_pod.sh gs://my-bucket/fedgc_webface \
-#       --config=configs/fedgc.py:loss=cosface --config.data.source=insightface \
+#       --config=configs/fedgc/fedgc.py:loss=cosface --config.data.source=insightface \
 #       --config.data.root=/mnt/data/faces_webface_112x112 --config.data.image_size=112 \
 #       --config.model.name=iresnet34
 #

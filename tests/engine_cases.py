@@ -11,6 +11,9 @@ from fedjax_face.data import federated
 def tiny_config(algorithm: str = 'fedgc'):
   c = config_lib.runlocal(config_lib.base_config())
   c.algorithm = algorithm
+  section = algorithms.get(algorithm).config_section()
+  if section is not None:
+    c[algorithm] = section
   c.data.image_size = 8
   c.model.width = 2
   c.model.embedding_dim = 8
@@ -26,10 +29,16 @@ def tiny_problem(num_clients: int = 5, seed: int = 0):
   return federated.build(images, labels, [np.sort(i).astype(np.int32) for i in ids])
 
 
-def run_rounds(algorithm_name: str, backend: str, *, step_mode: str = 'scan', map_width: int = 2,
+def run_rounds(algorithm_name: str, backend: str, *, step_mode: str = 'scan',
+               map_width: int | None = None,
                mesh=None, cohorts=((0, 1, 2, 3, 4), (1, 3, 4)), pad_to: int = 1,
                reg_lambda: float | None = None, loop_threads: int = 1):
-  """Runs one round per cohort; returns the final RoundState as numpy and the engine."""
+  """Runs one round per cohort; returns the final RoundState as numpy and the engine.
+
+  `map_width` None: chunks of 2 for 'map', the whole cohort at once for 'vmap'.
+  """
+  if map_width is None:
+    map_width = 2 if backend == 'map' else 0
   config = tiny_config(algorithm_name)
   if reg_lambda is not None:
     config.fedgc.reg_lambda = reg_lambda

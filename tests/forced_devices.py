@@ -7,13 +7,22 @@ import os
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from fedjax_face.core import xla_flags
+from tests import config_files
+
+ROOT = config_files.ROOT
+
+
+def device_count_flags(num_devices: int) -> str:
+  """XLA_FLAGS forcing `num_devices` CPU devices, with the CPU defaults the entry points set."""
+  return xla_flags.xla_flags_with_defaults(
+      f'--xla_force_host_platform_device_count={num_devices}')
 
 
 def run(code: str, num_devices: int = 8, timeout: int = 600) -> str:
   """Runs `code` with `num_devices` CPU devices; asserts exit 0; returns its stdout."""
-  env = dict(os.environ, XLA_FLAGS=f'--xla_force_host_platform_device_count={num_devices}',
-             JAX_PLATFORMS='cpu', PYTHONPATH=ROOT)
+  env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=ROOT,
+             XLA_FLAGS=device_count_flags(num_devices))
   out = subprocess.run([sys.executable, '-c', code], env=env, cwd=ROOT, capture_output=True,
                        text=True, timeout=timeout)
   assert out.returncode == 0, out.stderr[-3000:]

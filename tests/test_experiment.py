@@ -10,15 +10,12 @@ import orbax.checkpoint as ocp
 import pytest
 
 from fedjax_face import experiment
+from tests import config_files
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = config_files.ROOT
 
 
-def load_config(name: str, arg: str = 'runlocal'):
-  spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, 'configs', f'{name}.py'))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(arg)
+load_config = config_files.load_config
 
 
 def final_checkpoint(workdir: str, round_index: int):
@@ -42,7 +39,7 @@ def test_train_and_evaluate_writes_every_output(tmp_path, name):
     assert metrics['num_pairs'] == config.data.num_pairs
     assert metrics['protocol'].startswith('insightface 10-fold')
   assert results['verification']['lfw']['accuracy'] == saved['verification']['lfw']['accuracy']
-  ident, id_config = saved['identification'], config.eval.identification
+  ident, id_config = saved['identification'], config.evals.identification
   assert ident['num_enrolled'] == id_config.num_enrolled
   assert ident['num_distractors'] == id_config.num_distractors
   assert ident['num_mated'] == id_config.num_enrolled * id_config.probes_per_identity
@@ -85,13 +82,18 @@ def test_workdir_of_another_config_is_refused_and_left_intact(tmp_path):
 
 
 @pytest.mark.parametrize('field,value,match', [
-    ('algorithm', 'fedavgx', r"algorithm='fedavgx'; expected one of \('centralized', 'fedgc', 'fedpe'\)"),
+    ('algorithm', 'fedavgx', r"algorithm='fedavgx' is unknown; expected one of \['centralized', 'fedgc', 'fedpe'\]"),
     ('head.loss', 'sphereface', r"head.loss='sphereface'; expected one of \('softmax', 'cosface', 'arcface'\)"),
     ('engine.backend', 'pmap', r"engine.backend='pmap'; expected one of"),
     ('federated.participation', 1.5, r'participation=1.5; expected a fraction in \(0, 1\]'),
     ('federated.batch_size', 0, r'federated.batch_size=0; expected a positive integer'),
-    ('eval.identification.num_non_mated', 0,
-     r'eval.identification.num_non_mated=0; expected a positive integer'),
+    ('evals.identification.num_non_mated', 0,
+     r'evals.identification.num_non_mated=0; expected a positive integer'),
+    ('evals.verification.far_target', 2.0,
+     r'evals.verification.far_target=2.0; expected a fraction in \(0, 1\]'),
+    ('fedgc.regularizer', 'hinge', r"fedgc.regularizer='hinge'; expected one of \('softmax', 'cosine'\)"),
+    ('fedgc.reg_implementation', 'fast',
+     r"fedgc.reg_implementation='fast'; expected one of \('dense', 'blockwise', 'auto'\)"),
 ])
 def test_bad_config_values_are_named(tmp_path, field, value, match):
   config = load_config('fedgc')
@@ -100,6 +102,23 @@ def test_bad_config_values_are_named(tmp_path, field, value, match):
   with pytest.raises(ValueError, match=match):
     experiment.train_and_evaluate(config, str(tmp_path / 'run'))
   assert not (tmp_path / 'run').exists()   # nothing half-written
+
+
+def test_sections_are_checked_by_their_owner(tmp_path):
+  config = load_config('fedgc')
+  del config.fedgc
+  with pytest.raises(ValueError, match=r'config.fedgc is missing; .*adds it'):
+    experiment.validate(config)
+  config = load_config('fedpe')
+  config.evals.pca = {}
+  with pytest.raises(ValueError, match=r"config.evals.pca is not an evaluator type; expected one "
+                                       r"of \['diagnostics', 'identification', 'verification'\]"):
+    experiment.validate(config)
+  config = load_config('fedpe')
+  config.evals.verification.pair_sets = ()
+  with pytest.raises(ValueError, match=r'evals.verification.pair_sets=\(\); expected a non-empty'):
+    experiment.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert not (tmp_path / 'run').exists()
 
 
 def test_impossible_partition_is_refused(tmp_path):
@@ -119,7 +138,7 @@ def test_config_argument_errors_list_the_valid_choices():
 
 def test_unknown_override_field_is_rejected_by_the_command_line(tmp_path):
   import subprocess, sys
-  out = subprocess.run([sys.executable, '-m', 'fedjax_face.main', '--config=configs/fedgc.py:runlocal',
+  out = subprocess.run([sys.executable, '-m', 'fedjax_face.main', '--config=configs/fedgc/fedgc.py:runlocal',
                         f'--workdir={tmp_path}', '--config.fedgc.lambda=3'],
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
   assert out.returncode != 0

@@ -1,21 +1,39 @@
-"""Registry of algorithms: `ALGORITHMS[name].build(config, model, fed, step_mode=...)`.
+"""Methods by name: `get(name)` is the module of one paper method, imported when first asked for.
 
-Each module implements one paper method; see `core/algorithm.py` for the contract.
+Every method module defines:
+
+  build(config, model, fed, *, step_mode) -> core.algorithm.Algorithm
+      the method's pure functions over pytrees (the contract: core/algorithm.py);
+  config_section() -> ml_collections.ConfigDict | None
+      the defaults of its own `config.<name>` section (None: it has none); its configs add it;
+  check_config(config) -> None
+      raises ValueError naming the field of its section that is wrong and what was expected;
+  variant_name(config) -> str
+      the paper's name of the variant a config runs ('fedcos', 'fedpe+fixed', ...);
+  ONE_CLIENT: bool
+      True when it trains on one client holding every identity (centralized training).
+
+Adding a method is one line here (WORKSPACE.md, "How to add a method").
 """
 
-from fedjax_face.algorithms import centralized, fedgc, fedpe
+import importlib
+import types
 
 ALGORITHMS = {
-    'centralized': centralized,
-    'fedpe': fedpe,
-    'fedgc': fedgc,
+    'centralized': 'fedjax_face.algorithms.centralized',
+    'fedpe': 'fedjax_face.algorithms.fedpe',
+    'fedgc': 'fedjax_face.algorithms.fedgc',
 }
 
-# Algorithms that train on a single client holding every identity.
-CENTRALIZED = frozenset({'centralized'})
 
-
-def get(name: str):
+def get(name: str) -> types.ModuleType:
+  """The module of method `name`; ValueError naming the known methods otherwise."""
   if name not in ALGORITHMS:
-    raise ValueError(f'algorithm={name!r} is unknown; expected one of {sorted(ALGORITHMS)}.')
-  return ALGORITHMS[name]
+    raise ValueError(f'config.algorithm={name!r} is unknown; expected one of '
+                     f'{sorted(ALGORITHMS)}.')
+  return importlib.import_module(ALGORITHMS[name])
+
+
+def check_config(config) -> None:
+  """The method's own checks of its section (the shared sections: `config_lib.validate`)."""
+  get(config.algorithm).check_config(config)

@@ -14,6 +14,21 @@ from fedjax_face.algorithms import common
 from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, RoundState
 from fedjax_face.models import heads
 
+ONE_CLIENT = True
+
+
+def config_section():
+  return None   # no section of its own: the shared ones describe it
+
+
+def check_config(config) -> None:
+  del config
+
+
+def variant_name(config) -> str:
+  del config
+  return 'centralized'
+
 
 def build(config, model, fed, *, step_mode: str) -> Algorithm:
   """Centralized training over `fed`, which must hold all identities on one client."""

@@ -126,15 +126,3 @@ def init_client_class_embeddings(rng: jax.Array, class_mask: np.ndarray, dim: in
   w = heads.init_class_embeddings(rng, num_clients * max_classes, dim, kind, std)
   w = w.reshape(num_clients, max_classes, dim)
   return w * jnp.asarray(class_mask, w.dtype)[..., None]
-
-
-def to_global_order(stacked: jax.Array, identity_table: np.ndarray, num_identities: int):
-  """Client-stacked `[K, C_max, d]` class embeddings -> `[num_identities, d]` by global identity.
-
-  Identities held by several clients (the general case) keep the last client's row.
-  """
-  flat_ids = identity_table.reshape(-1)
-  rows = stacked.reshape((-1,) + stacked.shape[2:])
-  valid = flat_ids >= 0
-  out = jnp.zeros((num_identities,) + stacked.shape[2:], stacked.dtype)
-  return out.at[flat_ids[valid]].set(rows[valid])

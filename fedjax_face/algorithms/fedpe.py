@@ -9,11 +9,32 @@ start of every round. Batch-norm statistics are averaged with the parameters.
 """
 
 import jax
+import ml_collections
 import numpy as np
 
-from fedjax_face.algorithms import common
+from fedjax_face import config_lib
+from fedjax_face.algorithms import class_tables, common
 from fedjax_face.core import aggregation
 from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, RoundState
+
+ONE_CLIENT = False
+
+
+def config_section() -> ml_collections.ConfigDict:
+  """`config.fedpe` (configs/fedgc/fedpe.py, fedpe_fixed.py)."""
+  c = ml_collections.ConfigDict()
+  c.fixed_class_embeddings = False   # FedPE+Fixed (FedGC Table 5): W stays at its init
+  return c
+
+
+def check_config(config) -> None:
+  c = config_lib.section(config, 'fedpe', 'fedpe.config_section() (configs/fedgc/fedpe.py)')
+  config_lib.check_bool('fedpe.fixed_class_embeddings', c.fixed_class_embeddings)
+
+
+def variant_name(config) -> str:
+  """'fedpe+fixed' with fixed class embeddings (FedGC Table 5), else 'fedpe'."""
+  return 'fedpe+fixed' if config.fedpe.fixed_class_embeddings else 'fedpe'
 
 
 def build(config, model, fed, *, step_mode: str) -> Algorithm:
@@ -46,7 +67,7 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     return {'model': aggregation.weighted_mean(updates['model'], weights)}   # Alg. 1 line 11
 
   def class_embeddings(state: RoundState):
-    return common.to_global_order(state.clients['W'], identity_table, fed.num_identities)
+    return class_tables.to_identity_rows(state.clients['W'], identity_table, fed.num_identities)
 
   return Algorithm(name='fedpe', init=init, broadcast=broadcast, client_update=client_update,
                    server_update=server_update, eval_variables=lambda server: server['model'],

@@ -4,7 +4,7 @@ One compiled program serves every round: the cohort is padded to a fixed size wi
 (id = num_clients, weight 0, all-false masks), and client data arrive stacked and padded as
 `[cohort, steps, batch, ...]`.
 
-Backends for the clients axis (measured, not assumed — REFERENCE_NOTES §9, `python -m fedjax_face.bench`):
+Backends for the clients axis (measured, not assumed — REFERENCE_NOTES §9, `python -m fedjax_face.tools.bench`):
   vmap  all clients of the cohort at once (per-client weights become grouped convolutions);
   map   `map_width` clients at a time under vmap, the chunks one after another (`lax.map`);
   loop  a Python loop over a jitted client update, the way fedjax and pfl-research run clients
@@ -13,10 +13,11 @@ Backends for the clients axis (measured, not assumed — REFERENCE_NOTES §9, `p
         fill the others (a client's result does not depend on which thread ran it).
 With a device mesh, the clients axis is laid over the mesh axis `clients`.
 
-Memory: `map_width=0` (auto) sizes the chunks from the device's memory (`plan`): one client's
-update is compiled on its own, its compiled footprint read from `memory_analysis()`, and the
-widest chunk that fits the device's budget is taken. `vmap` with an auto width runs the whole
-cohort at once when it fits and falls back to chunks when it does not.
+Memory: `plan_width` sizes the chunks from the device's memory before the engine is built: one
+client's update is compiled on its own, its compiled footprint read from `memory_analysis()`,
+and the widest chunk that fits the device's budget is taken; the engine is then built with that
+`map_width`. `vmap` runs the whole cohort at once when it fits (`map_width=0`) and in chunks when
+it does not.
 
 Several processes (`jax.distributed`, one per host or GPU): the mesh spans every process's
 devices, ordered by process, so process p holds one contiguous block of cohort rows
@@ -30,6 +31,7 @@ the backend, the cohort padding, the chunking, the device count or the process c
 
 import collections
 import concurrent.futures
+import functools
 import math
 import os
 from typing import Any, NamedTuple
@@ -41,7 +43,7 @@ from absl import logging
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from fedjax_face.core import aggregation
+from fedjax_face.core import aggregation, arrays
 from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, RoundState
 
 BACKENDS = ('vmap', 'map', 'loop')
@@ -117,9 +119,11 @@ def device_free_bytes(device: jax.Device) -> int:
 
 
 class WidthPlan(NamedTuple):
-  """How `RoundEngine.plan` sized the client chunks (for the log and results.json).
+  """How `plan_width` sized the client chunks (for the log and results.json).
 
   Attributes:
+    map_width: what to build the engine with (`RoundEngine(map_width=...)`): the chunk width,
+      or 0 for 'vmap' running the whole cohort at once.
     width: clients per chunk (the whole padded cohort when it fits at once).
     chunks: chunks per round, run one after another.
     client_bytes: compiled footprint of one client's update (temp + arguments + outputs).
@@ -127,13 +131,16 @@ class WidthPlan(NamedTuple):
       cohort's data, inputs and results rows).
     budget_bytes: per device, free memory times the safety fraction.
   """
+  map_width: int
   width: int
   chunks: int
-  client_bytes: int
-  resident_bytes: int
-  budget_bytes: int
+  client_bytes: int | None
+  resident_bytes: int | None
+  budget_bytes: int | None
 
   def describe(self) -> str:
+    if self.client_bytes is None:
+      return f'{self.width} clients per chunk (the backend reports no memory figures)'
     mb = lambda b: f'{b / 2**20:,.1f} MiB'
     return (f'{self.width} clients per chunk, {self.chunks} chunk(s) per round (one client '
             f'{mb(self.client_bytes)}, resident {mb(self.resident_bytes)}, budget '
@@ -150,12 +157,85 @@ def choose_width(cohort: int, per_device_capacity: int, num_shards: int) -> int:
   widest = max(1, per_device_capacity) * num_shards
   if widest >= cohort:
     return cohort
-  chunks = _ceil_div(cohort, widest)
-  return _ceil_div(_ceil_div(cohort, chunks), num_shards) * num_shards
+  chunks = arrays.ceil_div(cohort, widest)
+  return arrays.round_up(arrays.ceil_div(cohort, chunks), num_shards)
 
 
-def _ceil_div(a: int, b: int) -> int:
-  return -(-a // b)
+def _prepare(algorithm: Algorithm, state: RoundState, client_ids):
+  """What the cohort receives (`broadcast`) and its private rows."""
+  client_input = algorithm.broadcast(state.server, client_ids)
+  private = aggregation.gather_clients(state.clients, client_ids)
+  return client_input, private
+
+
+def _one_client(algorithm: Algorithm, shared, per_client, private, data, client_id,
+                rng) -> ClientResult:
+  """One client's update; its randomness is fold_in(round rng, client id)."""
+  rng = jax.random.fold_in(rng, client_id)
+  return algorithm.client_update(ClientInput(shared, per_client), private, data, rng)
+
+
+def plan_width(algorithm: Algorithm, state: RoundState, cohort_size: int, client_data, *,
+               backend: str, mesh: Mesh | None = None,
+               memory_fraction: float = MEMORY_FRACTION) -> WidthPlan:
+  """The widest client chunk of a 'vmap' or 'map' round that fits the device memory.
+
+  Compiles one client's update alone (`memory_analysis()`: temp + argument + output bytes, which
+  counts the shared model once per client: an overestimate on purpose), adds what the round
+  holds whatever the width, and takes the widest chunk that fits `memory_fraction` of the free
+  memory of the fullest device. Build the engine with the plan's `map_width`.
+
+  Args:
+    algorithm: the algorithm the engine will run.
+    state: the round state (arrays or ShapeDtypeStructs).
+    cohort_size: clients per round before padding.
+    client_data: one client's data, without the cohort axis (arrays or ShapeDtypeStructs).
+    backend: 'vmap' or 'map'.
+    mesh: the engine's mesh (None: one device).
+    memory_fraction: share of the free device memory to plan for.
+  """
+  if backend not in ('vmap', 'map'):
+    raise ValueError(f'plan_width sizes vmap / map chunks, not backend {backend!r}.')
+  if not 0.0 < memory_fraction <= 1.0:
+    raise ValueError(f'engine.memory_fraction={memory_fraction!r}; expected a fraction in '
+                     '(0, 1].')
+  num_shards = 1 if mesh is None else mesh.size
+  spec = lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype)
+  one_id = jax.ShapeDtypeStruct((1,), jnp.int32)
+  state_spec = jax.tree.map(spec, state)
+  client_input, private = jax.eval_shape(functools.partial(_prepare, algorithm), state_spec,
+                                         one_id)
+  row = lambda x: jax.ShapeDtypeStruct((1,) + tuple(np.shape(x)), x.dtype)
+  data = jax.tree.map(row, client_data)
+  rng = jax.eval_shape(lambda: jax.random.PRNGKey(0))
+  over_one = jax.vmap(functools.partial(_one_client, algorithm), in_axes=(None, 0, 0, 0, 0, None))
+  args = (client_input.shared, client_input.per_client, private, data, one_id, rng)
+  results = jax.eval_shape(over_one, *args)
+  stats = jax.jit(over_one).lower(*args).compile().memory_analysis()
+  cohort = arrays.round_up(cohort_size, num_shards)
+  if stats is None:   # the backend cannot tell: run the cohort at once
+    return WidthPlan(map_width=0 if backend == 'vmap' else cohort, width=cohort, chunks=1,
+                     client_bytes=None, resident_bytes=None, budget_bytes=None)
+  client_bytes = int(stats.temp_size_in_bytes + stats.argument_size_in_bytes +
+                     stats.output_size_in_bytes)
+  rows_per_device = cohort // num_shards
+  row_bytes = tree_bytes((client_input.per_client, private, data, results))
+  resident = 2 * tree_bytes(state_spec) + rows_per_device * row_bytes
+  devices = list(mesh.devices.flat) if mesh is not None else jax.local_devices()[:1]
+  free = min(device_free_bytes(d) for d in devices if d.process_index == jax.process_index())
+  if jax.process_count() > 1:   # every process must pick the same width
+    free = int(np.min(multihost_utils.process_allgather(np.int64(free))))
+  budget = int(memory_fraction * free)
+  capacity = (budget - resident) // max(1, client_bytes)   # clients per device per chunk
+  if capacity < 1:
+    logging.warning('engine: not even one client per device fits the memory budget (%d bytes '
+                    'resident + %d per client > %d); running one per device anyway. Lower '
+                    'federated.participation, local_steps or batch_size, or raise '
+                    'engine.memory_fraction.', resident, client_bytes, budget)
+  width = choose_width(cohort, capacity, num_shards)
+  return WidthPlan(map_width=0 if backend == 'vmap' and width == cohort else width, width=width,
+                   chunks=arrays.ceil_div(cohort, width), client_bytes=client_bytes,
+                   resident_bytes=resident, budget_bytes=budget)
 
 
 class RoundEngine:
@@ -167,7 +247,10 @@ class RoundEngine:
       raise ValueError(f'engine.backend={backend!r}; expected one of {BACKENDS}.')
     if not isinstance(map_width, (int, np.integer)) or map_width < 0:
       raise ValueError(f'engine.map_width={map_width!r}; expected a non-negative integer '
-                       '(0 = sized from the device memory).')
+                       '(0 = sized from the device memory by plan_width).')
+    if backend == 'map' and not map_width:
+      raise ValueError('backend \'map\' needs a positive map_width: pass the one plan_width '
+                       'sized from the device memory (experiment.plan_engine does).')
     if not isinstance(loop_threads, (int, np.integer)) or loop_threads < 1:
       raise ValueError(f'engine.loop_threads={loop_threads!r}; expected a positive integer '
                        '(host threads running loop-backend clients at once).')
@@ -177,15 +260,14 @@ class RoundEngine:
     self.loop_threads = int(loop_threads)
     self.mesh = mesh
     self.num_shards = 1 if mesh is None else mesh.size
-    if backend == 'map' and self.map_width % self.num_shards:
+    if backend != 'loop' and self.map_width % self.num_shards:
       raise ValueError(f'engine.map_width={map_width} must be a multiple of the device count '
                        f'{self.num_shards} so each chunk of clients splits over the devices.')
     if mesh is None and jax.process_count() > 1:
       raise ValueError(f'{jax.process_count()} processes but no mesh: a multi-process run needs '
                        'engine.make_mesh() so the clients axis spans every process.')
     # Clients per chunk; None runs the whole cohort at once (vmap) or one by one (loop).
-    self.width = self.map_width if backend == 'map' and self.map_width else None
-    self.last_plan: WidthPlan | None = None
+    self.width = self.map_width if backend != 'loop' and self.map_width else None
     # Traces per jitted entry point; a second trace of any of them is a recompilation.
     self.traces = collections.Counter()
     if mesh is not None:
@@ -215,16 +297,12 @@ class RoundEngine:
 
   def cohort_multiple(self) -> int:
     """Cohort sizes are padded up to a multiple of this (devices, chunk width)."""
-    if self.backend == 'map' and self.width is None:
-      raise ValueError('engine.map_width=0 (auto) with backend \'map\': call plan() first, which '
-                       'sizes the chunks from the device memory.')
     return self.width or self.num_shards
 
   # -- pure pieces ---------------------------------------------------------------------------
 
   def _one_client(self, shared, per_client, private, data, client_id, rng) -> ClientResult:
-    rng = jax.random.fold_in(rng, client_id)
-    return self.algorithm.client_update(ClientInput(shared, per_client), private, data, rng)
+    return _one_client(self.algorithm, shared, per_client, private, data, client_id, rng)
 
   def _client_at(self, shared, per_client, private, data, index, client_id, rng) -> ClientResult:
     """The loop backend's client: row `index` of the cohort's stacked `per_client` / `private`
@@ -234,9 +312,7 @@ class RoundEngine:
                             data, client_id, rng)
 
   def _prepare_fn(self, state: RoundState, client_ids):
-    client_input = self.algorithm.broadcast(state.server, client_ids)
-    private = aggregation.gather_clients(state.clients, client_ids)
-    return client_input, private
+    return _prepare(self.algorithm, state, client_ids)
 
   def _finish_fn(self, state: RoundState, results: ClientResult, weights, client_ids):
     server = self.algorithm.server_update(state.server, results.update, weights, client_ids)
@@ -281,73 +357,6 @@ class RoundEngine:
     finish = lambda i: jax.block_until_ready(run_client(i))
     with concurrent.futures.ThreadPoolExecutor(min(self.loop_threads, n - 1)) as pool:
       return [first] + list(pool.map(finish, range(1, n)))
-
-  # -- memory ------------------------------------------------------------------------------
-
-  def plan(self, state: RoundState, cohort_size: int, client_data, *,
-           memory_fraction: float = MEMORY_FRACTION) -> WidthPlan | None:
-    """Sizes the client chunks from the device memory when `map_width` is 0 (auto).
-
-    Compiles one client's update alone (`memory_analysis()`: temp + argument + output bytes, which
-    counts the shared model once per client: an overestimate on purpose), adds what the round
-    holds whatever the width, and takes the widest chunk that fits `memory_fraction` of the free
-    memory of the fullest device. Call it before the first round: it fixes `cohort_multiple()`.
-
-    Args:
-      state: the round state (arrays or ShapeDtypeStructs).
-      cohort_size: clients per round before padding.
-      client_data: one client's data, without the cohort axis (arrays or ShapeDtypeStructs).
-      memory_fraction: share of the free device memory to plan for.
-
-    Returns:
-      The plan, or None when there is nothing to size (loop backend, explicit width).
-    """
-    if self.backend == 'loop' or self.map_width:
-      return None
-    if not 0.0 < memory_fraction <= 1.0:
-      raise ValueError(f'engine.memory_fraction={memory_fraction!r}; expected a fraction in '
-                       '(0, 1].')
-    spec = lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype)
-    one_id = jax.ShapeDtypeStruct((1,), jnp.int32)
-    state_spec = jax.tree.map(spec, state)
-    client_input, private = jax.eval_shape(self._prepare_fn, state_spec, one_id)
-    row = lambda x: jax.ShapeDtypeStruct((1,) + tuple(np.shape(x)), x.dtype)
-    data = jax.tree.map(row, client_data)
-    rng = jax.eval_shape(lambda: jax.random.PRNGKey(0))
-    over_one = jax.vmap(self._one_client, in_axes=(None, 0, 0, 0, 0, None))
-    results = jax.eval_shape(over_one, client_input.shared, client_input.per_client, private,
-                             data, one_id, rng)
-    compiled = jax.jit(over_one).lower(client_input.shared, client_input.per_client, private,
-                                       data, one_id, rng).compile()
-    stats = compiled.memory_analysis()
-    cohort = _ceil_div(cohort_size, self.num_shards) * self.num_shards
-    if stats is None:   # the backend cannot tell: run the cohort at once, as before auto sizing
-      self.width = cohort if self.backend == 'map' else None
-      self._compile()
-      return None
-    client_bytes = int(stats.temp_size_in_bytes + stats.argument_size_in_bytes +
-                       stats.output_size_in_bytes)
-    rows_per_device = cohort // self.num_shards
-    row_bytes = tree_bytes((client_input.per_client, private, data, results))
-    resident = 2 * tree_bytes(state_spec) + rows_per_device * row_bytes
-    devices = list(self.mesh.devices.flat) if self.mesh is not None else jax.local_devices()[:1]
-    free = min(device_free_bytes(d) for d in devices if d.process_index == jax.process_index())
-    if jax.process_count() > 1:   # every process must pick the same width
-      free = int(np.min(multihost_utils.process_allgather(np.int64(free))))
-    budget = int(memory_fraction * free)
-    capacity = (budget - resident) // max(1, client_bytes)   # clients per device per chunk
-    if capacity < 1:
-      logging.warning('engine: not even one client per device fits the memory budget (%d bytes '
-                      'resident + %d per client > %d); running one per device anyway. Lower '
-                      'federated.participation, local_steps or batch_size, or raise '
-                      'engine.memory_fraction.', resident, client_bytes, budget)
-    width = choose_width(cohort, capacity, self.num_shards)
-    self.width = None if self.backend == 'vmap' and width == cohort else width
-    self.last_plan = WidthPlan(width=width, chunks=_ceil_div(cohort, width),
-                               client_bytes=client_bytes, resident_bytes=resident,
-                               budget_bytes=budget)
-    self._compile()   # a width is read at trace time
-    return self.last_plan
 
   # -- several devices and processes --------------------------------------------------------
 

@@ -2,8 +2,9 @@
 
 'scan' is a small program (compile time independent of the number of steps); 'unroll' is
 straight-line code, which XLA can fuse across steps. XLA CPU runs XLA's own conv kernel gradient
-~100x slower inside a while loop; backbones built with `conv_gradient='canonical'`
-(`models/conv.py`) do not have that problem, and `experiment.resolve_engine` picks the mode.
+far slower inside a while loop (BUILD_NOTES.md, "Known XLA quirks"); backbones built with
+`conv_gradient='canonical'` (`models/conv.py`) do not have that problem, and
+`core.policy.resolve_engine` picks the mode.
 """
 
 from typing import Any, Callable

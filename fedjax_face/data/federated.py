@@ -16,6 +16,7 @@ import dataclasses
 
 import numpy as np
 
+from fedjax_face.core import arrays
 from fedjax_face.data import stores
 
 
@@ -146,7 +147,7 @@ def sample_round(fed: FederatedData, client_ids: np.ndarray, *, round_index: int
       continue  # padding client
     n = len(fed.client_indices[k])
     rng = np.random.default_rng([seed, round_index, int(k)])
-    order = np.concatenate([rng.permutation(n) for _ in range(-(-per_round // n))])[:per_round]
+    order = np.concatenate([rng.permutation(n) for _ in range(arrays.ceil_div(per_round, n))])[:per_round]
     index[row] = fed.client_indices[k][order]
     labels[row] = fed.client_local_labels[k][order]
     if local_epochs > 0:

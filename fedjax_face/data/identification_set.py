@@ -2,7 +2,7 @@
 
 An identification set is a gallery of enrolled identities plus distractor identities, and two kinds
 of probes: *mated* probes (other images of enrolled identities) and *non-mated* probes (images of
-identities that are not in the gallery). `fedjax_face.eval.identification` turns it into rank-N
+identities that are not in the gallery). `fedjax_face.eval.recognition.identification` turns it into rank-N
 (CMC) accuracy and TPIR at fixed FPIR.
 
 `make_identification_set` builds one from the parametric faces of `fedjax_face.data.synthetic`:

@@ -1,6 +1,6 @@
 """`config.data.source` -> a `FaceBenchmark`: the training images, their identities, the pair sets.
 
-| source | training set | pair sets (`config.eval.pair_sets` names) |
+| source | training set | pair sets (`config.evals.verification.pair_sets` names) |
 | --- | --- | --- |
 | `synthetic` | rendered from the seed, in memory | rendered `lfw`, `cfp_fp`, `agedb_30` |
 | `insightface` | `<root>/{train.rec, train.idx, property}`, streamed | `<name>.bin` |
@@ -32,8 +32,12 @@ from fedjax_face.data.synthetic import FaceBenchmark, PairSet
 SOURCES = ('synthetic', 'insightface', 'image_folder', 'tfds')
 
 
-def load(config) -> FaceBenchmark:
-  """The benchmark named by `config.data.source` (see the module docstring)."""
+def load(config, pair_sets: tuple[str, ...] = ()) -> FaceBenchmark:
+  """The benchmark named by `config.data.source` (see the module docstring).
+
+  `pair_sets`: the `<name>.bin` / `<name>.txt` pair sets to read for real data (the synthetic
+  benchmark renders its three).
+  """
   d = config.data
   if d.source == 'synthetic':
     return synthetic.make_benchmark(
@@ -48,7 +52,7 @@ def load(config) -> FaceBenchmark:
                                                     d.max_identities)
   if len(index) != len(store):
     store = store.subset(index)
-  pair_sets = load_pair_sets(tuple(config.eval.pair_sets), d.verification_dir or d.root,
+  pair_sets = load_pair_sets(tuple(pair_sets), d.verification_dir or d.root,
                              image_size=d.image_size, center_crop=d.center_crop,
                              num_threads=d.decode_threads)
   return FaceBenchmark(train_images=store, train_labels=labels.astype(np.int32),
@@ -196,9 +200,9 @@ def load_pair_set(name: str, directory: str, *, image_size: int, center_crop: fl
     present = sorted(f for f in os.listdir(directory) if f.endswith(('.bin', '.txt'))
                      ) if os.path.isdir(directory) else []
     raise FileNotFoundError(
-        f'config.eval.pair_sets names {name!r} but neither {path_bin} nor {path_txt} exists '
+        f'config.evals.verification.pair_sets names {name!r} but neither {path_bin} nor {path_txt} exists '
         f'(pair-set files in {directory}: {present or "none"}); set data.verification_dir or '
-        'eval.pair_sets')
+        'evals.verification.pair_sets')
   return _fit_pairs(pairs, image_size, center_crop)
 
 

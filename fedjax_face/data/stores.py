@@ -29,10 +29,12 @@ from typing import Callable
 from absl import logging
 import numpy as np
 
+from fedjax_face.core import arrays
+
 # Bad records logged one by one; later ones only in the per-call summary line.
 _MAX_LOGGED = 10
 # Indices per decode task: large enough that the pool's per-task overhead (which holds the GIL)
-# stays small next to ~0.3 ms per 112x112 JPEG, small enough to balance two or more threads.
+# stays small next to decoding one 112x112 JPEG, small enough to balance two or more threads.
 _MIN_TASK = 16
 
 
@@ -181,7 +183,7 @@ class DecodedImageStore:
 
   def _run(self, work: Callable[[int, int], None], n: int) -> None:
     """Runs `work(lo, hi)` over [0, n) in tasks of at least _MIN_TASK indices."""
-    tasks = min(4 * self.num_threads, -(-n // _MIN_TASK))
+    tasks = min(4 * self.num_threads, arrays.ceil_div(n, _MIN_TASK))
     if self.num_threads == 1 or tasks <= 1:
       work(0, n)
       return

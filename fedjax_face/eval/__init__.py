@@ -1,0 +1,88 @@
+"""Evaluators chosen by `config.evals`: each section there names a type below and holds its
+settings; every one present runs after training (and every `eval.every_rounds` rounds).
+
+An evaluator module defines, for its type:
+
+  check_<type>(config, section) -> None          ValueError naming a wrong field of the section
+  make_<type>(config, section, setup) -> Evaluator | None   None: nothing to evaluate here
+                                                   (e.g. 1:N needs the synthetic benchmark)
+
+An `Evaluator` is built once per run (its data prepared, its functions jitted once) and
+called with an `EvalInputs` at every evaluation; it returns an `EvalOutput`. `evaluate` runs them
+all; `io/artifacts.py` writes their figures and arrays, `io/report.py` their results.
+
+Adding a task (face anti-spoofing: HTER / EER / AUC) is a module under `eval/<task>/` and one
+line here (WORKSPACE.md, "How to add a task").
+"""
+
+import importlib
+from typing import Any, Callable, NamedTuple
+
+import jax
+import numpy as np
+
+EVALUATORS = {   # type -> module defining check_<type> and make_<type>
+    'verification': 'fedjax_face.eval.recognition.evaluators',
+    'identification': 'fedjax_face.eval.recognition.evaluators',
+    'diagnostics': 'fedjax_face.eval.diagnostics',
+}
+
+
+class EvalSetup(NamedTuple):
+  """What evaluators may prepare from once per run."""
+  config: Any
+  benchmark: Any        # data.synthetic.FaceBenchmark (training data, pair sets)
+  fed_view: Any         # data.federated.FederatedData of the clients (identity / class tables)
+
+
+class EvalInputs(NamedTuple):
+  """What one evaluation sees."""
+  embed: Callable[[np.ndarray], jax.Array]   # uint8 images [B, H, W, C] -> embeddings [B, d]
+  class_embeddings: Any                       # [num_identities, d], or None (method keeps none)
+
+
+class EvalOutput(NamedTuple):
+  results: dict                                  # results.json[<type>]
+  scalars: dict[str, float]                      # TensorBoard, under eval/<type>/...
+  figures: dict[str, Any]                        # file name -> matplotlib Figure
+  arrays: dict[str, dict[str, np.ndarray]]       # file name (.npz) -> arrays
+
+
+class Evaluator(NamedTuple):
+  type: str
+  evaluate: Callable[[EvalInputs], 'EvalOutput | None']
+
+
+def _module(kind: str):
+  if kind not in EVALUATORS:
+    raise ValueError(f'config.evals.{kind} is not an evaluator type; expected one of '
+                     f'{sorted(EVALUATORS)}.')
+  return importlib.import_module(EVALUATORS[kind])
+
+
+def check_config(config) -> None:
+  """Each `config.evals` section checked by its evaluator."""
+  for kind, section in config.evals.items():
+    getattr(_module(kind), f'check_{kind}')(config, section)
+
+
+def make_evaluators(config, setup: EvalSetup) -> list[Evaluator]:
+  """The run's evaluators, in `config.evals` order (those with nothing to evaluate left out)."""
+  evaluators = []
+  for kind, section in config.evals.items():
+    evaluator = getattr(_module(kind), f'make_{kind}')(config, section, setup)
+    if evaluator is not None:
+      evaluators.append(evaluator)
+  return evaluators
+
+
+def make_embed(model) -> Callable:
+  """`embed(variables) -> images -> embeddings`, jitted once for the whole run."""
+  apply = jax.jit(lambda variables, x: model.apply(variables, x, train=False))
+  return lambda variables: (lambda images: apply(variables, images))
+
+
+def evaluate(evaluators: list[Evaluator], inputs: EvalInputs) -> dict[str, EvalOutput]:
+  """Runs every evaluator; returns type -> its output (those with nothing to say left out)."""
+  outputs = {e.type: e.evaluate(inputs) for e in evaluators}
+  return {kind: output for kind, output in outputs.items() if output is not None}

@@ -11,11 +11,9 @@ from typing import Any
 
 import numpy as np
 
-
-def _unit_rows(x: np.ndarray) -> np.ndarray:
-  """Rows scaled to unit L2 norm; all-zero rows stay zero (cosine 0 with everything)."""
-  norms = np.linalg.norm(x, axis=-1, keepdims=True)
-  return x / np.maximum(norms, np.finfo(x.dtype).tiny)
+from fedjax_face.algorithms import class_tables
+from fedjax_face.core import arrays
+from fedjax_face.eval import EvalOutput, Evaluator, plots
 
 
 def class_embedding_similarity(class_embeddings: np.ndarray,
@@ -45,7 +43,7 @@ def class_embedding_similarity(class_embeddings: np.ndarray,
                      f'{class_embeddings.shape[:2]}')
   dtype = np.result_type(class_embeddings.dtype, np.float32)
   # Only valid rows are checked: padding may hold anything.
-  clients = [_unit_rows(class_embeddings[k][class_mask[k]].astype(dtype))
+  clients = [arrays.l2_normalize(class_embeddings[k][class_mask[k]].astype(dtype))
              for k in range(class_embeddings.shape[0])]
   if not all(np.all(np.isfinite(c)) for c in clients):
     raise ValueError('class_embeddings has NaN or inf in valid classes')
@@ -99,3 +97,43 @@ def similarity_summary(within: np.ndarray, cross: np.ndarray) -> dict[str, Any]:
     for stat, value in _stats(values).items():
       summary[f'{name}_{stat}'] = value
   return summary
+
+
+def class_embedding_norms(class_embeddings) -> dict[str, float]:
+  """Mean / max L2 norm of the class embeddings `[num_identities, d]`.
+
+  With the unnormalised softmax their scale sets the sharpness of every client's local loss, and
+  FedGC's server step changes it (BUILD_NOTES, "FedGC on the embedded benchmark").
+  """
+  norms = np.linalg.norm(np.asarray(class_embeddings), axis=-1)
+  return {'norm_mean': float(np.mean(norms)), 'norm_max': float(np.max(norms))}
+
+
+def check_diagnostics(config, section) -> None:
+  del config
+  if section:
+    raise ValueError(f'config.evals.diagnostics has fields {sorted(section)}; expected none.')
+
+
+def make_diagnostics(config, section, setup) -> Evaluator:
+  """Within- vs cross-client class-embedding cosines (Fig. 3(c)(d)) for methods that keep class
+  embeddings; the histograms in class_embedding_similarity.png, the values in its .npz."""
+  del section
+  identity_table = np.asarray(setup.fed_view.identity_table)
+  class_mask = np.asarray(setup.fed_view.class_mask)
+
+  def evaluate(inputs) -> EvalOutput | None:
+    if inputs.class_embeddings is None:
+      return None
+    embeddings = np.asarray(inputs.class_embeddings)
+    by_client = np.asarray(class_tables.to_client_slots(embeddings, identity_table))
+    within, cross = class_embedding_similarity(by_client, class_mask)
+    norms = class_embedding_norms(embeddings)
+    return EvalOutput(
+        results={'class_embedding_similarity': similarity_summary(within, cross),
+                 'class_embedding_norm': {f'class_embeddings/{k}': v for k, v in norms.items()}},
+        scalars={}, figures={'class_embedding_similarity.png':
+                             plots.similarity_figure({config.algorithm: (within, cross)})},
+        arrays={'class_embedding_similarity.npz': {'within': within, 'cross': cross}})
+
+  return Evaluator('diagnostics', evaluate)

@@ -2,11 +2,10 @@
 
 Figures are built with the object-oriented API (`matplotlib.figure.Figure`) instead of pyplot, so
 that no global figure state is created or leaked across calls in long training runs; the backend is
-nevertheless forced to the non-interactive 'Agg' so that nothing here ever needs a display.
+nevertheless forced to the non-interactive 'Agg' so that nothing here ever needs a display. They
+are returned, not written: `io/artifacts.py` writes them.
 """
 
-import io
-import os
 from typing import Mapping
 
 import matplotlib
@@ -16,24 +15,12 @@ matplotlib.use('Agg')
 from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
 import numpy as np
 
-from fedjax_face.io import files
 
-
-def _save(fig: Figure, path: str) -> None:
-  """Writes `fig` to `path` (a local path or a URI; format from the extension)."""
-  buffer = io.BytesIO()
-  fig.savefig(buffer, format=os.path.splitext(path)[1][1:] or 'png', dpi=120, bbox_inches='tight')
-  files.write_bytes_atomic(path, buffer.getvalue())
-
-
-def plot_roc(curves: Mapping[str, tuple[np.ndarray, np.ndarray]],
-             path: str,
-             title: str = '') -> None:
+def roc_figure(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], title: str = '') -> Figure:
   """ROC curves on a log-scale FPR axis.
 
   Args:
     curves: name -> `(fpr, tpr)`, e.g. the 'roc_fpr' / 'roc_tpr' lists of `evaluate_pairs`.
-    path: output image file (PNG by extension).
     title: optional figure title.
   """
   fig = Figure(figsize=(6, 4.5))
@@ -57,11 +44,10 @@ def plot_roc(curves: Mapping[str, tuple[np.ndarray, np.ndarray]],
     ax.legend(loc='lower right')
   if title:
     ax.set_title(title)
-  _save(fig, path)
+  return fig
 
 
-def plot_similarity_histograms(results: Mapping[str, tuple[np.ndarray, np.ndarray]],
-                               path: str) -> None:
+def similarity_figure(results: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> Figure:
   """One panel per method with overlaid within- and cross-client cosine-similarity histograms.
 
   Mirrors FedGC Fig. 3(c)(d). All panels share the bins over [-1, 1] and the axes, so methods can
@@ -71,7 +57,6 @@ def plot_similarity_histograms(results: Mapping[str, tuple[np.ndarray, np.ndarra
   Args:
     results: method name (e.g. 'FedPE', 'FedGC') -> `(within, cross)` from
       `diagnostics.class_embedding_similarity`.
-    path: output image file (PNG by extension).
   """
   num_panels = max(len(results), 1)
   fig = Figure(figsize=(4.5 * num_panels, 3.5))
@@ -89,4 +74,4 @@ def plot_similarity_histograms(results: Mapping[str, tuple[np.ndarray, np.ndarra
     if ax.get_legend_handles_labels()[0]:
       ax.legend(loc='upper left', fontsize='small')
   axes[0].set_ylabel('density')
-  _save(fig, path)
+  return fig

@@ -46,7 +46,7 @@ def build_backbone(config: Any, conv_gradient: str = 'xla') -> nn.Module:
       float32) and, for 'small_cnn' only, `width` (and optionally `num_stages`). IResNets ignore
       `width` and accept an optional `dropout`.
     conv_gradient: how convolutions are differentiated, 'xla' or 'canonical' (`models/conv.py`;
-      `experiment.resolve_engine` picks it from `engine.conv_gradient`).
+      `core.policy.resolve_engine` picks it from `engine.conv_gradient`).
 
   Returns:
     An unbound Flax module.

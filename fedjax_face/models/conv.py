@@ -3,9 +3,8 @@
 XLA CPU computes a convolution's kernel gradient as a convolution in a non-canonical layout (input
 channels as the batch). Unrolled, layout assignment rewrites it into a fast kernel; inside a while
 loop (`lax.scan` over local steps, `lax.map` over client chunks) the loop's fixed layouts keep it on
-a slow path. Measured on 2 CPU cores (BUILD_NOTES.md, "Known XLA quirks"): 8 scanned steps of a
-32-channel 3x3 conv's value and gradients took 7,170 ms with XLA's own gradient and 202 ms with
-`canonical_gradient_conv`, the same as unrolled (210 ms).
+a slow path, many times slower than unrolled (BUILD_NOTES.md, "Known XLA quirks", has the
+measurements with and without `canonical_gradient_conv`).
 
 `canonical_gradient_conv` is `lax.conv_general_dilated` with a custom VJP that states both
 gradients as ordinary NHWC/HWIO convolutions (the transposes made explicit), which XLA runs on its

@@ -22,6 +22,8 @@ from typing import Any, Dict, Optional
 import jax
 import jax.numpy as jnp
 
+from fedjax_face.core import arrays
+
 HEADS = ('softmax', 'cosface', 'arcface')
 
 # How ArcFace treats targets with theta_y + m > pi, where cos(theta_y + m) stops decreasing in
@@ -44,19 +46,11 @@ PAD_LOGIT = -1e9
 # stays finite at cos = +-1. 1e-6 is a few float32 ulps below 1 (ulp(1) ~ 6e-8), where
 # d/dc sqrt(1 - c^2) is ~ 700: large but finite.
 _COS_EPS = 1e-6
-# Squared-norm floor for L2 normalisation (an all-zero vector normalises to 0, not NaN).
-_NORM_EPS = 1e-12
 
 
 def _check_kind(kind: str) -> None:
   if kind not in HEADS:
     raise ValueError(f'Unknown head kind {kind!r}; valid kinds: {list(HEADS)}')
-
-
-def l2_normalize(x: jax.Array, axis: int = -1) -> jax.Array:
-  """`x / ||x||` along `axis`; the norm is floored so zero vectors give 0 and finite grads."""
-  sq_norm = jnp.sum(x * x, axis=axis, keepdims=True)
-  return x * jax.lax.rsqrt(jnp.maximum(sq_norm, _NORM_EPS))
 
 
 def _arcface_target(cos: jax.Array, margin: float, fallback: str) -> jax.Array:
@@ -109,7 +103,7 @@ def logits(features: jax.Array,
   if kind == 'softmax':
     out = features @ class_embeddings.T
   else:
-    cos = l2_normalize(features) @ l2_normalize(class_embeddings).T
+    cos = arrays.l2_normalize(features) @ arrays.l2_normalize(class_embeddings).T
     if labels is not None and margin != 0.0:
       is_target = jax.nn.one_hot(labels, num_classes, dtype=jnp.bool_)
       if kind == 'cosface':

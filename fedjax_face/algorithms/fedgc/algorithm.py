@@ -1,0 +1,126 @@
+"""FedGC: Federated Averaging with Gradient Correction (Niu & Deng, AAAI 2022, Algorithm 1).
+
+Clients train the shared backbone theta and their own class embeddings W_k on their local softmax
+(Alg. 1 lines 6-8) and send both back. The server averages the backbones with weights n_k / n
+(line 11), stacks every client's W_k into W~ (line 12) — clients not selected this round keep the
+server's last copy — and applies one step of the softmax regularizer (line 14, Eq. 5):
+
+    W <- W~ - lambda·eta·grad Reg(W~)
+
+with eta the clients' learning rate and lambda `config.fedgc.reg_lambda` (20 in the paper, Table
+2). The regularizer form follows the loss (`config.fedgc.reg_form`, default: the loss's own form);
+`config.fedgc.regularizer='cosine'` swaps in the cosine regularizer (FedCos, Table 4). Each client
+then starts the next round from its corrected W_k. Client optimiser as in FedPE: SGD with momentum
+reset every round.
+
+The server works on one row per identity. In the identity-exclusive case that is just W~ in
+another order. In the general case (the paper's "Extend FedGC to More General Case") an identity
+held by a client group K_l has one copy per holder: the server averages the copies (a plain mean
+over the holders), regularises the average only against classes none of its holders has
+(`regularizer` module docstring), and sends the result back to every holder.
+"""
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from fedjax_face import config_lib
+from fedjax_face.algorithms import class_tables, common
+from fedjax_face.algorithms.fedgc import correction, regularizer
+from fedjax_face.core import aggregation
+from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, RoundState
+
+ONE_CLIENT = False
+
+
+def config_section() -> ml_collections.ConfigDict:
+  """`config.fedgc`: the server step's settings (configs/fedgc/fedgc.py, fedcos.py)."""
+  c = ml_collections.ConfigDict()
+  c.regularizer = 'softmax'      # Eq. 5 ('softmax', FedGC) or 'cosine' (FedCos, Table 4)
+  c.reg_lambda = 20.0            # lambda of Alg. 1 line 14 (FedGC Table 2)
+  c.reg_form = ''                # '' = the loss's own form; or 'softmax' / 'cosface' / 'arcface'
+  c.reg_reduction = 'sum'        # Eq. 5 as written; 'mean' = divided by the number of classes
+  c.reg_self_gradient = True     # Eq. 5's self term moves W_ki; False = Eq. 12's reading
+  c.reg_implementation = 'auto'  # 'dense' | 'blockwise' (streamed) | 'auto' (by class count)
+  c.reg_block_size = 0           # streamed rows per block; 0 = streamed.DEFAULT_BLOCK
+  return c
+
+
+def check_config(config) -> None:
+  """Raises ValueError naming the `config.fedgc` field that is wrong."""
+  c = config_lib.section(config, 'fedgc', 'fedgc.config_section() (configs/fedgc/fedgc.py)')
+  config_lib.check_choice('fedgc.regularizer', c.regularizer, regularizer.KINDS)
+  config_lib.check_number('fedgc.reg_lambda', c.reg_lambda, allow_zero=True)
+  config_lib.check_choice('fedgc.reg_form', c.reg_form, ('',) + regularizer.FORMS)
+  config_lib.check_choice('fedgc.reg_reduction', c.reg_reduction, regularizer.REDUCTIONS)
+  config_lib.check_bool('fedgc.reg_self_gradient', c.reg_self_gradient)
+  config_lib.check_choice('fedgc.reg_implementation', c.reg_implementation,
+                          correction.IMPLEMENTATIONS)
+  config_lib.check_int('fedgc.reg_block_size', c.reg_block_size, allow_zero=True)
+
+
+def variant_name(config) -> str:
+  """'fedcos' with the cosine regularizer (Table 4), else 'fedgc'."""
+  return 'fedcos' if config.fedgc.regularizer == 'cosine' else 'fedgc'
+
+
+def regularizer_kwargs(config) -> dict:
+  """The regularizer's form and its scale / margin, matching the loss unless overridden."""
+  form = config.fedgc.reg_form or config.head.loss
+  head_kwargs = common.head_kwargs(config)
+  kwargs = {'kind': config.fedgc.regularizer, 'form': form,
+            'reduction': config.fedgc.reg_reduction}
+  if form == 'softmax' and config.fedgc.regularizer == 'softmax':
+    kwargs['self_gradient'] = bool(config.fedgc.reg_self_gradient)
+  else:
+    kwargs['scale'] = head_kwargs.get('scale', 64.0)
+    kwargs['margin'] = head_kwargs.get('margin', 0.0)
+  return kwargs
+
+
+def build(config, model, fed, *, step_mode: str) -> Algorithm:
+  """FedGC over the partition `fed` (a `data.federated.FederatedData`)."""
+  head_kwargs = common.head_kwargs(config)
+  train = common.local_trainer(model, head_kwargs=head_kwargs,
+                               optimizer=common.make_optimizer(config.optimizer),
+                               step_mode=step_mode)
+  image_shape = fed.images.shape[1:]
+  identity_table = np.asarray(fed.identity_table)
+  step_size = config.fedgc.reg_lambda * config.optimizer.learning_rate   # lambda·eta, Alg. 1 l. 14
+  reg_kwargs = regularizer_kwargs(config)
+  valid, holders = class_tables.identity_holders(identity_table, fed.num_identities)
+  valid, holders = jnp.asarray(valid), jnp.asarray(holders)
+  block_size = config.fedgc.reg_block_size or None
+
+  def init(rng):
+    backbone_rng, w_rng = jax.random.split(rng)
+    w = common.init_client_class_embeddings(w_rng, fed.class_mask, config.model.embedding_dim,
+                                            config.head.loss, config.head.init_std)
+    server = {'model': common.init_backbone(model, backbone_rng, image_shape), 'W': w}
+    return RoundState(server=server, clients={}, round=jnp.zeros((), jnp.int32))
+
+  def broadcast(server, client_ids):
+    w_k = aggregation.gather_clients(server['W'], client_ids)   # Alg. 1 line 4
+    return ClientInput(shared={'model': server['model']}, per_client={'W': w_k})
+
+  def client_update(client_input: ClientInput, private, data, rng) -> ClientResult:
+    model_vars, w, _, metrics = train(client_input.shared['model'], client_input.per_client['W'],
+                                   data, rng)
+    return ClientResult(update={'model': model_vars, 'W': w}, private=private, metrics=metrics)
+
+  def server_update(server, updates, weights, client_ids):
+    model_vars = aggregation.weighted_mean(updates['model'], weights)           # line 11
+    w_tilde = aggregation.scatter_clients(server['W'], client_ids, updates['W'])  # line 12
+    rows = class_tables.to_identity_rows(w_tilde, identity_table, fed.num_identities)
+    rows = correction.flat_gradient_correction(                              # line 14, Eq. 5
+        rows, valid, holders, step_size=step_size, block_size=block_size,
+        implementation=config.fedgc.reg_implementation, **reg_kwargs)
+    return {'model': model_vars, 'W': class_tables.to_client_slots(rows, identity_table)}
+
+  def class_embeddings(state: RoundState):
+    return class_tables.to_identity_rows(state.server['W'], identity_table, fed.num_identities)
+
+  return Algorithm(name='fedgc', init=init, broadcast=broadcast, client_update=client_update,
+                   server_update=server_update, eval_variables=lambda server: server['model'],
+                   class_embeddings=class_embeddings)

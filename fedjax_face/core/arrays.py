@@ -1,0 +1,33 @@
+"""The small array helpers every layer uses, once each."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+# Floor of the squared norm for JAX arrays: zero rows map to zero with a finite gradient.
+_SQ_NORM_FLOOR = 1e-12
+
+
+def ceil_div(a: int, b: int) -> int:
+  """ceil(a / b) for integers, exactly (no float rounding)."""
+  return -(-a // b)
+
+
+def round_up(n: int, multiple: int) -> int:
+  """The smallest multiple of `multiple` that is >= n."""
+  return ceil_div(n, multiple) * multiple
+
+
+def l2_normalize(x, axis: int = -1):
+  """`x / ||x||` along `axis`; all-zero vectors stay zero.
+
+  NumPy arrays (evaluation, in their own dtype, often float64): `x / max(||x||, tiny)`, exact
+  to the dtype's precision for every non-zero row.
+  Anything else, JAX arrays and tracers (traced code, gradients): `x · rsqrt(max(||x||², 1e-12))`,
+  with a finite gradient at 0.
+  """
+  if isinstance(x, np.ndarray):
+    norms = np.linalg.norm(x, axis=axis, keepdims=True)
+    return x / np.maximum(norms, np.finfo(x.dtype).tiny)
+  sq_norm = jnp.sum(x * x, axis=axis, keepdims=True)
+  return x * jax.lax.rsqrt(jnp.maximum(sq_norm, _SQ_NORM_FLOOR))

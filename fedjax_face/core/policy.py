@@ -1,0 +1,46 @@
+"""Engine policy: the backend, local-step mode, loop threads and conv gradient of a run.
+
+`config.engine` fields left at 'auto' (or 0 threads) are resolved here by platform. The rules
+come from `python -m fedjax_face.tools.bench`; the measurements behind each one are in
+BUILD_NOTES.md ("Round engine throughput", "Known XLA quirks").
+"""
+
+import jax
+
+from fedjax_face.data import stores
+
+# On XLA CPU unrolled local steps beat scanned ones only for a few steps, and their compile time
+# grows with the step count (BUILD_NOTES "Known XLA quirks").
+UNROLL_MAX_STEPS = 4
+
+
+def resolve_engine(config, platform: str | None = None) -> tuple[str, str, int, str]:
+  """(backend, step_mode, loop_threads, conv_gradient), 'auto' (0 threads) resolved by platform.
+
+  XLA CPU: a loop over clients ('loop'), one client per usable CPU at once, because XLA CPU runs
+    a small client's program on about one core and vmapped per-client convolutions are slow.
+    Local steps are unrolled up to `UNROLL_MAX_STEPS` and scanned beyond.
+  GPU / TPU: all clients at once with scanned steps ('vmap', 'scan'), chunked by memory
+    (`engine.map_width=0`, `core.engine.plan_width`).
+  """
+  platform = platform or jax.default_backend()
+  on_cpu = platform == 'cpu'
+  backend = config.engine.backend
+  if backend == 'auto':
+    backend = 'loop' if on_cpu else 'vmap'
+  step_mode = config.engine.step_mode
+  if step_mode == 'auto':
+    step_mode = 'unroll' if on_cpu and config.federated.local_steps <= UNROLL_MAX_STEPS else 'scan'
+  # One accelerator runs one program at a time: more threads would only queue on it.
+  loop_threads = config.engine.loop_threads or (stores.usable_cpus() if on_cpu else 1)
+  return backend, step_mode, loop_threads, conv_gradient_for(config, backend, step_mode, platform)
+
+
+def conv_gradient_for(config, backend: str, step_mode: str, platform: str | None = None) -> str:
+  """`engine.conv_gradient`, 'auto' resolved: 'canonical' where XLA CPU runs convs in while loops
+  (scanned steps, `map`'s lax.map), where XLA's own kernel gradient is slow; else XLA's own
+  ('xla'), which was faster unrolled (`models/conv.py`)."""
+  if config.engine.conv_gradient != 'auto':
+    return config.engine.conv_gradient
+  in_loops = step_mode == 'scan' or backend == 'map'
+  return 'canonical' if (platform or jax.default_backend()) == 'cpu' and in_loops else 'xla'

@@ -1,0 +1,120 @@
+"""Algorithms as pure functions: what each client sends, and the server steps by hand."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_face import algorithms, models
+from fedjax_face.algorithms import class_tables, pairwise
+from fedjax_face.algorithms.fedgc import correction, regularizer
+from fedjax_face.core import aggregation
+from fedjax_face.data import federated
+from tests import engine_cases
+
+
+def _setup(name):
+  config = engine_cases.tiny_config(name)
+  fed = engine_cases.tiny_problem()
+  model = models.build_backbone(config.model)
+  algorithm = algorithms.get(name).build(config, model, fed, step_mode='scan')
+  return config, fed, algorithm
+
+
+def _one_client_result(algorithm, fed, state, client=1):
+  ids = np.array([client], np.int32)
+  data = federated.sample_round(fed, ids, round_index=0, seed=0, steps=2, batch_size=4)
+  client_input = algorithm.broadcast(state.server, jnp.asarray(ids))
+  take = lambda x: x[0]
+  private = aggregation.gather_clients(state.clients, jnp.asarray(ids))
+  return algorithm.client_update(
+      client_input._replace(per_client=jax.tree.map(take, client_input.per_client)),
+      jax.tree.map(take, private), jax.tree.map(take, data), jax.random.PRNGKey(0))
+
+
+def test_fedpe_class_embeddings_never_leave_the_client():
+  _, fed, algorithm = _setup('fedpe')
+  state = algorithm.init(jax.random.PRNGKey(0))
+  result = _one_client_result(algorithm, fed, state)
+  assert set(result.update) == {'model'}                  # only the backbone is sent
+  assert set(result.update['model']) <= {'params', 'batch_stats'}
+  assert set(result.private) == {'W'}                     # W_k stays on the client
+  assert not np.allclose(result.private['W'], state.clients['W'][1])   # and was trained
+
+
+def test_fedgc_sends_backbone_and_class_embeddings():
+  _, fed, algorithm = _setup('fedgc')
+  state = algorithm.init(jax.random.PRNGKey(0))
+  result = _one_client_result(algorithm, fed, state)
+  assert set(result.update) == {'model', 'W'}             # Alg. 1 line 8
+  assert result.private == {}
+
+
+def test_fedpe_server_update_is_the_weighted_mean():
+  _, fed, algorithm = _setup('fedpe')
+  state = algorithm.init(jax.random.PRNGKey(0))
+  models_stacked = jax.tree.map(lambda x: jnp.stack([x, x + 1.0, x + 5.0]), state.server['model'])
+  weights = jnp.array([1.0, 3.0, 0.0])
+  out = algorithm.server_update(state.server, {'model': models_stacked}, weights,
+                                jnp.array([0, 1, fed.num_clients]))
+  jax.tree.map(lambda o, x: np.testing.assert_allclose(o, x + 0.75, rtol=1e-5, atol=1e-6),
+               out['model'], state.server['model'])
+
+
+def test_fedgc_server_update_scatters_then_corrects_all_clients():
+  config, fed, algorithm = _setup('fedgc')
+  state = algorithm.init(jax.random.PRNGKey(0))
+  w = state.server['W']
+  new_rows = w[jnp.array([2, 4])] + 0.5 * jnp.asarray(fed.class_mask)[jnp.array([2, 4])][..., None]
+  models_stacked = jax.tree.map(lambda x: jnp.stack([x, x]), state.server['model'])
+  out = algorithm.server_update(state.server, {'model': models_stacked, 'W': new_rows},
+                                jnp.array([2.0, 2.0]), jnp.array([2, 4]))
+  w_tilde = w.at[jnp.array([2, 4])].set(new_rows)              # line 12
+  step = config.fedgc.reg_lambda * config.optimizer.learning_rate
+  grad = jax.grad(regularizer.softmax_regularizer)(w_tilde, jnp.asarray(fed.class_mask))
+  expected = w_tilde - step * grad * jnp.asarray(fed.class_mask)[..., None]   # line 14
+  np.testing.assert_allclose(out['W'], expected, rtol=1e-5, atol=1e-7)
+  # Clients outside the cohort are corrected too: the regularizer spans every client's W.
+  assert not np.allclose(out['W'][0], w[0])
+
+
+def test_unknown_algorithm_lists_valid_names():
+  with pytest.raises(ValueError, match=r"algorithm='fedx' is unknown; expected one of \['centralized', 'fedgc', 'fedpe'\]"):
+    algorithms.get('fedx')
+
+
+def test_general_case_averages_shared_identity_and_regularizes_against_exclusive_classes():
+  """Hand-made 3 clients: identity 0 is shared by clients 0 and 1; 1, 2, 3 are exclusive."""
+  table = np.array([[0, 1], [0, 2], [3, -1]], np.int32)
+  valid, holders = class_tables.identity_holders(table, 4)
+  np.testing.assert_array_equal(valid, [True, True, True, True])
+  np.testing.assert_array_equal(holders, [[1, 1, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1]])
+  rng = np.random.default_rng(0)
+  slots = rng.normal(size=(3, 2, 4)).astype(np.float32)
+  slots[2, 1] = 0.0
+  rows = np.asarray(class_tables.to_identity_rows(jnp.asarray(slots), table, 4))
+  np.testing.assert_allclose(rows[0], (slots[0, 0] + slots[1, 0]) / 2, rtol=1e-6)
+  np.testing.assert_array_equal(rows[1:], [slots[0, 1], slots[1, 1], slots[2, 0]])
+  # Identity 0 meets 1 (client 0) and 2 (client 1) in local softmaxes: only 3 is a cross term.
+  allowed = np.asarray(pairwise.allowed_mask(jnp.asarray(valid), jnp.asarray(holders)))
+  np.testing.assert_array_equal(allowed, [[1, 0, 0, 1], [0, 1, 1, 1], [0, 1, 1, 1],
+                                          [1, 1, 1, 1]])
+  corrected = correction.flat_gradient_correction(jnp.asarray(rows), jnp.asarray(valid),
+                                                    jnp.asarray(holders), step_size=0.5)
+  back = np.asarray(class_tables.to_client_slots(corrected, table))
+  np.testing.assert_array_equal(back[0, 0], back[1, 0])   # every holder gets the same row
+  np.testing.assert_array_equal(back[2, 1], np.zeros(4))  # padding stays zero
+  np.testing.assert_allclose(back[2, 0], np.asarray(corrected)[3], rtol=0)
+
+
+def test_shared_identities_split_images_between_holders():
+  from fedjax_face.data import federated, partition
+  clients = partition.share_identities([np.array([0, 1]), np.array([2]), np.array([3])], 0.5, 2,
+                                       np.random.default_rng(1))
+  assert sum(len(c) for c in clients) == 4 + 2
+  labels = np.repeat(np.arange(4), 6)
+  fed = federated.build(np.zeros((24, 2, 2, 3), np.uint8), labels, clients)
+  seen = np.concatenate(fed.client_indices)
+  np.testing.assert_array_equal(np.sort(seen), np.arange(24))   # every image once, none twice
+  with pytest.raises(ValueError, match='shared_group_size=5; expected 2 to num_clients'):
+    partition.share_identities(clients, 0.5, 5, np.random.default_rng(0))

@@ -1,0 +1,23 @@
+"""The repository root and its config files, for tests at any depth of tests/."""
+
+import glob
+import importlib.util
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def config_path(name: str) -> str:
+  """configs/<paper>/<name>.py (or configs/<name>.py): the one config file named `name`."""
+  found = sorted(glob.glob(os.path.join(ROOT, 'configs', '**', f'{name}.py'), recursive=True))
+  if len(found) != 1:
+    raise ValueError(f'config {name!r}: expected one file configs/**/{name}.py, found {found}.')
+  return found[0]
+
+
+def load_config(name: str, arg: str | None = 'runlocal'):
+  """`get_config(arg)` of the config file `name` (e.g. 'fedgc', 'bench')."""
+  spec = importlib.util.spec_from_file_location(f'configs_{name}', config_path(name))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config(arg)

@@ -1,0 +1,37 @@
+"""core/arrays.py: the one copy of each small array helper."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_face.core import arrays
+
+
+@pytest.mark.parametrize('a,b,want', [(0, 4, 0), (1, 4, 1), (8, 4, 2), (9, 4, 3),
+                                      (10**18 + 1, 10**9, 10**9 + 1)])
+def test_ceil_div_is_exact(a, b, want):
+  assert arrays.ceil_div(a, b) == want
+
+
+def test_round_up():
+  assert [arrays.round_up(n, 4) for n in (0, 1, 4, 5)] == [0, 4, 4, 8]
+
+
+def test_l2_normalize_numpy_keeps_dtype_and_zero_rows():
+  x = np.array([[3.0, 4.0], [0.0, 0.0], [1e-30, 0.0]], np.float64)
+  out = arrays.l2_normalize(x)
+  assert isinstance(out, np.ndarray) and out.dtype == np.float64
+  np.testing.assert_array_equal(out, [[0.6, 0.8], [0.0, 0.0], [1.0, 0.0]])
+
+
+def test_l2_normalize_jax_has_a_finite_gradient_at_zero():
+  x = jnp.array([[3.0, 4.0], [0.0, 0.0]])
+  out = arrays.l2_normalize(x)
+  assert isinstance(out, jax.Array)
+  np.testing.assert_allclose(out, [[0.6, 0.8], [0.0, 0.0]], rtol=1e-6)
+  grad = jax.grad(lambda v: arrays.l2_normalize(v).sum())(x)
+  assert np.isfinite(np.asarray(grad)).all()
+  # d/dx of x/|x| summed, at (3, 4): (I - u u^T) 1 / |x| with u = (0.6, 0.8).
+  np.testing.assert_allclose(grad[0], [(1 - 0.6 * 1.4) / 5, (1 - 0.8 * 1.4) / 5], rtol=1e-5)
+  np.testing.assert_allclose(arrays.l2_normalize(x.T, axis=0), out.T, rtol=1e-6)

@@ -1,0 +1,119 @@
+"""`models.conv.canonical_gradient_conv`: XLA's convolution with gradients restated as plain convs.
+
+The value and both gradients must equal `lax.conv_general_dilated`'s own, for every stride and
+padding the backbones use, under `lax.scan` and `vmap`, and for whole backbones.
+"""
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+from jax import lax
+
+from fedjax_face import models
+from fedjax_face.models import conv
+
+NHWC = ('NHWC', 'HWIO', 'NHWC')
+
+
+def value_and_grads(conv_fn, x, kernel, strides, padding):
+  """Value and (dx, dkernel) of a non-linear scalar of the conv, so the cotangent is not uniform."""
+  def loss(x, kernel):
+    y = conv_fn(x, kernel, strides, padding, dimension_numbers=NHWC)
+    return jnp.sum(jnp.sin(y) * y), y
+  (_, y), grads = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(x, kernel)
+  return y, grads
+
+
+@pytest.mark.parametrize('size,kernel_size,strides,padding', [
+    (8, 3, (1, 1), ((1, 1), (1, 1))),     # the backbones' 3x3 convs
+    (8, 3, (2, 2), ((1, 1), (1, 1))),     # IResNet's stride-2 3x3, even size
+    (7, 3, (2, 2), ((1, 1), (1, 1))),     # odd size: the last row/column is not reached
+    (8, 1, (2, 2), ((0, 0), (0, 0))),     # IResNet's 1x1 stride-2 projection
+    (9, 3, (1, 2), ((0, 2), (1, 0))),     # uneven strides and asymmetric padding
+    (8, 3, (2, 2), 'SAME'),
+    (8, 3, (1, 1), 'VALID'),
+])
+def test_gradients_equal_xla(size, kernel_size, strides, padding):
+  rng = np.random.RandomState(0)
+  x = jnp.asarray(rng.randn(3, size, size, 4), jnp.float32)
+  kernel = jnp.asarray(rng.randn(kernel_size, kernel_size, 4, 5), jnp.float32)
+  y_ref, (dx_ref, dk_ref) = value_and_grads(lax.conv_general_dilated, x, kernel, strides, padding)
+  y, (dx, dk) = value_and_grads(conv.canonical_gradient_conv, x, kernel, strides, padding)
+  np.testing.assert_allclose(y, y_ref, rtol=1e-6, atol=1e-6)
+  assert dx.shape == x.shape and dk.shape == kernel.shape
+  np.testing.assert_allclose(dx, dx_ref, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(dk, dk_ref, rtol=1e-5, atol=1e-4)
+
+
+def test_gradients_equal_xla_inside_scan_and_vmap():
+  """Per-client kernels under vmap (the engine's vmap backend) and steps under lax.scan."""
+  rng = np.random.RandomState(1)
+  xs = jnp.asarray(rng.randn(2, 3, 2, 6, 6, 4), jnp.float32)      # [clients, steps, B, H, W, C]
+  kernels = jnp.asarray(rng.randn(2, 3, 3, 4, 4), jnp.float32)     # one kernel per client
+
+  def train(conv_fn):
+    def client(kernel, x_steps):
+      def step(k, x):
+        g = jax.grad(lambda k: jnp.sum(jnp.tanh(
+            conv_fn(x, k, (1, 1), ((1, 1), (1, 1)), dimension_numbers=NHWC))))(k)
+        return k - 0.1 * g, None
+      return lax.scan(step, kernel, x_steps)[0]
+    return jax.jit(jax.vmap(client))(kernels, xs)
+
+  np.testing.assert_allclose(train(conv.canonical_gradient_conv),
+                             train(lax.conv_general_dilated), rtol=1e-5, atol=1e-5)
+
+
+def test_unsupported_convs_fall_back_to_xla():
+  rng = np.random.RandomState(2)
+  x = jnp.asarray(rng.randn(2, 8, 8, 4), jnp.float32)
+  grouped = jnp.asarray(rng.randn(3, 3, 2, 4), jnp.float32)
+  for kwargs in ({'feature_group_count': 2}, {'rhs_dilation': (2, 2)}):
+    k = grouped if 'feature_group_count' in kwargs else grouped.reshape(3, 3, 4, 2)
+    f = lambda fn, x: jnp.sum(fn(x, k, (1, 1), 'SAME', dimension_numbers=NHWC, **kwargs) ** 2)
+    np.testing.assert_allclose(jax.grad(lambda x: f(conv.canonical_gradient_conv, x))(x),
+                               jax.grad(lambda x: f(lax.conv_general_dilated, x))(x), rtol=1e-6)
+
+
+@pytest.mark.parametrize('name,image_size', [('small_cnn', 32), ('iresnet18', 32)])
+def test_backbone_gradients_equal_xla(name, image_size):
+  cfg = ml_collections.ConfigDict(dict(name=name, embedding_dim=16, width=8))
+  x = jnp.asarray(np.random.RandomState(3).uniform(-1, 1, (4, image_size, image_size, 3)),
+                  jnp.float32)
+  xla_model = models.build_backbone(cfg, conv_gradient='xla')
+  variables = xla_model.init(jax.random.PRNGKey(0), x, train=False)
+
+  def grads(model):
+    def loss(params):
+      emb, _ = model.apply({**variables, 'params': params}, x, train=True,
+                           mutable=['batch_stats'])
+      return jnp.sum(jnp.sin(emb))
+    return jax.jit(jax.grad(loss))(variables['params'])
+
+  ref = grads(xla_model)
+  got = grads(models.build_backbone(cfg, conv_gradient='canonical'))
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5), got, ref)
+
+
+def test_unknown_conv_gradient_is_refused():
+  cfg = ml_collections.ConfigDict(dict(name='small_cnn', embedding_dim=16))
+  with pytest.raises(ValueError, match="conv gradient 'fast'.*'xla', 'canonical'"):
+    models.build_backbone(cfg, conv_gradient='fast')
+
+
+def test_engine_picks_the_canonical_gradient_only_inside_cpu_loops():
+  from fedjax_face import config_lib  # pylint: disable=g-import-not-at-top
+  from fedjax_face.core import policy  # pylint: disable=g-import-not-at-top
+  config = config_lib.base_config()
+  config.federated.local_steps = 2
+  backend, mode, _, gradient = policy.resolve_engine(config, 'cpu')
+  assert (backend, mode, gradient) == ('loop', 'unroll', 'xla')
+  config.federated.local_steps = policy.UNROLL_MAX_STEPS + 1
+  assert policy.resolve_engine(config, 'cpu')[1::2] == ('scan', 'canonical')
+  assert policy.conv_gradient_for(config, 'map', 'unroll', 'cpu') == 'canonical'
+  backend, mode, _, gradient = policy.resolve_engine(config, 'gpu')
+  assert (backend, mode, gradient) == ('vmap', 'scan', 'xla')
+  config.engine.conv_gradient = 'canonical'   # an explicit choice is kept everywhere
+  assert policy.resolve_engine(config, 'gpu')[3] == 'canonical'

@@ -1,0 +1,107 @@
+"""The package's import graph: no cycles, and the shared config never reaches a method."""
+
+import ast
+import importlib.util
+import os
+
+import fedjax_face
+
+PACKAGE_DIR = os.path.dirname(fedjax_face.__file__)
+
+
+def module_files() -> dict[str, str]:
+  """Dotted name -> file, for every module of the package (a package is its __init__.py)."""
+  modules = {}
+  root = os.path.dirname(PACKAGE_DIR)
+  for folder, _, files in os.walk(PACKAGE_DIR):
+    for name in files:
+      if not name.endswith('.py'):
+        continue
+      path = os.path.join(folder, name)
+      dotted = os.path.relpath(path, root)[:-3].replace(os.sep, '.')
+      modules[dotted.removesuffix('.__init__')] = path
+  return modules
+
+
+def imports_of(path: str, name: str, modules: dict[str, str]) -> set[str]:
+  """The package's modules that `name` imports anywhere in its file (lazy imports included).
+
+  `from a.b import c` is an edge to a.b.c when c is a module, else to a.b. Parent packages
+  imported implicitly are not edges: a package's __init__ importing its own modules is the usual
+  layout and no cycle at run time.
+  """
+  tree = ast.parse(open(path).read(), path)
+  package = name if path.endswith('__init__.py') else name.rpartition('.')[0]
+  found = set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      found.update(alias.name for alias in node.names)
+    elif isinstance(node, ast.ImportFrom):
+      base = node.module or ''
+      if node.level:
+        parts = package.split('.')
+        base = '.'.join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+      for alias in node.names:
+        found.add(f'{base}.{alias.name}' if f'{base}.{alias.name}' in modules else base)
+  return {m for m in found if m in modules and m != name}
+
+
+def import_graph() -> dict[str, set[str]]:
+  modules = module_files()
+  return {name: imports_of(path, name, modules) for name, path in modules.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+  """One import cycle as [a, b, ..., a], or None (depth-first search, three colours)."""
+  state, stack = {}, []
+
+  def visit(node):
+    state[node] = 'open'
+    stack.append(node)
+    for nxt in sorted(graph[node]):
+      if state.get(nxt) == 'open':
+        return stack[stack.index(nxt):] + [nxt]
+      if nxt not in state:
+        cycle = visit(nxt)
+        if cycle:
+          return cycle
+    state[node] = 'done'
+    stack.pop()
+    return None
+
+  for node in sorted(graph):
+    if node not in state:
+      cycle = visit(node)
+      if cycle:
+        return cycle
+  return None
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+  seen, todo = set(), [start]
+  while todo:
+    for nxt in graph[todo.pop()] - seen:
+      seen.add(nxt)
+      todo.append(nxt)
+  return seen
+
+
+def test_the_graph_is_read_correctly():
+  graph = import_graph()
+  assert 'fedjax_face.algorithms.fedgc.regularizer' in graph['fedjax_face.algorithms.fedgc.streamed']
+  assert 'fedjax_face.core.arrays' in graph['fedjax_face.algorithms.pairwise']
+  assert len(graph) > 50
+  assert find_cycle({'a': {'b'}, 'b': {'c'}, 'c': {'a'}}) == ['a', 'b', 'c', 'a']
+  assert find_cycle({'a': {'b'}, 'b': set()}) is None
+
+
+def test_no_import_cycles():
+  assert find_cycle(import_graph()) is None
+
+
+def test_shared_config_and_core_never_import_a_method():
+  graph = import_graph()
+  for start in ('fedjax_face.config_lib', 'fedjax_face.core.engine', 'fedjax_face.eval'):
+    methods = sorted(m for m in reachable(graph, start) | {start}
+                     if m.startswith('fedjax_face.algorithms'))
+    assert not methods, f'{start} imports {methods}'

@@ -1,0 +1,318 @@
+"""The throughput bench on a tiny config: structure and same-work checks, never timings.
+
+Timings depend on the machine and its other jobs, so nothing here compares seconds or ratios; what
+is checked is that every configured figure exists and is a positive finite number, that each round
+counts the images it trains on, and that the sequential baseline does exactly the engine's work.
+"""
+
+import importlib.util
+import json
+import math
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from fedjax_face import bench, models, timing
+from fedjax_face.core import engine as engine_lib
+from fedjax_face.data import stores
+from tests import forced_devices
+
+ROOT = config_files.ROOT
+
+
+def load_config(arg: str | None = 'runlocal'):
+  spec = importlib.util.spec_from_file_location('bench_config',
+                                                os.path.join(ROOT, 'configs', 'bench.py'))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config(arg)
+
+
+# runlocal on its FedFV-like cohort (3 clients: the map width 2 pads them to 4) with one class
+# count. Every combination stays listed, but only one per backend compiles (scan and unroll both
+# among them); the rest are skipped by pattern, which keeps the run in seconds.
+TINY = {
+    'bench.run_cohorts': ('fedfv',),
+    'bench.scaling.cohort': 'fedfv',
+    'bench.repeats': 1,
+    'bench.regularizer.classes': (40,),
+    'bench.skip_on_cpu': (),
+    'bench.skip': ('fedfv/vmap/unroll', 'fedfv/map2/scan', 'fedfv/loop/scan', 'fedfv/loop2/scan'),
+}
+NUM_DEVICES = 2
+
+_RUN_CLI = """
+import sys
+from absl import app
+from fedjax_face import bench
+from tests import config_files
+sys.argv = ['bench'] + {argv!r}
+bench.define_flags()
+app.run(bench.main)
+"""
+
+
+def override(config, field: str, value):
+  """`config.<field> = value` for a dotted field name, as `--config.<field>=` does."""
+  *parents, leaf = field.split('.')
+  node = config
+  for parent in parents:
+    node = node[parent]
+  node[leaf] = value
+
+
+def tiny_config():
+  config = load_config('runlocal')
+  for field, value in TINY.items():
+    override(config, field, value)
+  return config
+
+
+@pytest.fixture(scope='module')
+def tiny_run(tmp_path_factory):
+  """The command line end to end (flags, `--config.` overrides, bench.json, bench.md) with 2
+  forced CPU devices, so that section (f) shards the clients axis over 1 and 2 devices."""
+  out = tmp_path_factory.mktemp('bench')
+  argv = ['--config=configs/bench.py:runlocal', f'--out={out}']
+  argv += [f'--config.{k}={v if isinstance(v, str) else repr(v)}' for k, v in TINY.items()]
+  stdout = forced_devices.run(_RUN_CLI.format(argv=argv), num_devices=NUM_DEVICES)
+  saved = json.loads((out / 'bench.json').read_text())
+  return tiny_config(), saved, out, stdout
+
+
+def positive_finite(x) -> bool:
+  return isinstance(x, float) and math.isfinite(x) and x > 0
+
+
+def test_bench_json_has_every_section_and_combination(tiny_run):
+  config, saved, out, _ = tiny_run
+  b = config.bench
+  assert saved['config'] == json.loads(json.dumps(config.to_dict()))   # the overrides arrived
+  for key in ('platform', 'config', 'total_s', *b.sections):
+    assert key in saved, key
+  for field in ('backend', 'device_kind', 'device_count', 'jax_version'):
+    assert saved['platform'][field] not in (None, ''), field
+  assert saved['platform']['device_count'] == NUM_DEVICES
+  assert set(saved['rounds']) == set(b.run_cohorts)
+  for cohort, res in saved['rounds'].items():
+    expected = {bench.combination_name(cohort, backend, width, mode)
+                for backend, width in bench.backend_variants(b) for mode in b.step_modes}
+    names = [r['name'] for r in res['backends']]
+    assert sorted(names) == sorted(expected)
+    for row in res['backends']:
+      if row['status'] == 'skipped':
+        assert 'bench.skip' in row['reason'] and 'images_per_s' not in row
+      else:
+        assert row['status'] == 'measured'
+      # As a run on CPU picks it: the canonical conv gradient inside while loops only.
+      in_loops = row['step_mode'] == 'scan' or row['backend'] == 'map'
+      assert row['conv_gradient'] == ('canonical' if in_loops else 'xla'), row['name']
+    assert res['best']['name'] in expected
+  assert [r['R'] for r in saved['regularizer']] == list(b.regularizer.classes)
+  assert saved['eval']['verification']['num_pairs'] == b.eval.num_pairs
+  assert saved['scaling']['visible_devices'] == NUM_DEVICES
+  assert saved['scaling']['combination'] == bench.best_parallel_combination(
+      saved['rounds'][b.scaling.cohort])
+  rows = saved['scaling']['rows']
+  assert [r['devices'] for r in rows] == [1, 2]
+  assert all(r['status'] == 'measured' for r in rows)
+
+
+def test_skipped_and_measured_as_configured(tiny_run):
+  config, saved, _, _ = tiny_run
+  for res in saved['rounds'].values():
+    for row in res['backends']:
+      reason = bench.skip_reason(config.bench, row['name'], saved['platform']['backend'])
+      assert (row['status'] == 'skipped') == (reason is not None), row['name']
+
+
+def test_every_throughput_is_positive_and_finite(tiny_run):
+  _, saved, _, _ = tiny_run
+  rates = []
+  for res in saved['rounds'].values():
+    rows = [r for r in res['backends'] if r['status'] == 'measured']
+    assert rows
+    rates += [r['images_per_s'] for r in rows]
+    rates += [res['sequential']['images_per_s'], res['centralized']['images_per_s']]
+    rates += list(res['ratios'].values())
+    for r in rows + [res['sequential'], res['centralized']]:
+      assert r['repeats'] == len(r['times_s']) >= 1
+      assert all(positive_finite(t) for t in r['times_s'] + [r['median_s'], r['first_call_s']])
+      assert r['compile_s'] >= 0
+  rates.append(saved['eval']['embeddings_per_s'])
+  rates.append(saved['eval']['verification']['seconds'])
+  for r in saved['scaling']['rows']:
+    rates += [r['images_per_s'], r['median_s']]
+  for row in saved['regularizer']:
+    rates += [row['blockwise_seconds'], row['dense_seconds']]
+    assert row['blockwise_temp_bytes'] > 0 and row['dense_temp_bytes'] > 0
+  assert all(positive_finite(x) for x in rates), rates
+
+
+def test_images_per_round_is_cohort_times_steps_times_batch(tiny_run):
+  config, saved, _, _ = tiny_run
+  for name, res in saved['rounds'].items():
+    spec = config.bench.cohorts[name]
+    expected = spec.cohort_size * spec.local_steps * spec.batch_size
+    assert res['cohort']['images_per_round'] == expected
+    for row in res['backends'] + [res['sequential'], res['centralized']]:
+      if row['status'] == 'measured':
+        assert row['images_per_round'] == expected, row['name']
+    assert res['centralized']['batch_size'] == spec.cohort_size * spec.batch_size
+    assert res['centralized']['steps'] == spec.local_steps
+    assert res['centralized']['classes'] == spec.cohort_size * spec.identities_per_client
+  scaled = config.bench.cohorts[config.bench.scaling.cohort]
+  for row in saved['scaling']['rows']:
+    assert row['images_per_round'] == (
+        scaled.cohort_size * scaled.local_steps * scaled.batch_size)
+  # The FedFV-like cohort (3 clients) pads to the map width 2: 4 rows, 3 of them counted.
+  padded = {r['name']: r['padded_cohort'] for r in saved['rounds']['fedfv']['backends']
+            if r['status'] == 'measured'}
+  assert padded == {'fedfv/vmap/scan': 3, 'fedfv/map2/unroll': 4, 'fedfv/loop/unroll': 3,
+                    'fedfv/loop2/unroll': 3}
+  threads = {r['name']: r['loop_threads'] for r in saved['rounds']['fedfv']['backends']}
+  assert threads['fedfv/loop/unroll'] == 1 and threads['fedfv/loop2/unroll'] == 2
+  assert threads['fedfv/vmap/scan'] is None
+
+
+def test_markdown_lists_every_row(tiny_run):
+  _, saved, out, stdout = tiny_run
+  text = (out / 'bench.md').read_text()
+  assert text.strip() == bench.markdown(saved).strip()
+  assert text.strip() in stdout
+  for res in saved['rounds'].values():
+    for row in res['backends']:
+      assert f"| {row['name'].split('/', 1)[1]}" in text
+  assert 'sequential loop of a jitted step' in text and 'centralized, batch' in text
+  for title in ('## (a)-(c)', '## (d)', '## (e)', '## (f)'):
+    assert title in text
+
+
+def loop_round_and_sequential(config, name: str):
+  """The engine's `loop` round and the sequential baseline on the same state, data and key."""
+  model = models.build_backbone(config.model)
+  problem = bench.make_problem(name, config.bench.cohorts[name], config.data.image_size,
+                               config.seed)
+  algorithm = bench.algorithms.get('fedpe').build(config, model, problem.fed, step_mode='unroll')
+  state = algorithm.init(jax.random.PRNGKey(0))
+  ids, weights, data = bench.round_inputs(problem, 1, config.seed)
+  rng = jax.random.PRNGKey(7)
+  eng = engine_lib.RoundEngine(algorithm, backend='loop')
+  new_state, _ = eng.run_round(state, ids, weights, data, rng)
+  step, init_opt = bench.make_local_step(config, model)
+  model_avg, ws = bench.sequential_round(step, init_opt, state.server['model'],
+                                         state.clients['W'], ids, weights, data, rng)
+  return state, new_state, model_avg, ws, ids
+
+
+def test_sequential_baseline_does_the_loop_backends_work():
+  config = load_config('runlocal')
+  state, new_state, model_avg, ws, ids = loop_round_and_sequential(config, 'fedgc')
+  flat_engine, tree_engine = jax.tree.flatten(new_state.server['model'])
+  flat_seq, tree_seq = jax.tree.flatten(model_avg)
+  assert tree_engine == tree_seq
+  for a, b in zip(flat_engine, flat_seq):
+    np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=2e-5, atol=2e-6)
+  # The round trained: the averaged backbone moved away from the broadcast one.
+  before = jax.tree.leaves(state.server['model']['params'])
+  after = jax.tree.leaves(new_state.server['model']['params'])
+  assert any(not np.allclose(a, b) for a, b in zip(after, before))
+  # The clients' private class embeddings agree too.
+  for k, w in zip(ids, ws):
+    np.testing.assert_allclose(np.asarray(w), np.asarray(new_state.clients['W'][k]),
+                               rtol=2e-5, atol=2e-6)
+
+
+def test_centralized_batches_concatenate_the_cohort():
+  config = load_config('runlocal')
+  spec = config.bench.cohorts.fedfv
+  problem = bench.make_problem('fedfv', spec, config.data.image_size, config.seed)
+  ids, _, data = bench.round_inputs(problem, 2, config.seed)    # 3 clients padded to 4
+  batches = bench.centralized_batches(ids, data, problem.fed.num_clients, jax.random.PRNGKey(0))
+  assert len(batches) == spec.local_steps
+  max_classes = data['class_mask'].shape[1]
+  for s, batch in enumerate(batches):
+    assert batch['images'].shape[0] == spec.cohort_size * spec.batch_size
+    assert batch['class_mask'].shape == (spec.cohort_size * max_classes,)
+    assert batch['class_mask'][batch['labels']].all()
+    # Row r's samples are client r's, with its local classes moved to r·C_max + c.
+    np.testing.assert_array_equal(batch['images'][:spec.batch_size], data['images'][0, s])
+    rows = np.repeat(np.arange(spec.cohort_size), spec.batch_size)
+    np.testing.assert_array_equal(batch['labels'] // max_classes, rows)
+
+
+def test_measure_counts_calls_and_stops_at_the_budget():
+  calls = []
+  fn = lambda x: calls.append(x) or x
+  timed = timing.measure(fn, 1.0, warmup=2, repeats=3)
+  assert len(calls) == 5 and timed['repeats'] == 3 and timed['median_s'] >= 0
+  calls.clear()
+  timed = timing.measure(fn, 1.0, warmup=1, repeats=4, budget_s=0.0)
+  assert len(calls) == 2 and timed['repeats'] == 1 == len(timed['times_s'])
+  with pytest.raises(ValueError, match='warmup=0'):
+    timing.measure(fn, 1.0, warmup=0)
+
+
+def test_variant_names_round_trip():
+  for backend, width, name in (('vmap', None, 'vmap'), ('map', 8, 'map8'), ('loop', None, 'loop'),
+                               ('loop', 1, 'loop'), ('loop', 4, 'loop4')):
+    assert bench.variant_name(backend, width) == name
+  assert bench.parse_variant('loop4') == ('loop', 4) and bench.parse_variant('loop') == ('loop', None)
+  b = load_config(None).bench
+  b.loop_threads = (1, 0, 2)   # 0 = the usable CPUs; a count met twice is measured once
+  assert bench.loop_thread_counts(b) == list(dict.fromkeys([1, stores.usable_cpus(), 2]))
+
+
+def test_skip_on_cpu_applies_only_on_cpu():
+  b = load_config(None).bench
+  assert 'skip_on_cpu' in bench.skip_reason(b, 'fedgc/map2/scan', 'cpu')
+  assert bench.skip_reason(b, 'fedgc/map2/scan', 'gpu') is None
+  assert bench.skip_reason(b, 'fedgc/loop/scan', 'cpu') is None   # fast with the canonical conv
+  assert 'skip_on_cpu' in bench.skip_reason(b, 'fedgc/map8/unroll', 'cpu')
+  assert bench.skip_reason(b, 'fedfv/map8/unroll', 'cpu') is None
+  assert bench.skip_reason(b, 'fedgc/loop/unroll', 'cpu') is None
+
+
+@pytest.mark.parametrize('arg', [None, 'runlocal', 'full'])
+def test_shipped_configs_validate(arg):
+  bench.validate(load_config(arg), num_devices=1)
+
+
+@pytest.mark.parametrize('field,value,message', [
+    ('bench.backends', ('vmap', 'pmap'), r"config.bench.backends has 'pmap'; expected entries "
+     r"from \('vmap', 'map', 'loop'\)"),
+    ('bench.map_widths', (2, 0), r'config.bench.map_widths\[...\]=0; expected a positive'),
+    ('bench.loop_threads', (1, -1), r'config.bench.loop_threads has -1; expected non-negative'),
+    ('bench.step_modes', ('scan', 'while'), r"config.bench.step_modes has 'while'"),
+    ('bench.sections', ('rounds', 'speed'), r"config.bench.sections has 'speed'"),
+    ('bench.repeats', 0, r'config.bench.repeats=0; expected a positive integer'),
+    ('bench.max_timed_s', 0.0, r'config.bench.max_timed_s=0.0; expected a positive'),
+    ('bench.skip', ('scan',), r"config.bench.skip has 'scan'; expected a pattern"),
+    ('bench.run_cohorts', ('fedgc', 'huge'), r"config.bench.run_cohorts has 'huge'"),
+    ('bench.cohorts.fedfv.cohort_size', 30, r'config.bench.cohorts.fedfv.cohort_size=30 exceeds'),
+    ('bench.cohorts.fedgc.batch_size', 0, r'config.bench.cohorts.fedgc.batch_size=0'),
+    ('bench.eval.num_pairs', 30,
+     r'config.bench.eval.num_pairs=30; expected a multiple of 2 x bench.eval.num_folds = 20'),
+    ('bench.regularizer.classes', (), r'config.bench.regularizer.classes is empty'),
+    ('bench.scaling.combination', 'loop/unroll', r'the loop backend runs on one device'),
+    ('bench.scaling.combination', 'pmap/scan', r"combination: backend 'pmap'"),
+    ('bench.scaling.combination', 'vmap/while', r'combination: combination .vmap/while.'),
+    ('bench.scaling.device_counts', (8,), r'has 8 but 4 devices are visible'),
+    ('algorithm', 'fedgc', r"config.algorithm='fedgc'; the bench runs FedPE"),
+])
+def test_bad_config_values_name_the_field(field, value, message):
+  config = load_config('runlocal')
+  override(config, field, value)
+  with pytest.raises(ValueError, match=message):
+    bench.validate(config, num_devices=4)
+
+
+def test_map_width_must_split_over_every_device_count():
+  config = load_config('runlocal')
+  config.bench.scaling.combination = 'map2/unroll'
+  config.bench.scaling.device_counts = (1, 4)
+  with pytest.raises(ValueError, match=r'device_counts has 4, which does not divide the map '
+                                       r'width 2 of bench.scaling.combination'):
+    bench.validate(config, num_devices=4)
