@@ -60,6 +60,14 @@ def _module(kind: str):
   return importlib.import_module(EVALUATORS[kind])
 
 
+def evaluator_types(config) -> list[str]:
+  """The types of `config.evals`, in `EVALUATORS` order (a ConfigDict iterates its keys sorted,
+  which would order outputs, figures and report sections by name)."""
+  for kind in config.evals:
+    _module(kind)   # unknown types fail here, naming the choices
+  return [kind for kind in EVALUATORS if kind in config.evals]
+
+
 def check_config(config) -> None:
   """Each `config.evals` section checked by its evaluator."""
   for kind, section in config.evals.items():
@@ -67,10 +75,10 @@ def check_config(config) -> None:
 
 
 def make_evaluators(config, setup: EvalSetup) -> list[Evaluator]:
-  """The run's evaluators, in `config.evals` order (those with nothing to evaluate left out)."""
+  """The run's evaluators, in `evaluator_types` order (those with nothing to evaluate left out)."""
   evaluators = []
-  for kind, section in config.evals.items():
-    evaluator = getattr(_module(kind), f'make_{kind}')(config, section, setup)
+  for kind in evaluator_types(config):
+    evaluator = getattr(_module(kind), f'make_{kind}')(config, config.evals[kind], setup)
     if evaluator is not None:
       evaluators.append(evaluator)
   return evaluators
