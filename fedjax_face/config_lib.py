@@ -15,6 +15,9 @@ from fedjax_face.models import heads
 from fedjax_face.models.conv import CONV_GRADIENTS
 
 
+SCHEDULES = ('constant', 'step')   # learning rate by round (algorithms/common.py:lr_scale_schedule)
+
+
 def base_config() -> ml_collections.ConfigDict:
   """Defaults sized so one run finishes in a few minutes on 2 CPU cores (README)."""
   c = ml_collections.ConfigDict()
@@ -73,7 +76,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.head.init_std = 0.01               # class embeddings ~ N(0, std^2) (arcface_torch's init)
 
   c.optimizer = ml_collections.ConfigDict()
-  c.optimizer.learning_rate = 0.1      # constant, as in FedGC
+  c.optimizer.learning_rate = 0.1      # the initial rate (constant in FedGC)
+  c.optimizer.schedule = 'constant'    # 'constant' | 'step': times decay_factor at each decay_at
+  c.optimizer.decay_at = (2 / 3, 13 / 15)   # fractions of num_rounds (FedFV: 10k, 13k of 15k)
+  c.optimizer.decay_factor = 0.1
   c.optimizer.momentum = 0.9
   c.optimizer.weight_decay = 5e-4
 
@@ -271,6 +277,14 @@ def _check_optimizer(c: ml_collections.ConfigDict) -> None:
   check_number('optimizer.learning_rate', c.optimizer.learning_rate)
   check_number('optimizer.momentum', c.optimizer.momentum, allow_zero=True)
   check_number('optimizer.weight_decay', c.optimizer.weight_decay, allow_zero=True)
+  check_choice('optimizer.schedule', c.optimizer.schedule, SCHEDULES)
+  decay_at = c.optimizer.decay_at
+  if (not isinstance(decay_at, (tuple, list)) or
+      not all(isinstance(f, (int, float)) and 0 < f < 1 for f in decay_at) or
+      list(decay_at) != sorted(set(decay_at))):
+    raise ValueError(f'config.optimizer.decay_at={decay_at!r}; expected increasing fractions of '
+                     'num_rounds in (0, 1), e.g. (2/3, 13/15).')
+  check_fraction('optimizer.decay_factor', c.optimizer.decay_factor)
 
 
 def _check_engine(c: ml_collections.ConfigDict) -> None:

@@ -157,3 +157,12 @@ def test_general_case_with_shared_identities_runs_end_to_end(tmp_path):
 def test_variant_configs_run_and_are_named(tmp_path, name, method):
   results = experiment.train_and_evaluate(load_config(name), str(tmp_path))
   assert results['config_name'] == f'{method}/softmax/balanced'
+
+
+def test_fedfv_runs_end_to_end_one_identity_per_client(tmp_path):
+  results = experiment.train_and_evaluate(load_config('fedfv'), str(tmp_path))
+  assert results['config_name'] == 'fedfv-4/cosface/one_per_client'
+  assert 0.0 <= results['verification']['lfw']['accuracy'] <= 1.0
+  # Fig. 5's statistic: every pair of class embeddings is a cross-client pair here.
+  similarity = results['diagnostics']['class_embedding_similarity']
+  assert similarity['within_count'] == 0 and similarity['cross_count'] == 16 * 15 // 2

@@ -23,6 +23,7 @@ ALGORITHMS = {
     'centralized': 'fedjax_face.algorithms.centralized',
     'fedpe': 'fedjax_face.algorithms.fedpe',
     'fedgc': 'fedjax_face.algorithms.fedgc',
+    'fedfv': 'fedjax_face.algorithms.fedfv',
 }
 
 

@@ -37,6 +37,7 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
   train = common.local_trainer(model, head_kwargs=common.head_kwargs(config),
                                optimizer=common.make_optimizer(config.optimizer),
                                step_mode=step_mode)
+  lr_schedule = common.lr_scale_schedule(config)
   image_shape = fed.images.shape[1:]
 
   def init(rng):
@@ -47,19 +48,21 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     server = {'model': variables, 'W': w, 'opt_state': train.init_opt_state(variables, w)}
     return RoundState(server=server, clients={}, round=jnp.zeros((), jnp.int32))
 
-  def broadcast(server, client_ids):
-    del client_ids
-    return ClientInput(shared=server, per_client={})
+  def broadcast(server, client_ids, round_index, rng):
+    del client_ids, rng
+    return ClientInput(shared=common.with_lr_scale(server, lr_schedule, round_index),
+                       per_client={})
 
   def client_update(client_input: ClientInput, private, data, rng) -> ClientResult:
     server = client_input.shared
     model_vars, w, opt_state, metrics = train(server['model'], server['W'], data, rng,
-                                              opt_state=server['opt_state'])
+                                              opt_state=server['opt_state'],
+                                              lr_scale=server.get('lr_scale'))
     update = {'model': model_vars, 'W': w, 'opt_state': opt_state}
     return ClientResult(update=update, private=private, metrics=metrics)
 
-  def server_update(server, updates, weights, client_ids):
-    del server, client_ids
+  def server_update(server, updates, weights, client_ids, round_index, rng):
+    del server, client_ids, round_index, rng
     # The one real client is the row with weight; padding rows (weight 0) are ignored.
     return jax.tree.map(lambda x: x[jnp.argmax(weights)], updates)
 

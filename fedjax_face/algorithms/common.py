@@ -24,6 +24,27 @@ def make_optimizer(config) -> optax.GradientTransformation:
   )
 
 
+def lr_scale_schedule(config) -> Callable[[jax.Array], jax.Array] | None:
+  """Round -> factor on the learning rate, or None for a constant rate (no op is added).
+
+  'step': times `decay_factor` from each round `round(f * num_rounds)`, f in `decay_at` (FedFV
+  Sec. 4.2: lr 0.1, / 10 at rounds 10,000 and 13,000 of 15,000). The rate is a function of the
+  round, not of the client's step count: client optimisers start afresh every round. Algorithms
+  send the round's factor with the broadcast (`shared['lr_scale']`); scaling SGD's update by it
+  is SGD at the scaled rate (momentum and weight decay act before the rate).
+  """
+  opt = config.optimizer
+  if opt.schedule == 'constant':
+    return None
+  boundaries = {int(round(f * config.num_rounds)): opt.decay_factor for f in opt.decay_at}
+  return optax.piecewise_constant_schedule(1.0, boundaries)
+
+
+def with_lr_scale(shared: dict, schedule, round_index) -> dict:
+  """`shared` plus the round's learning-rate factor when the rate is scheduled."""
+  return shared if schedule is None else {**shared, 'lr_scale': schedule(round_index)}
+
+
 def head_kwargs(config) -> dict:
   """The loss's kwargs from `config.head`; a negative margin means the paper's margin for the loss."""
   head = dict(config.head)
@@ -40,33 +61,42 @@ def init_backbone(model, rng: jax.Array, image_shape: tuple[int, ...]):
 
 def local_step(model, *, head_kwargs: dict, optimizer: optax.GradientTransformation,
                train_class_embeddings: bool = True) -> Callable:
-  """One local SGD step: `step(carry, batch, class_mask, class_embeddings) -> (carry, loss)`.
+  """One local SGD step: `step(carry, batch, class_mask, class_embeddings, fixed_classes=None,
+  lr_scale=None) -> (carry, loss)`.
 
   `carry` is `(params, batch_stats, opt_state)` with `params = {'backbone': ..., 'W': ...}`
   (no 'W' when `train_class_embeddings=False`: the `class_embeddings` argument is then the fixed
   W, FedPE+Fixed; otherwise it is unused). `batch` holds one step's `images` `[B, H, W, 3]` uint8,
   `labels`, `mask` `[B]` and `rng`; `class_mask` `[C]` marks the client's real classes. The local
   objective is the client's classification loss (FedGC Eq. 3/4 and its CosFace / ArcFace
-  variants) over its own classes only. `local_trainer` runs it over a client's steps; the bench
+  variants) over its own classes only. `fixed_classes` `[n, d]` are further classes appended after
+  the client's, held fixed (no gradient): FedFV's equivalent class embeddings. `lr_scale` scales
+  the update (`lr_scale_schedule`). `local_trainer` runs it over a client's steps; the bench
   drives it from a Python loop, the way sequential simulators run clients.
   """
 
-  def loss_fn(params, batch_stats, class_embeddings, images, labels, sample_mask, class_mask):
+  def loss_fn(params, batch_stats, class_embeddings, fixed_classes, images, labels, sample_mask,
+              class_mask):
     variables = {'params': params['backbone']}
     if batch_stats:
       variables['batch_stats'] = batch_stats
     features, new_state = model.apply(variables, images, train=True, mutable=['batch_stats'])
     w = params['W'] if train_class_embeddings else jax.lax.stop_gradient(class_embeddings)
+    if fixed_classes is not None:
+      w = jnp.concatenate([w, jax.lax.stop_gradient(fixed_classes).astype(w.dtype)])
+      class_mask = jnp.concatenate([class_mask, jnp.ones(fixed_classes.shape[0], bool)])
     loss = heads.loss(features, w, labels, class_mask, sample_mask, **head_kwargs)
     return loss, new_state.get('batch_stats', {})
 
-  def step(carry, batch, class_mask, class_embeddings=None):
+  def step(carry, batch, class_mask, class_embeddings=None, fixed_classes=None, lr_scale=None):
     params, batch_stats, opt_state = carry
     images = preprocess.normalize(preprocess.random_flip(batch['rng'], batch['images']))
     (loss, batch_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        params, batch_stats, class_embeddings, images, batch['labels'], batch['mask'],
-        class_mask)
+        params, batch_stats, class_embeddings, fixed_classes, images, batch['labels'],
+        batch['mask'], class_mask)
     updates, opt_state = optimizer.update(grads, opt_state, params)
+    if lr_scale is not None:
+      updates = jax.tree.map(lambda u: u * lr_scale.astype(u.dtype), updates)
     return (optax.apply_updates(params, updates), batch_stats, opt_state), loss
 
   return step
@@ -74,7 +104,8 @@ def local_step(model, *, head_kwargs: dict, optimizer: optax.GradientTransformat
 
 def local_trainer(model, *, head_kwargs: dict, optimizer: optax.GradientTransformation,
                   step_mode: str, train_class_embeddings: bool = True) -> Callable:
-  """Builds `train(variables, W, data, rng, opt_state=None) -> (variables, W, opt_state, metrics)`.
+  """Builds `train(variables, W, data, rng, opt_state=None, *, fixed_classes=None,
+  lr_scale=None) -> (variables, W, opt_state, metrics)` (the last two: `local_step`).
 
   Runs `local_step` over the client's steps (`data` leaves have a leading steps axis; padded
   steps are skipped). Federated clients pass no `opt_state`, so the momentum is created afresh
@@ -94,7 +125,8 @@ def local_trainer(model, *, head_kwargs: dict, optimizer: optax.GradientTransfor
   def init_opt_state(variables, class_embeddings):
     return optimizer.init(params_of(variables, class_embeddings))
 
-  def train(variables, class_embeddings, data, rng, opt_state=None):
+  def train(variables, class_embeddings, data, rng, opt_state=None, *, fixed_classes=None,
+            lr_scale=None):
     params = params_of(variables, class_embeddings)
     if opt_state is None:
       opt_state = optimizer.init(params)
@@ -104,7 +136,8 @@ def local_trainer(model, *, head_kwargs: dict, optimizer: optax.GradientTransfor
           'rng': jax.random.split(rng, num_steps)}
 
     def step(carry, batch):
-      return one_step(carry, batch, data['class_mask'], class_embeddings)
+      return one_step(carry, batch, data['class_mask'], class_embeddings, fixed_classes,
+                      lr_scale)
 
     (params, batch_stats, opt_state), losses = local.run_steps(
         local.skip_if_empty(step), carry, xs, mode=step_mode)

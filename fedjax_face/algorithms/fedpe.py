@@ -44,6 +44,7 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
                                optimizer=common.make_optimizer(config.optimizer),
                                step_mode=step_mode,
                                train_class_embeddings=not config.fedpe.fixed_class_embeddings)
+  lr_schedule = common.lr_scale_schedule(config)
   image_shape = fed.images.shape[1:]
   identity_table = np.asarray(fed.identity_table)
 
@@ -54,16 +55,18 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     return RoundState(server={'model': common.init_backbone(model, backbone_rng, image_shape)},
                       clients={'W': w}, round=jax.numpy.zeros((), jax.numpy.int32))
 
-  def broadcast(server, client_ids):
-    del client_ids  # every client receives the same backbone
-    return ClientInput(shared={'model': server['model']}, per_client={})
+  def broadcast(server, client_ids, round_index, rng):
+    del client_ids, rng  # every client receives the same backbone
+    shared = common.with_lr_scale({'model': server['model']}, lr_schedule, round_index)
+    return ClientInput(shared=shared, per_client={})
 
   def client_update(client_input: ClientInput, private, data, rng) -> ClientResult:
-    model_vars, w, _, metrics = train(client_input.shared['model'], private['W'], data, rng)
+    model_vars, w, _, metrics = train(client_input.shared['model'], private['W'], data, rng,
+                                      lr_scale=client_input.shared.get('lr_scale'))
     return ClientResult(update={'model': model_vars}, private={'W': w}, metrics=metrics)
 
-  def server_update(server, updates, weights, client_ids):
-    del client_ids
+  def server_update(server, updates, weights, client_ids, round_index, rng):
+    del client_ids, round_index, rng
     return {'model': aggregation.weighted_mean(updates['model'], weights)}   # Alg. 1 line 11
 
   def class_embeddings(state: RoundState):

@@ -3,14 +3,20 @@
 `build(config, ...)` in each `fedjax_face/algorithms/<name>.py` returns an `Algorithm`. The round
 engine (`core/engine.py`) calls its functions in this order every round:
 
-    client_input        = broadcast(state.server, client_ids)
+    client_input        = broadcast(state.server, client_ids, state.round, broadcast_rng)
     result_k            = client_update(client_input_k, private_k, data_k, rng_k)   # per client
-    state.server        = server_update(state.server, results.update, weights, client_ids)
+    state.server        = server_update(state.server, results.update, weights, client_ids,
+                                        state.round, update_rng)
     state.clients[ids]  = results.private
 
 Privacy is structural: what a client keeps (`ClientResult.private`, e.g. FedPE's class embeddings)
 is scattered back into `RoundState.clients` by the engine and never reaches `server_update`, which
 sees only `ClientResult.update`. Tests assert, per algorithm, what `update` contains.
+
+`state.round` (rounds completed) drives schedules; `broadcast_rng` and `update_rng` are the
+server's keys of the round (`core.engine.server_keys`), for what the server draws (FedFV's
+equivalent class embeddings, noise). A draw meant for one client folds in its id, so that it does
+not depend on the client's position in the cohort.
 """
 
 from typing import Any, Callable, NamedTuple
@@ -66,12 +72,14 @@ class Algorithm(NamedTuple):
   Attributes:
     name: registry name.
     init: rng -> RoundState.
-    broadcast: (server, client_ids [m]) -> ClientInput.
+    broadcast: (server, client_ids [m], round (int32: rounds completed), server_rng) ->
+      ClientInput.
     client_update: (ClientInput for one client, private, data, rng) -> ClientResult. `data` is a
       dict of `[steps, batch, ...]` arrays (`images` uint8, `labels` int32 local class ids, `mask`
       bool). Pure, fixed shapes, no host callbacks: the engine vmaps, maps or loops it.
-    server_update: (server, updates stacked [m, ...], weights [m], client_ids [m]) -> server.
-      Padding clients have weight 0 and an out-of-range id (num_clients).
+    server_update: (server, updates stacked [m, ...], weights [m], client_ids [m], round,
+      update_rng) -> server. Padding clients have weight 0 and an out-of-range id
+      (num_clients).
     eval_variables: server -> backbone variables used for evaluation.
     class_embeddings: RoundState -> ([num_identities, d] class embeddings in global identity
       order, or None when the method has none), for diagnostics.

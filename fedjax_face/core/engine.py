@@ -51,6 +51,8 @@ CLIENTS_AXIS = 'clients'
 # Share of a device's free memory a round may plan for: XLA's own workspace, fragmentation and the
 # buffers of evaluation are not in the compiled estimate (config.engine.memory_fraction).
 MEMORY_FRACTION = 0.6
+# `fold_in` data of the server's key; client ids run 0..num_clients (padding), far below it.
+SERVER_STREAM = 2**31 - 1
 
 
 def make_mesh(num_devices: int | None = None) -> Mesh:
@@ -161,9 +163,16 @@ def choose_width(cohort: int, per_device_capacity: int, num_shards: int) -> int:
   return arrays.round_up(arrays.ceil_div(cohort, chunks), num_shards)
 
 
-def _prepare(algorithm: Algorithm, state: RoundState, client_ids):
+def server_keys(round_rng: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """The server's keys of a round, (broadcast, server_update): from a stream no client id
+  reaches (clients fold their id into the round key)."""
+  keys = jax.random.split(jax.random.fold_in(round_rng, SERVER_STREAM))
+  return keys[0], keys[1]
+
+
+def _prepare(algorithm: Algorithm, state: RoundState, client_ids, rng):
   """What the cohort receives (`broadcast`) and its private rows."""
-  client_input = algorithm.broadcast(state.server, client_ids)
+  client_input = algorithm.broadcast(state.server, client_ids, state.round, server_keys(rng)[0])
   private = aggregation.gather_clients(state.clients, client_ids)
   return client_input, private
 
@@ -203,11 +212,11 @@ def plan_width(algorithm: Algorithm, state: RoundState, cohort_size: int, client
   spec = lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype)
   one_id = jax.ShapeDtypeStruct((1,), jnp.int32)
   state_spec = jax.tree.map(spec, state)
+  rng = jax.eval_shape(lambda: jax.random.PRNGKey(0))
   client_input, private = jax.eval_shape(functools.partial(_prepare, algorithm), state_spec,
-                                         one_id)
+                                         one_id, rng)
   row = lambda x: jax.ShapeDtypeStruct((1,) + tuple(np.shape(x)), x.dtype)
   data = jax.tree.map(row, client_data)
-  rng = jax.eval_shape(lambda: jax.random.PRNGKey(0))
   over_one = jax.vmap(functools.partial(_one_client, algorithm), in_axes=(None, 0, 0, 0, 0, None))
   args = (client_input.shared, client_input.per_client, private, data, one_id, rng)
   results = jax.eval_shape(over_one, *args)
@@ -311,11 +320,12 @@ class RoundEngine:
     return self._one_client(shared, jax.tree.map(take, per_client), jax.tree.map(take, private),
                             data, client_id, rng)
 
-  def _prepare_fn(self, state: RoundState, client_ids):
-    return _prepare(self.algorithm, state, client_ids)
+  def _prepare_fn(self, state: RoundState, client_ids, rng):
+    return _prepare(self.algorithm, state, client_ids, rng)
 
-  def _finish_fn(self, state: RoundState, results: ClientResult, weights, client_ids):
-    server = self.algorithm.server_update(state.server, results.update, weights, client_ids)
+  def _finish_fn(self, state: RoundState, results: ClientResult, weights, client_ids, rng):
+    server = self.algorithm.server_update(state.server, results.update, weights, client_ids,
+                                          state.round, server_keys(rng)[1])
     clients = aggregation.scatter_clients(state.clients, client_ids, results.private)
     metrics = aggregation.weighted_mean(results.metrics, weights)
     return RoundState(server=server, clients=clients, round=state.round + 1), metrics
@@ -344,9 +354,9 @@ class RoundEngine:
     return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1).reshape((-1,) + x.shape[2:]), results)
 
   def _round_fn(self, state: RoundState, client_ids, weights, data, rng):
-    client_input, private = self._prepare_fn(state, client_ids)
+    client_input, private = self._prepare_fn(state, client_ids, rng)
     results = self._run_clients(client_input, private, data, client_ids, rng)
-    return self._finish_fn(state, results, weights, client_ids)
+    return self._finish_fn(state, results, weights, client_ids, rng)
 
   def _loop(self, run_client, n: int) -> list[ClientResult]:
     """`run_client(i)` for i < n, in order, on up to `loop_threads` threads at once."""
@@ -434,7 +444,7 @@ class RoundEngine:
     # in the jitted server step.
     rows = self.process_rows(m)
     ids = client_ids[rows]
-    client_input, private = self._prepare(local_copy(state), ids)
+    client_input, private = self._prepare(local_copy(state), ids, rng)
 
     def run_client(i: int) -> ClientResult:
       # Host data is sliced on the host (free); device-resident rows are sliced in `_client_at`.
@@ -445,4 +455,4 @@ class RoundEngine:
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *results)
     if self.mesh is not None:
       stacked = self._global_rows(stacked, m)
-    return self._finish(state, stacked, weights, client_ids)
+    return self._finish(state, stacked, weights, client_ids, rng)

@@ -102,11 +102,16 @@ def _indices_by_identity(labels: np.ndarray) -> dict[int, np.ndarray]:
   return {int(i): s for i, s in zip(ids, np.split(order, starts[1:]))}
 
 
-def select_clients(num_clients: int, participation: float, round_index: int, seed: int) -> np.ndarray:
-  """The cohort of a round: round(C·K) clients (at least 1) drawn without replacement, sorted."""
+def cohort_size(num_clients: int, participation: float) -> int:
+  """Clients per round: round(C·K), at least 1 (FedFV Alg. 1 line 2: max(1, eps·C))."""
   if not 0.0 < participation <= 1.0:
     raise ValueError(f'federated.participation={participation}; expected a fraction in (0, 1].')
-  m = max(1, int(round(participation * num_clients)))
+  return max(1, int(round(participation * num_clients)))
+
+
+def select_clients(num_clients: int, participation: float, round_index: int, seed: int) -> np.ndarray:
+  """The cohort of a round: `cohort_size` clients drawn without replacement, sorted."""
+  m = cohort_size(num_clients, participation)
   if m == num_clients:
     return np.arange(num_clients, dtype=np.int32)
   rng = np.random.default_rng([seed, round_index, 0x5e1ec7])

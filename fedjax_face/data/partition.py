@@ -8,11 +8,14 @@ The paper's general case ("Extend FedGC to More General Case"): some identities 
 group of clients. `share_identities` gives a chosen fraction of the identities to extra clients;
 `federated.build` then splits a shared identity's images between its holders (each holder has
 its own photos of the person, none duplicated).
+
+`one_per_client` is the FedFV / FedAwS / FedUV setting: every client is one person (a phone) and
+holds only that person's images, so C clients = C identities.
 """
 
 import numpy as np
 
-PARTITIONS = ('balanced', 'lognormal')
+PARTITIONS = ('balanced', 'lognormal', 'one_per_client')
 
 
 def client_sizes(num_identities: int, num_clients: int, kind: str,
@@ -27,6 +30,13 @@ def client_sizes(num_identities: int, num_clients: int, kind: str,
         f'federated.num_clients={num_clients} but there are only {num_identities} training '
         'identities: an identity-exclusive partition needs at least one identity per client. '
         'Lower federated.num_clients or raise data.num_identities.')
+  if kind == 'one_per_client':
+    if num_clients != num_identities:
+      raise ValueError(
+          f'federated.partition=\'one_per_client\' needs one client per training identity: '
+          f'federated.num_clients={num_clients} but there are {num_identities} identities. Set '
+          'federated.num_clients to data.num_identities (real data: the identities kept).')
+    return np.ones(num_clients, np.int64)
   if kind == 'balanced':
     shares = np.ones(num_clients)
   else:

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 
 from fedjax_face.models import conv as conv_lib
 from fedjax_face.models import heads
+from fedjax_face.models.gn_cnn import GroupNormCNN
 from fedjax_face.models.iresnet import IResNet
 from fedjax_face.models.iresnet import iresnet18
 from fedjax_face.models.iresnet import iresnet34
@@ -24,6 +25,7 @@ from fedjax_face.models.small_cnn import SmallCNN
 # name -> constructor accepting `embedding_dim=`, `dtype=` and model-specific keyword arguments.
 BACKBONES: Dict[str, Callable[..., nn.Module]] = {
     'small_cnn': SmallCNN,
+    'gn_cnn': GroupNormCNN,       # the FedUV / FedFV backbone (GroupNorm: one identity per client)
     'iresnet18': iresnet18,
     'iresnet34': iresnet34,
 }
@@ -43,8 +45,9 @@ def build_backbone(config: Any, conv_gradient: str = 'xla') -> nn.Module:
   Args:
     config: an `ml_collections.ConfigDict` (or anything with the same fields) with
       `name` (a key of `BACKBONES`), `embedding_dim`, `dtype` ('float32' | 'bfloat16', default
-      float32) and, for 'small_cnn' only, `width` (and optionally `num_stages`). IResNets ignore
-      `width` and accept an optional `dropout`.
+      float32) and, for 'small_cnn' and 'gn_cnn', `width` (and optionally `num_stages`; 'gn_cnn'
+      also `scaling` and `scaling_init`). IResNets ignore `width` and accept an optional
+      `dropout`.
     conv_gradient: how convolutions are differentiated, 'xla' or 'canonical' (`models/conv.py`;
       `core.policy.resolve_engine` picks it from `engine.conv_gradient`).
 
@@ -64,15 +67,19 @@ def build_backbone(config: Any, conv_gradient: str = 'xla') -> nn.Module:
     raise ValueError(f'Unknown dtype {dtype_name!r}; valid dtypes: {sorted(_DTYPES)}')
   kwargs = {'embedding_dim': config.embedding_dim, 'dtype': _DTYPES[dtype_name],
             'conv_gradient': conv_gradient}
-  if name == 'small_cnn':
-    kwargs['width'] = _get(config, 'width', SmallCNN.width)
-    kwargs['num_stages'] = _get(config, 'num_stages', SmallCNN.num_stages)
-  else:
+  if name in ('small_cnn', 'gn_cnn'):
+    module = BACKBONES[name]
+    kwargs['width'] = _get(config, 'width', module.width)
+    kwargs['num_stages'] = _get(config, 'num_stages', module.num_stages)
+  if name == 'gn_cnn':
+    kwargs['scaling'] = _get(config, 'scaling', False)
+    kwargs['scaling_init'] = _get(config, 'scaling_init', GroupNormCNN.scaling_init)
+  elif name != 'small_cnn':
     kwargs['dropout'] = _get(config, 'dropout', 0.0)
   return BACKBONES[name](**kwargs)
 
 
 __all__ = [
-    'BACKBONES', 'IResNet', 'PReLU', 'SmallCNN', 'build_backbone', 'heads', 'iresnet18',
+    'BACKBONES', 'GroupNormCNN', 'IResNet', 'PReLU', 'SmallCNN', 'build_backbone', 'heads', 'iresnet18',
     'iresnet34',
 ]

@@ -24,7 +24,8 @@ def _setup(name):
 def _one_client_result(algorithm, fed, state, client=1):
   ids = np.array([client], np.int32)
   data = federated.sample_round(fed, ids, round_index=0, seed=0, steps=2, batch_size=4)
-  client_input = algorithm.broadcast(state.server, jnp.asarray(ids))
+  client_input = algorithm.broadcast(state.server, jnp.asarray(ids), state.round,
+                                     jax.random.PRNGKey(1))
   take = lambda x: x[0]
   private = aggregation.gather_clients(state.clients, jnp.asarray(ids))
   return algorithm.client_update(
@@ -56,7 +57,8 @@ def test_fedpe_server_update_is_the_weighted_mean():
   models_stacked = jax.tree.map(lambda x: jnp.stack([x, x + 1.0, x + 5.0]), state.server['model'])
   weights = jnp.array([1.0, 3.0, 0.0])
   out = algorithm.server_update(state.server, {'model': models_stacked}, weights,
-                                jnp.array([0, 1, fed.num_clients]))
+                                jnp.array([0, 1, fed.num_clients]), state.round,
+                                jax.random.PRNGKey(2))
   jax.tree.map(lambda o, x: np.testing.assert_allclose(o, x + 0.75, rtol=1e-5, atol=1e-6),
                out['model'], state.server['model'])
 
@@ -68,7 +70,8 @@ def test_fedgc_server_update_scatters_then_corrects_all_clients():
   new_rows = w[jnp.array([2, 4])] + 0.5 * jnp.asarray(fed.class_mask)[jnp.array([2, 4])][..., None]
   models_stacked = jax.tree.map(lambda x: jnp.stack([x, x]), state.server['model'])
   out = algorithm.server_update(state.server, {'model': models_stacked, 'W': new_rows},
-                                jnp.array([2.0, 2.0]), jnp.array([2, 4]))
+                                jnp.array([2.0, 2.0]), jnp.array([2, 4]), state.round,
+                                jax.random.PRNGKey(2))
   w_tilde = w.at[jnp.array([2, 4])].set(new_rows)              # line 12
   step = config.fedgc.reg_lambda * config.optimizer.learning_rate
   grad = jax.grad(regularizer.softmax_regularizer)(w_tilde, jnp.asarray(fed.class_mask))
@@ -79,7 +82,7 @@ def test_fedgc_server_update_scatters_then_corrects_all_clients():
 
 
 def test_unknown_algorithm_lists_valid_names():
-  with pytest.raises(ValueError, match=r"algorithm='fedx' is unknown; expected one of \['centralized', 'fedgc', 'fedpe'\]"):
+  with pytest.raises(ValueError, match=r"algorithm='fedx' is unknown; expected one of \['centralized', 'fedfv', 'fedgc', 'fedpe'\]"):
     algorithms.get('fedx')
 
 

@@ -25,8 +25,20 @@ def test_more_clients_than_identities_is_refused():
     partition.identity_exclusive(5, 10, 'balanced', np.random.default_rng(0))
 
 
+def test_one_per_client_gives_every_client_exactly_one_identity():
+  clients = partition.identity_exclusive(7, 7, 'one_per_client', np.random.default_rng(3))
+  assert [len(c) for c in clients] == [1] * 7
+  assert sorted(np.concatenate(clients).tolist()) == list(range(7))
+
+
+def test_one_per_client_needs_as_many_clients_as_identities():
+  with pytest.raises(ValueError, match=r"one_per_client' needs one client per training identity: "
+                                       r'federated.num_clients=6 but there are 7 identities'):
+    partition.identity_exclusive(7, 6, 'one_per_client', np.random.default_rng(0))
+
+
 def test_unknown_partition_is_refused():
-  with pytest.raises(ValueError, match=r"expected one of \('balanced', 'lognormal'\)"):
+  with pytest.raises(ValueError, match=r"expected one of \('balanced', 'lognormal', 'one_per_client'\)"):
     partition.client_sizes(10, 2, 'dirichlet', np.random.default_rng(0))
 
 

@@ -146,7 +146,7 @@ def test_build_backbone():
   assert (model.embedding_dim, model.dtype) == (64, jnp.bfloat16)
   cfg.name = 'iresnet18'
   assert tuple(models.build_backbone(cfg).stage_sizes) == (2, 2, 2, 2)
-  assert set(models.BACKBONES) == {'small_cnn', 'iresnet18', 'iresnet34'}
+  assert set(models.BACKBONES) == {'small_cnn', 'gn_cnn', 'iresnet18', 'iresnet34'}
 
 
 def test_build_backbone_errors():

@@ -85,6 +85,7 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
   train = common.local_trainer(model, head_kwargs=head_kwargs,
                                optimizer=common.make_optimizer(config.optimizer),
                                step_mode=step_mode)
+  lr_schedule = common.lr_scale_schedule(config)
   image_shape = fed.images.shape[1:]
   identity_table = np.asarray(fed.identity_table)
   step_size = config.fedgc.reg_lambda * config.optimizer.learning_rate   # lambda·eta, Alg. 1 l. 14
@@ -100,21 +101,26 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     server = {'model': common.init_backbone(model, backbone_rng, image_shape), 'W': w}
     return RoundState(server=server, clients={}, round=jnp.zeros((), jnp.int32))
 
-  def broadcast(server, client_ids):
+  def broadcast(server, client_ids, round_index, rng):
+    del rng
     w_k = aggregation.gather_clients(server['W'], client_ids)   # Alg. 1 line 4
-    return ClientInput(shared={'model': server['model']}, per_client={'W': w_k})
+    shared = common.with_lr_scale({'model': server['model']}, lr_schedule, round_index)
+    return ClientInput(shared=shared, per_client={'W': w_k})
 
   def client_update(client_input: ClientInput, private, data, rng) -> ClientResult:
     model_vars, w, _, metrics = train(client_input.shared['model'], client_input.per_client['W'],
-                                   data, rng)
+                                   data, rng, lr_scale=client_input.shared.get('lr_scale'))
     return ClientResult(update={'model': model_vars, 'W': w}, private=private, metrics=metrics)
 
-  def server_update(server, updates, weights, client_ids):
+  def server_update(server, updates, weights, client_ids, round_index, rng):
+    del rng
+    # lambda·eta_t: the correction steps at the clients' rate of the round (Alg. 1 line 14).
+    step = step_size if lr_schedule is None else step_size * lr_schedule(round_index)
     model_vars = aggregation.weighted_mean(updates['model'], weights)           # line 11
     w_tilde = aggregation.scatter_clients(server['W'], client_ids, updates['W'])  # line 12
     rows = class_tables.to_identity_rows(w_tilde, identity_table, fed.num_identities)
     rows = correction.flat_gradient_correction(                              # line 14, Eq. 5
-        rows, valid, holders, step_size=step_size, block_size=block_size,
+        rows, valid, holders, step_size=step, block_size=block_size,
         implementation=config.fedgc.reg_implementation, **reg_kwargs)
     return {'model': model_vars, 'W': class_tables.to_client_slots(rows, identity_table)}
 
