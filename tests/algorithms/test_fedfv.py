@@ -9,7 +9,6 @@ import pytest
 
 from fedjax_face import algorithms, models
 from fedjax_face.algorithms import fedfv
-from fedjax_face.core import aggregation
 from fedjax_face.data import federated
 from tests.config_files import load_config
 

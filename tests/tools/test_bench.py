@@ -5,29 +5,26 @@ is checked is that every configured figure exists and is a positive finite numbe
 counts the images it trains on, and that the sequential baseline does exactly the engine's work.
 """
 
-import importlib.util
 import json
 import math
-import os
 
 import jax
 import numpy as np
 import pytest
 
-from fedjax_face import bench, models, timing
+from fedjax_face import algorithms, models
+from fedjax_face.tools import timing
+from fedjax_face.tools.bench import common as bench_common
+from fedjax_face.tools.bench import report as bench_report
+from fedjax_face.tools.bench import rounds as bench_rounds
+from fedjax_face.tools.bench import scaling as bench_scaling
 from fedjax_face.core import engine as engine_lib
 from fedjax_face.data import stores
-from tests import forced_devices
-
-ROOT = config_files.ROOT
+from tests import config_files, forced_devices
 
 
 def load_config(arg: str | None = 'runlocal'):
-  spec = importlib.util.spec_from_file_location('bench_config',
-                                                os.path.join(ROOT, 'configs', 'bench.py'))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(arg)
+  return config_files.load_config('bench', arg)
 
 
 # runlocal on its FedFV-like cohort (3 clients: the map width 2 pads them to 4) with one class
@@ -46,11 +43,10 @@ NUM_DEVICES = 2
 _RUN_CLI = """
 import sys
 from absl import app
-from fedjax_face import bench
-from tests import config_files
+from fedjax_face.tools.bench import __main__ as bench_main
 sys.argv = ['bench'] + {argv!r}
-bench.define_flags()
-app.run(bench.main)
+bench_main.define_flags()
+app.run(bench_main.main)
 """
 
 
@@ -97,8 +93,8 @@ def test_bench_json_has_every_section_and_combination(tiny_run):
   assert saved['platform']['device_count'] == NUM_DEVICES
   assert set(saved['rounds']) == set(b.run_cohorts)
   for cohort, res in saved['rounds'].items():
-    expected = {bench.combination_name(cohort, backend, width, mode)
-                for backend, width in bench.backend_variants(b) for mode in b.step_modes}
+    expected = {bench_common.combination_name(cohort, backend, width, mode)
+                for backend, width in bench_common.backend_variants(b) for mode in b.step_modes}
     names = [r['name'] for r in res['backends']]
     assert sorted(names) == sorted(expected)
     for row in res['backends']:
@@ -113,7 +109,7 @@ def test_bench_json_has_every_section_and_combination(tiny_run):
   assert [r['R'] for r in saved['regularizer']] == list(b.regularizer.classes)
   assert saved['eval']['verification']['num_pairs'] == b.eval.num_pairs
   assert saved['scaling']['visible_devices'] == NUM_DEVICES
-  assert saved['scaling']['combination'] == bench.best_parallel_combination(
+  assert saved['scaling']['combination'] == bench_scaling.best_parallel_combination(
       saved['rounds'][b.scaling.cohort])
   rows = saved['scaling']['rows']
   assert [r['devices'] for r in rows] == [1, 2]
@@ -124,7 +120,7 @@ def test_skipped_and_measured_as_configured(tiny_run):
   config, saved, _, _ = tiny_run
   for res in saved['rounds'].values():
     for row in res['backends']:
-      reason = bench.skip_reason(config.bench, row['name'], saved['platform']['backend'])
+      reason = bench_common.skip_reason(config.bench, row['name'], saved['platform']['backend'])
       assert (row['status'] == 'skipped') == (reason is not None), row['name']
 
 
@@ -180,7 +176,7 @@ def test_images_per_round_is_cohort_times_steps_times_batch(tiny_run):
 def test_markdown_lists_every_row(tiny_run):
   _, saved, out, stdout = tiny_run
   text = (out / 'bench.md').read_text()
-  assert text.strip() == bench.markdown(saved).strip()
+  assert text.strip() == bench_report.markdown(saved).strip()
   assert text.strip() in stdout
   for res in saved['rounds'].values():
     for row in res['backends']:
@@ -193,16 +189,16 @@ def test_markdown_lists_every_row(tiny_run):
 def loop_round_and_sequential(config, name: str):
   """The engine's `loop` round and the sequential baseline on the same state, data and key."""
   model = models.build_backbone(config.model)
-  problem = bench.make_problem(name, config.bench.cohorts[name], config.data.image_size,
+  problem = bench_common.make_problem(name, config.bench.cohorts[name], config.data.image_size,
                                config.seed)
-  algorithm = bench.algorithms.get('fedpe').build(config, model, problem.fed, step_mode='unroll')
+  algorithm = algorithms.get('fedpe').build(config, model, problem.fed, step_mode='unroll')
   state = algorithm.init(jax.random.PRNGKey(0))
-  ids, weights, data = bench.round_inputs(problem, 1, config.seed)
+  ids, weights, data = bench_common.round_inputs(problem, 1, config.seed)
   rng = jax.random.PRNGKey(7)
   eng = engine_lib.RoundEngine(algorithm, backend='loop')
   new_state, _ = eng.run_round(state, ids, weights, data, rng)
-  step, init_opt = bench.make_local_step(config, model)
-  model_avg, ws = bench.sequential_round(step, init_opt, state.server['model'],
+  step, init_opt = bench_rounds.make_local_step(config, model)
+  model_avg, ws = bench_rounds.sequential_round(step, init_opt, state.server['model'],
                                          state.clients['W'], ids, weights, data, rng)
   return state, new_state, model_avg, ws, ids
 
@@ -228,9 +224,9 @@ def test_sequential_baseline_does_the_loop_backends_work():
 def test_centralized_batches_concatenate_the_cohort():
   config = load_config('runlocal')
   spec = config.bench.cohorts.fedfv
-  problem = bench.make_problem('fedfv', spec, config.data.image_size, config.seed)
-  ids, _, data = bench.round_inputs(problem, 2, config.seed)    # 3 clients padded to 4
-  batches = bench.centralized_batches(ids, data, problem.fed.num_clients, jax.random.PRNGKey(0))
+  problem = bench_common.make_problem('fedfv', spec, config.data.image_size, config.seed)
+  ids, _, data = bench_common.round_inputs(problem, 2, config.seed)    # 3 clients padded to 4
+  batches = bench_rounds.centralized_batches(ids, data, problem.fed.num_clients, jax.random.PRNGKey(0))
   assert len(batches) == spec.local_steps
   max_classes = data['class_mask'].shape[1]
   for s, batch in enumerate(batches):
@@ -258,26 +254,26 @@ def test_measure_counts_calls_and_stops_at_the_budget():
 def test_variant_names_round_trip():
   for backend, width, name in (('vmap', None, 'vmap'), ('map', 8, 'map8'), ('loop', None, 'loop'),
                                ('loop', 1, 'loop'), ('loop', 4, 'loop4')):
-    assert bench.variant_name(backend, width) == name
-  assert bench.parse_variant('loop4') == ('loop', 4) and bench.parse_variant('loop') == ('loop', None)
+    assert bench_common.variant_name(backend, width) == name
+  assert bench_common.parse_variant('loop4') == ('loop', 4) and bench_common.parse_variant('loop') == ('loop', None)
   b = load_config(None).bench
   b.loop_threads = (1, 0, 2)   # 0 = the usable CPUs; a count met twice is measured once
-  assert bench.loop_thread_counts(b) == list(dict.fromkeys([1, stores.usable_cpus(), 2]))
+  assert bench_common.loop_thread_counts(b) == list(dict.fromkeys([1, stores.usable_cpus(), 2]))
 
 
 def test_skip_on_cpu_applies_only_on_cpu():
   b = load_config(None).bench
-  assert 'skip_on_cpu' in bench.skip_reason(b, 'fedgc/map2/scan', 'cpu')
-  assert bench.skip_reason(b, 'fedgc/map2/scan', 'gpu') is None
-  assert bench.skip_reason(b, 'fedgc/loop/scan', 'cpu') is None   # fast with the canonical conv
-  assert 'skip_on_cpu' in bench.skip_reason(b, 'fedgc/map8/unroll', 'cpu')
-  assert bench.skip_reason(b, 'fedfv/map8/unroll', 'cpu') is None
-  assert bench.skip_reason(b, 'fedgc/loop/unroll', 'cpu') is None
+  assert 'skip_on_cpu' in bench_common.skip_reason(b, 'fedgc/map2/scan', 'cpu')
+  assert bench_common.skip_reason(b, 'fedgc/map2/scan', 'gpu') is None
+  assert bench_common.skip_reason(b, 'fedgc/loop/scan', 'cpu') is None   # fast with the canonical conv
+  assert 'skip_on_cpu' in bench_common.skip_reason(b, 'fedgc/map8/unroll', 'cpu')
+  assert bench_common.skip_reason(b, 'fedfv/map8/unroll', 'cpu') is None
+  assert bench_common.skip_reason(b, 'fedgc/loop/unroll', 'cpu') is None
 
 
 @pytest.mark.parametrize('arg', [None, 'runlocal', 'full'])
 def test_shipped_configs_validate(arg):
-  bench.validate(load_config(arg), num_devices=1)
+  bench_common.validate(load_config(arg), num_devices=1)
 
 
 @pytest.mark.parametrize('field,value,message', [
@@ -306,7 +302,7 @@ def test_bad_config_values_name_the_field(field, value, message):
   config = load_config('runlocal')
   override(config, field, value)
   with pytest.raises(ValueError, match=message):
-    bench.validate(config, num_devices=4)
+    bench_common.validate(config, num_devices=4)
 
 
 def test_map_width_must_split_over_every_device_count():
@@ -315,4 +311,4 @@ def test_map_width_must_split_over_every_device_count():
   config.bench.scaling.device_counts = (1, 4)
   with pytest.raises(ValueError, match=r'device_counts has 4, which does not divide the map '
                                        r'width 2 of bench.scaling.combination'):
-    bench.validate(config, num_devices=4)
+    bench_common.validate(config, num_devices=4)

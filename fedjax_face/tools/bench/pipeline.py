@@ -1,6 +1,6 @@
 r"""Measures the host input pipeline: RecordIO read + JPEG decode (+ augment) images/s.
 
-    python -m fedjax_face.data.bench_pipeline --num_images=2048 --image_size=112 --threads=1,2
+    python -m fedjax_face.tools.bench.pipeline --num_images=2048 --image_size=112 --threads=1,2
 
 Writes `num_images` synthetic faces as an insightface `train.rec` (JPEG, quality 95, like the
 public sets) to a temporary directory, then times, for each thread count:
@@ -25,12 +25,16 @@ from fedjax_face.core import xla_flags
 from fedjax_face.data import federated, partition, pipeline, recordio, sources, stores
 from fedjax_face.data import synthetic
 
-_NUM_IMAGES = flags.DEFINE_integer('num_images', 2048, 'images in the record file')
-_IMAGE_SIZE = flags.DEFINE_integer('image_size', 112, 'stored (and decoded) image size')
-_QUALITY = flags.DEFINE_integer('quality', 95, 'JPEG quality')
-_THREADS = flags.DEFINE_list('threads', ['1', '2'], 'decode thread counts to time')
-_BATCH = flags.DEFINE_integer('batch', 512, 'images per take() call')
-_EPOCHS = flags.DEFINE_integer('epochs', 2, 'passes over the images per measurement')
+
+
+def define_flags():
+  """The command's flags, defined only when it runs (importing the module defines none)."""
+  flags.DEFINE_integer('num_images', 2048, 'images in the record file')
+  flags.DEFINE_integer('image_size', 112, 'stored (and decoded) image size')
+  flags.DEFINE_integer('quality', 95, 'JPEG quality')
+  flags.DEFINE_list('threads', ['1', '2'], 'decode thread counts to time')
+  flags.DEFINE_integer('batch', 512, 'images per take() call')
+  flags.DEFINE_integer('epochs', 2, 'passes over the images per measurement')
 
 
 def _rate(fn, num_images: int) -> str:
@@ -44,7 +48,7 @@ def _rate(fn, num_images: int) -> str:
 
 def main(argv):
   del argv
-  n, size = _NUM_IMAGES.value, _IMAGE_SIZE.value
+  n, size = flags.FLAGS.num_images, flags.FLAGS.image_size
   per_id = 32
   t0 = time.perf_counter()
   bench = synthetic.make_benchmark(seed=0, num_identities=max(1, n // per_id),
@@ -55,17 +59,17 @@ def main(argv):
         f'{stores.usable_cpus()} usable')
   with tempfile.TemporaryDirectory() as root:
     recordio.write_insightface(root, bench.train_images, bench.train_labels,
-                               image_format='jpeg', quality=_QUALITY.value)
+                               image_format='jpeg', quality=flags.FLAGS.quality)
     rec_mb = os.path.getsize(os.path.join(root, 'train.rec')) / 2**20
     print(f'train.rec: {rec_mb:.1f} MB ({rec_mb * 2**20 / len(bench.train_labels) / 1024:.1f} '
           'KB per image)')
-    for threads in (int(t) for t in _THREADS.value):
+    for threads in (int(t) for t in flags.FLAGS.threads):
       store, labels = sources.insightface_store(root, image_size=size, num_threads=threads)
-      total = _EPOCHS.value * len(store)
+      total = flags.FLAGS.epochs * len(store)
       rng = np.random.default_rng(0)
-      batches = [b for _ in range(_EPOCHS.value)
+      batches = [b for _ in range(flags.FLAGS.epochs)
                  for b in np.array_split(rng.permutation(len(store)),
-                                         max(1, len(store) // _BATCH.value))]
+                                         max(1, len(store) // flags.FLAGS.batch))]
       store.take(batches[0])  # starts the pool
       decode = _rate(lambda: [store.take(b) for b in batches], total)
       # Decode and augment together in each worker (one host thread per part of a batch).
@@ -98,5 +102,6 @@ def main(argv):
 
 
 if __name__ == '__main__':
+  define_flags()
   xla_flags.apply_cpu_defaults()   # before JAX starts its CPU backend
   app.run(main)

@@ -1,0 +1,92 @@
+r"""Throughput of the round engine against the ways peers run clients, all on the same machine.
+
+    python -m fedjax_face.tools.bench --config=configs/bench.py --out=/tmp/bench
+
+Prints markdown tables and writes `<out>/bench.json` (every figure, the config and the platform).
+Sections (keys of bench.json; `bench.sections` picks them):
+
+  rounds       (a) images/s of a FedPE round through `core.engine.RoundEngine` for every backend
+               (vmap, map at each width, loop) x local-step mode (scan, unroll), per cohort
+               (FedGC-like, FedFV-like, large), on padded round data from `data.federated`;
+               (b) the same clients as a Python loop over clients and steps calling one jitted
+               local step, then the weighted average (how fedjax and pfl-research run clients);
+               (c) centralized training on the same images: each local step's K client batches
+               concatenated into one batch of K·B over all the cohort's classes.
+  regularizer  (d) FedGC's server step vs the number of classes (`bench_regularizer.bench_row`).
+  eval         (e) backbone embeddings/s in eval mode; the 10-fold verification protocol's time.
+  scaling      (f) the best non-loop combination with the clients axis over 1, 2, 4, ... devices.
+
+How figures are taken (`timing.measure`): each call's result is blocked on (`jax.block_until_ready`);
+`warmup` untimed calls come first, the first of them traces and compiles; then up to `repeats`
+timed calls, stopped early once they pass `max_timed_s`; the median is the steady-state figure and
+`compile_s` is the first call's time minus that median. Round inputs arrive as host numpy arrays,
+as `federated.sample_round` hands them to the engine in a run, so host-to-device copies are part of
+every round; drawing the batches is not. Images per round count only real clients' valid samples
+(from the round's sample mask), never the padding clients of a padded cohort.
+
+Sizes and what is skipped live in `configs/bench.py`; skipped combinations appear in bench.json with
+`status: skipped` and the reason.
+
+Modules: `common` (names, checks, the synthetic problem), `rounds` (a-c), `server_step` (d),
+`evaluation` (e), `scaling` (f), `report` (the tables), `pipeline` (the real-data input pipeline,
+its own command); `run` below runs the configured sections.
+"""
+
+import json
+import os
+import time
+
+from fedjax_face import models
+from fedjax_face.core import policy
+from fedjax_face.tools.bench.common import make_problem, platform_info, validate
+from fedjax_face.tools.bench.evaluation import bench_eval
+from fedjax_face.tools.bench.report import markdown
+from fedjax_face.tools.bench.rounds import bench_cohort
+from fedjax_face.tools.bench.scaling import bench_scaling, best_parallel_combination
+from fedjax_face.tools.bench.server_step import bench_regularizer_section
+
+
+def run(config, out_dir: str, log=print) -> dict:
+  """Runs the sections of `config.bench.sections`; writes bench.json and bench.md to `out_dir`."""
+  validate(config)
+  t_start = time.perf_counter()
+  os.makedirs(out_dir, exist_ok=True)
+  b = config.bench
+  info = platform_info()
+  # The baselines, eval and scaling's default: no while loops, so the gradient a run would pick
+  # for unrolled loop steps. Each round combination picks its own (`bench_cohort`).
+  conv_gradient = policy.conv_gradient_for(config, 'loop', 'unroll')
+  model = models.build_backbone(config.model, conv_gradient=conv_gradient)
+  results = {'platform': info,
+             'model': (f'{config.model.name} w={config.model.width} '
+                       f'd={config.model.embedding_dim} {config.data.image_size}x'
+                       f'{config.data.image_size}'),
+             'config': config.to_dict()}
+  problems = {}
+
+  def problem(name):
+    if name not in problems:
+      problems[name] = make_problem(name, b.cohorts[name], config.data.image_size, config.seed)
+    return problems[name]
+
+  if 'rounds' in b.sections:
+    results['rounds'] = {name: bench_cohort(config, model, problem(name), info['backend'], log)
+                         for name in b.run_cohorts}
+  if 'regularizer' in b.sections:
+    results['regularizer'] = bench_regularizer_section(config, log)
+  if 'eval' in b.sections:
+    results['eval'] = bench_eval(config, model, log)
+  if 'scaling' in b.sections:
+    combination = b.scaling.combination
+    if combination == 'best':
+      combination = best_parallel_combination(results['rounds'][b.scaling.cohort])
+    results['scaling'] = bench_scaling(config, problem(b.scaling.cohort), combination, log)
+  results['total_s'] = time.perf_counter() - t_start
+  results['platform']['load_average_1min_end'] = os.getloadavg()[0] if hasattr(
+      os, 'getloadavg') else None
+  text = markdown(results)
+  with open(os.path.join(out_dir, 'bench.json'), 'w') as f:
+    json.dump(results, f, indent=2)
+  with open(os.path.join(out_dir, 'bench.md'), 'w') as f:
+    f.write(text + '\n')
+  return results

@@ -1,0 +1,86 @@
+"""The bench's markdown tables (bench.md and the printed summary).
+"""
+
+from fedjax_face.proj.fedgc import bench_regularizer
+
+
+def _num(x, fmt: str = ',.0f') -> str:
+  return '—' if x is None else format(x, fmt)
+
+
+def rounds_table(rounds: dict) -> str:
+  """One markdown table of sections (a)-(c): a row per combination and per baseline."""
+  lines = ['| cohort | clients | images/round | how | compile s | s/round | images/s | '
+           'x sequential | x centralized |',
+           '| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |']
+  for name, res in rounds.items():
+    c = res['cohort']
+    seq = res['sequential']['images_per_s']
+    cen = res['centralized']['images_per_s']
+    head = f"| {name} | {c['cohort_size']}/{c['num_clients']} | {c['images_per_round']:,} |"
+    rows = [(r['name'].split('/', 1)[1], r) for r in res['backends']]
+    rows += [('sequential loop of a jitted step', res['sequential']),
+             (f"centralized, batch {res['centralized']['batch_size']}", res['centralized'])]
+    for label, r in rows:
+      if r['status'] == 'skipped':   # the full reason is in bench.json
+        field = 'bench.skip_on_cpu' if 'skip_on_cpu' in r['reason'] else 'bench.skip'
+        lines.append(f'{head} {label} | skipped ({field}) | | | | |')
+        continue
+      if r.get('padded_cohort', c['cohort_size']) != c['cohort_size']:
+        label += f" (padded to {r['padded_cohort']})"
+      lines.append(f"{head} {label} | {r['compile_s']:.2f} | {r['median_s']:.3f} | "
+                   f"{r['images_per_s']:,.0f} | {r['images_per_s'] / seq:.2f} | "
+                   f"{r['images_per_s'] / cen:.2f} |")
+  return '\n'.join(lines)
+
+
+def summary_lines(rounds: dict) -> list[str]:
+  out = []
+  for name, res in rounds.items():
+    if res['best'] is None:
+      out.append(f'- {name}: no backend measured')
+      continue
+    out.append(f"- {name}: best {res['best']['name'].split('/', 1)[1]} "
+               f"{res['best']['images_per_s']:,.0f} images/s = "
+               f"{res['ratios']['best_over_sequential']:.2f}x the sequential loop, "
+               f"{res['ratios']['best_over_centralized']:.2f}x centralized")
+  return out
+
+
+def markdown(results: dict) -> str:
+  """The whole report: platform line, then one table per section run."""
+  p = results['platform']
+  parts = [f"# fedjax_face bench: {p['backend']} ({p['device_kind']}) x{p['device_count']}, "
+           f"jax {p['jax_version']}, load {_num(p['load_average_1min'], '.2f')}",
+           f"model {results['model']}; FedPE; steady state = median of timed rounds, "
+           'compile excluded']
+  if 'rounds' in results:
+    parts += ['## (a)-(c) round throughput', rounds_table(results['rounds']), '',
+              *summary_lines(results['rounds'])]
+  if 'regularizer' in results:
+    parts += ['## (d) FedGC server step (gradient correction)',
+              bench_regularizer.markdown_table(results['regularizer'])]
+  if 'eval' in results:
+    e = results['eval']
+    parts += ['## (e) evaluation', '| what | figure |', '| --- | ---: |',
+              f"| backbone eval, batch {e['batch_size']} | {e['embeddings_per_s']:,.0f} "
+              'embeddings/s |',
+              f"| {e['verification']['num_folds']}-fold verification protocol, "
+              f"{e['verification']['num_pairs']:,} pairs | {e['verification']['seconds']:.3f} s |"]
+  if 'scaling' in results:
+    s = results['scaling']
+    parts += [f"## (f) device scaling: {s['cohort']} cohort, {s['combination']} "
+              f"(devices visible: {s['visible_devices']})",
+              '| devices | clients (padded) | images/s | x 1 device |',
+              '| ---: | ---: | ---: | ---: |']
+    one = next((r['images_per_s'] for r in s['rows']
+                if r['status'] == 'measured' and r['devices'] == 1), None)
+    for r in s['rows']:
+      if r['status'] == 'skipped':
+        parts.append(f"| {r['devices']} | skipped: {r['reason']} | | |")
+      else:
+        ratio = _num(r['images_per_s'] / one, '.2f') if one else '—'
+        parts.append(f"| {r['devices']} | {r['padded_cohort']} | {r['images_per_s']:,.0f} | "
+                     f'{ratio} |')
+  parts.append(f"\ntotal {results['total_s']:.1f} s")
+  return '\n'.join(parts)
