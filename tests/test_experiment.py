@@ -82,7 +82,8 @@ def test_workdir_of_another_config_is_refused_and_left_intact(tmp_path):
 
 
 @pytest.mark.parametrize('field,value,match', [
-    ('algorithm', 'fedavgx', r"algorithm='fedavgx' is unknown; expected one of \['centralized', 'fedgc', 'fedpe'\]"),
+    ('algorithm', 'fedavgx',
+     r"algorithm='fedavgx' is unknown; expected one of \['centralized', 'fedfv', 'fedgc', 'fedpe'\]"),
     ('head.loss', 'sphereface', r"head.loss='sphereface'; expected one of \('softmax', 'cosface', 'arcface'\)"),
     ('engine.backend', 'pmap', r"engine.backend='pmap'; expected one of"),
     ('federated.participation', 1.5, r'participation=1.5; expected a fraction in \(0, 1\]'),
