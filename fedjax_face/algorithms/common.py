@@ -152,6 +152,14 @@ def local_trainer(model, *, head_kwargs: dict, optimizer: optax.GradientTransfor
   return train
 
 
+def init_federated(config, model, fed, rng: jax.Array):
+  """(backbone variables, `[K, C_max, d]` class embeddings) of a federated method's first round."""
+  backbone_rng, w_rng = jax.random.split(rng)
+  w = init_client_class_embeddings(w_rng, fed.class_mask, config.model.embedding_dim,
+                                   config.head.loss, config.head.init_std)
+  return init_backbone(model, backbone_rng, fed.images.shape[1:]), w
+
+
 def init_client_class_embeddings(rng: jax.Array, class_mask: np.ndarray, dim: int, kind: str,
                                  std: float = 0.01):
   """`[K, C_max, d]` class embeddings, one independent draw per client, padded rows zero."""

@@ -114,15 +114,12 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
                                optimizer=common.make_optimizer(config.optimizer),
                                step_mode=step_mode)
   lr_schedule = common.lr_scale_schedule(config)
-  image_shape = fed.images.shape[1:]
   identity_table = np.asarray(fed.identity_table)
   num_clients = fed.num_clients
 
   def init(rng):
-    backbone_rng, w_rng = jax.random.split(rng)
-    w = common.init_client_class_embeddings(w_rng, fed.class_mask, config.model.embedding_dim,
-                                            config.head.loss, config.head.init_std)
-    server = {'model': common.init_backbone(model, backbone_rng, image_shape), 'W': w}
+    variables, w = common.init_federated(config, model, fed, rng)
+    server = {'model': variables, 'W': w}
     return RoundState(server=server, clients={}, round=jnp.zeros((), jnp.int32))
 
   def equivalents(server, eligible, rng):

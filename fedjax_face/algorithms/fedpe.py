@@ -45,15 +45,11 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
                                step_mode=step_mode,
                                train_class_embeddings=not config.fedpe.fixed_class_embeddings)
   lr_schedule = common.lr_scale_schedule(config)
-  image_shape = fed.images.shape[1:]
   identity_table = np.asarray(fed.identity_table)
 
   def init(rng):
-    backbone_rng, w_rng = jax.random.split(rng)
-    w = common.init_client_class_embeddings(w_rng, fed.class_mask, config.model.embedding_dim,
-                                            config.head.loss, config.head.init_std)
-    return RoundState(server={'model': common.init_backbone(model, backbone_rng, image_shape)},
-                      clients={'W': w}, round=jax.numpy.zeros((), jax.numpy.int32))
+    variables, w = common.init_federated(config, model, fed, rng)
+    return RoundState(server={'model': variables}, clients={'W': w}, round=jax.numpy.zeros((), jax.numpy.int32))
 
   def broadcast(server, client_ids, round_index, rng):
     del client_ids, rng  # every client receives the same backbone

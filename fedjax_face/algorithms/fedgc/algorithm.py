@@ -20,7 +20,6 @@ over the holders), regularises the average only against classes none of its hold
 (`regularizer` module docstring), and sends the result back to every holder.
 """
 
-import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
@@ -86,7 +85,6 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
                                optimizer=common.make_optimizer(config.optimizer),
                                step_mode=step_mode)
   lr_schedule = common.lr_scale_schedule(config)
-  image_shape = fed.images.shape[1:]
   identity_table = np.asarray(fed.identity_table)
   step_size = config.fedgc.reg_lambda * config.optimizer.learning_rate   # lambda·eta, Alg. 1 l. 14
   reg_kwargs = regularizer_kwargs(config)
@@ -95,10 +93,8 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
   block_size = config.fedgc.reg_block_size or None
 
   def init(rng):
-    backbone_rng, w_rng = jax.random.split(rng)
-    w = common.init_client_class_embeddings(w_rng, fed.class_mask, config.model.embedding_dim,
-                                            config.head.loss, config.head.init_std)
-    server = {'model': common.init_backbone(model, backbone_rng, image_shape), 'W': w}
+    variables, w = common.init_federated(config, model, fed, rng)
+    server = {'model': variables, 'W': w}
     return RoundState(server=server, clients={}, round=jnp.zeros((), jnp.int32))
 
   def broadcast(server, client_ids, round_index, rng):
