@@ -15,6 +15,8 @@ And the generic server step on top of them: `dense_pairwise_sum` (small R) and
 any pairwise term over the counted pairs.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
@@ -119,7 +121,11 @@ def _local_sum(pair_fn, include_diagonal, block, a, valid_a, hold_a, row0, b, va
     args = _tile_args(k // num_j, k % num_j, block, a, valid_a, hold_a, row0, b, valid_b, hold_b)
     return total + _tile_sum(pair_fn, include_diagonal, *args)
 
-  return jax.lax.fori_loop(0, num_i * num_j, body, jnp.zeros((), a.dtype))
+  # The running total has the type of a tile's sum, not of `a`: pair_fn may compute in another
+  # precision (bfloat16 rows, float32 terms), and a loop carry must keep one type.
+  first = _tile_args(0, 0, block, a, valid_a, hold_a, row0, b, valid_b, hold_b)
+  total = jax.eval_shape(functools.partial(_tile_sum, pair_fn, include_diagonal), *first)
+  return jax.lax.fori_loop(0, num_i * num_j, body, jnp.zeros((), total.dtype))
 
 
 def _local_grads(pair_fn, include_diagonal, block, ct, a, valid_a, hold_a, row0, b, valid_b,
@@ -150,7 +156,9 @@ def streamed_pairwise_sum(pair_fn, x, valid, holders=None, include_diagonal: boo
   Rows are padded to whole tiles (`tiling`; padding rows are invalid) and the sum runs over one
   [block, block] tile at a time. The gradient (a custom VJP) recomputes each tile in the backward
   pass and differentiates it alone, so no tile outlives its step (autodiff of the loop would keep
-  every tile's intermediates for the backward pass: R² numbers again).
+  every tile's intermediates for the backward pass: R² numbers again). The custom VJP gives
+  reverse mode in `x` only: no `jax.jvp`, and no gradient of values `pair_fn` closes over (JAX
+  raises); `dense_pairwise_sum` has both.
 
   Sharded (`mesh` given): row tiles are split over the mesh axis `axis_name`; each device
   all-gathers the columns, sums its rows' tiles (psum), and in the backward pass returns its rows'

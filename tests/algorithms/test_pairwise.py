@@ -87,6 +87,24 @@ def test_a_non_symmetric_term_gets_both_roles_of_each_row_right():
   np.testing.assert_allclose(jax.grad(streamed)(x), jax.grad(dense)(x), rtol=1e-4, atol=1e-5)
 
 
+def test_a_term_in_another_precision_than_the_rows():
+  # bfloat16 rows, float32 terms: the streamed total is float32 like the dense one (a loop carry
+  # of the rows' type would not even trace).
+  x, valid, holders = _problem(19, holders_kind='matrix', seed=4)
+  term = lambda a, b: spreadout(a.astype(jnp.float32), b.astype(jnp.float32), margin=3.0)
+  x16 = x.astype(jnp.bfloat16)
+  dense = lambda x: pairwise.dense_pairwise_sum(term, x, valid, holders)
+  streamed = lambda x: pairwise.streamed_pairwise_sum(term, x, valid, holders, block_size=4)
+  value = jax.jit(streamed)(x16)
+  assert value.dtype == jnp.float32
+  np.testing.assert_allclose(value, dense(x16), rtol=1e-5)
+  grad = jax.jit(jax.grad(streamed))(x16)
+  assert grad.dtype == jnp.bfloat16
+  # Each row's gradient is a bfloat16 sum of float32 tile gradients: rounding differs by tiles.
+  np.testing.assert_allclose(grad.astype(jnp.float32), jax.grad(dense)(x16).astype(jnp.float32),
+                             rtol=2e-2, atol=2e-2)
+
+
 def _temp_bytes(fn, x, valid, holders):
   compiled = jax.jit(jax.grad(fn)).lower(x, valid, holders).compile()
   return compiled.memory_analysis().temp_size_in_bytes

@@ -17,7 +17,9 @@ from fedjax_face.core import aggregation
 from fedjax_face.core import engine as engine_lib
 from fedjax_face.core import local
 from fedjax_face.core import policy
-from fedjax_face.tools.bench.common import Problem, backend_variants, combination_name, images_per_round, measured, round_inputs, skip_reason
+from fedjax_face.tools.bench.common import (Problem, backend_variants, combination_name,
+                                            images_per_round, measured, round_inputs,
+                                            skip_reason)
 from fedjax_face.tools.timing import measure
 
 

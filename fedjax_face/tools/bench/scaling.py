@@ -9,7 +9,8 @@ from fedjax_face import algorithms
 from fedjax_face import models
 from fedjax_face.core import engine as engine_lib
 from fedjax_face.core import policy
-from fedjax_face.tools.bench.common import Problem, parse_combination, round_inputs, scaling_device_counts, variant_name
+from fedjax_face.tools.bench.common import (Problem, parse_combination, round_inputs,
+                                            scaling_device_counts, variant_name)
 from fedjax_face.tools.bench.rounds import bench_backend
 
 
