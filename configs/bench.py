@@ -42,7 +42,7 @@ def get_config(arg=None):
   c.fedgc = fedgc.config_section()   # section (d) benches FedGC's server step
 
   b = c.bench = ml_collections.ConfigDict()
-  b.sections = ('rounds', 'regularizer', 'eval', 'scaling')
+  b.sections = ('rounds', 'regularizer', 'eval', 'scaling', 'one_per_client')
   b.backends = ('vmap', 'map', 'loop')     # engine.BACKENDS; 'map' once per map width
   b.map_widths = (2, 4, 8)
   b.loop_threads = (1, 0)                  # 'loop' on 1 thread and on 0 = the usable CPUs (auto)
@@ -94,6 +94,12 @@ def get_config(arg=None):
   b.scaling.combination = 'best'   # best non-loop of section (a), or e.g. 'vmap/scan', 'map8/scan'
   b.scaling.device_counts = ()     # () = powers of two up to the visible count, and that count
 
+  # (g) the FedFV setting as it runs (configs/fedfv/ defaults) against one jitted loop over the
+  # same images: the rounds after the first (which compiles) give the steady-state round.
+  b.one_per_client = ml_collections.ConfigDict()
+  b.one_per_client.rounds = 150
+  b.one_per_client.runlocal = False   # True: the FedFV runlocal sizes (tests)
+
   if args.get('runlocal'):
     runlocal(c)
   if args.get('full'):
@@ -122,6 +128,8 @@ def runlocal(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   b.regularizer.repeats = 1
   b.eval.batch_size = 32
   b.eval.num_pairs = 200
+  b.one_per_client.rounds = 4
+  b.one_per_client.runlocal = True
   return c
 
 

@@ -188,14 +188,21 @@ def train_and_evaluate(config, workdir: str) -> dict:
           fed, cohort_of(r)[rows], round_index=r, seed=config.seed, steps=fl.local_steps,
           batch_size=fl.batch_size, local_epochs=fl.local_epochs),
       range(start_round, config.num_rounds), depth=config.data.prefetch)
+  # Wall time inside `run_round` (training, and on the loop backend waiting for it) and outside it
+  # (the host's work between rounds: cohort, prefetched data, logging, checkpoints, evaluation).
+  in_rounds_s = first_round_s = 0.0
   for r in range(start_round, config.num_rounds):
     cohort = cohort_of(r)
     weights = np.where(cohort < fed.num_clients,
                        num_examples[np.minimum(cohort, fed.num_clients - 1)], 0.0)
     data = round_data.get(r)
+    t_round = time.perf_counter()
     state, round_metrics = eng.run_round(state, cohort, weights, data,
                                          jax.random.fold_in(root_rng, r + 1))
+    in_rounds_s += time.perf_counter() - t_round
     done = r + 1
+    if r == start_round:
+      first_round_s = time.perf_counter() - t_train   # compiles: steady state is the rest
     if done % config.log_every == 0 or done == config.num_rounds or done == start_round + 1:
       scalars = {k: float(v) for k, v in round_metrics.items()}
       scalars.update(class_embedding_norms(algorithm, state))
@@ -241,6 +248,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
                  'conv_gradient': conv_gradient,
                  'platform': jax.default_backend()},
       'timing': {'data_s': data_s, 'train_s': train_s, 'eval_s': eval_s,
+                 'first_round_s': first_round_s, 'in_rounds_s': in_rounds_s,
+                 'between_rounds_s': train_s - in_rounds_s,
                  'resumed_from_round': start_round,
                  'total_s': time.perf_counter() - t_start},
       **{kind: out.results for kind, out in outputs.items()},

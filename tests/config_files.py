@@ -8,7 +8,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def config_path(name: str) -> str:
-  """configs/<paper>/<name>.py (or configs/<name>.py): the one config file named `name`."""
+  """configs/<paper>/<name>.py (or configs/<name>.py): the one config file named `name`; a name
+  several papers use ('centralized') takes its paper: 'fedgc/centralized'."""
   found = sorted(glob.glob(os.path.join(ROOT, 'configs', '**', f'{name}.py'), recursive=True))
   if len(found) != 1:
     raise ValueError(f'config {name!r}: expected one file configs/**/{name}.py, found {found}.')
@@ -17,7 +18,7 @@ def config_path(name: str) -> str:
 
 def load_config(name: str, arg: str | None = 'runlocal'):
   """`get_config(arg)` of the config file `name` (e.g. 'fedgc', 'bench')."""
-  spec = importlib.util.spec_from_file_location(f'configs_{name}', config_path(name))
+  spec = importlib.util.spec_from_file_location(f'configs_{name.replace("/", "_")}', config_path(name))
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module.get_config(arg)

@@ -23,8 +23,9 @@ def final_checkpoint(workdir: str, round_index: int):
   return manager.restore(round_index)
 
 
-@pytest.mark.parametrize('name', ['fedgc', 'fedpe', 'centralized'])
-def test_train_and_evaluate_writes_every_output(tmp_path, name):
+@pytest.mark.parametrize('name,algorithm', [('fedgc', 'fedgc'), ('fedpe', 'fedpe'),
+                                            ('fedgc/centralized', 'centralized')])
+def test_train_and_evaluate_writes_every_output(tmp_path, name, algorithm):
   config = load_config(name)
   results = experiment.train_and_evaluate(config, str(tmp_path))
   for f in ('config.json', 'results.json', 'report.md', 'roc.png', 'samples.png',
@@ -32,7 +33,7 @@ def test_train_and_evaluate_writes_every_output(tmp_path, name):
     assert (tmp_path / f).exists(), f
   assert os.listdir(tmp_path / 'tensorboard')
   saved = json.loads((tmp_path / 'results.json').read_text())
-  assert saved['algorithm'] == name and saved['rounds'] == config.num_rounds
+  assert saved['algorithm'] == algorithm and saved['rounds'] == config.num_rounds
   assert set(saved['verification']) == {'lfw', 'cfp_fp', 'agedb_30'}
   for metrics in saved['verification'].values():
     assert 0.0 <= metrics['accuracy'] <= 1.0
@@ -83,7 +84,7 @@ def test_workdir_of_another_config_is_refused_and_left_intact(tmp_path):
 
 @pytest.mark.parametrize('field,value,match', [
     ('algorithm', 'fedavgx',
-     r"algorithm='fedavgx' is unknown; expected one of \['centralized', 'fedfv', 'fedgc', 'fedpe'\]"),
+     r"algorithm='fedavgx' is unknown; expected one of \['centralized', 'fedaws', 'fedface', 'fedfv', 'fedgc', 'fedpe', 'feduv'\]"),
     ('head.loss', 'sphereface', r"head.loss='sphereface'; expected one of \('softmax', 'cosface', 'arcface'\)"),
     ('engine.backend', 'pmap', r"engine.backend='pmap'; expected one of"),
     ('federated.participation', 1.5, r'participation=1.5; expected a fraction in \(0, 1\]'),
@@ -160,9 +161,12 @@ def test_variant_configs_run_and_are_named(tmp_path, name, method):
   assert results['config_name'] == f'{method}/softmax/balanced'
 
 
-def test_fedfv_runs_end_to_end_one_identity_per_client(tmp_path):
-  results = experiment.train_and_evaluate(load_config('fedfv'), str(tmp_path))
-  assert results['config_name'] == 'fedfv-4/cosface/one_per_client'
+@pytest.mark.parametrize('name,config_name', [
+    ('fedfv', 'fedfv-4/cosface/one_per_client'),
+    ('fedfv/centralized', 'centralized/cosface/one_per_client')])
+def test_one_identity_per_client_configs_run_end_to_end(tmp_path, name, config_name):
+  results = experiment.train_and_evaluate(load_config(name), str(tmp_path))
+  assert results['config_name'] == config_name
   assert 0.0 <= results['verification']['lfw']['accuracy'] <= 1.0
   # Fig. 5's statistic: every pair of class embeddings is a cross-client pair here.
   similarity = results['diagnostics']['class_embedding_similarity']

@@ -11,6 +11,7 @@ final name (on an object store the rename is a copy and a delete: the same guara
 atomic one).
 """
 
+import io
 import json
 import os
 import posixpath
@@ -48,6 +49,12 @@ def read_text(path: str) -> str:
 
 def read_json(path: str):
   return json.loads(read_text(path))
+
+
+def read_npz(path: str) -> dict[str, np.ndarray]:
+  """The named arrays of an .npz (`io/artifacts.py:write_arrays`), loaded without pickles."""
+  with np.load(io.BytesIO(epath.Path(path).read_bytes()), allow_pickle=False) as data:
+    return {name: data[name] for name in data.files}
 
 
 def write_bytes_atomic(path: str, data: bytes) -> None:

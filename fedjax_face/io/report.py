@@ -75,12 +75,13 @@ def detail_table(verification: dict[str, dict]) -> str:
 def write(workdir: str, results: dict) -> str:
   """Writes results.json and report.md; returns the report's markdown."""
   files.write_json_atomic(files.join(workdir, 'results.json'), results)
-  verification = results['verification']
-  protocol = next(iter(verification.values()))['protocol'] if verification else ''
   md = [f"# {results['algorithm']} — {results['config_name']}", '',
         f"Rounds: {results['rounds']}; training images seen: {results['images_seen']}; "
-        f"wall time: {results['timing']['total_s']:.1f} s.", '',
-        f'Verification ({protocol}):', '', detail_table(verification), '']
+        f"wall time: {results['timing']['total_s']:.1f} s.", '']
+  verification = results.get('verification')   # absent when config.evals has no such section
+  if verification:
+    protocol = next(iter(verification.values()))['protocol']
+    md += [f'Verification ({protocol}):', '', detail_table(verification), '']
   ident = results.get('identification')
   if ident:
     md += [f"1:N identification ({ident['protocol']}): {ident['num_gallery_identities']} gallery "

@@ -297,6 +297,8 @@ def test_shipped_configs_validate(arg):
     ('bench.scaling.combination', 'vmap/while', r'combination: combination .vmap/while.'),
     ('bench.scaling.device_counts', (8,), r'has 8 but 4 devices are visible'),
     ('algorithm', 'fedgc', r"config.algorithm='fedgc'; the bench runs FedPE"),
+    ('bench.one_per_client.rounds', 1,
+     r'config.bench.one_per_client.rounds=1; expected an integer of at least 2'),
 ])
 def test_bad_config_values_name_the_field(field, value, message):
   config = load_config('runlocal')
@@ -312,3 +314,24 @@ def test_map_width_must_split_over_every_device_count():
   with pytest.raises(ValueError, match=r'device_counts has 4, which does not divide the map '
                                        r'width 2 of bench.scaling.combination'):
     bench_common.validate(config, num_devices=4)
+
+
+def test_one_per_client_section_compares_the_run_loop_with_one_jitted_loop(tiny_run):
+  config, saved, out, _ = tiny_run
+  o = saved['one_per_client']
+  run, single = o['run'], o['single']
+  # FedFV runlocal: 16 clients, 4 per round, 2 steps of 3 images.
+  assert o['setting'].startswith('16 clients, 4 per round, 2 steps of 3')
+  assert run['rounds'] == config.bench.one_per_client.rounds
+  assert run['images_per_round'] == 4 * 2 * 3
+  assert sorted(single['variants']) == ['scan/canonical', 'unroll/xla']
+  assert single['best'] in single['variants']
+  assert single['images_per_s'] == max(v['images_per_s'] for v in single['variants'].values())
+  for v in single['variants'].values():
+    assert v['steps'] == 4 * 2 and v['batch_size'] == 3
+  for rate in (run['rounds_per_s'], run['images_per_s'], single['images_per_s']):
+    assert positive_finite(rate)
+  assert run['images_per_s'] == pytest.approx(run['images_per_round'] * run['rounds_per_s'])
+  assert o['run_vs_single'] == pytest.approx(run['images_per_s'] / single['images_per_s'])
+  assert 0 < run['between_rounds_s'] < run['round_s'] < run['first_round_s']
+  assert 'run loop / one jitted loop:' in (out / 'bench.md').read_text()

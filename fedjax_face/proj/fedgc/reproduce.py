@@ -1,16 +1,13 @@
 r"""The FedGC paper's tables, scaled down to the embedded benchmark, with the paper's numbers beside ours.
 
-    python -m fedjax_face.proj.fedgc.reproduce --table=1 --root=/tmp/fedgc_tables --out=docs/fedgc_table1.md
-    python -m fedjax_face.proj.fedgc.reproduce --table=all --root=/tmp/fedgc_tables --out_dir=docs
+    python -m fedjax_face.reproduce --table=fedgc1 --out=docs/fedgc_table1.md
+    python -m fedjax_face.reproduce --table=fedgc --seeds=0,1,2 --out_dir=docs
 
-Each table is a list of runs of `python -m fedjax_face.main` (one subprocess per run, the command
-printed before it starts). `--seeds=0,1,2` repeats every run with `--config.seed=S` (which redraws
-the benchmark and the training randomness) and reports mean ± standard deviation over the seeds:
-single runs differ by a few points from seed to seed on the embedded benchmark (BUILD_NOTES.md),
-so a gap smaller than that is not an ordering. A run whose workdir already holds `results.json` is
-not run again, so a sweep can be stopped and resumed, and runs shared by several tables (FedGC
-with the defaults is in Tables 1-5) are trained once. Extra `--set=field=value` overrides apply to
-every run (and so change every workdir name: runs with different overrides never share a workdir).
+`--seeds=0,1,2` repeats every run with `--config.seed=S` (which redraws the benchmark and the
+training randomness) and reports mean ± standard deviation over the seeds: single runs differ by a
+few points from seed to seed on the embedded benchmark (BUILD_NOTES.md), so a gap smaller than that
+is not an ordering. Runs shared by several tables (FedGC with the defaults is in Tables 1-5) are
+trained once (`tools/tables.py`).
 
 The paper trains ResNet-34 on CASIA-WebFace and tests on the real LFW / CFP-FP / AgeDB-30 (Tables
 1-5), MegaFace (Table 6) and IJB-B/C (Table 7). Ours is the small CNN on the synthetic benchmark, so
@@ -19,36 +16,13 @@ our 1:N analogue (rank-1 and TPIR@FPIR on held-out identities with distractors) 
 """
 
 import dataclasses
-import os
-import statistics
-import subprocess
-import sys
-import time
 
-from absl import app, flags
-
-from fedjax_face.io import files
+from fedjax_face.tools.tables import Row, Run, Table
 
 PAIR_SETS = ('lfw', 'cfp_fp', 'agedb_30')
-PAIR_TITLES = {'lfw': 'LFW', 'cfp_fp': 'CFP-FP', 'agedb_30': 'AgeDB-30'}
-
-
-@dataclasses.dataclass(frozen=True)
-class Run:
-  """One training run: a config file, its variant argument and field overrides."""
-  config: str                      # configs/fedgc/<config>.py
-  arg: str = ''                    # get_config argument, e.g. 'loss=cosface'
-  overrides: tuple[tuple[str, str], ...] = ()
-
-  def name(self, extra: tuple[tuple[str, str], ...] = ()) -> str:
-    parts = [self.config] + ([self.arg.replace('=', '-').replace(',', '_')] if self.arg else [])
-    parts += [f'{k.split(".")[-1]}-{v}' for k, v in self.overrides + extra]
-    return '_'.join(parts)
-
-  def command(self, workdir: str, extra: tuple[tuple[str, str], ...] = ()) -> list[str]:
-    config = f'configs/fedgc/{self.config}.py' + (f':{self.arg}' if self.arg else '')
-    return ([sys.executable, '-m', 'fedjax_face.main', f'--config={config}', f'--workdir={workdir}']
-            + [f'--config.{k}={v}' for k, v in self.overrides + extra])
+SETTING = ('ours: small CNN on the synthetic benchmark (default config), 10-fold accuracy (%) of '
+           'the insightface protocol or the 1:N metrics of `eval/recognition/identification.py`; '
+           'paper: ResNet-34 on CASIA-WebFace and the real test sets.')
 
 
 # Overrides equal to the default config are dropped, so the same run is shared between tables.
@@ -57,7 +31,7 @@ _DEFAULTS = {'federated.participation': '1.0', 'fedgc.reg_lambda': '20.0'}
 
 def _run(config: str, loss: str, overrides: dict) -> Run:
   kept = {k: v for k, v in overrides.items() if _DEFAULTS.get(k) != v}
-  return Run(config, f'loss={loss}', tuple(sorted(kept.items())))
+  return Run(f'fedgc/{config}', f'loss={loss}', tuple(sorted(kept.items())))
 
 
 def _fedgc(loss='softmax', **overrides):
@@ -66,22 +40,6 @@ def _fedgc(loss='softmax', **overrides):
 
 def _fedpe(loss='softmax', **overrides):
   return _run('fedpe', loss, overrides)
-
-
-@dataclasses.dataclass(frozen=True)
-class Row:
-  label: str
-  run: Run
-  paper: tuple[float | None, ...]   # the paper's numbers, one per column
-
-
-@dataclasses.dataclass(frozen=True)
-class Table:
-  title: str
-  metric: str                       # 'verification' or 'identification'
-  columns: tuple[str, ...]          # pair-set names, or identification metric keys
-  rows: tuple[Row, ...]
-  claim: str                        # the ordering the paper reports
 
 
 _C = ('0.25', '0.5', '0.75', '1.0')
@@ -104,7 +62,7 @@ TABLES = {
         'FedGC > FedPE on both partitions'),
     4: Table('Table 4: form of the regularizer (Softmax, LFW)', 'verification', ('lfw',), (
         Row('FedPE', _fedpe(), (94.77,)),
-        Row('FedCos', Run('fedcos', 'loss=softmax'), (96.63,)),
+        Row('FedCos', Run('fedgc/fedcos', 'loss=softmax'), (96.63,)),
         Row('FedGC', _fedgc(), (98.40,))),
         'FedGC > FedCos > FedPE'),
 }
@@ -121,9 +79,9 @@ def _table5_rows():
   }
   rows = []
   for loss, (central, pe, fixed, gc) in paper.items():
-    rows += [Row(f'{loss} centralized', Run('centralized', f'loss={loss}'), central),
+    rows += [Row(f'{loss} centralized', Run('fedgc/centralized', f'loss={loss}'), central),
              Row(f'{loss} FedPE', _fedpe(loss), pe),
-             Row(f'{loss} FedPE+Fixed', Run('fedpe_fixed', f'loss={loss}'), fixed),
+             Row(f'{loss} FedPE+Fixed', Run('fedgc/fedpe_fixed', f'loss={loss}'), fixed),
              Row(f'{loss} FedGC', _fedgc(loss), gc)]
   return tuple(rows)
 
@@ -134,7 +92,7 @@ TABLES[5] = Table('Table 5: losses x methods on the three pair sets', 'verificat
 
 
 def _identification_rows(paper: dict[str, tuple]) -> tuple[Row, ...]:
-  runs = {'centralized': lambda loss: Run('centralized', f'loss={loss}'), 'FedPE': _fedpe,
+  runs = {'centralized': lambda loss: Run('fedgc/centralized', f'loss={loss}'), 'FedPE': _fedpe,
           'FedGC': _fedgc}
   return tuple(Row(f'{loss} {method}', runs[method](loss), paper[(loss, method)])
                for loss in ('softmax', 'cosface', 'arcface') for method in runs)
@@ -158,143 +116,5 @@ TABLES[7] = Table(
         ('arcface', 'centralized'): (59.38, 59.79), ('arcface', 'FedPE'): (75.74, 76.82),
         ('arcface', 'FedGC'): (78.13, 79.28)}),
     'FedGC > FedPE for every loss')
-
-
-def parse_overrides(items: list[str]) -> tuple[tuple[str, str], ...]:
-  out = []
-  for item in items:
-    key, sep, value = item.partition('=')
-    if not sep or not key:
-      raise ValueError(f'--set={item!r}; expected field=value, e.g. --set=num_rounds=30.')
-    out.append((key, value))
-  return tuple(out)
-
-
-def parse_seeds(items: list[str]) -> tuple[int, ...]:
-  try:
-    seeds = tuple(int(item) for item in items)
-  except ValueError:
-    raise ValueError(f'--seeds={",".join(items)}; expected integers, e.g. --seeds=0,1,2.') from None
-  if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
-    raise ValueError(f'--seeds={",".join(items)}; expected distinct non-negative integers.')
-  return seeds
-
-
-def seed_overrides(extra: tuple[tuple[str, str], ...], seed: int) -> tuple[tuple[str, str], ...]:
-  """Seed 0 is the default config (its runs are shared with single-seed tables); others add it."""
-  return extra if seed == 0 else extra + (('seed', str(seed)),)
-
-
-def run_all(table: Table, root: str, extra: tuple, dry_run: bool = False,
-            seeds: tuple[int, ...] = (0,)) -> dict[tuple[Run, int], dict]:
-  """Runs what is missing; returns results.json of every (run, seed) that has one."""
-  results = {}
-  for row in table.rows:
-    for seed in seeds:
-      overrides = seed_overrides(extra, seed)
-      workdir = files.join(root, row.run.name(overrides))
-      path = files.join(workdir, 'results.json')
-      if not files.exists(path) and not dry_run:
-        cmd = row.run.command(workdir, overrides)
-        print('$ ' + ' '.join(cmd[1:]).replace(sys.executable, 'python'), flush=True)
-        t0 = time.perf_counter()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-        print(f'  done in {time.perf_counter() - t0:.0f} s', flush=True)
-      if files.exists(path):
-        results[(row.run, seed)] = files.read_json(path)
-  return results
-
-
-def _ours(result: dict | None, table: Table, column: str) -> float | None:
-  if result is None:
-    return None
-  if table.metric == 'verification':
-    return result['verification'][column]['accuracy'] * 100
-  ident = result.get('identification')
-  if not ident:
-    return None
-  key, _, fpir = column.partition(':')
-  value = ident[key].get(fpir) if fpir else ident[key]
-  return None if value is None else value * 100
-
-
-def _column_title(table: Table, column: str) -> str:
-  if table.metric == 'verification':
-    return PAIR_TITLES.get(column, column)
-  key, _, fpir = column.partition(':')
-  return {'rank_1': 'rank-1'}.get(key, f'TPIR@FPIR={fpir}')
-
-
-def summarize(values: list[float], num_seeds: int = 1) -> str:
-  """One cell: '—' without runs, the value of one run, mean ± sample std over several; a cell
-  missing some of the `num_seeds` runs says how many it has."""
-  if not values:
-    return '—'
-  cell = (f'{values[0]:.2f}' if len(values) == 1 else
-          f'{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}')
-  return cell if len(values) == num_seeds else f'{cell} ({len(values)} of {num_seeds} seeds)'
-
-
-def markdown(table: Table, results: dict[tuple[Run, int], dict], command: str,
-             seeds: tuple[int, ...] = (0,)) -> str:
-  """The table with ours and the paper's value side by side per column."""
-  header = ['method'] + [f'{_column_title(table, c)} {who}' for c in table.columns
-                         for who in ('(ours)', '(paper)')]
-  lines = [f'## {table.title}', '', f'Paper: {table.claim}.', '',
-           '| ' + ' | '.join(header) + ' |', '|' + ' --- |' * len(header)]
-  for row in table.rows:
-    cells = [row.label]
-    for column, paper in zip(table.columns, row.paper):
-      ours = [_ours(results.get((row.run, seed)), table, column) for seed in seeds]
-      cells += [summarize([v for v in ours if v is not None], len(seeds)),
-                '—' if paper is None else f'{paper:.2f}']
-    lines.append('| ' + ' | '.join(cells) + ' |')
-  spread = ('' if len(seeds) == 1 else
-            f' Ours: mean ± standard deviation over config.seed = {", ".join(map(str, seeds))}.')
-  lines += ['', f'Made by `{command}`; ours: small CNN on the synthetic benchmark (default '
-            'config), 10-fold accuracy (%) of the insightface protocol or the 1:N metrics of '
-            '`eval/recognition/identification.py`; paper: ResNet-34 on CASIA-WebFace and the real test sets.'
-            + spread, '']
-  return '\n'.join(lines)
-
-
-def define_flags():
-  """The flags, defined only when run as a program: other tools define an `out` flag too, and absl
-  refuses a flag defined twice in one process (e.g. a test session importing both)."""
-  flags.DEFINE_string('table', None, "1-7, or 'all'.")
-  flags.DEFINE_string('root', '/tmp/fedgc_tables', "Directory of the runs' workdirs.")
-  flags.DEFINE_string('out', None, 'Markdown file for one table (default: print only).')
-  flags.DEFINE_string('out_dir', None, "With --table=all: write fedgc_table<N>.md here.")
-  flags.DEFINE_multi_string('set', [], 'field=value override applied to every run.')
-  flags.DEFINE_bool('dry_run', False, 'Print the commands and the table of what exists.')
-  flags.DEFINE_list('seeds', ['0'], 'config.seed values; several: mean ± std over them.')
-
-
-def main(argv):
-  del argv
-  f = flags.FLAGS
-  if f.table is None:
-    raise app.UsageError('--table is required: 1-7 or all.')
-  extra = parse_overrides(f.set)
-  if any(key == 'seed' for key, _ in extra):
-    raise app.UsageError('--set=seed=... is not allowed; use --seeds.')
-  seeds = parse_seeds(f.seeds)
-  if f.table != 'all' and f.table not in map(str, TABLES):
-    raise app.UsageError(f'--table={f.table}; expected one of {sorted(TABLES)} or all.')
-  ids = sorted(TABLES) if f.table == 'all' else [int(f.table)]
-  command = 'python -m fedjax_face.proj.fedgc.reproduce ' + ' '.join(sys.argv[1:])
-  for tid in ids:
-    table = TABLES[tid]
-    results = run_all(table, f.root, extra, f.dry_run, seeds)
-    text = markdown(table, results, command, seeds)
-    print(text, flush=True)
-    out = f.out if len(ids) == 1 else None
-    if f.out_dir:
-      out = os.path.join(f.out_dir, f'fedgc_table{tid}.md')
-    if out:
-      files.write_text_atomic(out, text)
-
-
-if __name__ == '__main__':
-  define_flags()
-  app.run(main)
+# Every table's footnote says what ours and the paper's are.
+TABLES = {tid: dataclasses.replace(table, setting=SETTING) for tid, table in TABLES.items()}

@@ -15,6 +15,8 @@ Sections (keys of bench.json; `bench.sections` picks them):
   regularizer  (d) FedGC's server step vs the number of classes (`bench_regularizer.bench_row`).
   eval         (e) backbone embeddings/s in eval mode; the 10-fold verification protocol's time.
   scaling      (f) the best non-loop combination with the clients axis over 1, 2, 4, ... devices.
+  one_per_client  (g) FedFV's run loop (8 of 1,000 one-identity clients) as rounds/s and host time
+               between rounds, against one jitted loop over the same images (`one_per_client`).
 
 How figures are taken (`timing.measure`): each call's result is blocked on (`jax.block_until_ready`);
 `warmup` untimed calls come first, the first of them traces and compiles; then up to `repeats`
@@ -28,7 +30,7 @@ Sizes and what is skipped live in `configs/bench.py`; skipped combinations appea
 `status: skipped` and the reason.
 
 Modules: `common` (names, checks, the synthetic problem), `rounds` (a-c), `server_step` (d),
-`evaluation` (e), `scaling` (f), `report` (the tables), `pipeline` (the real-data input pipeline,
+`evaluation` (e), `scaling` (f), `one_per_client` (g), `report` (the tables), `pipeline` (the real-data input pipeline,
 its own command); `run` below runs the configured sections.
 """
 
@@ -40,6 +42,7 @@ from fedjax_face import models
 from fedjax_face.core import policy
 from fedjax_face.tools.bench.common import make_problem, platform_info, validate
 from fedjax_face.tools.bench.evaluation import bench_eval
+from fedjax_face.tools.bench.one_per_client import bench_one_per_client
 from fedjax_face.tools.bench.report import markdown
 from fedjax_face.tools.bench.rounds import bench_cohort
 from fedjax_face.tools.bench.scaling import bench_scaling, best_parallel_combination
@@ -81,6 +84,8 @@ def run(config, out_dir: str, log=print) -> dict:
     if combination == 'best':
       combination = best_parallel_combination(results['rounds'][b.scaling.cohort])
     results['scaling'] = bench_scaling(config, problem(b.scaling.cohort), combination, log)
+  if 'one_per_client' in b.sections:
+    results['one_per_client'] = bench_one_per_client(config, log)
   results['total_s'] = time.perf_counter() - t_start
   results['platform']['load_average_1min_end'] = os.getloadavg()[0] if hasattr(
       os, 'getloadavg') else None

@@ -19,7 +19,7 @@ from fedjax_face.data import federated
 from fedjax_face.data import stores
 
 
-SECTIONS = ('rounds', 'regularizer', 'eval', 'scaling')
+SECTIONS = ('rounds', 'regularizer', 'eval', 'scaling', 'one_per_client')
 
 
 COHORT_FIELDS = ('num_clients', 'cohort_size', 'identities_per_client', 'images_per_identity',
@@ -213,6 +213,10 @@ def validate(config, num_devices: int | None = None) -> None:
     raise ValueError(f'config.bench.eval.num_pairs={b.eval.num_pairs}; expected a multiple of '
                      f'2 x bench.eval.num_folds = {2 * b.eval.num_folds} (equal folds, half '
                      'genuine).')
+  o = b.one_per_client
+  if isinstance(o.rounds, bool) or not isinstance(o.rounds, int) or o.rounds < 2:
+    raise ValueError(f'config.bench.one_per_client.rounds={o.rounds!r}; expected an integer of at '
+                     'least 2 (the first round compiles; the rest are the steady state).')
   s = b.scaling
   if 'scaling' in b.sections:
     if s.cohort not in b.run_cohorts:

@@ -82,5 +82,16 @@ def markdown(results: dict) -> str:
         ratio = _num(r['images_per_s'] / one, '.2f') if one else '—'
         parts.append(f"| {r['devices']} | {r['padded_cohort']} | {r['images_per_s']:,.0f} | "
                      f'{ratio} |')
+  if 'one_per_client' in results:
+    o = results['one_per_client']
+    run, single = o['run'], o['single']
+    parts += [f"## (g) one identity per client: FedFV's run loop ({o['setting']})",
+              '| what | rounds/s | images/s | per round |', '| --- | ---: | ---: | ---: |',
+              f"| run loop ({run['rounds']} rounds, the first excluded) | "
+              f"{run['rounds_per_s']:.1f} | {run['images_per_s']:,.0f} | "
+              f"{run['round_s'] * 1e3:.1f} ms, of which {run['between_rounds_s'] * 1e3:.2f} ms "
+              'between rounds |',
+              f"| one jitted loop ({single['best']}) | | {single['images_per_s']:,.0f} | |",
+              f"run loop / one jitted loop: {o['run_vs_single']:.2f}"]
   parts.append(f"\ntotal {results['total_s']:.1f} s")
   return '\n'.join(parts)

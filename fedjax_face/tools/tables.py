@@ -1,0 +1,159 @@
+"""Paper tables as sweeps of training runs: which runs, run them, read them, print the table.
+
+A paper's tables (`fedjax_face/proj/<paper>/reproduce.py:TABLES`) are lists of rows; each row is a
+`Run` of `python -m fedjax_face.main` (a config file, its variant argument and field overrides)
+and the paper's numbers. `run_all` starts, one subprocess at a time, the runs whose workdir holds
+no `results.json` yet (so a sweep can be stopped and resumed, and runs shared by several tables
+are trained once); `markdown` prints ours beside the paper's, as mean ± std over seeds.
+`python -m fedjax_face.reproduce` is the command (`main`).
+"""
+
+import dataclasses
+import statistics
+import subprocess
+import sys
+import time
+
+from fedjax_face.io import files
+
+PAIR_TITLES = {'lfw': 'LFW', 'cfp_fp': 'CFP-FP', 'agedb_30': 'AgeDB-30'}
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """One training run: a config file, its variant argument and field overrides."""
+  config: str                      # configs/<config>.py, e.g. 'fedgc/fedpe'
+  arg: str = ''                    # get_config argument, e.g. 'loss=cosface'
+  overrides: tuple[tuple[str, str], ...] = ()
+
+  def name(self, extra: tuple[tuple[str, str], ...] = ()) -> str:
+    """The workdir's name: the config path, argument and overrides (unique per run)."""
+    parts = [self.config.replace('/', '-')]
+    parts += [self.arg.replace('=', '-').replace(',', '_')] if self.arg else []
+    parts += [f'{k.split(".")[-1]}-{v}' for k, v in self.overrides + extra]
+    return '_'.join(parts)
+
+  def command(self, workdir: str, extra: tuple[tuple[str, str], ...] = ()) -> list[str]:
+    config = f'configs/{self.config}.py' + (f':{self.arg}' if self.arg else '')
+    return ([sys.executable, '-m', 'fedjax_face.main', f'--config={config}', f'--workdir={workdir}']
+            + [f'--config.{k}={v}' for k, v in self.overrides + extra])
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+  label: str
+  run: Run
+  paper: tuple[float | None, ...]   # the paper's numbers, one per column
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+  title: str
+  metric: str                       # 'verification' or 'identification'
+  columns: tuple[str, ...]          # pair-set names, or identification metric keys
+  rows: tuple[Row, ...]
+  claim: str                        # the ordering the paper reports
+  setting: str = ''                 # ours against the paper's (data, backbone), for the footnote
+
+
+def parse_overrides(items: list[str]) -> tuple[tuple[str, str], ...]:
+  out = []
+  for item in items:
+    key, sep, value = item.partition('=')
+    if not sep or not key:
+      raise ValueError(f'--set={item!r}; expected field=value, e.g. --set=num_rounds=30.')
+    out.append((key, value))
+  return tuple(out)
+
+
+def parse_seeds(items: list[str]) -> tuple[int, ...]:
+  try:
+    seeds = tuple(int(item) for item in items)
+  except ValueError:
+    raise ValueError(f'--seeds={",".join(items)}; expected integers, e.g. --seeds=0,1,2.') from None
+  if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+    raise ValueError(f'--seeds={",".join(items)}; expected distinct non-negative integers.')
+  return seeds
+
+
+def seed_overrides(extra: tuple[tuple[str, str], ...], seed: int) -> tuple[tuple[str, str], ...]:
+  """Seed 0 is the default config (its runs are shared with single-seed tables); others add it."""
+  return extra if seed == 0 else extra + (('seed', str(seed)),)
+
+
+def workdir(root: str, run: Run, extra: tuple, seed: int) -> str:
+  return files.join(root, run.name(seed_overrides(extra, seed)))
+
+
+def run_all(table: Table, root: str, extra: tuple, dry_run: bool = False,
+            seeds: tuple[int, ...] = (0,)) -> dict[tuple[Run, int], dict]:
+  """Runs what is missing; returns results.json of every (run, seed) that has one."""
+  results = {}
+  for row in table.rows:
+    for seed in seeds:
+      path = files.join(workdir(root, row.run, extra, seed), 'results.json')
+      if not files.exists(path) and not dry_run:
+        cmd = row.run.command(workdir(root, row.run, extra, seed), seed_overrides(extra, seed))
+        print('$ ' + ' '.join(cmd[1:]).replace(sys.executable, 'python'), flush=True)
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        print(f'  done in {time.perf_counter() - t0:.0f} s', flush=True)
+      if files.exists(path):
+        results[(row.run, seed)] = files.read_json(path)
+  return results
+
+
+def _ours(result: dict | None, table: Table, column: str) -> float | None:
+  if result is None:
+    return None
+  if table.metric == 'verification':
+    return result['verification'][column]['accuracy'] * 100
+  ident = result.get('identification')
+  if not ident:
+    return None
+  key, _, fpir = column.partition(':')
+  value = ident[key].get(fpir) if fpir else ident[key]
+  return None if value is None else value * 100
+
+
+def _column_title(table: Table, column: str) -> str:
+  if table.metric == 'verification':
+    return PAIR_TITLES.get(column, column)
+  key, _, fpir = column.partition(':')
+  return {'rank_1': 'rank-1'}.get(key, f'TPIR@FPIR={fpir}')
+
+
+def summarize(values: list[float], num_seeds: int = 1) -> str:
+  """One cell: '—' without runs, the value of one run, mean ± sample std over several; a cell
+  missing some of the `num_seeds` runs says how many it has."""
+  if not values:
+    return '—'
+  cell = (f'{values[0]:.2f}' if len(values) == 1 else
+          f'{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}')
+  return cell if len(values) == num_seeds else f'{cell} ({len(values)} of {num_seeds} seeds)'
+
+
+def row_values(table: Table, row: Row, column: str, results: dict,
+               seeds: tuple[int, ...]) -> list[float]:
+  """Ours for one cell: one value per seed that has a finished run."""
+  values = [_ours(results.get((row.run, seed)), table, column) for seed in seeds]
+  return [v for v in values if v is not None]
+
+
+def markdown(table: Table, results: dict[tuple[Run, int], dict], command: str,
+             seeds: tuple[int, ...] = (0,)) -> str:
+  """The table with ours and the paper's value side by side per column."""
+  header = ['method'] + [f'{_column_title(table, c)} {who}' for c in table.columns
+                         for who in ('(ours)', '(paper)')]
+  lines = [f'## {table.title}', '', f'Paper: {table.claim}.', '',
+           '| ' + ' | '.join(header) + ' |', '|' + ' --- |' * len(header)]
+  for row in table.rows:
+    cells = [row.label]
+    for column, paper in zip(table.columns, row.paper):
+      cells += [summarize(row_values(table, row, column, results, seeds), len(seeds)),
+                '—' if paper is None else f'{paper:.2f}']
+    lines.append('| ' + ' | '.join(cells) + ' |')
+  spread = ('' if len(seeds) == 1 else
+            f' Ours: mean ± standard deviation over config.seed = {", ".join(map(str, seeds))}.')
+  lines += ['', f'Made by `{command}`; {table.setting}' + spread, '']
+  return '\n'.join(lines)

@@ -1,0 +1,47 @@
+"""`python -m fedjax_face.reproduce`: table names, the command end to end on finished runs."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from absl import app
+
+from fedjax_face import reproduce
+from fedjax_face.proj.fedgc import reproduce as fedgc_tables
+from fedjax_face.tools import tables
+from tests import config_files
+
+
+def test_table_names_and_selection():
+  names = reproduce.table_names()
+  assert names == [f'fedgc{i}' for i in range(1, 8)] + ['fedfv1', 'fedfv2', 'fedfv3']
+  assert reproduce.select('fedgc4') == [('fedgc', 4)]
+  assert reproduce.select('fedfv') == [('fedfv', 1), ('fedfv', 2), ('fedfv', 3)]
+  assert len(reproduce.select('all')) == 10
+  with pytest.raises(app.UsageError, match=r"--table=fedfv4; expected one of \['fedgc1'"):
+    reproduce.select('fedfv4')
+
+
+def test_command_line_dry_run_with_seeds(tmp_path):
+  """The program end to end (flags included) on finished runs: no training is started."""
+  fedpe = fedgc_tables._fedpe()  # pylint: disable=protected-access
+  for seed, acc in ((0, 0.8), (1, 0.9)):
+    workdir = tmp_path / fedpe.name(tables.seed_overrides((), seed))
+    workdir.mkdir()
+    (workdir / 'results.json').write_text(json.dumps({'verification': {'lfw': {'accuracy': acc}}}))
+  out_file = tmp_path / 'table4.md'
+  cmd = [sys.executable, '-m', 'fedjax_face.reproduce', '--table=fedgc4', f'--root={tmp_path}',
+         '--seeds=0,1', '--dry_run', f'--out={out_file}']
+  proc = subprocess.run(cmd, cwd=config_files.ROOT, capture_output=True, text=True, check=True)
+  text = out_file.read_text()
+  assert text in proc.stdout
+  assert '| FedPE | 85.00 ± 7.07 | 94.77 |' in text and '| FedGC | — | 98.40 |' in text
+  assert 'Made by `python -m fedjax_face.reproduce --table=fedgc4' in text
+  for args, message in ((['--table=fedgc9'], '--table=fedgc9; expected one of'),
+                        (['--table=fedfv', f'--out={out_file}'], '--out names one file but '
+                         '--table=fedfv is 3 tables'),
+                        (['--table=fedgc1', '--seeds=0,0'], '--seeds=0,0; expected distinct')):
+    bad = subprocess.run(cmd[:3] + args + [f'--root={tmp_path}', '--dry_run'],
+                         cwd=config_files.ROOT, capture_output=True, text=True)
+    assert bad.returncode != 0 and message in bad.stderr + bad.stdout, args

@@ -1,0 +1,95 @@
+"""The table sweeps' machinery: run naming, seeds, overrides, reading finished runs, the markdown."""
+
+import json
+
+import pytest
+
+from fedjax_face.tools import tables
+from fedjax_face.tools.tables import Row, Run, Table
+
+
+def test_run_names_and_commands():
+  run = Run('fedgc/fedgc', 'loss=softmax', (('federated.participation', '0.5'),))
+  assert run.name() == 'fedgc-fedgc_loss-softmax_participation-0.5'
+  cmd = run.command('/w', (('num_rounds', '3'),))
+  assert cmd[1:] == ['-m', 'fedjax_face.main', '--config=configs/fedgc/fedgc.py:loss=softmax',
+                     '--workdir=/w', '--config.federated.participation=0.5',
+                     '--config.num_rounds=3']
+  # The paper's folder is in the name: two papers' 'centralized' runs never share a workdir.
+  assert Run('fedfv/centralized').name() != Run('fedgc/centralized').name()
+  assert Run('fedfv/centralized').command('/w')[3] == '--config=configs/fedfv/centralized.py'
+
+
+def test_seed_zero_shares_the_default_run_and_others_add_the_seed():
+  run = Run('fedgc/fedpe', 'loss=cosface')
+  assert tables.seed_overrides((), 0) == ()
+  assert run.name(tables.seed_overrides((), 0)) == 'fedgc-fedpe_loss-cosface'
+  extra = tables.seed_overrides((('num_rounds', '3'),), 2)
+  assert run.name(extra) == 'fedgc-fedpe_loss-cosface_num_rounds-3_seed-2'
+  assert run.command('/w', extra)[-2:] == ['--config.num_rounds=3', '--config.seed=2']
+
+
+@pytest.mark.parametrize('items, message', [
+    (['a'], r'--seeds=a; expected integers'),
+    (['0', '0'], r'--seeds=0,0; expected distinct non-negative'),
+    (['-1'], r'--seeds=-1; expected distinct non-negative'),
+])
+def test_bad_seeds(items, message):
+  with pytest.raises(ValueError, match=message):
+    tables.parse_seeds(items)
+
+
+def test_seeds_and_overrides_parse():
+  assert tables.parse_seeds(['0', '3', '1']) == (0, 3, 1)
+  assert tables.parse_overrides(['num_rounds=3', 'a.b=x=y']) == (('num_rounds', '3'),
+                                                                 ('a.b', 'x=y'))
+  with pytest.raises(ValueError, match=r"--set='num_rounds'; expected field=value"):
+    tables.parse_overrides(['num_rounds'])
+
+
+def fake_result(lfw=None, rank_1=None, tpir=None):
+  out = {}
+  if lfw is not None:
+    out['verification'] = {'lfw': {'accuracy': lfw}}
+  if rank_1 is not None:
+    out['identification'] = {'rank_1': rank_1, 'tpir_at_fpir': {'0.01': tpir}}
+  return out
+
+
+def test_markdown_one_seed_and_several():
+  a, b = Run('fedgc/fedpe', 'loss=softmax'), Run('fedgc/fedgc', 'loss=softmax')
+  table = Table('T', 'verification', ('lfw',), (Row('A', a, (94.77,)), Row('B', b, (None,))),
+                'B > A', 'ours: X; paper: Y.')
+  one = tables.markdown(table, {(a, 0): fake_result(lfw=0.8352)}, 'cmd')
+  assert '| A | 83.52 | 94.77 |' in one and '| B | — | — |' in one
+  assert 'Paper: B > A.' in one and 'mean ±' not in one
+  assert 'Made by `cmd`; ours: X; paper: Y.' in one
+  several = tables.markdown(
+      table, {(a, 0): fake_result(lfw=0.78), (a, 1): fake_result(lfw=0.82),
+              (b, 1): fake_result(lfw=0.9)}, 'cmd', seeds=(0, 1))
+  # mean 80, sample std sqrt(8) = 2.83; a row missing a seed says so.
+  assert '| A | 80.00 ± 2.83 | 94.77 |' in several
+  assert '| B | 90.00 (1 of 2 seeds) | — |' in several
+  assert 'mean ± standard deviation over config.seed = 0, 1.' in several
+
+
+def test_markdown_identification_columns():
+  run = Run('fedgc/centralized', 'loss=softmax')
+  table = Table('T6', 'identification', ('tpir_at_fpir:0.01', 'rank_1'),
+                (Row('C', run, (61.21, 59.65)),), 'claim')
+  text = tables.markdown(table, {(run, 0): fake_result(rank_1=0.255, tpir=None)}, 'cmd')
+  assert '| method | TPIR@FPIR=0.01 (ours) | TPIR@FPIR=0.01 (paper) | rank-1 (ours) |' in text
+  assert '| C | — | 61.21 | 25.50 | 59.65 |' in text
+
+
+def test_run_all_reads_finished_runs_and_dry_run_starts_nothing(tmp_path, capsys):
+  a, b = Run('fedgc/fedpe', 'loss=softmax'), Run('fedgc/fedgc', 'loss=softmax')
+  table = Table('T', 'verification', ('lfw',), (Row('A', a, (1.0,)), Row('B', b, (1.0,))), 'c')
+  for run, seed, acc in ((a, 0, 0.5), (a, 1, 0.6)):
+    workdir = tmp_path / run.name(tables.seed_overrides((), seed))
+    workdir.mkdir()
+    (workdir / 'results.json').write_text(json.dumps(fake_result(lfw=acc)))
+  got = tables.run_all(table, str(tmp_path), (), dry_run=True, seeds=(0, 1))
+  assert got == {(a, 0): fake_result(lfw=0.5), (a, 1): fake_result(lfw=0.6)}
+  assert capsys.readouterr().out == ''   # nothing was started
+  assert not (tmp_path / b.name()).exists()
