@@ -94,7 +94,7 @@ def run_all(table: Table, root: str, extra: tuple, dry_run: bool = False,
       path = files.join(workdir(root, row.run, extra, seed), 'results.json')
       if not files.exists(path) and not dry_run:
         cmd = row.run.command(workdir(root, row.run, extra, seed), seed_overrides(extra, seed))
-        print('$ ' + ' '.join(cmd[1:]).replace(sys.executable, 'python'), flush=True)
+        print('$ python ' + ' '.join(cmd[1:]), flush=True)
         t0 = time.perf_counter()
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         print(f'  done in {time.perf_counter() - t0:.0f} s', flush=True)
