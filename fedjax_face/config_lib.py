@@ -69,7 +69,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.dtype = 'float32'
 
   c.head = ml_collections.ConfigDict()
-  c.head.loss = 'softmax'              # 'softmax' (W^T x) | 'cosface' | 'arcface'
+  c.head.loss = 'softmax'              # 'softmax' (W^T x) | 'cosface' | 'arcface' | positive-only:
+                                       # 'positive_cosine' (FedAwS, FedFace) | 'positive_dot' (FedUV)
   c.head.scale = 64.0                  # s for cosface / arcface
   c.head.margin = -1.0                 # < 0: the paper's margin (CosFace 0.35, ArcFace 0.5)
   c.head.arcface_fallback = 'classic'  # 'classic' | 'easy' | 'none' (REFERENCE_NOTES §3)
@@ -146,7 +147,7 @@ def federated_config(algorithm: str, arg: str | None) -> ml_collections.ConfigDi
 
   Argument (comma separated): loss=softmax|cosface|arcface, partition=balanced|lognormal, runlocal.
   """
-  args = parse_arg(arg, {'loss': heads.HEADS, 'partition': partition.PARTITIONS,
+  args = parse_arg(arg, {'loss': heads.CLASSIFIER_HEADS, 'partition': partition.PARTITIONS,
                          'runlocal': (True,)})
   c = base_config()
   c.algorithm = algorithm

@@ -85,7 +85,8 @@ def test_workdir_of_another_config_is_refused_and_left_intact(tmp_path):
 @pytest.mark.parametrize('field,value,match', [
     ('algorithm', 'fedavgx',
      r"algorithm='fedavgx' is unknown; expected one of \['centralized', 'fedaws', 'fedface', 'fedfv', 'fedgc', 'fedpe', 'feduv'\]"),
-    ('head.loss', 'sphereface', r"head.loss='sphereface'; expected one of \('softmax', 'cosface', 'arcface'\)"),
+    ('head.loss', 'sphereface', r"head.loss='sphereface'; expected one of \('softmax', 'cosface', 'arcface', "
+     r"'positive_cosine', 'positive_dot'\)"),
     ('engine.backend', 'pmap', r"engine.backend='pmap'; expected one of"),
     ('federated.participation', 1.5, r'participation=1.5; expected a fraction in \(0, 1\]'),
     ('federated.batch_size', 0, r'federated.batch_size=0; expected a positive integer'),
@@ -96,6 +97,8 @@ def test_workdir_of_another_config_is_refused_and_left_intact(tmp_path):
     ('fedgc.regularizer', 'hinge', r"fedgc.regularizer='hinge'; expected one of \('softmax', 'cosine'\)"),
     ('fedgc.reg_implementation', 'fast',
      r"fedgc.reg_implementation='fast'; expected one of \('dense', 'blockwise', 'auto'\)"),
+    ('head.loss', 'positive_cosine',
+     r"fedgc.reg_form='' takes the head's form, but head.loss='positive_cosine' has no logits"),
 ])
 def test_bad_config_values_are_named(tmp_path, field, value, match):
   config = load_config('fedgc')
@@ -163,6 +166,9 @@ def test_variant_configs_run_and_are_named(tmp_path, name, method):
 
 @pytest.mark.parametrize('name,config_name', [
     ('fedfv', 'fedfv-4/cosface/one_per_client'),
+    ('fedaws', 'fedaws/positive_cosine/one_per_client'),
+    ('fedface', 'fedface/positive_cosine/one_per_client'),
+    ('feduv', 'feduv-511/positive_dot/one_per_client'),
     ('fedfv/centralized', 'centralized/cosface/one_per_client')])
 def test_one_identity_per_client_configs_run_end_to_end(tmp_path, name, config_name):
   results = experiment.train_and_evaluate(load_config(name), str(tmp_path))

@@ -15,7 +15,7 @@ from fedjax_face.models import heads
 
 
 def get_config(arg=None):
-  args = config_lib.parse_arg(arg, {'loss': heads.HEADS, 'runlocal': (True,)})
+  args = config_lib.parse_arg(arg, {'loss': heads.CLASSIFIER_HEADS, 'runlocal': (True,)})
   c = config_lib.base_config()
   c.algorithm = 'centralized'
   c.head.loss = args.get('loss', 'softmax')

@@ -24,6 +24,9 @@ ALGORITHMS = {
     'fedpe': 'fedjax_face.algorithms.fedpe',
     'fedgc': 'fedjax_face.algorithms.fedgc',
     'fedfv': 'fedjax_face.algorithms.fedfv',
+    'fedaws': 'fedjax_face.algorithms.fedaws',
+    'feduv': 'fedjax_face.algorithms.feduv',
+    'fedface': 'fedjax_face.algorithms.fedface',
 }
 
 

@@ -60,9 +60,10 @@ def init_backbone(model, rng: jax.Array, image_shape: tuple[int, ...]):
 
 
 def local_step(model, *, head_kwargs: dict, optimizer: optax.GradientTransformation,
-               train_class_embeddings: bool = True) -> Callable:
+               train_class_embeddings: bool = True,
+               class_rows: Callable | None = None) -> Callable:
   """One local SGD step: `step(carry, batch, class_mask, class_embeddings, fixed_classes=None,
-  lr_scale=None) -> (carry, loss)`.
+  lr_scale=None, row_input=None) -> (carry, loss)`.
 
   `carry` is `(params, batch_stats, opt_state)` with `params = {'backbone': ..., 'W': ...}`
   (no 'W' when `train_class_embeddings=False`: the `class_embeddings` argument is then the fixed
@@ -71,28 +72,34 @@ def local_step(model, *, head_kwargs: dict, optimizer: optax.GradientTransformat
   objective is the client's classification loss (FedGC Eq. 3/4 and its CosFace / ArcFace
   variants) over its own classes only. `fixed_classes` `[n, d]` are further classes appended after
   the client's, held fixed (no gradient): FedFV's equivalent class embeddings. `lr_scale` scales
-  the update (`lr_scale_schedule`). `local_trainer` runs it over a client's steps; the bench
-  drives it from a Python loop, the way sequential simulators run clients.
+  the update (`lr_scale_schedule`). `class_rows(W, row_input) -> [C, d]`, when given, makes the
+  class embeddings a function of the trained parameter W and of a per-client input held fixed
+  (FedUV: W is the shared projection W', `row_input` the client's codeword, rows W'^T v / ||v||^2).
+  `local_trainer` runs it over a client's steps; the bench drives it from a Python loop, the way
+  sequential simulators run clients.
   """
 
-  def loss_fn(params, batch_stats, class_embeddings, fixed_classes, images, labels, sample_mask,
-              class_mask):
+  def loss_fn(params, batch_stats, class_embeddings, fixed_classes, row_input, images, labels,
+              sample_mask, class_mask):
     variables = {'params': params['backbone']}
     if batch_stats:
       variables['batch_stats'] = batch_stats
     features, new_state = model.apply(variables, images, train=True, mutable=['batch_stats'])
     w = params['W'] if train_class_embeddings else jax.lax.stop_gradient(class_embeddings)
+    if class_rows is not None:
+      w = class_rows(w, jax.lax.stop_gradient(row_input))
     if fixed_classes is not None:
       w = jnp.concatenate([w, jax.lax.stop_gradient(fixed_classes).astype(w.dtype)])
       class_mask = jnp.concatenate([class_mask, jnp.ones(fixed_classes.shape[0], bool)])
     loss = heads.loss(features, w, labels, class_mask, sample_mask, **head_kwargs)
     return loss, new_state.get('batch_stats', {})
 
-  def step(carry, batch, class_mask, class_embeddings=None, fixed_classes=None, lr_scale=None):
+  def step(carry, batch, class_mask, class_embeddings=None, fixed_classes=None, lr_scale=None,
+           row_input=None):
     params, batch_stats, opt_state = carry
     images = preprocess.normalize(preprocess.random_flip(batch['rng'], batch['images']))
     (loss, batch_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        params, batch_stats, class_embeddings, fixed_classes, images, batch['labels'],
+        params, batch_stats, class_embeddings, fixed_classes, row_input, images, batch['labels'],
         batch['mask'], class_mask)
     updates, opt_state = optimizer.update(grads, opt_state, params)
     if lr_scale is not None:
@@ -103,9 +110,11 @@ def local_step(model, *, head_kwargs: dict, optimizer: optax.GradientTransformat
 
 
 def local_trainer(model, *, head_kwargs: dict, optimizer: optax.GradientTransformation,
-                  step_mode: str, train_class_embeddings: bool = True) -> Callable:
+                  step_mode: str, train_class_embeddings: bool = True,
+                  class_rows: Callable | None = None) -> Callable:
   """Builds `train(variables, W, data, rng, opt_state=None, *, fixed_classes=None,
-  lr_scale=None) -> (variables, W, opt_state, metrics)` (the last two: `local_step`).
+  lr_scale=None, row_input=None) -> (variables, W, opt_state, metrics)` (the keywords and
+  `class_rows`: `local_step`).
 
   Runs `local_step` over the client's steps (`data` leaves have a leading steps axis; padded
   steps are skipped). Federated clients pass no `opt_state`, so the momentum is created afresh
@@ -114,7 +123,7 @@ def local_trainer(model, *, head_kwargs: dict, optimizer: optax.GradientTransfor
   `train_class_embeddings=False` W is held fixed (FedPE+Fixed).
   """
   one_step = local_step(model, head_kwargs=head_kwargs, optimizer=optimizer,
-                        train_class_embeddings=train_class_embeddings)
+                        train_class_embeddings=train_class_embeddings, class_rows=class_rows)
 
   def params_of(variables, class_embeddings):
     params = {'backbone': variables['params']}
@@ -126,7 +135,7 @@ def local_trainer(model, *, head_kwargs: dict, optimizer: optax.GradientTransfor
     return optimizer.init(params_of(variables, class_embeddings))
 
   def train(variables, class_embeddings, data, rng, opt_state=None, *, fixed_classes=None,
-            lr_scale=None):
+            lr_scale=None, row_input=None):
     params = params_of(variables, class_embeddings)
     if opt_state is None:
       opt_state = optimizer.init(params)
@@ -137,7 +146,7 @@ def local_trainer(model, *, head_kwargs: dict, optimizer: optax.GradientTransfor
 
     def step(carry, batch):
       return one_step(carry, batch, data['class_mask'], class_embeddings, fixed_classes,
-                      lr_scale)
+                      lr_scale, row_input)
 
     (params, batch_stats, opt_state), losses = local.run_steps(
         local.skip_if_empty(step), carry, xs, mode=step_mode)

@@ -26,6 +26,27 @@ from fedjax_face.core import arrays
 NEG = -1e9   # a finite "minus infinity": masked logits never produce 0 * inf
 
 
+IMPLEMENTATIONS = ('dense', 'blockwise', 'auto')   # a server step's `*.reg_implementation`
+# Memory decides, not speed: a dense pairwise step holds a few R x R float32 temporaries (FedGC's
+# ~2.25·R^2), while the streamed one recomputes its tiles in the backward pass (BUILD_NOTES "FedGC
+# server step at scale").
+AUTO_STREAMED_ROWS = 4096
+
+
+def check_implementation(implementation: str) -> None:
+  if implementation not in IMPLEMENTATIONS:
+    raise ValueError(f'pairwise implementation {implementation!r}; expected one of '
+                     f'{IMPLEMENTATIONS}.')
+
+
+def uses_streamed(implementation: str, num_rows: int) -> bool:
+  """Whether `implementation` streams a matrix of `num_rows` rows."""
+  check_implementation(implementation)
+  if implementation == 'auto':
+    return num_rows > AUTO_STREAMED_ROWS
+  return implementation == 'blockwise'
+
+
 def owners(class_mask):
   """`[R]` owner client of each slot of a `[K, C_max]` layout (the identity-exclusive holders)."""
   num_clients, max_classes = class_mask.shape

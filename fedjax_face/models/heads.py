@@ -1,4 +1,5 @@
-"""Classification heads and losses over class embeddings: Softmax, CosFace and ArcFace.
+"""Classification heads and losses over class embeddings: Softmax, CosFace and ArcFace, and the
+positive-only losses of clients that hold one class (FedAwS / FedFace, FedUV).
 
 Class embeddings are stored as a matrix `W` of shape `[C, d]` whose row `c` is the embedding
 (proxy) of class `c`. The FedGC paper writes `W in R^{d x C}` (one column per class); we store its
@@ -9,6 +10,11 @@ Heads (`kind`):
   'cosface': `s * (cos theta_j - m [j == y])` with L2-normalised features and class embeddings.
   'arcface': `s * cos(theta_y + m)` for the target class and `s * cos theta_j` otherwise, with a
     fallback for targets where `theta_y + m` would pass pi (see `ARCFACE_FALLBACKS`).
+  'positive_cosine': `(max(0, m - cos theta_y))^2`, the target class only (FedAwS's cosine
+    contrastive loss without its negative term; FedFace's client loss, m = 0.9).
+  'positive_dot': `max(0, m - x . w_y)`, the target class only, raw dot product (FedUV's Eq. 4 with
+    m = 1 and w_y = W'^T v_y / ||v_y||^2, see algorithms/feduv.py).
+The positive kinds have no logits over classes: a client with one class has no negatives.
 
 Classes may be padded to a fixed size (so that clients with different class counts can be stacked
 and vmapped): `class_mask[c] == False` marks a padded class whose logit becomes `PAD_LOGIT`, a large
@@ -24,7 +30,9 @@ import jax.numpy as jnp
 
 from fedjax_face.core import arrays
 
-HEADS = ('softmax', 'cosface', 'arcface')
+CLASSIFIER_HEADS = ('softmax', 'cosface', 'arcface')     # logits over classes
+POSITIVE_HEADS = ('positive_cosine', 'positive_dot')     # one class per client, no negatives
+HEADS = CLASSIFIER_HEADS + POSITIVE_HEADS
 
 # How ArcFace treats targets with theta_y + m > pi, where cos(theta_y + m) stops decreasing in
 # theta_y (so the margin would *reward* moving away from the class). A string rather than
@@ -36,8 +44,11 @@ HEADS = ('softmax', 'cosface', 'arcface')
 ARCFACE_FALLBACKS = ('classic', 'easy', 'none')
 
 # Per-kind defaults (FedGC paper settings): CosFace s=64 m=0.35, ArcFace s=64 m=0.5.
-DEFAULT_SCALE = {'softmax': 1.0, 'cosface': 64.0, 'arcface': 64.0}
-DEFAULT_MARGIN = {'softmax': 0.0, 'cosface': 0.35, 'arcface': 0.5}
+# Positive kinds: FedAwS's / FedFace's m = 0.9 on cosines; FedUV's hinge at 1 (no scale).
+DEFAULT_SCALE = {'softmax': 1.0, 'cosface': 64.0, 'arcface': 64.0, 'positive_cosine': 1.0,
+                 'positive_dot': 1.0}
+DEFAULT_MARGIN = {'softmax': 0.0, 'cosface': 0.35, 'arcface': 0.5, 'positive_cosine': 0.9,
+                  'positive_dot': 1.0}
 
 # Logit of padded classes: exp(PAD_LOGIT - max) underflows to exactly 0 in float32.
 PAD_LOGIT = -1e9
@@ -96,6 +107,9 @@ def logits(features: jax.Array,
     float32 `[B, C]` logits; padded classes get `PAD_LOGIT`.
   """
   _check_kind(kind)
+  if kind in POSITIVE_HEADS:
+    raise ValueError(f'head {kind!r} is positive-only: it has no logits over classes '
+                     '(`positive_loss`).')
   features = features.astype(jnp.float32)
   class_embeddings = class_embeddings.astype(jnp.float32)
   num_classes = class_embeddings.shape[0]
@@ -135,11 +149,7 @@ def cross_entropy(logits: jax.Array,
   """
   log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
   per_sample = -jnp.take_along_axis(log_probs, labels[:, None], axis=1)[:, 0]
-  if sample_mask is None:
-    return jnp.mean(per_sample)
-  # `where`, not a product, so a garbage (even NaN) loss of a padding sample cannot leak in.
-  total = jnp.sum(jnp.where(sample_mask, per_sample, 0.0))
-  return total / jnp.maximum(1.0, jnp.sum(sample_mask.astype(jnp.float32)))
+  return masked_mean(per_sample, sample_mask)
 
 
 def loss(features: jax.Array,
@@ -153,8 +163,39 @@ def loss(features: jax.Array,
   `head_kwargs` are the keyword arguments of `logits` (`kind`, `scale`, `margin`,
   `arcface_fallback`), typically from `head_kwargs_from_config`.
   """
+  if head_kwargs['kind'] in POSITIVE_HEADS:
+    return positive_loss(features, class_embeddings, labels, sample_mask, **head_kwargs)
   out = logits(features, class_embeddings, labels, class_mask, **head_kwargs)
   return cross_entropy(out, labels, sample_mask)
+
+
+def masked_mean(per_sample: jax.Array, sample_mask: Optional[jax.Array]) -> jax.Array:
+  """Mean over valid samples (0 for none); `where`, so a padding sample's NaN cannot leak in."""
+  if sample_mask is None:
+    return jnp.mean(per_sample)
+  total = jnp.sum(jnp.where(sample_mask, per_sample, 0.0))
+  return total / jnp.maximum(1.0, jnp.sum(sample_mask.astype(jnp.float32)))
+
+
+def positive_loss(features: jax.Array, class_embeddings: jax.Array, labels: jax.Array,
+                  sample_mask: Optional[jax.Array], *, kind: str, scale: float = 1.0,
+                  margin: float = 0.9, **unused) -> jax.Array:
+  """The positive-only losses: each sample pulled towards its own class embedding, nothing pushed.
+
+  'positive_cosine': mean of `(max(0, m - cos(x, w_y)))^2`; 'positive_dot': mean of
+  `max(0, m - scale · x . w_y)`. Over valid samples (`sample_mask`).
+  """
+  del unused
+  features = features.astype(jnp.float32)
+  target = class_embeddings.astype(jnp.float32)[labels]                # [B, d]: w_y
+  if kind == 'positive_cosine':
+    cos = jnp.sum(arrays.l2_normalize(features) * arrays.l2_normalize(target), axis=-1)
+    per_sample = jnp.square(jnp.maximum(0.0, margin - cos))
+  elif kind == 'positive_dot':
+    per_sample = jnp.maximum(0.0, margin - scale * jnp.sum(features * target, axis=-1))
+  else:
+    raise ValueError(f'{kind!r} is not a positive-only head; expected one of {POSITIVE_HEADS}.')
+  return masked_mean(per_sample, sample_mask)
 
 
 def head_kwargs_from_config(config: Any) -> Dict[str, Any]:

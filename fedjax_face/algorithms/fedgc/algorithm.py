@@ -25,7 +25,7 @@ import ml_collections
 import numpy as np
 
 from fedjax_face import config_lib
-from fedjax_face.algorithms import class_tables, common
+from fedjax_face.algorithms import class_tables, common, pairwise
 from fedjax_face.algorithms.fedgc import correction, regularizer
 from fedjax_face.core import aggregation
 from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, RoundState
@@ -52,10 +52,14 @@ def check_config(config) -> None:
   config_lib.check_choice('fedgc.regularizer', c.regularizer, regularizer.KINDS)
   config_lib.check_number('fedgc.reg_lambda', c.reg_lambda, allow_zero=True)
   config_lib.check_choice('fedgc.reg_form', c.reg_form, ('',) + regularizer.FORMS)
+  if not c.reg_form and config.head.loss not in regularizer.FORMS:
+    raise ValueError(f"config.fedgc.reg_form='' takes the head's form, but head.loss="
+                     f'{config.head.loss!r} has no logits; set fedgc.reg_form to one of '
+                     f'{regularizer.FORMS} or head.loss to a classifier.')
   config_lib.check_choice('fedgc.reg_reduction', c.reg_reduction, regularizer.REDUCTIONS)
   config_lib.check_bool('fedgc.reg_self_gradient', c.reg_self_gradient)
   config_lib.check_choice('fedgc.reg_implementation', c.reg_implementation,
-                          correction.IMPLEMENTATIONS)
+                          pairwise.IMPLEMENTATIONS)
   config_lib.check_int('fedgc.reg_block_size', c.reg_block_size, allow_zero=True)
 
 

@@ -2,33 +2,14 @@
 
 The regularizer is `regularizer.flat_regularizer` (dense R x R logits, small R) or
 `streamed.streamed_regularizer` (the same value and gradient in [block, block] tiles, optionally
-sharded over a mesh axis). `implementation='auto'` streams above `AUTO_STREAMED_ROWS` rows.
+sharded over a mesh axis). `implementation='auto'` streams above `pairwise.AUTO_STREAMED_ROWS`
+rows.
 """
 
 import jax
 
 from fedjax_face.algorithms import pairwise
 from fedjax_face.algorithms.fedgc import regularizer, streamed
-
-IMPLEMENTATIONS = ('dense', 'blockwise', 'auto')   # config.fedgc.reg_implementation
-# Memory decides, not speed: a dense step holds ~2.25·R^2 float32 temporaries, while the streamed
-# one recomputes the logits in its backward pass (BUILD_NOTES "FedGC server step at scale").
-AUTO_STREAMED_ROWS = 4096
-
-
-def check_implementation(implementation: str) -> None:
-  if implementation not in IMPLEMENTATIONS:
-    raise ValueError(f'regularizer implementation {implementation!r}; expected one of '
-                     f'{IMPLEMENTATIONS}.')
-
-
-def uses_streamed(implementation: str, num_rows: int) -> bool:
-  """Whether `implementation` streams a matrix of `num_rows` rows."""
-  check_implementation(implementation)
-  if implementation == 'auto':
-    return num_rows > AUTO_STREAMED_ROWS
-  return implementation == 'blockwise'
-
 
 def flat_gradient_correction(w, valid, holders, *, step_size: float,
                              implementation: str = 'dense', block_size: int | None = None,
@@ -38,7 +19,7 @@ def flat_gradient_correction(w, valid, holders, *, step_size: float,
   `form_kwargs` are the regularizer's (kind, form, scale, margin, reduction, self_gradient);
   `block_size`, `mesh` and `axis_name` are the streamed implementation's.
   """
-  if uses_streamed(implementation, w.shape[0]):
+  if pairwise.uses_streamed(implementation, w.shape[0]):
     grad = jax.grad(streamed.streamed_regularizer)(w, valid, holders, block_size=block_size,
                                                    mesh=mesh, axis_name=axis_name, **form_kwargs)
   else:

@@ -67,7 +67,7 @@ from fedjax_face.algorithms import pairwise
 from fedjax_face.core import arrays
 from fedjax_face.models import heads
 
-FORMS = heads.HEADS   # each form is a head's logits applied to the class embeddings
+FORMS = heads.CLASSIFIER_HEADS   # each form is a head's logits applied to the class embeddings
 KINDS = ('softmax', 'cosine')
 REDUCTIONS = ('sum', 'mean')
 

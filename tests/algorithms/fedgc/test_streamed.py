@@ -129,7 +129,7 @@ def test_auto_picks_blockwise_above_the_threshold(monkeypatch):
   w, mask = jnp.ones((2, 3, 4)), jnp.ones((2, 3), bool)
   correction.gradient_correction(w, mask, step_size=1.0, implementation='auto')
   assert not calls                                                  # 6 rows: dense
-  monkeypatch.setattr(correction, 'AUTO_STREAMED_ROWS', 5)
+  monkeypatch.setattr(pairwise, 'AUTO_STREAMED_ROWS', 5)
   correction.gradient_correction(w, mask, step_size=1.0, implementation='auto')
   assert calls == [(6, 4)]                                          # 6 rows > 5: blockwise
 

@@ -1,0 +1,217 @@
+"""FedUV: user verification with secret error-correcting codewords (Hosseini et al. 2021; the FedFV
+paper's Eq. 4 and Table 3).
+
+Every client is one person. It draws a random message and encodes it with a BCH code of length n
+(127, 255 or 511: FedUV-127/255/511); the codeword, mapped from bits {0, 1} to v in {-1, +1}^n,
+is its secret class target and never leaves it (`RoundState.clients['codeword']`). BCH codes keep
+any two codewords at least the code's designed distance apart in Hamming distance, so the targets
+are spread out without the server or any client seeing them, and the client can train with the
+positive term alone (FedFV paper Eq. 4):
+
+    L_pos = (1/N) sum_i max(0, 1 - v_{y_i}^T W' g_theta(x_i) / ||v_{y_i}||^2)            (Eq. 4)
+
+W' [n, d] is a shared trained matrix (averaged with the backbone), g_theta the backbone with its
+`Scaling` layer (configs/fedfv/feduv.py sets `model.scaling`). The client's class embedding is
+then w = W'^T v / ||v||^2 and Eq. 4 is `heads.positive_dot` (max(0, 1 - g . w)) over it
+(`common.local_step`'s `class_rows`). After training the client sets its verification threshold
+to the `feduv.threshold_quantile` quantile of its own images' scores v^T W' g / ||v||^2 (FedUV's
+per-user threshold: 0.1 accepts about 90 % of its own images) and keeps it.
+
+Readings:
+  * The FedFV paper prints Eq. 4 with a leading minus sign, which would reward a large hinge; the
+    loss minimised here is the hinge itself, as in FedUV.
+  * Messages are k bits drawn at random per client (distinct); k (`feduv.message_bits`) defaults
+    to about n/2, BCH(127, 64), BCH(255, 131), BCH(511, 259) with designed distances 21, 37 and
+    61. Codes are systematic (the message is the codeword's first k bits).
+  * The pair sets are verified on the backbone's features g_theta(x), like every other method;
+    `class_embeddings` (for the diagnostics and Fig. 5) is W'^T v_i / ||v_i||^2 per client, read
+    by the simulator for evaluation: the server never holds v.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from fedjax_face import config_lib
+from fedjax_face.algorithms import class_tables, common
+from fedjax_face.core import aggregation
+from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, RoundState
+from fedjax_face.data import preprocess
+
+ONE_CLIENT = False
+CODE_LENGTHS = (127, 255, 511)
+DEFAULT_MESSAGE_BITS = {127: 64, 255: 131, 511: 259}   # about n/2; designed distance 21, 37, 61
+
+
+def config_section() -> ml_collections.ConfigDict:
+  """`config.feduv` (configs/fedfv/feduv.py)."""
+  c = ml_collections.ConfigDict()
+  c.code_length = 511         # n: FedUV-127 / 255 / 511 (Table 3)
+  c.message_bits = 0          # k; 0 = DEFAULT_MESSAGE_BITS[n]
+  c.threshold_quantile = 0.1  # the per-user threshold: this quantile of the user's own scores
+  return c
+
+
+def message_bits(section) -> int:
+  return section.message_bits or DEFAULT_MESSAGE_BITS[section.code_length]
+
+
+@functools.lru_cache(maxsize=None)
+def bch_code(n: int, k: int):
+  """galois's BCH(n, k) over GF(2) (imported here: galois compiles its kernels on first use)."""
+  import galois  # pylint: disable=g-import-not-at-top
+  return galois.BCH(n, k)
+
+
+def valid_message_bits(n: int) -> list[int]:
+  """Every k > 0 of a narrow-sense binary BCH code of length n (galois's `BCH(n, k)`).
+
+  The generator polynomial is the product of the minimal polynomials of alpha^1 .. alpha^(d-1);
+  each has as many roots as its cyclotomic coset {i·2^j mod n}, so k = n - |the union of the
+  cosets of 1 .. d-1|, for each designed distance d. Counting cosets is instant; asking galois for
+  every d takes minutes at n = 511.
+  """
+  coset_of = {}
+  for i in range(1, n):
+    if i not in coset_of:
+      coset, j = set(), i
+      while j not in coset:
+        coset.add(j)
+        j = 2 * j % n
+      for member in coset:
+        coset_of[member] = frozenset(coset)
+  covered, dims = set(), set()
+  for i in range(1, n):
+    covered |= coset_of[i]
+    dims.add(n - len(covered))
+  return sorted(dims - {0})
+
+
+def check_config(config) -> None:
+  c = config_lib.section(config, 'feduv', 'feduv.config_section() (configs/fedfv/feduv.py)')
+  config_lib.check_choice('feduv.code_length', c.code_length, CODE_LENGTHS)
+  config_lib.check_int('feduv.message_bits', c.message_bits, allow_zero=True)
+  q = c.threshold_quantile
+  if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 < q < 1:
+    raise ValueError(f'config.feduv.threshold_quantile={q!r}; expected a fraction in (0, 1).')
+  if config.federated.partition != 'one_per_client':
+    raise ValueError(f'config.federated.partition={config.federated.partition!r}; FedUV trains '
+                     "one identity per client: expected 'one_per_client'.")
+  if config.head.loss != 'positive_dot':
+    raise ValueError(f"config.head.loss={config.head.loss!r}; FedUV's Eq. 4 is the hinge "
+                     "max(0, 1 - g . w): expected 'positive_dot'.")
+  k = message_bits(c)
+  if 2**k < config.federated.num_clients:
+    raise ValueError(f'config.feduv.message_bits={k} gives {2**k} messages for '
+                     f'{config.federated.num_clients} clients; expected at least one each.')
+  if k not in valid_message_bits(c.code_length):
+    raise ValueError(f'config.feduv.message_bits={k}: no binary BCH({c.code_length}, {k}) code; '
+                     f'expected one of {valid_message_bits(c.code_length)} (or 0).')
+
+
+def variant_name(config) -> str:
+  return f'feduv-{config.feduv.code_length}'
+
+
+def random_messages(rng: np.random.Generator, num: int, bits: int) -> np.ndarray:
+  """`[num, bits]` uint8: `num` distinct random messages (redrawn until distinct)."""
+  while True:
+    messages = rng.integers(0, 2, (num, bits), dtype=np.uint8)
+    if len(np.unique(messages, axis=0)) == num:
+      return messages
+
+
+def codewords(n: int, k: int, messages: np.ndarray) -> np.ndarray:
+  """`[num, n]` float32 in {-1, +1}: BCH(n, k) codewords of `messages` [num, k], bit b -> 2b - 1."""
+  code = bch_code(n, k)
+  bits = np.asarray(code.encode(code.field(messages)), dtype=np.float32)
+  return 2.0 * bits - 1.0
+
+
+def class_rows(projection: jax.Array, codeword: jax.Array) -> jax.Array:
+  """w = W'^T v / ||v||^2, `[m, d]` for codewords `[m, n]`: Eq. 4's score is then g . w."""
+  v = codeword.astype(projection.dtype)
+  return (v @ projection) / jnp.sum(v * v, axis=-1, keepdims=True)
+
+
+def user_threshold(scores: jax.Array, mask: jax.Array, quantile: float) -> jax.Array:
+  """The `quantile` of the valid `scores` (linear interpolation, as `np.quantile`); 0 if none.
+
+  Fixed shapes (it runs in the jitted client): invalid scores sort last as +inf and the quantile's
+  position counts valid entries only.
+  """
+  count = jnp.sum(mask)
+  ordered = jnp.sort(jnp.where(mask, scores, jnp.inf))
+  position = quantile * jnp.maximum(count - 1, 0).astype(jnp.float32)
+  lo = jnp.floor(position).astype(jnp.int32)
+  hi = jnp.minimum(lo + 1, jnp.maximum(count - 1, 0))
+  frac = position - lo
+  value = ordered[lo] + frac * (ordered[hi] - ordered[lo])
+  return jnp.where(count > 0, value, 0.0)
+
+
+def own_scores(model, variables, projection, codeword, data) -> tuple[jax.Array, jax.Array]:
+  """`([S·B] scores, [S·B] mask)`: v^T W' g(x) / ||v||^2 of the client's images (eval mode)."""
+  images = data['images'].reshape((-1,) + data['images'].shape[2:])
+  features = model.apply(variables, preprocess.normalize(images), train=False)
+  w = class_rows(projection, codeword[None, :])[0]
+  return features @ w, data['mask'].reshape(-1)
+
+
+def build(config, model, fed, *, step_mode: str) -> Algorithm:
+  """FedUV over a one-identity-per-client partition `fed`."""
+  if fed.max_classes != 1:
+    raise ValueError(f'FedUV needs one identity per client; the partition gives up to '
+                     f'{fed.max_classes} (federated.partition=\'one_per_client\').')
+  c = config.feduv
+  n, k = c.code_length, message_bits(c)
+  train = common.local_trainer(model, head_kwargs=common.head_kwargs(config),
+                               optimizer=common.make_optimizer(config.optimizer),
+                               step_mode=step_mode, class_rows=class_rows)
+  lr_schedule = common.lr_scale_schedule(config)
+  identity_table = np.asarray(fed.identity_table)
+  num_clients, dim = fed.num_clients, config.model.embedding_dim
+
+  def init(rng):
+    backbone_rng, projection_rng = jax.random.split(rng)
+    variables = common.init_backbone(model, backbone_rng, fed.images.shape[1:])
+    # W' as a linear layer's usual init (std 1/sqrt(d)).
+    projection = jax.random.normal(projection_rng, (n, dim), jnp.float32) / np.sqrt(dim)
+    # Each client's secret message, from the run's seed on the host: galois is not traceable.
+    messages = random_messages(np.random.default_rng([config.seed, n, k]), num_clients, k)
+    clients = {'codeword': jnp.asarray(codewords(n, k, messages)),
+               'threshold': jnp.zeros(num_clients, jnp.float32)}
+    return RoundState(server={'model': variables, 'projection': projection}, clients=clients,
+                      round=jnp.zeros((), jnp.int32))
+
+  def broadcast(server, client_ids, round_index, rng):
+    del client_ids, rng
+    shared = common.with_lr_scale(dict(server), lr_schedule, round_index)
+    return ClientInput(shared=shared, per_client={})
+
+  def client_update(client_input: ClientInput, private, data, rng) -> ClientResult:
+    shared = client_input.shared
+    v = private['codeword']
+    model_vars, projection, _, metrics = train(shared['model'], shared['projection'], data, rng,
+                                               lr_scale=shared.get('lr_scale'),
+                                               row_input=v[None, :])
+    scores, mask = own_scores(model, model_vars, projection, v, data)
+    threshold = user_threshold(scores, mask, c.threshold_quantile)
+    return ClientResult(update={'model': model_vars, 'projection': projection},
+                        private={'codeword': v, 'threshold': threshold}, metrics=metrics)
+
+  def server_update(server, updates, weights, client_ids, round_index, rng):
+    del server, client_ids, round_index, rng
+    return aggregation.weighted_mean(updates, weights)   # FedAvg of theta and W'
+
+  def class_embeddings(state: RoundState):
+    rows = class_rows(state.server['projection'], state.clients['codeword'])
+    return class_tables.to_identity_rows(rows[:, None, :], identity_table, fed.num_identities)
+
+  return Algorithm(name='feduv', init=init, broadcast=broadcast, client_update=client_update,
+                   server_update=server_update, eval_variables=lambda server: server['model'],
+                   class_embeddings=class_embeddings)
+
