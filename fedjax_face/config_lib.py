@@ -36,6 +36,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.num_test_identities = 300     # held out: the pair sets are open-set
   c.data.num_pairs = 6000
   c.data.difficulty = 1.0
+  c.data.lookalike_family_size = 1     # g: training identities in look-alike families of g
+                                       # (1 = independent identities); synthetic only
+  c.data.lookalike_spread = synthetic.LOOKALIKE_SPREAD   # in (0, 1]: a member's distance from
+                                       # its family centre (training families and sllfw's)
   # Real data (README 'Training on real data'); the synthetic-only fields above are then unused.
   c.data.root = ''                     # insightface: train.rec/.idx/property; image_folder:
                                        # <root>/<identity>/*.jpg; tfds: the TFDS data_dir
@@ -142,22 +146,6 @@ def runlocal(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   return c
 
 
-def federated_config(algorithm: str, arg: str | None) -> ml_collections.ConfigDict:
-  """The base config for a federated FR method, with the variant argument applied.
-
-  Argument (comma separated): loss=softmax|cosface|arcface, partition=balanced|lognormal, runlocal.
-  """
-  args = parse_arg(arg, {'loss': heads.CLASSIFIER_HEADS, 'partition': partition.PARTITIONS,
-                         'runlocal': (True,)})
-  c = base_config()
-  c.algorithm = algorithm
-  c.head.loss = args.get('loss', 'softmax')
-  c.federated.partition = args.get('partition', 'balanced')
-  if args.get('runlocal'):
-    runlocal(c)
-  return c
-
-
 def parse_arg(arg: str | None, allowed: dict[str, tuple]) -> dict[str, str | bool]:
   """Parses `get_config`'s argument `key=value,flag` (big_vision style).
 
@@ -244,6 +232,15 @@ def _check_data(c: ml_collections.ConfigDict) -> None:
                'num_pairs'):
     check_int(f'data.{name}', d[name])
   check_number('data.difficulty', d.difficulty, allow_zero=True)
+  check_int('data.lookalike_family_size', d.lookalike_family_size)
+  if d.lookalike_family_size > 1 and d.source != 'synthetic':
+    raise ValueError(f'config.data.lookalike_family_size={d.lookalike_family_size} with '
+                     f'data.source={d.source!r}; look-alike families exist only in the synthetic '
+                     'benchmark: expected 1.')
+  spread = d.lookalike_spread
+  if isinstance(spread, bool) or not isinstance(spread, (int, float)) or not 0 < spread <= 1:
+    raise ValueError(f'config.data.lookalike_spread={spread!r}; expected a number in (0, 1] '
+                     '(1 = independent identities; 0 would make clones).')
   if d.images_per_identity < 2:
     raise ValueError('config.data.images_per_identity must be at least 2 (pairs need two images).')
   if d.num_pairs % (2 * 10):
@@ -261,6 +258,10 @@ def _check_federated(c: ml_collections.ConfigDict) -> None:
       isinstance(fl.shared_group_size, int) and 2 <= fl.shared_group_size <= fl.num_clients):
     raise ValueError(f'config.federated.shared_group_size={fl.shared_group_size!r}; '
                      f'expected an integer from 2 to federated.num_clients ({fl.num_clients}).')
+  if c.data.lookalike_family_size > fl.num_clients and fl.partition != 'one_per_client':
+    raise ValueError(f'config.data.lookalike_family_size={c.data.lookalike_family_size} cannot '
+                     f'be spread over federated.num_clients={fl.num_clients}: expected a family '
+                     'size of at most the number of clients.')
   check_int('federated.local_steps', fl.local_steps)
   check_number('federated.local_epochs', fl.local_epochs, allow_zero=True)
   check_int('federated.batch_size', fl.batch_size)

@@ -54,11 +54,15 @@ def load_data(config):
 
 
 def client_partition(config, num_identities: int) -> list[np.ndarray]:
-  """The identity partition over the clients: exclusive, plus shared identities when
+  """The identity partition over the clients: exclusive, with look-alike families spread over
+  different clients (`data.lookalike_family_size` > 1), plus shared identities when
   `federated.shared_fraction` > 0 (the FedGC general case)."""
   rng = np.random.default_rng([config.seed, 0xc11e47])
   clients = partition.identity_exclusive(num_identities, config.federated.num_clients,
                                          config.federated.partition, rng)
+  family_size = config.data.lookalike_family_size   # families: label // g (data/synthetic.py)
+  if family_size > 1 and len(clients) > 1:
+    clients = partition.spread_families(clients, np.arange(num_identities) // family_size, rng)
   return partition.share_identities(clients, config.federated.shared_fraction,
                                     config.federated.shared_group_size, rng)
 

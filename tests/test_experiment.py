@@ -10,6 +10,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from fedjax_face import experiment
+from fedjax_face.data import synthetic
 from tests import config_files
 
 ROOT = config_files.ROOT
@@ -34,7 +35,8 @@ def test_train_and_evaluate_writes_every_output(tmp_path, name, algorithm):
   assert os.listdir(tmp_path / 'tensorboard')
   saved = json.loads((tmp_path / 'results.json').read_text())
   assert saved['algorithm'] == algorithm and saved['rounds'] == config.num_rounds
-  assert set(saved['verification']) == {'lfw', 'cfp_fp', 'agedb_30'}
+  # The FedGC paper's configs evaluate all six pair sets of the benchmark.
+  assert set(saved['verification']) == set(synthetic.ALL_PAIR_SET_NAMES)
   for metrics in saved['verification'].values():
     assert 0.0 <= metrics['accuracy'] <= 1.0
     assert metrics['num_pairs'] == config.data.num_pairs
@@ -51,6 +53,25 @@ def test_train_and_evaluate_writes_every_output(tmp_path, name, algorithm):
   report = (tmp_path / 'report.md').read_text()
   assert '| LFW-like |' in report and 'AgeDB-30-like' in report
   assert '1:N identification' in report and 'rank-1 (%)' in report
+
+
+def test_lookalike_run_spreads_families_and_measures_them(tmp_path):
+  config = load_config('fedgc/fedpe', 'lookalikes,runlocal')
+  assert config.data.lookalike_family_size == 4
+  benchmark = experiment.load_data(config)
+  clients = experiment.client_partition(config, benchmark.num_identities)
+  for ids in clients:                      # every family member on a different client
+    families = benchmark.train_families[ids]
+    assert len(set(families.tolist())) == len(ids)
+  saved = experiment.train_and_evaluate(config, str(tmp_path))
+  look = saved['diagnostics']['lookalikes']
+  # 16 identities in 4 families of 4 over 4 clients: all 4·6 member pairs are cross-client.
+  assert look['pairs'] == 24
+  for key in ('class_cos_lookalike', 'class_cos_stranger', 'feature_cos_lookalike',
+              'feature_cos_stranger', 'feature_cos_same_identity'):
+    assert -1.0 <= look[key] <= 1.0, key
+  report = (tmp_path / 'report.md').read_text()
+  assert 'Cross-client look-alike pairs (24) vs as many strangers' in report
 
 
 def test_four_rounds_equal_two_plus_resume_plus_two(tmp_path):
@@ -99,6 +120,14 @@ def test_workdir_of_another_config_is_refused_and_left_intact(tmp_path):
      r"fedgc.reg_implementation='fast'; expected one of \('dense', 'blockwise', 'auto'\)"),
     ('head.loss', 'positive_cosine',
      r"fedgc.reg_form='' takes the head's form, but head.loss='positive_cosine' has no logits"),
+    ('data.lookalike_spread', 0.0, r'data.lookalike_spread=0.0; expected a number in \(0, 1\]'),
+    ('data.lookalike_family_size', 0,
+     r'data.lookalike_family_size=0; expected a positive integer'),
+    ('data.lookalike_family_size', 99,
+     r'lookalike_family_size=99 cannot be spread over federated.num_clients=\d+'),
+    ('evals.verification.pair_sets', ('lfw', 'ijbc'),
+     r"evals.verification.pair_sets\[...\]='ijbc'; expected one of \('lfw', 'cfp_fp', 'agedb_30', "
+     r"'sllfw', 'cplfw', 'calfw'\)"),
 ])
 def test_bad_config_values_are_named(tmp_path, field, value, match):
   config = load_config('fedgc')

@@ -12,15 +12,16 @@ larger (C = all other clients' classes) and diverged here (λ = 20: class-embedd
 round 10 of the default run; BUILD_NOTES). Averaged, each class embedding is pushed with total weight ~1, as in
 the softmax form. `--config.fedgc.reg_reduction=sum` is the literal alternative.
 
-Argument (comma separated): loss=softmax|cosface|arcface, partition=balanced|lognormal, runlocal.
+Argument (comma separated): loss=softmax|cosface|arcface, partition=balanced|lognormal, lookalikes
+(look-alike identity families over different clients), runlocal.
 """
 
-from fedjax_face import config_lib
 from fedjax_face.algorithms import fedgc
+from fedjax_face.proj.fedgc import setting
 
 
 def get_config(arg=None):
-  c = config_lib.federated_config('fedgc', arg)
+  c = setting.config('fedgc', arg)
   c.fedgc = fedgc.config_section()
   c.fedgc.regularizer = 'cosine'
   c.fedgc.reg_reduction = 'mean'

@@ -13,6 +13,8 @@ its own photos of the person, none duplicated).
 holds only that person's images, so C clients = C identities.
 """
 
+import collections
+
 import numpy as np
 
 PARTITIONS = ('balanced', 'lognormal', 'one_per_client')
@@ -57,6 +59,48 @@ def identity_exclusive(num_identities: int, num_clients: int, kind: str,
   order = rng.permutation(num_identities)
   bounds = np.concatenate([[0], np.cumsum(sizes)])
   return [np.sort(order[a:b]).astype(np.int32) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def spread_families(client_identities: list[np.ndarray], family: np.ndarray,
+                    rng: np.random.Generator) -> list[np.ndarray]:
+  """Swaps identities between clients until no client holds two members of one family.
+
+  Look-alike families (`data.lookalike_family_size`) are meant to sit on different clients, the
+  case FedGC targets. Each swap moves a surplus member to a client without its family in
+  exchange for an identity whose family the first client lacks, so client sizes are kept. A
+  partition that needs no swap is returned unchanged, without consuming `rng`.
+  """
+  clients = [list(ids) for ids in client_identities]
+  family = np.asarray(family)
+  largest = int(np.bincount(family).max()) if len(family) else 0
+  if largest > len(clients):
+    raise ValueError(f'a look-alike family of {largest} cannot be spread over '
+                     f'{len(clients)} clients; expected data.lookalike_family_size <= '
+                     'federated.num_clients.')
+  held = [collections.Counter(family[ids].tolist()) for ids in clients]
+  for k, ids in enumerate(clients):
+    for pos in range(len(ids)):
+      f = int(family[ids[pos]])
+      if held[k][f] < 2:
+        continue
+      for other in rng.permutation(len(clients)):
+        if other == k or held[other][f]:
+          continue
+        swappable = [q for q, j in enumerate(clients[other]) if not held[k][int(family[j])]]
+        if swappable:
+          q = swappable[rng.integers(len(swappable))]
+          i, j = ids[pos], clients[other][q]
+          ids[pos], clients[other][q] = j, i
+          held[k][f] -= 1
+          held[k][int(family[j])] += 1
+          held[other][int(family[j])] -= 1
+          held[other][f] += 1
+          break
+      else:
+        raise ValueError(f'could not spread look-alike family {f} over the clients (client '
+                         f'{k} holds {held[k][f]} of its members); expected fewer or smaller '
+                         'families per client.')
+  return [np.sort(np.asarray(ids, np.int64)).astype(np.int32) for ids in clients]
 
 
 def single_client(num_identities: int) -> list[np.ndarray]:

@@ -2,7 +2,7 @@
 
 | source | training set | pair sets (`config.evals.verification.pair_sets` names) |
 | --- | --- | --- |
-| `synthetic` | rendered from the seed, in memory | rendered `lfw`, `cfp_fp`, `agedb_30` |
+| `synthetic` | rendered from the seed, in memory | rendered: `lfw`, `cfp_fp`, `agedb_30`, `sllfw`, `cplfw`, `calfw` |
 | `insightface` | `<root>/{train.rec, train.idx, property}`, streamed | `<name>.bin` |
 | `image_folder` | `<root>/<identity>/*.jpg`, streamed | `<name>.bin` or a `<name>.txt` list |
 | `tfds` | TFDS `data.tfds_name` in data_dir `<root>`, streamed | `<name>.bin` or `<name>.txt` |
@@ -35,8 +35,8 @@ SOURCES = ('synthetic', 'insightface', 'image_folder', 'tfds')
 def load(config, pair_sets: tuple[str, ...] = ()) -> FaceBenchmark:
   """The benchmark named by `config.data.source` (see the module docstring).
 
-  `pair_sets`: the `<name>.bin` / `<name>.txt` pair sets to read for real data (the synthetic
-  benchmark renders its three).
+  `pair_sets`: the pair sets to render (synthetic; its three by default) or to read from
+  `<name>.bin` / `<name>.txt` (real data).
   """
   d = config.data
   if d.source == 'synthetic':
@@ -44,7 +44,9 @@ def load(config, pair_sets: tuple[str, ...] = ()) -> FaceBenchmark:
         seed=config.seed, num_identities=d.num_identities,
         images_per_identity=d.images_per_identity, image_size=d.image_size,
         num_test_identities=d.num_test_identities, num_pairs=d.num_pairs,
-        difficulty=d.difficulty, images_per_identity_sigma=d.images_per_identity_sigma)
+        difficulty=d.difficulty, images_per_identity_sigma=d.images_per_identity_sigma,
+        pair_sets=tuple(pair_sets) or synthetic.PAIR_SET_NAMES,
+        lookalike_family_size=d.lookalike_family_size, lookalike_spread=d.lookalike_spread)
   if d.source not in SOURCES:
     raise ValueError(f'config.data.source={d.source!r}; expected one of {SOURCES}.')
   store, labels = _TRAINING[d.source](d)

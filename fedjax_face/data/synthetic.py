@@ -17,6 +17,22 @@ the work (numpy releases the GIL inside its loops).
 * `agedb_30`: the two images are ~30 years apart in age (genuine and impostor), moderate nuisance,
   a share of them greyscale like the old photos in AgeDB.
 
+and, on request (`pair_sets=`), three harder sets in the style of the FedGC paper's other tests:
+
+* `sllfw` (similar-looking LFW): LFW nuisance; every impostor pairs two members of one held-out
+  look-alike family (families of two, drawn with `lookalike_spread`).
+* `cplfw` (cross-pose): one near-frontal side against one at |yaw| 0.7..1.35 rad, in the wild,
+  genuine and impostor; impostors share the skin-tone band and the facial-hair class.
+* `calfw` (cross-age): in-the-wild nuisance, the sides 10..30 years apart; impostors share the age
+  band and the facial-hair class. The prior has no sex parameter: facial hair is its sex-linked
+  cue, so "same gender" becomes "same facial-hair class".
+
+Look-alike training identities (`lookalike_family_size` g > 1): the identities come in families of
+g members (labels f·g .. f·g + g - 1) around a shared centre drawn from the prior. Each member's
+continuous traits sit `lookalike_spread` of the way from the centre towards an independent draw,
+and each discrete trait (iris colour, glasses, mole, facial hair) is that draw's with probability
+`lookalike_spread`, else the centre's. Spread 1 gives independent identities, 0 clones.
+
 Images follow `fedjax_face.data.preprocess`: uint8 `[N, H, W, 3]` RGB.
 
 Coordinate conventions used throughout the renderer: image coordinates `(u, v)` lie in [-1, 1]
@@ -40,8 +56,17 @@ import numpy as np
 from fedjax_face.data import stores
 from fedjax_face.io import files
 
-PROFILES = ('train', 'lfw', 'cfp_frontal', 'cfp_profile', 'agedb')
-PAIR_SET_NAMES = ('lfw', 'cfp_fp', 'agedb_30')
+PROFILES = ('train', 'lfw', 'cfp_frontal', 'cfp_profile', 'agedb', 'cplfw_pose')
+PAIR_SET_NAMES = ('lfw', 'cfp_fp', 'agedb_30')                 # rendered unless asked otherwise
+LOOKALIKE_PAIR_SET_NAMES = ('sllfw', 'cplfw', 'calfw')
+ALL_PAIR_SET_NAMES = PAIR_SET_NAMES + LOOKALIKE_PAIR_SET_NAMES
+
+# Traits a look-alike family member takes whole (from the centre or its own draw), not blended.
+DISCRETE_TRAITS = ('iris_color', 'glasses', 'glasses_color', 'mole', 'beard', 'moustache')
+# Default spread of a look-alike family around its centre (BUILD_NOTES: the calibration).
+LOOKALIKE_SPREAD = 0.35
+# Age gap of a calfw pair, years.
+CALFW_GAP_YEARS = (10.0, 30.0)
 
 # Occluder kinds stored in nuisance['occluder'].
 OCC_NONE, OCC_RECT, OCC_SUNGLASSES, OCC_HAND, OCC_MASK = 0, 1, 2, 3, 4
@@ -63,7 +88,9 @@ _STREAM_TRAIN_IDS = 1
 _STREAM_TRAIN_COUNTS = 2
 _STREAM_TRAIN_NUISANCE = 3
 _STREAM_TEST_IDS = 4
-_STREAM_PAIRS = {'lfw': 5, 'cfp_fp': 6, 'agedb_30': 7}
+_STREAM_PAIRS = {'lfw': 5, 'cfp_fp': 6, 'agedb_30': 7, 'sllfw': 8, 'cplfw': 9, 'calfw': 10}
+_STREAM_FAMILY_MEMBERS = 11
+_STREAM_SLLFW_IDS = 12
 
 # Placement of the head in the image: a looser crop than the ArcFace 112x112 template so that the
 # hair outline (a strong cue at 32x32) stays visible; chin near the bottom edge.
@@ -76,11 +103,12 @@ class PairSet:
   """A verification pair set in insightface `.bin` order.
 
   Attributes:
-    name: 'lfw', 'cfp_fp' or 'agedb_30'.
+    name: one of ALL_PAIR_SET_NAMES, or a file stem for real data.
     images: uint8 `[2P, H, W, 3]`; pair p is `images[2p]`, `images[2p + 1]`.
     issame: bool `[P]`, True for genuine pairs.
     identities: int32 `[P, 2]` test-identity ids of the two sides (indices into
-      `FaceBenchmark.test_identity_params`); None for pair sets loaded from real data.
+      `FaceBenchmark.test_identity_params`; sllfw's look-alikes follow the common held-out
+      identities there); None for pair sets loaded from real data.
     nuisance: the nuisance draws of the `2P` images (same order as `images`); None for real data.
   """
   name: str
@@ -102,9 +130,11 @@ class FaceBenchmark:
     train_images: uint8 `[N, H, W, 3]`.
     train_labels: int32 `[N]` identity ids in 0..num_identities-1, sorted by identity.
     num_identities: number of training identities.
-    pair_sets: 'lfw', 'cfp_fp', 'agedb_30' -> PairSet, all built from held-out identities.
+    pair_sets: name -> PairSet, all built from held-out identities.
     train_identity_params: parameters of the training identities (row i = label i).
     test_identity_params: parameters of the held-out identities (row j = PairSet id j).
+    train_families: int32 `[num_identities]` look-alike family of each training identity
+      (`label // lookalike_family_size`); None for real data.
   """
   train_images: np.ndarray
   train_labels: np.ndarray
@@ -112,6 +142,7 @@ class FaceBenchmark:
   pair_sets: dict[str, PairSet]
   train_identity_params: dict[str, np.ndarray] | None = None
   test_identity_params: dict[str, np.ndarray] | None = None
+  train_families: np.ndarray | None = None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -270,6 +301,8 @@ _PROFILES = {
     # Old photos: more blur / noise / greyscale, and hairstyles change over the years.
     'agedb': _Profile(yaw_sd=0.2, profile_frac=0.0, blur_max=0.9, noise_max=0.05,
                       grey_frac=0.3, restyle=1.5),
+    # In the wild like 'lfw', every view turned away (|yaw| 0.7..1.35 rad): cplfw's other side.
+    'cplfw_pose': _Profile(yaw_sd=0.25, profile_frac=1.0),
 }
 assert tuple(_PROFILES) == PROFILES
 
@@ -284,10 +317,11 @@ def sample_nuisance(rng: np.random.Generator, n: int, profile: str,
     profile: 'train' (broad variation incl. a few profile views), 'lfw' (in the wild, no
       profiles), 'cfp_frontal' (near frontal, controlled), 'cfp_profile' (|yaw| 1.2..1.5 rad,
       controlled), 'agedb' (old photos; age offsets are +-15 years around the identity's base age;
-      make_benchmark sets paired ages explicitly).
+      make_benchmark sets paired ages explicitly), 'cplfw_pose' (as 'lfw', every view at |yaw|
+      0.7..1.35 rad).
     difficulty: multiplies all incidental nuisance strengths (1.0 = default calibration, 0 =
       canonical frontal, evenly lit images). The protocol-defining quantities (the yaw of
-      'cfp_profile', the agedb age offsets) are not scaled.
+      'cfp_profile' and 'cplfw_pose', the agedb age offsets) are not scaled.
 
   Returns:
     Dict of arrays with leading dimension `n`: float32 except 'occluder' (int32) and
@@ -310,6 +344,9 @@ def sample_nuisance(rng: np.random.Generator, n: int, profile: str,
   sign = np.where(rng.random(n) < 0.5, -1.0, 1.0)
   if profile == 'cfp_profile':
     big_yaw = sign * rng.uniform(1.2, 1.5, n)
+    is_profile = np.ones(n, bool)
+  elif profile == 'cplfw_pose':
+    big_yaw = sign * rng.uniform(0.7, 1.35, n)
     is_profile = np.ones(n, bool)
   else:
     big_yaw = sign * rng.uniform(0.7, 1.35, n) * d1
@@ -977,29 +1014,101 @@ def _interleave(first: Mapping[str, np.ndarray],
   return out
 
 
+def lookalike_members(centres: Mapping[str, np.ndarray], draws: Mapping[str, np.ndarray],
+                      family: np.ndarray, spread: float,
+                      rng: np.random.Generator) -> dict[str, np.ndarray]:
+  """Family members around their centres (module docstring: look-alike identities).
+
+  Args:
+    centres: identity parameters of the family centres (`sample_identities`).
+    draws: one independent prior draw per member (`sample_identities`, leading dim = members).
+    family: int `[members]`, each member's row of `centres`.
+    spread: in (0, 1]: how far a member sits from its centre towards its own draw.
+    rng: decides, per member and discrete trait, whether the draw's value replaces the centre's.
+  """
+  out = {}
+  for key, centre in centres.items():
+    centre, own = centre[family], draws[key]
+    if key in DISCRETE_TRAITS:
+      take = rng.random(len(family)) < spread
+      out[key] = np.where(take.reshape((-1,) + (1,) * (own.ndim - 1)), own, centre)
+    else:
+      out[key] = (1 - spread) * centre + spread * own   # spread 1: exactly the own draw
+  return {k: np.asarray(v, np.float32) for k, v in out.items()}
+
+
+def sample_families(rng: np.random.Generator, num_identities: int, family_size: int,
+                    spread: float) -> tuple[dict[str, np.ndarray], np.ndarray]:
+  """(identity parameters, int32 family of each identity): families of `family_size` consecutive
+  identities (the last may be smaller) around centres drawn from the prior."""
+  family = (np.arange(num_identities) // family_size).astype(np.int32)
+  centres = sample_identities(rng, int(family[-1]) + 1 if num_identities else 0)
+  draws = sample_identities(rng, num_identities)
+  return lookalike_members(centres, draws, family, spread, rng), family
+
+
+def _skin_band(params: Mapping[str, np.ndarray]) -> np.ndarray:
+  """Tercile of the skin's luma among these identities: 0 light .. 2 dark."""
+  luma = params['skin_color'] @ _LUMA
+  return np.digitize(luma, np.quantile(luma, [1 / 3, 2 / 3]))
+
+
+def _facial_hair(params: Mapping[str, np.ndarray]) -> np.ndarray:
+  return ((params['beard'] > 0) | (params['moustache'] > 0)).astype(np.int64)
+
+
+def _impostor_keys(name: str, params: Mapping[str, np.ndarray]) -> np.ndarray:
+  """The group an impostor partner shares: cplfw skin band and facial hair, calfw age band (ten
+  years of base age) and facial hair."""
+  if name == 'cplfw':
+    return _skin_band(params) * 2 + _facial_hair(params)
+  return (params['base_age'] // 10).astype(np.int64) * 2 + _facial_hair(params)
+
+
+def matched_partners(rng: np.random.Generator, id_a: np.ndarray, keys: np.ndarray) -> np.ndarray:
+  """For each of `id_a`, a uniformly random other identity with the same key (from all others
+  when its key group has no other member)."""
+  everyone = np.arange(len(keys))
+  out = np.empty_like(id_a)
+  for p, a in enumerate(id_a):
+    pool = everyone[(keys == keys[a]) & (everyone != a)]
+    if not len(pool):
+      pool = everyone[everyone != a]
+    out[p] = pool[rng.integers(len(pool))]
+  return out
+
+
 def _make_pair_set(name: str, rng: np.random.Generator, test_params: Mapping[str, np.ndarray],
                    num_pairs: int, num_folds: int, image_size: int,
                    difficulty: float) -> PairSet:
-  """Builds a pair set; each contiguous fold holds its genuine pairs, then its impostor pairs."""
+  """Builds a pair set; each contiguous fold holds its genuine pairs, then its impostor pairs.
+
+  For 'sllfw', `test_params` are look-alike families of two (rows 2f, 2f + 1); the returned ids
+  index those rows.
+  """
   n_test = test_params['head_w'].shape[0]
   per_fold = num_pairs // num_folds
   issame = np.tile(np.repeat([True, False], per_fold // 2), num_folds)
   id_a = rng.integers(0, n_test, num_pairs)
-  # Impostor partner: a uniformly random *other* identity.
-  id_b = np.where(issame, id_a, (id_a + rng.integers(1, n_test, num_pairs)) % n_test)
-  if name == 'lfw':
-    first = sample_nuisance(rng, num_pairs, 'lfw', difficulty)
-    second = sample_nuisance(rng, num_pairs, 'lfw', difficulty)
-  elif name == 'cfp_fp':
-    first = sample_nuisance(rng, num_pairs, 'cfp_frontal', difficulty)
-    second = sample_nuisance(rng, num_pairs, 'cfp_profile', difficulty)
-  else:
-    first = sample_nuisance(rng, num_pairs, 'agedb', difficulty)
-    second = sample_nuisance(rng, num_pairs, 'agedb', difficulty)
-    # Younger and older side ~AGEDB_GAP_YEARS apart; which side is older is random.
-    young = -0.5 * AGEDB_GAP_YEARS + rng.normal(0.0, 2.0, num_pairs)
-    gap = AGEDB_GAP_YEARS + np.clip(rng.normal(0.0, 1.5, num_pairs), -3.0, 3.0)
-    swap = rng.random(num_pairs) < 0.5
+  if name == 'sllfw':
+    partner = id_a ^ 1                    # the other member of the family
+  elif name in ('cplfw', 'calfw'):
+    partner = matched_partners(rng, id_a, _impostor_keys(name, test_params))
+  else:                                   # a uniformly random *other* identity
+    partner = (id_a + rng.integers(1, n_test, num_pairs)) % n_test
+  id_b = np.where(issame, id_a, partner)
+  profiles = {'cfp_fp': ('cfp_frontal', 'cfp_profile'), 'agedb_30': ('agedb', 'agedb'),
+              'cplfw': ('lfw', 'cplfw_pose')}.get(name, ('lfw', 'lfw'))
+  first = sample_nuisance(rng, num_pairs, profiles[0], difficulty)
+  second = sample_nuisance(rng, num_pairs, profiles[1], difficulty)
+  if name in ('agedb_30', 'calfw'):
+    if name == 'agedb_30':   # younger and older side ~AGEDB_GAP_YEARS apart
+      young = -0.5 * AGEDB_GAP_YEARS + rng.normal(0.0, 2.0, num_pairs)
+      gap = AGEDB_GAP_YEARS + np.clip(rng.normal(0.0, 1.5, num_pairs), -3.0, 3.0)
+    else:
+      gap = rng.uniform(*CALFW_GAP_YEARS, num_pairs)
+      young = -0.5 * gap + rng.normal(0.0, 2.0, num_pairs)
+    swap = rng.random(num_pairs) < 0.5   # which side is older
     first['age'] = np.where(swap, young + gap, young).astype(np.float32)
     second['age'] = np.where(swap, young, young + gap).astype(np.float32)
   nuisance = _interleave(first, second)
@@ -1019,8 +1128,10 @@ def _check_int(name: str, value, minimum: int) -> int:
 def make_benchmark(*, seed: int, num_identities: int, images_per_identity: int,
                    image_size: int = 32, num_test_identities: int = 300, num_pairs: int = 6000,
                    num_folds: int = 10, difficulty: float = 1.0,
-                   images_per_identity_sigma: float = 0.0) -> FaceBenchmark:
-  """Generates the training set and the three verification pair sets.
+                   images_per_identity_sigma: float = 0.0,
+                   pair_sets: Sequence[str] = PAIR_SET_NAMES, lookalike_family_size: int = 1,
+                   lookalike_spread: float = LOOKALIKE_SPREAD) -> FaceBenchmark:
+  """Generates the training set and the verification pair sets.
 
   Args:
     seed: non-negative integer; the same arguments always give identical arrays. The test
@@ -1036,6 +1147,12 @@ def make_benchmark(*, seed: int, num_identities: int, images_per_identity: int,
     difficulty: scales all incidental nuisance (1.0 = default calibration).
     images_per_identity_sigma: if > 0, identity i gets
       max(2, round(images_per_identity * lognormal(0, sigma))) images.
+    pair_sets: which of ALL_PAIR_SET_NAMES to render; each depends only on its own arguments
+      (sllfw also on lookalike_spread), not on which others are rendered.
+    lookalike_family_size: g; training identities come in look-alike families of g (1 = the
+      independent identities of the default benchmark, bit for bit).
+    lookalike_spread: in (0, 1]; how far family members sit from their centre (training
+      families when g > 1, and sllfw's held-out families).
 
   Returns:
     The FaceBenchmark.
@@ -1059,7 +1176,21 @@ def make_benchmark(*, seed: int, num_identities: int, images_per_identity: int,
     raise ValueError('images_per_identity_sigma must be a finite number >= 0, got '
                      f'{images_per_identity_sigma}')
 
-  train_params = sample_identities(_stream(seed, _STREAM_TRAIN_IDS), num_identities)
+  lookalike_family_size = _check_int('lookalike_family_size', lookalike_family_size, 1)
+  if not (np.isfinite(lookalike_spread) and 0 < lookalike_spread <= 1):
+    raise ValueError(f'lookalike_spread must be in (0, 1] (0 would make clones), got '
+                     f'{lookalike_spread}')
+  unknown = [name for name in pair_sets if name not in ALL_PAIR_SET_NAMES]
+  if unknown or isinstance(pair_sets, str):
+    raise ValueError(f'pair_sets={pair_sets!r}; expected names from {ALL_PAIR_SET_NAMES}')
+
+  if lookalike_family_size == 1:
+    train_params = sample_identities(_stream(seed, _STREAM_TRAIN_IDS), num_identities)
+    families = np.arange(num_identities, dtype=np.int32)
+  else:
+    train_params, families = sample_families(_stream(seed, _STREAM_FAMILY_MEMBERS),
+                                             num_identities, lookalike_family_size,
+                                             lookalike_spread)
   if images_per_identity_sigma > 0:
     factor = _stream(seed, _STREAM_TRAIN_COUNTS).lognormal(0.0, images_per_identity_sigma,
                                                            num_identities)
@@ -1072,13 +1203,25 @@ def make_benchmark(*, seed: int, num_identities: int, images_per_identity: int,
   train_images = render_faces(_take(train_params, labels), nuisance, image_size)
 
   test_params = sample_identities(_stream(seed, _STREAM_TEST_IDS), num_test_identities)
-  pair_sets = {
-      name: _make_pair_set(name, _stream(seed, _STREAM_PAIRS[name]), test_params, num_pairs,
-                           num_folds, image_size, difficulty) for name in PAIR_SET_NAMES
-  }
+  # sllfw's look-alikes: held-out families of two of their own, numbered after the common ones.
+  lookalikes = None
+  if 'sllfw' in pair_sets:
+    lookalikes, _ = sample_families(_stream(seed, _STREAM_SLLFW_IDS),
+                                    2 * max(1, num_test_identities // 2), 2, lookalike_spread)
+  rendered = {}
+  for name in pair_sets:
+    params = lookalikes if name == 'sllfw' else test_params
+    ps = _make_pair_set(name, _stream(seed, _STREAM_PAIRS[name]), params, num_pairs, num_folds,
+                        image_size, difficulty)
+    if name == 'sllfw':
+      ps = dataclasses.replace(ps, identities=ps.identities + num_test_identities)
+    rendered[name] = ps
+  if lookalikes is not None:
+    test_params = {k: np.concatenate([v, lookalikes[k]]) for k, v in test_params.items()}
   return FaceBenchmark(train_images=train_images, train_labels=labels,
-                       num_identities=num_identities, pair_sets=pair_sets,
-                       train_identity_params=train_params, test_identity_params=test_params)
+                       num_identities=num_identities, pair_sets=rendered,
+                       train_identity_params=train_params, test_identity_params=test_params,
+                       train_families=families)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -5,6 +5,12 @@ own identities only. Without a cross-client term (FedPE-style training) nothing 
 class embeddings away from other clients', so cross-client cosine similarities stay high while
 within-client ones are driven apart by the softmax; FedGC's correction closes that gap. The two
 similarity distributions computed here are what the paper's histograms compare.
+
+With look-alike families in the training set (`data.lookalike_family_size` > 1) it also measures
+what the FedGC paper's Fig. 3 says breaks in FedPE: for every pair of family members held by
+different clients, the cosine of their class embeddings and the mean cosine of their images'
+features, beside the same for as many random cross-client strangers and, for features, for two
+images of one identity.
 """
 
 from typing import Any
@@ -13,7 +19,13 @@ import numpy as np
 
 from fedjax_face.algorithms import class_tables
 from fedjax_face.core import arrays
+from fedjax_face.data import stores
 from fedjax_face.eval import EvalOutput, Evaluator, plots
+
+# At most this many look-alike pairs (and strangers) are measured, with this many images per
+# identity for the feature cosines: a fixed, small cost per evaluation.
+MAX_LOOKALIKE_PAIRS = 256
+IMAGES_PER_IDENTITY = 4
 
 
 def class_embedding_similarity(class_embeddings: np.ndarray,
@@ -115,25 +127,109 @@ def check_diagnostics(config, section) -> None:
     raise ValueError(f'config.evals.diagnostics has fields {sorted(section)}; expected none.')
 
 
+def holders_matrix(identity_table: np.ndarray, num_identities: int) -> np.ndarray:
+  """bool `[num_identities, K]`: which clients hold each identity."""
+  holders = np.zeros((num_identities, identity_table.shape[0]), bool)
+  for k, ids in enumerate(identity_table):
+    holders[ids[ids >= 0], k] = True
+  return holders
+
+
+def lookalike_pairs(families: np.ndarray, holders: np.ndarray, max_pairs: int,
+                    rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+  """(`[P, 2]` look-alike pairs, `[P, 2]` stranger pairs), both held by disjoint clients.
+
+  Look-alikes: two members of one family with no common holder (at most `max_pairs`, drawn
+  without replacement). Strangers: as many random pairs of different families, same rule.
+  """
+  same = families[:, None] == families[None, :]
+  apart = ~(holders.astype(np.int32) @ holders.T.astype(np.int32)).astype(bool)
+  rows, cols = np.triu_indices(len(families), k=1)
+  look = np.flatnonzero(same[rows, cols] & apart[rows, cols])
+  if len(look) > max_pairs:
+    look = np.sort(rng.choice(look, max_pairs, replace=False))
+  strangers = np.flatnonzero(~same[rows, cols] & apart[rows, cols])
+  strangers = np.sort(rng.choice(strangers, min(len(look), len(strangers)), replace=False))
+  pair = lambda idx: np.stack([rows[idx], cols[idx]], axis=1)
+  return pair(look), pair(strangers)
+
+
+def pair_cosines(vectors: np.ndarray, pairs: np.ndarray) -> np.ndarray:
+  unit = arrays.l2_normalize(np.asarray(vectors, np.float64))
+  return np.sum(unit[pairs[:, 0]] * unit[pairs[:, 1]], axis=-1)
+
+
+def mean_feature_cosines(features: dict[int, np.ndarray], pairs: np.ndarray) -> np.ndarray:
+  """Per pair (a, b): the mean cosine between every image feature of a and every one of b."""
+  unit = {i: arrays.l2_normalize(np.asarray(f, np.float64)) for i, f in features.items()}
+  return np.array([np.mean(unit[a] @ unit[b].T) for a, b in pairs])
+
+
+def same_identity_feature_cosines(features: dict[int, np.ndarray]) -> np.ndarray:
+  """Per identity: the mean cosine between two different images of it."""
+  out = []
+  for f in features.values():
+    unit = arrays.l2_normalize(np.asarray(f, np.float64))
+    if len(unit) > 1:
+      rows, cols = np.triu_indices(len(unit), k=1)
+      out.append(np.mean((unit @ unit.T)[rows, cols]))
+  return np.asarray(out)
+
+
+def _mean(values: np.ndarray) -> float | None:
+  return float(np.mean(values)) if len(values) else None
+
+
 def make_diagnostics(config, section, setup) -> Evaluator:
   """Within- vs cross-client class-embedding cosines (Fig. 3(c)(d)) for methods that keep class
-  embeddings; the histograms in class_embedding_similarity.png, the values in its .npz."""
+  embeddings; the histograms in class_embedding_similarity.png, the values in its .npz. With
+  look-alike families, their class-embedding and feature cosines (module docstring)."""
   del section
   identity_table = np.asarray(setup.fed_view.identity_table)
   class_mask = np.asarray(setup.fed_view.class_mask)
+  families = getattr(setup.benchmark, 'train_families', None)
+  look = strangers = None
+  if families is not None and np.bincount(families).max() > 1:
+    holders = holders_matrix(identity_table, len(families))
+    look, strangers = lookalike_pairs(families, holders, MAX_LOOKALIKE_PAIRS,
+                                      np.random.default_rng([config.seed, 0x100c]))
+    labels = np.asarray(setup.benchmark.train_labels)
+    measured = np.unique(np.concatenate([look.ravel(), strangers.ravel()]))
+    image_index = {int(i): np.flatnonzero(labels == i)[:IMAGES_PER_IDENTITY] for i in measured}
+
+  def lookalike_results(inputs) -> dict:
+    features = {}
+    for i, index in image_index.items():
+      images, ok = stores.take(setup.benchmark.train_images, index)
+      features[i] = np.asarray(inputs.embed(images[ok]))
+    out = {'pairs': int(len(look)),
+           'feature_cos_lookalike': _mean(mean_feature_cosines(features, look)),
+           'feature_cos_stranger': _mean(mean_feature_cosines(features, strangers)),
+           'feature_cos_same_identity': _mean(same_identity_feature_cosines(features))}
+    if inputs.class_embeddings is not None:
+      embeddings = np.asarray(inputs.class_embeddings)
+      out['class_cos_lookalike'] = _mean(pair_cosines(embeddings, look))
+      out['class_cos_stranger'] = _mean(pair_cosines(embeddings, strangers))
+    return out
 
   def evaluate(inputs) -> EvalOutput | None:
-    if inputs.class_embeddings is None:
+    results, scalars, figures, saved = {}, {}, {}, {}
+    if look is not None and len(look):
+      results['lookalikes'] = lookalike_results(inputs)
+      scalars = {f'lookalikes/{k}': v for k, v in results['lookalikes'].items()
+                 if k != 'pairs' and v is not None}
+    if inputs.class_embeddings is not None:
+      embeddings = np.asarray(inputs.class_embeddings)
+      by_client = np.asarray(class_tables.to_client_slots(embeddings, identity_table))
+      within, cross = class_embedding_similarity(by_client, class_mask)
+      norms = class_embedding_norms(embeddings)
+      results['class_embedding_similarity'] = similarity_summary(within, cross)
+      results['class_embedding_norm'] = {f'class_embeddings/{k}': v for k, v in norms.items()}
+      figures['class_embedding_similarity.png'] = plots.similarity_figure(
+          {config.algorithm: (within, cross)})
+      saved['class_embedding_similarity.npz'] = {'within': within, 'cross': cross}
+    if not results:
       return None
-    embeddings = np.asarray(inputs.class_embeddings)
-    by_client = np.asarray(class_tables.to_client_slots(embeddings, identity_table))
-    within, cross = class_embedding_similarity(by_client, class_mask)
-    norms = class_embedding_norms(embeddings)
-    return EvalOutput(
-        results={'class_embedding_similarity': similarity_summary(within, cross),
-                 'class_embedding_norm': {f'class_embeddings/{k}': v for k, v in norms.items()}},
-        scalars={}, figures={'class_embedding_similarity.png':
-                             plots.similarity_figure({config.algorithm: (within, cross)})},
-        arrays={'class_embedding_similarity.npz': {'within': within, 'cross': cross}})
+    return EvalOutput(results=results, scalars=scalars, figures=figures, arrays=saved)
 
   return Evaluator('diagnostics', evaluate)

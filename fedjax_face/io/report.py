@@ -2,7 +2,8 @@
 
 from fedjax_face.io import files
 
-PAIR_SET_TITLES = {'lfw': 'LFW-like', 'cfp_fp': 'CFP-FP-like', 'agedb_30': 'AgeDB-30-like'}
+PAIR_SET_TITLES = {'lfw': 'LFW-like', 'cfp_fp': 'CFP-FP-like', 'agedb_30': 'AgeDB-30-like',
+                   'sllfw': 'SLLFW-like', 'cplfw': 'CPLFW-like', 'calfw': 'CALFW-like'}
 
 
 def pair_set_title(name: str, synthetic: bool) -> str:
@@ -72,6 +73,18 @@ def detail_table(verification: dict[str, dict]) -> str:
   return '\n'.join(lines)
 
 
+def lookalike_lines(look: dict) -> list[str]:
+  """The look-alike diagnostic (FedGC Fig. 3): cosines of cross-client family members vs
+  strangers."""
+  fmt = lambda v: '—' if v is None else f'{v:.3f}'
+  return [f"Cross-client look-alike pairs ({look['pairs']}) vs as many strangers, mean cosine:",
+          '', '| of | look-alikes | strangers | same identity |', '| --- | --- | --- | --- |',
+          f"| class embeddings | {fmt(look.get('class_cos_lookalike'))} | "
+          f"{fmt(look.get('class_cos_stranger'))} | |",
+          f"| features | {fmt(look['feature_cos_lookalike'])} | "
+          f"{fmt(look['feature_cos_stranger'])} | {fmt(look['feature_cos_same_identity'])} |", '']
+
+
 def write(workdir: str, results: dict) -> str:
   """Writes results.json and report.md; returns the report's markdown."""
   files.write_json_atomic(files.join(workdir, 'results.json'), results)
@@ -98,6 +111,9 @@ def write(workdir: str, results: dict) -> str:
       md.append(f"| {kind}-client | {sim[f'{kind}_mean']:.3f} | {sim[f'{kind}_std']:.3f} | "
                 f"{sim[f'{kind}_p99']:.3f} | {sim[f'{kind}_max']:.3f} |")
     md.append('')
+  look = results.get('diagnostics', {}).get('lookalikes')
+  if look:
+    md += lookalike_lines(look)
   md += ['Plots: ' + ', '.join(results.get('plots', [])), '']
   text = '\n'.join(md)
   files.write_text_atomic(files.join(workdir, 'report.md'), text)

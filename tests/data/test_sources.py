@@ -16,12 +16,14 @@ import pytest
 
 from fedjax_face import config_lib, experiment
 from tests import config_files
-from fedjax_face.data import federated, recordio, sources, stores, tfds_source, verification_bin
+from fedjax_face.data import federated, recordio, sources, stores, synthetic, tfds_source
+from fedjax_face.data import verification_bin
 
 
 def runlocal_config(**data):
   config = config_files.load_config('fedpe')
   del config.evals.identification
+  config.evals.verification.pair_sets = synthetic.PAIR_SET_NAMES   # the three real .bin analogues
   for key, value in data.items():
     config.data[key] = value
   return config
@@ -272,11 +274,11 @@ def test_config_data_section_checks():
   config.evals.verification.pair_sets = ('lfw', 'cfp_fp', 'agedb_30', 'calfw', 'cplfw', 'vgg2_fp',
                                         'cfp_ff')
   experiment.validate(config)   # real set names are fine for real data ...
-  synthetic = runlocal_config()
-  synthetic.evals.verification.pair_sets = ('lfw', 'calfw')
+  rendered = runlocal_config()
+  rendered.evals.verification.pair_sets = ('lfw', 'calfw', 'vgg2_fp')
   with pytest.raises(ValueError,
-                     match=r"evals.verification.pair_sets\[...\]='calfw'; expected one of"):
-    experiment.validate(synthetic)  # ... but the synthetic benchmark renders only three
+                     match=r"evals.verification.pair_sets\[...\]='vgg2_fp'; expected one of"):
+    experiment.validate(rendered)  # ... but the synthetic benchmark renders only its six
   cases = [
       ({'source': 'mxnet'}, r"data.source='mxnet'; expected one of \('synthetic', 'insightface'"),
       ({'source': 'insightface', 'root': ''}, r'data.root is empty'),

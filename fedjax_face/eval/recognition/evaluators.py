@@ -15,7 +15,7 @@ def pair_set_names(config) -> tuple[str, ...]:
 
 
 def check_verification(config, section) -> None:
-  """Pair-set names (any file stem for real data; the synthetic benchmark renders three)."""
+  """Pair-set names (any file stem for real data; the synthetic benchmark renders six)."""
   pair_sets = section.pair_sets
   if not pair_sets or isinstance(pair_sets, str):
     raise ValueError(f'config.evals.verification.pair_sets={pair_sets!r}; expected a non-empty '
@@ -23,7 +23,7 @@ def check_verification(config, section) -> None:
   for name in pair_sets:
     if config.data.source == 'synthetic':
       config_lib.check_choice('evals.verification.pair_sets[...]', name,
-                              synthetic.PAIR_SET_NAMES)
+                              synthetic.ALL_PAIR_SET_NAMES)
     elif not isinstance(name, str) or not name or any(ch in name for ch in ',/\\ '):
       raise ValueError(f'config.evals.verification.pair_sets has {name!r}; expected the file '
                        'stem of a <name>.bin or <name>.txt pair set, one name per tuple item, '
