@@ -143,10 +143,16 @@ def train_and_evaluate(config, workdir: str) -> dict:
                           partition.single_client(benchmark.num_identities))
   else:
     fed = fed_view
+  pictures = ['samples.png']
   if chief:
     synthetic.save_sample_grid(
         benchmark.train_images[::max(1, len(benchmark.train_images) // 96)],
         files.join(workdir, 'samples.png'))
+  if benchmark.train_families is not None and config.data.lookalike_family_size > 1:
+    pictures.append('lookalikes.png')
+    if chief:
+      synthetic.save_family_grid(benchmark.train_images, benchmark.train_labels,
+                                 benchmark.train_families, files.join(workdir, 'lookalikes.png'))
 
   # Model, algorithm, engine.
   backend, step_mode, loop_threads, conv_gradient = policy.resolve_engine(config)
@@ -237,7 +243,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   # Evaluation and outputs.
   t0 = time.perf_counter()
   outputs = evaluate(evaluators, embed, algorithm, state)
-  plots = ['samples.png'] + (artifacts.write_eval_outputs(workdir, outputs) if chief else [])
+  plots = pictures + (artifacts.write_eval_outputs(workdir, outputs) if chief else [])
   eval_s = time.perf_counter() - t0
   results = {
       'algorithm': config.algorithm,

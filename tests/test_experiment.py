@@ -7,6 +7,7 @@ import os
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from PIL import Image
 import pytest
 
 from fedjax_face import experiment
@@ -72,6 +73,9 @@ def test_lookalike_run_spreads_families_and_measures_them(tmp_path):
     assert -1.0 <= look[key] <= 1.0, key
   report = (tmp_path / 'report.md').read_text()
   assert 'Cross-client look-alike pairs (24) vs as many strangers' in report
+  assert 'lookalikes.png' in saved['plots']
+  with Image.open(tmp_path / 'lookalikes.png') as picture:   # 4 families x (4 members x 3)
+    assert picture.size == (12 * (96 + 2) + 2, 4 * (96 + 2) + 2)
 
 
 def test_four_rounds_equal_two_plus_resume_plus_two(tmp_path):

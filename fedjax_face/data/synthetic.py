@@ -1229,6 +1229,29 @@ def make_benchmark(*, seed: int, num_identities: int, images_per_identity: int,
 # ----------------------------------------------------------------------------------------------
 
 
+def save_family_grid(images, labels: np.ndarray, families: np.ndarray, path: str, *,
+                     num_families: int = 8, images_per_identity: int = 3) -> None:
+  """A picture of look-alike families: one row per family (the first `num_families`), then
+  `images_per_identity` images of each member side by side, each tile labelled with its identity.
+  `images` may be an array or an image store."""
+  labels, families = np.asarray(labels), np.asarray(families)
+  size = int(np.bincount(families).max())
+  index, names = [], []
+  for f in range(min(num_families, int(families.max()) + 1)):
+    members = np.flatnonzero(families == f)
+    for m in range(size):   # a smaller last family leaves blank tiles
+      own = (np.flatnonzero(labels == members[m])[:images_per_identity] if m < len(members)
+             else np.zeros(0, np.int64))
+      blank = images_per_identity - len(own)
+      index += own.tolist() + [-1] * blank
+      names += [str(members[m])] * len(own) + [''] * blank
+  index = np.asarray(index)
+  picked, _ = stores.take(images, np.maximum(index, 0))
+  picked = np.where((index >= 0)[:, None, None, None], picked, 255).astype(np.uint8)
+  save_sample_grid(picked, path, rows=len(index) // (size * images_per_identity),
+                   cols=size * images_per_identity, labels=names)
+
+
 def save_sample_grid(images: np.ndarray, path: str, *, rows: int = 8, cols: int = 12,
                      labels: Sequence | None = None) -> None:
   """Writes the first rows*cols images as a PNG grid, upscaled (nearest) to >= 96 px per tile.

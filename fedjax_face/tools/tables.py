@@ -16,7 +16,18 @@ import time
 
 from fedjax_face.io import files
 
-PAIR_TITLES = {'lfw': 'LFW', 'cfp_fp': 'CFP-FP', 'agedb_30': 'AgeDB-30'}
+PAIR_TITLES = {'lfw': 'LFW', 'cfp_fp': 'CFP-FP', 'agedb_30': 'AgeDB-30', 'sllfw': 'SLLFW',
+               'cplfw': 'CPLFW', 'calfw': 'CALFW'}
+# 'diagnostics' columns: '<results.json diagnostics section>:<key>' -> title.
+DIAGNOSTIC_TITLES = {
+    'lookalikes:class_cos_lookalike': 'class cos, look-alikes',
+    'lookalikes:class_cos_stranger': 'class cos, strangers',
+    'lookalikes:feature_cos_lookalike': 'feature cos, look-alikes',
+    'lookalikes:feature_cos_stranger': 'feature cos, strangers',
+    'class_embedding_similarity:within_mean': 'within-client class cos',
+    'class_embedding_similarity:cross_mean': 'cross-client class cos',
+    'class_embedding_norm:class_embeddings/norm_mean': 'class-embedding norm',
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,11 +60,13 @@ class Row:
 @dataclasses.dataclass(frozen=True)
 class Table:
   title: str
-  metric: str                       # 'verification' or 'identification'
-  columns: tuple[str, ...]          # pair-set names, or identification metric keys
+  metric: str                       # 'verification', 'identification' or 'diagnostics'
+  columns: tuple[str, ...]          # pair-set names, identification metric keys, or
+                                    # DIAGNOSTIC_TITLES keys
   rows: tuple[Row, ...]
   claim: str                        # the ordering the paper reports
   setting: str = ''                 # ours against the paper's (data, backbone), for the footnote
+  digits: int = 2                   # decimals of ours (3 for cosines)
 
 
 def parse_overrides(items: list[str]) -> tuple[tuple[str, str], ...]:
@@ -104,10 +117,16 @@ def run_all(table: Table, root: str, extra: tuple, dry_run: bool = False,
 
 
 def _ours(result: dict | None, table: Table, column: str) -> float | None:
+  """The run's value for one column (None when the run has no such value, e.g. a pair set it
+  did not evaluate)."""
   if result is None:
     return None
   if table.metric == 'verification':
-    return result['verification'][column]['accuracy'] * 100
+    pair_set = result['verification'].get(column)
+    return None if pair_set is None else pair_set['accuracy'] * 100
+  if table.metric == 'diagnostics':
+    section, _, key = column.partition(':')
+    return result.get('diagnostics', {}).get(section, {}).get(key)
   ident = result.get('identification')
   if not ident:
     return None
@@ -119,17 +138,19 @@ def _ours(result: dict | None, table: Table, column: str) -> float | None:
 def _column_title(table: Table, column: str) -> str:
   if table.metric == 'verification':
     return PAIR_TITLES.get(column, column)
+  if table.metric == 'diagnostics':
+    return DIAGNOSTIC_TITLES.get(column, column)
   key, _, fpir = column.partition(':')
   return {'rank_1': 'rank-1'}.get(key, f'TPIR@FPIR={fpir}')
 
 
-def summarize(values: list[float], num_seeds: int = 1) -> str:
+def summarize(values: list[float], num_seeds: int = 1, digits: int = 2) -> str:
   """One cell: '—' without runs, the value of one run, mean ± sample std over several; a cell
   missing some of the `num_seeds` runs says how many it has."""
   if not values:
     return '—'
-  cell = (f'{values[0]:.2f}' if len(values) == 1 else
-          f'{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}')
+  cell = (f'{values[0]:.{digits}f}' if len(values) == 1 else
+          f'{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}')
   return cell if len(values) == num_seeds else f'{cell} ({len(values)} of {num_seeds} seeds)'
 
 
@@ -150,7 +171,8 @@ def markdown(table: Table, results: dict[tuple[Run, int], dict], command: str,
   for row in table.rows:
     cells = [row.label]
     for column, paper in zip(table.columns, row.paper):
-      cells += [summarize(row_values(table, row, column, results, seeds), len(seeds)),
+      cells += [summarize(row_values(table, row, column, results, seeds), len(seeds),
+                          table.digits),
                 '—' if paper is None else f'{paper:.2f}']
     lines.append('| ' + ' | '.join(cells) + ' |')
   spread = ('' if len(seeds) == 1 else

@@ -102,3 +102,28 @@ def test_plot_similarity_histograms_writes_png(tmp_path):
     # One panel per method, side by side.
     assert image.size[0] > 2 * image.size[1]
   _assert_png(path)
+
+
+def test_lookalike_pairs_are_cross_client_family_members_and_strangers_match_in_number():
+  # Identities 0-5 in families {0,1,2}, {3,4,5}; client 0 holds 0, 3; client 1 holds 1, 4;
+  # client 2 holds 2 and 5, and also 0 (shared: 0 and 2 then have a common holder).
+  families = np.array([0, 0, 0, 1, 1, 1])
+  table = np.array([[0, 3, -1], [1, 4, -1], [2, 5, 0]])
+  holders = diagnostics.holders_matrix(table, 6)
+  look, strangers = diagnostics.lookalike_pairs(families, holders, 100, np.random.default_rng(0))
+  assert look.tolist() == [[0, 1], [1, 2], [3, 4], [3, 5], [4, 5]]
+  assert len(strangers) == 5
+  for a, b in strangers:
+    assert families[a] != families[b] and not (holders[a] & holders[b]).any()
+  capped, _ = diagnostics.lookalike_pairs(families, holders, 2, np.random.default_rng(0))
+  assert len(capped) == 2 and set(map(tuple, capped.tolist())) <= set(map(tuple, look.tolist()))
+
+
+def test_feature_cosines_by_hand():
+  features = {0: np.array([[1.0, 0.0], [0.0, 2.0]]), 1: np.array([[3.0, 0.0]])}
+  # Pair (0, 1): cosines 1 and 0, mean 0.5; identity 0's two images are orthogonal.
+  np.testing.assert_allclose(diagnostics.mean_feature_cosines(features, np.array([[0, 1]])), [0.5])
+  np.testing.assert_allclose(diagnostics.same_identity_feature_cosines(features), [0.0])
+  np.testing.assert_allclose(
+      diagnostics.pair_cosines(np.array([[1.0, 1.0], [2.0, 0.0]]), np.array([[0, 1]])),
+      [np.sqrt(0.5)])

@@ -82,6 +82,21 @@ def test_markdown_identification_columns():
   assert '| C | — | 61.21 | 25.50 | 59.65 |' in text
 
 
+def test_markdown_diagnostics_columns_and_a_pair_set_a_run_lacks():
+  run = Run('fedgc/fedpe', 'loss=softmax,lookalikes')
+  result = fake_result(lfw=0.75)
+  result['diagnostics'] = {'lookalikes': {'class_cos_lookalike': 0.61234}}
+  diag = Table('T9', 'diagnostics', ('lookalikes:class_cos_lookalike',
+                                     'class_embedding_similarity:within_mean'),
+               (Row('FedPE', run, (None, None)),), 'claim', digits=3)
+  text = tables.markdown(diag, {(run, 0): result}, 'cmd')
+  assert '| method | class cos, look-alikes (ours) | class cos, look-alikes (paper) | ' in text
+  assert '| FedPE | 0.612 | — | — | — |' in text
+  # An older run without the sllfw pair set leaves its cell empty instead of failing.
+  verif = Table('T8', 'verification', ('lfw', 'sllfw'), (Row('FedPE', run, (None, 80.42)),), 'c')
+  assert '| FedPE | 75.00 | — | — | 80.42 |' in tables.markdown(verif, {(run, 0): result}, 'cmd')
+
+
 def test_run_all_reads_finished_runs_and_dry_run_starts_nothing(tmp_path, capsys):
   a, b = Run('fedgc/fedpe', 'loss=softmax'), Run('fedgc/fedgc', 'loss=softmax')
   table = Table('T', 'verification', ('lfw',), (Row('A', a, (1.0,)), Row('B', b, (1.0,))), 'c')
