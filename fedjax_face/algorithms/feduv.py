@@ -23,6 +23,10 @@ Readings:
   * Messages are k bits drawn at random per client (distinct); k (`feduv.message_bits`) defaults
     to about n/2, BCH(127, 64), BCH(255, 131), BCH(511, 259) with designed distances 21, 37 and
     61. Codes are systematic (the message is the codeword's first k bits).
+  * `feduv.codeword_scale` 'inverse_squared_norm' is Eq. 4 as printed (1/||v||^2 = 1/n). The
+    switch 'inverse_norm' (1/||v||) is not the paper's: it takes out the code length's scale,
+    which otherwise shrinks the class embedding W'^T v / n to about 1/sqrt(n) at init and W''s
+    gradient v g^T / n to 1/n (BUILD_NOTES: the FedUV investigation).
   * The pair sets are verified on the backbone's features g_theta(x), like every other method;
     `class_embeddings` (for the diagnostics and Fig. 5) is W'^T v_i / ||v_i||^2 per client, read
     by the simulator for evaluation: the server never holds v.
@@ -43,6 +47,7 @@ from fedjax_face.data import preprocess
 
 ONE_CLIENT = False
 CODE_LENGTHS = (127, 255, 511)
+CODEWORD_SCALES = {'inverse_squared_norm': 2.0, 'inverse_norm': 1.0}   # the power of ||v||
 DEFAULT_MESSAGE_BITS = {127: 64, 255: 131, 511: 259}   # about n/2; designed distance 21, 37, 61
 
 
@@ -52,6 +57,7 @@ def config_section() -> ml_collections.ConfigDict:
   c.code_length = 511         # n: FedUV-127 / 255 / 511 (Table 3)
   c.message_bits = 0          # k; 0 = DEFAULT_MESSAGE_BITS[n]
   c.threshold_quantile = 0.1  # the per-user threshold: this quantile of the user's own scores
+  c.codeword_scale = 'inverse_squared_norm'   # Eq. 4; 'inverse_norm' divides by ||v|| instead
   return c
 
 
@@ -93,6 +99,7 @@ def valid_message_bits(n: int) -> list[int]:
 def check_config(config) -> None:
   c = config_lib.section(config, 'feduv', 'feduv.config_section() (configs/fedfv/feduv.py)')
   config_lib.check_choice('feduv.code_length', c.code_length, CODE_LENGTHS)
+  config_lib.check_choice('feduv.codeword_scale', c.codeword_scale, tuple(CODEWORD_SCALES))
   config_lib.check_int('feduv.message_bits', c.message_bits, allow_zero=True)
   q = c.threshold_quantile
   if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 < q < 1:
@@ -131,10 +138,11 @@ def codewords(n: int, k: int, messages: np.ndarray) -> np.ndarray:
   return 2.0 * bits - 1.0
 
 
-def class_rows(projection: jax.Array, codeword: jax.Array) -> jax.Array:
-  """w = W'^T v / ||v||^2, `[m, d]` for codewords `[m, n]`: Eq. 4's score is then g . w."""
+def class_rows(projection: jax.Array, codeword: jax.Array, power: float = 2.0) -> jax.Array:
+  """w = W'^T v / ||v||^power, `[m, d]` for codewords `[m, n]`: Eq. 4's score (power 2) is then
+  g . w."""
   v = codeword.astype(projection.dtype)
-  return (v @ projection) / jnp.sum(v * v, axis=-1, keepdims=True)
+  return (v @ projection) / jnp.sum(v * v, axis=-1, keepdims=True) ** (power / 2)
 
 
 def user_threshold(scores: jax.Array, mask: jax.Array, quantile: float) -> jax.Array:
@@ -153,11 +161,13 @@ def user_threshold(scores: jax.Array, mask: jax.Array, quantile: float) -> jax.A
   return jnp.where(count > 0, value, 0.0)
 
 
-def own_scores(model, variables, projection, codeword, data) -> tuple[jax.Array, jax.Array]:
-  """`([S·B] scores, [S·B] mask)`: v^T W' g(x) / ||v||^2 of the client's images (eval mode)."""
+def own_scores(model, variables, projection, codeword, data,
+               power: float = 2.0) -> tuple[jax.Array, jax.Array]:
+  """`([S·B] scores, [S·B] mask)`: v^T W' g(x) / ||v||^power of the client's images (eval
+  mode)."""
   images = data['images'].reshape((-1,) + data['images'].shape[2:])
   features = model.apply(variables, preprocess.normalize(images), train=False)
-  w = class_rows(projection, codeword[None, :])[0]
+  w = class_rows(projection, codeword[None, :], power)[0]
   return features @ w, data['mask'].reshape(-1)
 
 
@@ -168,9 +178,11 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
                      f'{fed.max_classes} (federated.partition=\'one_per_client\').')
   c = config.feduv
   n, k = c.code_length, message_bits(c)
+  power = CODEWORD_SCALES[c.codeword_scale]
+  rows = functools.partial(class_rows, power=power)
   train = common.local_trainer(model, head_kwargs=common.head_kwargs(config),
                                optimizer=common.make_optimizer(config.optimizer),
-                               step_mode=step_mode, class_rows=class_rows)
+                               step_mode=step_mode, class_rows=rows)
   lr_schedule = common.lr_scale_schedule(config)
   identity_table = np.asarray(fed.identity_table)
   num_clients, dim = fed.num_clients, config.model.embedding_dim
@@ -198,7 +210,7 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     model_vars, projection, _, metrics = train(shared['model'], shared['projection'], data, rng,
                                                lr_scale=shared.get('lr_scale'),
                                                row_input=v[None, :])
-    scores, mask = own_scores(model, model_vars, projection, v, data)
+    scores, mask = own_scores(model, model_vars, projection, v, data, power)
     threshold = user_threshold(scores, mask, c.threshold_quantile)
     return ClientResult(update={'model': model_vars, 'projection': projection},
                         private={'codeword': v, 'threshold': threshold}, metrics=metrics)
@@ -208,8 +220,9 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     return aggregation.weighted_mean(updates, weights)   # FedAvg of theta and W'
 
   def class_embeddings(state: RoundState):
-    rows = class_rows(state.server['projection'], state.clients['codeword'])
-    return class_tables.to_identity_rows(rows[:, None, :], identity_table, fed.num_identities)
+    embeddings = rows(state.server['projection'], state.clients['codeword'])
+    return class_tables.to_identity_rows(embeddings[:, None, :], identity_table,
+                                         fed.num_identities)
 
   return Algorithm(name='feduv', init=init, broadcast=broadcast, client_update=client_update,
                    server_update=server_update, eval_variables=lambda server: server['model'],

@@ -77,6 +77,15 @@ def test_eq4_loss_and_gradient_by_hand():
   np.testing.assert_allclose(d_g, -active[:, None] * w / 3, rtol=1e-6)
 
 
+def test_inverse_norm_switch_divides_by_the_norm_not_its_square():
+  v = jnp.asarray([[1.0, -1.0, 1.0, 1.0]])      # ||v|| = 2
+  projection = jnp.asarray([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0], [3.0, 0.0]])
+  # W'^T v = (5, -1): Eq. 4 divides by 4, the switch by 2.
+  np.testing.assert_allclose(feduv.class_rows(projection, v), [[1.25, -0.25]])
+  np.testing.assert_allclose(
+      feduv.class_rows(projection, v, feduv.CODEWORD_SCALES['inverse_norm']), [[2.5, -0.5]])
+
+
 def test_user_threshold_is_the_quantile_of_the_valid_scores():
   scores = jnp.array([5.0, -1.0, 3.0, 100.0, 0.5, 2.0])
   mask = jnp.array([True, True, True, False, True, True])
@@ -171,6 +180,8 @@ def test_class_embeddings_are_each_clients_secret_embedding():
 @pytest.mark.parametrize('field, value, match', [
     ('feduv.code_length', 100, r'feduv.code_length=100; expected one of \(127, 255, 511\)'),
     ('feduv.threshold_quantile', 1.0, r'threshold_quantile=1.0; expected a fraction in \(0, 1\)'),
+    ('feduv.codeword_scale', 'unit',
+     r"feduv.codeword_scale='unit'; expected one of \('inverse_squared_norm', 'inverse_norm'\)"),
     ('feduv.message_bits', 8, r'message_bits=8 gives 256 messages for 1000 clients'),
     ('feduv.message_bits', 65,
      r'no binary BCH\(511, 65\) code; expected one of \[1, 10, 19, 28, 31, .*, 259, '),
