@@ -65,6 +65,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.federated.local_steps = 2          # local SGD steps per round (the static cap with local_epochs)
   c.federated.local_epochs = 0.0       # > 0: ceil(E·n_k/B) steps per client, masked to the cap
   c.federated.batch_size = 32
+  c.federated.client_optimizer_state = 'reset'   # 'reset': fresh momentum every round (a new
+                                       # optimizer per round, as FL code usually does); 'keep':
+                                       # each client keeps its own from its last round
 
   c.model = ml_collections.ConfigDict()
   c.model.name = 'small_cnn'           # or 'iresnet18' / 'iresnet34' (112x112, accelerators)
@@ -265,6 +268,7 @@ def _check_federated(c: ml_collections.ConfigDict) -> None:
   check_int('federated.local_steps', fl.local_steps)
   check_number('federated.local_epochs', fl.local_epochs, allow_zero=True)
   check_int('federated.batch_size', fl.batch_size)
+  check_choice('federated.client_optimizer_state', fl.client_optimizer_state, ('reset', 'keep'))
 
 
 def _check_model_and_head(c: ml_collections.ConfigDict) -> None:

@@ -124,6 +124,8 @@ def test_workdir_of_another_config_is_refused_and_left_intact(tmp_path):
      r"fedgc.reg_implementation='fast'; expected one of \('dense', 'blockwise', 'auto'\)"),
     ('head.loss', 'positive_cosine',
      r"fedgc.reg_form='' takes the head's form, but head.loss='positive_cosine' has no logits"),
+    ('federated.client_optimizer_state', 'carry',
+     r"federated.client_optimizer_state='carry'; expected one of \('reset', 'keep'\)"),
     ('data.lookalike_spread', 0.0, r'data.lookalike_spread=0.0; expected a number in \(0, 1\]'),
     ('data.lookalike_family_size', 0,
      r'data.lookalike_family_size=0; expected a positive integer'),

@@ -13,6 +13,9 @@ Every method module defines:
   ONE_CLIENT: bool
       True when it trains on one client holding every identity (centralized training).
 
+and may define KEEPS_CLIENT_OPTIMIZER = True when its clients can keep their optimizer state
+between rounds (`federated.client_optimizer_state='keep'`).
+
 Adding a method is one line here (WORKSPACE.md, "How to add a method").
 """
 
@@ -40,4 +43,11 @@ def get(name: str) -> types.ModuleType:
 
 def check_config(config) -> None:
   """The method's own checks of its section (the shared sections: `config_lib.validate`)."""
-  get(config.algorithm).check_config(config)
+  method = get(config.algorithm)
+  if (config.federated.client_optimizer_state == 'keep' and not method.ONE_CLIENT
+      and not getattr(method, 'KEEPS_CLIENT_OPTIMIZER', False)):
+    offered = sorted(name for name in ALGORITHMS
+                     if getattr(get(name), 'KEEPS_CLIENT_OPTIMIZER', False))
+    raise ValueError(f"config.federated.client_optimizer_state='keep' is not offered by "
+                     f"{config.algorithm}; expected 'reset' (methods that offer it: {offered}).")
+  method.check_config(config)

@@ -117,9 +117,9 @@ def local_trainer(model, *, head_kwargs: dict, optimizer: optax.GradientTransfor
   `class_rows`: `local_step`).
 
   Runs `local_step` over the client's steps (`data` leaves have a leading steps axis; padded
-  steps are skipped). Federated clients pass no `opt_state`, so the momentum is created afresh
-  at the start of every round (clients are stateless between rounds apart from what the
-  algorithm keeps explicitly); centralized training carries it across rounds. With
+  steps are skipped). Without `opt_state` the momentum is created afresh at the start of the
+  round (`federated.client_optimizer_state='reset'`); clients that keep theirs
+  (`client_opt_states`) and centralized training pass it in. With
   `train_class_embeddings=False` W is held fixed (FedPE+Fixed).
   """
   one_step = local_step(model, head_kwargs=head_kwargs, optimizer=optimizer,
@@ -159,6 +159,17 @@ def local_trainer(model, *, head_kwargs: dict, optimizer: optax.GradientTransfor
 
   train.init_opt_state = init_opt_state
   return train
+
+
+def keeps_client_optimizer(config) -> bool:
+  return config.federated.client_optimizer_state == 'keep'
+
+
+def client_opt_states(train, variables, class_embeddings: jax.Array):
+  """Every client's fresh optimizer state, stacked on a leading clients axis, for
+  `federated.client_optimizer_state='keep'` (`class_embeddings` `[K, C_max, d]`: each client's
+  rows)."""
+  return jax.vmap(lambda w: train.init_opt_state(variables, w))(class_embeddings)
 
 
 def init_federated(config, model, fed, rng: jax.Array):

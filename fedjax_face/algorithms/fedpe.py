@@ -18,6 +18,7 @@ from fedjax_face.core import aggregation
 from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, RoundState
 
 ONE_CLIENT = False
+KEEPS_CLIENT_OPTIMIZER = True
 
 
 def config_section() -> ml_collections.ConfigDict:
@@ -47,9 +48,15 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
   lr_schedule = common.lr_scale_schedule(config)
   identity_table = np.asarray(fed.identity_table)
 
+  keep_opt_state = common.keeps_client_optimizer(config)
+
   def init(rng):
     variables, w = common.init_federated(config, model, fed, rng)
-    return RoundState(server={'model': variables}, clients={'W': w}, round=jax.numpy.zeros((), jax.numpy.int32))
+    clients = {'W': w}
+    if keep_opt_state:
+      clients['opt_state'] = common.client_opt_states(train, variables, w)
+    return RoundState(server={'model': variables}, clients=clients,
+                      round=jax.numpy.zeros((), jax.numpy.int32))
 
   def broadcast(server, client_ids, round_index, rng):
     del client_ids, rng  # every client receives the same backbone
@@ -57,9 +64,11 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     return ClientInput(shared=shared, per_client={})
 
   def client_update(client_input: ClientInput, private, data, rng) -> ClientResult:
-    model_vars, w, _, metrics = train(client_input.shared['model'], private['W'], data, rng,
-                                      lr_scale=client_input.shared.get('lr_scale'))
-    return ClientResult(update={'model': model_vars}, private={'W': w}, metrics=metrics)
+    model_vars, w, opt_state, metrics = train(client_input.shared['model'], private['W'], data,
+                                              rng, private.get('opt_state'),
+                                              lr_scale=client_input.shared.get('lr_scale'))
+    kept = {'W': w, 'opt_state': opt_state} if keep_opt_state else {'W': w}
+    return ClientResult(update={'model': model_vars}, private=kept, metrics=metrics)
 
   def server_update(server, updates, weights, client_ids, round_index, rng):
     del client_ids, round_index, rng

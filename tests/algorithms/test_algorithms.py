@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from fedjax_face import algorithms, models
-from fedjax_face.algorithms import class_tables, pairwise
+from fedjax_face.algorithms import class_tables, common, pairwise
 from fedjax_face.algorithms.fedgc import correction, regularizer
 from fedjax_face.core import aggregation
+from fedjax_face.core.algorithm import RoundState
 from fedjax_face.data import federated
 from tests import engine_cases
 
@@ -121,3 +122,72 @@ def test_shared_identities_split_images_between_holders():
   np.testing.assert_array_equal(np.sort(seen), np.arange(24))   # every image once, none twice
   with pytest.raises(ValueError, match='shared_group_size=5; expected 2 to num_clients'):
     partition.share_identities(clients, 0.5, 5, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize('name', ['fedpe', 'fedgc'])
+def test_kept_optimizer_state_stays_private_and_continues_across_rounds(name):
+  # One client, FedPE / FedGC with client_optimizer_state='keep': two rounds of two steps
+  # equal one optimizer run of four steps over the same batches (the server's mean of one
+  # client is that client's model; FedGC's correction is off at lambda 0). With 'reset' they
+  # do not (momentum 0.9 restarts).
+  config = engine_cases.tiny_config(name)
+  config.federated.client_optimizer_state = 'keep'
+  if name == 'fedgc':
+    config.fedgc.reg_lambda = 0.0
+  fed = engine_cases.tiny_problem()
+  model = models.build_backbone(config.model)
+  kept = algorithms.get(name).build(config, model, fed, step_mode='scan')
+  config.federated.client_optimizer_state = 'reset'
+  reset = algorithms.get(name).build(config, model, fed, step_mode='scan')
+  ids = jnp.array([1], jnp.int32)
+  rounds = [federated.sample_round(fed, np.asarray(ids), round_index=r, seed=0, steps=2,
+                                   batch_size=4) for r in (0, 1)]
+  rngs = [jax.random.PRNGKey(10), jax.random.PRNGKey(11)]
+
+  def two_rounds(algorithm):
+    state = algorithm.init(jax.random.PRNGKey(0))
+    for r, data in enumerate(rounds):
+      client_input = algorithm.broadcast(state.server, ids, jnp.int32(r), jax.random.PRNGKey(1))
+      take = lambda x: x[0]
+      private = jax.tree.map(take, aggregation.gather_clients(state.clients, ids))
+      result = algorithm.client_update(
+          client_input._replace(per_client=jax.tree.map(take, client_input.per_client)),
+          private, jax.tree.map(take, data), rngs[r])
+      assert set(result.update) == ({'model'} if name == 'fedpe' else {'model', 'W'})
+      assert 'opt_state' not in result.update                  # the momentum never leaves
+      stacked = jax.tree.map(lambda x: x[None], result.update)
+      server = algorithm.server_update(state.server, stacked, jnp.ones(1), ids, jnp.int32(r),
+                                       jax.random.PRNGKey(2))
+      clients = aggregation.scatter_clients(state.clients, ids,
+                                            jax.tree.map(lambda x: x[None], result.private))
+      state = RoundState(server=server, clients=clients, round=state.round + 1)
+    return result
+
+  kept_result, reset_result = two_rounds(kept), two_rounds(reset)
+  assert 'opt_state' in kept_result.private and 'opt_state' not in reset_result.private
+
+  # The same four steps as one optimizer run: round 0's data then round 1's.
+  state = kept.init(jax.random.PRNGKey(0))
+  train = common.local_trainer(model, head_kwargs=common.head_kwargs(config),
+                               optimizer=common.make_optimizer(config.optimizer),
+                               step_mode='scan')
+  w0 = (state.clients['W'] if name == 'fedpe' else state.server['W'])[1]
+  variables, w, opt_state = state.server['model'], w0, None
+  for data, rng in zip(rounds, rngs):
+    variables, w, opt_state, _ = train(variables, w, jax.tree.map(lambda x: x[0], data), rng,
+                                       opt_state)
+  final_w = kept_result.private['W'] if name == 'fedpe' else kept_result.update['W']
+  np.testing.assert_allclose(final_w, w, rtol=1e-5, atol=1e-6)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+               kept_result.update['model'], variables)
+  reset_w = reset_result.private['W'] if name == 'fedpe' else reset_result.update['W']
+  assert np.abs(np.asarray(reset_w) - np.asarray(w)).max() > 1e-4
+
+
+def test_keeping_the_optimizer_is_refused_where_not_offered():
+  config = engine_cases.tiny_config('fedfv')
+  config.federated.client_optimizer_state = 'keep'
+  with pytest.raises(ValueError, match=r"client_optimizer_state='keep' is not offered by fedfv; "
+                                       r"expected 'reset' \(methods that offer it: \['fedgc', "
+                                       r"'fedpe'\]\)"):
+    algorithms.check_config(config)

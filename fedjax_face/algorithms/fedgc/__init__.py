@@ -7,9 +7,9 @@ softmax regularizer over every client's classes.
   correction.py   Alg. 1 line 14 with either, chosen by `fedgc.reg_implementation`
 """
 
-from fedjax_face.algorithms.fedgc.algorithm import (ONE_CLIENT, build, check_config,
-                                                    config_section, regularizer_kwargs,
-                                                    variant_name)
+from fedjax_face.algorithms.fedgc.algorithm import (KEEPS_CLIENT_OPTIMIZER, ONE_CLIENT, build,
+                                                    check_config, config_section,
+                                                    regularizer_kwargs, variant_name)
 
-__all__ = ['ONE_CLIENT', 'build', 'check_config', 'config_section', 'regularizer_kwargs',
-           'variant_name']
+__all__ = ['KEEPS_CLIENT_OPTIMIZER', 'ONE_CLIENT', 'build', 'check_config', 'config_section',
+           'regularizer_kwargs', 'variant_name']

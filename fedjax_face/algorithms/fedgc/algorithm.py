@@ -31,6 +31,7 @@ from fedjax_face.core import aggregation
 from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, RoundState
 
 ONE_CLIENT = False
+KEEPS_CLIENT_OPTIMIZER = True
 
 
 def config_section() -> ml_collections.ConfigDict:
@@ -96,10 +97,14 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
   valid, holders = jnp.asarray(valid), jnp.asarray(holders)
   block_size = config.fedgc.reg_block_size or None
 
+  keep_opt_state = common.keeps_client_optimizer(config)
+
   def init(rng):
     variables, w = common.init_federated(config, model, fed, rng)
     server = {'model': variables, 'W': w}
-    return RoundState(server=server, clients={}, round=jnp.zeros((), jnp.int32))
+    clients = ({'opt_state': common.client_opt_states(train, variables, w)} if keep_opt_state
+               else {})
+    return RoundState(server=server, clients=clients, round=jnp.zeros((), jnp.int32))
 
   def broadcast(server, client_ids, round_index, rng):
     del rng
@@ -108,9 +113,11 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     return ClientInput(shared=shared, per_client={'W': w_k})
 
   def client_update(client_input: ClientInput, private, data, rng) -> ClientResult:
-    model_vars, w, _, metrics = train(client_input.shared['model'], client_input.per_client['W'],
-                                   data, rng, lr_scale=client_input.shared.get('lr_scale'))
-    return ClientResult(update={'model': model_vars, 'W': w}, private=private, metrics=metrics)
+    model_vars, w, opt_state, metrics = train(
+        client_input.shared['model'], client_input.per_client['W'], data, rng,
+        private.get('opt_state'), lr_scale=client_input.shared.get('lr_scale'))
+    kept = {'opt_state': opt_state} if keep_opt_state else private
+    return ClientResult(update={'model': model_vars, 'W': w}, private=kept, metrics=metrics)
 
   def server_update(server, updates, weights, client_ids, round_index, rng):
     del rng
