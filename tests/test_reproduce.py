@@ -15,12 +15,12 @@ from tests import config_files
 
 def test_table_names_and_selection():
   names = reproduce.table_names()
-  assert names == [f'fedgc{i}' for i in range(1, 13)] + ['fedfv1', 'fedfv2', 'fedfv3']
+  assert names == [f'fedgc{i}' for i in range(1, 13)] + ['fedfv1', 'fedfv2', 'fedfv3', 'fedfv4']
   assert reproduce.select('fedgc4') == [('fedgc', 4)]
-  assert reproduce.select('fedfv') == [('fedfv', 1), ('fedfv', 2), ('fedfv', 3)]
-  assert len(reproduce.select('all')) == 15
-  with pytest.raises(app.UsageError, match=r"--table=fedfv4; expected one of \['fedgc1'"):
-    reproduce.select('fedfv4')
+  assert reproduce.select('fedfv') == [('fedfv', 1), ('fedfv', 2), ('fedfv', 3), ('fedfv', 4)]
+  assert len(reproduce.select('all')) == 16
+  with pytest.raises(app.UsageError, match=r"--table=fedfv5; expected one of \['fedgc1'"):
+    reproduce.select('fedfv5')
 
 
 def test_command_line_dry_run_with_seeds(tmp_path):
@@ -40,7 +40,7 @@ def test_command_line_dry_run_with_seeds(tmp_path):
   assert 'Made by `python -m fedjax_face.reproduce --table=fedgc4' in text
   for args, message in ((['--table=fedgc13'], '--table=fedgc13; expected one of'),
                         (['--table=fedfv', f'--out={out_file}'], '--out names one file but '
-                         '--table=fedfv is 3 tables'),
+                         '--table=fedfv is 4 tables'),
                         (['--table=fedgc1', '--seeds=0,0'], '--seeds=0,0; expected distinct')):
     bad = subprocess.run(cmd[:3] + args + [f'--root={tmp_path}', '--dry_run'],
                          cwd=config_files.ROOT, capture_output=True, text=True)
