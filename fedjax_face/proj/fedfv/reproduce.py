@@ -67,12 +67,12 @@ TABLES = {
 # paper's embedding width d = 512 >= n.
 _UV_PAPER = {127: (78.83, 56.35, 68.03), 255: (79.42, 57.23, 68.41), 511: (81.60, 58.93, 68.63)}
 TABLES[4] = Table(
-    "FedUV's code length: Eq. 4 as printed, with 1/||v|| instead of 1/||v||^2, and at d = 512",
+    "FedUV's code length: Eq. 4 as printed, with 1/‖v‖ instead of 1/‖v‖², and at d = 512",
     'verification', PAIR_SETS, tuple(
         Row(f'FedUV-{n} {variant}',
             Run('fedfv/feduv', '' if n == 511 else f'n={n}', overrides), paper)
         for variant, overrides in (('Eq. 4', ()),
-                                   ('1/||v||', (('feduv.codeword_scale', 'inverse_norm'),)),
+                                   ('1/‖v‖', (('feduv.codeword_scale', 'inverse_norm'),)),
                                    ('Eq. 4, d = 512', (('model.embedding_dim', '512'),)))
         for n, paper in _UV_PAPER.items()),
     'FedUV-511 > FedUV-255 > FedUV-127 (Table 3; the paper runs d = 512 and Eq. 4)', SETTING)
