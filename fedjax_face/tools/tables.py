@@ -9,6 +9,7 @@ are trained once); `markdown` prints ours beside the paper's, as mean ± std ove
 """
 
 import dataclasses
+import json
 import statistics
 import subprocess
 import sys
@@ -98,28 +99,53 @@ def workdir(root: str, run: Run, extra: tuple, seed: int) -> str:
   return files.join(root, run.name(seed_overrides(extra, seed)))
 
 
+FAILED = 'failed.json'   # beside a run that ended in an error: its exit code and last error line
+
+
+def last_error(stderr: str) -> str:
+  """The exception line of a run's stderr (e.g. 'FloatingPointError: round 15: ...'), else its
+  last line."""
+  lines = [line for line in stderr.strip().splitlines() if line.strip()]
+  errors = [line for line in lines if line.split(':', 1)[0].endswith(('Error', 'Exception'))]
+  return (errors or lines or [''])[-1]
+
+
 def run_all(table: Table, root: str, extra: tuple, dry_run: bool = False,
             seeds: tuple[int, ...] = (0,)) -> dict[tuple[Run, int], dict]:
-  """Runs what is missing; returns results.json of every (run, seed) that has one."""
+  """Runs what is missing; returns results.json of every (run, seed) that has one, and
+  {'failed': error line} for a run that ended in an error (a diverged run is a result too).
+
+  A failed run leaves `failed.json` in its workdir and is not retried (delete the file to retry).
+  """
   results = {}
   for row in table.rows:
     for seed in seeds:
-      path = files.join(workdir(root, row.run, extra, seed), 'results.json')
-      if not files.exists(path) and not dry_run:
-        cmd = row.run.command(workdir(root, row.run, extra, seed), seed_overrides(extra, seed))
+      run_dir = workdir(root, row.run, extra, seed)
+      path, failed = files.join(run_dir, 'results.json'), files.join(run_dir, FAILED)
+      if not files.exists(path) and not files.exists(failed) and not dry_run:
+        cmd = row.run.command(run_dir, seed_overrides(extra, seed))
         print('$ python ' + ' '.join(cmd[1:]), flush=True)
         t0 = time.perf_counter()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-        print(f'  done in {time.perf_counter() - t0:.0f} s', flush=True)
+        proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if proc.returncode:
+          error = last_error(proc.stderr)
+          files.makedirs(run_dir)
+          files.write_text_atomic(failed, json.dumps({'returncode': proc.returncode,
+                                                      'error': error}))
+          print(f'  failed (exit {proc.returncode}): {error}', flush=True)
+        else:
+          print(f'  done in {time.perf_counter() - t0:.0f} s', flush=True)
       if files.exists(path):
         results[(row.run, seed)] = files.read_json(path)
+      elif files.exists(failed):
+        results[(row.run, seed)] = {'failed': files.read_json(failed)['error']}
   return results
 
 
 def _ours(result: dict | None, table: Table, column: str) -> float | None:
   """The run's value for one column (None when the run has no such value, e.g. a pair set it
   did not evaluate)."""
-  if result is None:
+  if result is None or 'failed' in result:
     return None
   if table.metric == 'verification':
     pair_set = result['verification'].get(column)
@@ -170,12 +196,18 @@ def markdown(table: Table, results: dict[tuple[Run, int], dict], command: str,
            '| ' + ' | '.join(header) + ' |', '|' + ' --- |' * len(header)]
   for row in table.rows:
     cells = [row.label]
+    failed = sum('failed' in results.get((row.run, seed), {}) for seed in seeds)
     for column, paper in zip(table.columns, row.paper):
-      cells += [summarize(row_values(table, row, column, results, seeds), len(seeds),
-                          table.digits),
-                '—' if paper is None else f'{paper:.2f}']
+      values = row_values(table, row, column, results, seeds)
+      cell = summarize(values, len(seeds) - failed, table.digits) if values else 'failed'
+      if failed and values:
+        cell += f' ({failed} failed)'
+      cells += [cell if values or failed else '—', '—' if paper is None else f'{paper:.2f}']
     lines.append('| ' + ' | '.join(cells) + ' |')
   spread = ('' if len(seeds) == 1 else
             f' Ours: mean ± standard deviation over config.seed = {", ".join(map(str, seeds))}.')
+  errors = sorted({result['failed'] for result in results.values() if 'failed' in result})
   lines += ['', f'Made by `{command}`; {table.setting}' + spread, '']
+  if errors:
+    lines += ['Failed runs ended with: ' + '; '.join(f'`{e}`' for e in errors), '']
   return '\n'.join(lines)

@@ -1,6 +1,7 @@
 """The table sweeps' machinery: run naming, seeds, overrides, reading finished runs, the markdown."""
 
 import json
+import sys
 
 import pytest
 
@@ -108,3 +109,36 @@ def test_run_all_reads_finished_runs_and_dry_run_starts_nothing(tmp_path, capsys
   assert got == {(a, 0): fake_result(lfw=0.5), (a, 1): fake_result(lfw=0.6)}
   assert capsys.readouterr().out == ''   # nothing was started
   assert not (tmp_path / b.name()).exists()
+
+
+def test_a_failed_run_is_recorded_not_retried_and_shown(tmp_path, monkeypatch, capsys):
+  # A run that diverges ends in an error: the sweep goes on, writes failed.json with the error
+  # line, does not start it again, and the table says 'failed' with the error in a footnote.
+  a, b = Run('fedgc/fedgc', 'loss=softmax'), Run('fedgc/fedpe', 'loss=softmax')
+  table = Table('T', 'verification', ('lfw',), (Row('A', a, (1.0,)), Row('B', b, (2.0,))), 'c')
+  started = []
+
+  def command(self, workdir, extra=()):
+    started.append(self)
+    if self == a:
+      return [sys.executable, '-c', 'raise FloatingPointError("round 15: non-finite")']
+    script = ('import json, os, sys; os.makedirs(sys.argv[1], exist_ok=True); '
+              'open(os.path.join(sys.argv[1], "results.json"), "w").write(sys.argv[2])')
+    return [sys.executable, '-c', script, workdir, json.dumps(fake_result(lfw=0.7))]
+
+  monkeypatch.setattr(Run, 'command', command)
+  got = tables.run_all(table, str(tmp_path), ())
+  assert got == {(a, 0): {'failed': 'FloatingPointError: round 15: non-finite'},
+                 (b, 0): fake_result(lfw=0.7)}
+  assert 'failed (exit 1): FloatingPointError: round 15: non-finite' in capsys.readouterr().out
+  assert json.loads((tmp_path / a.name() / 'failed.json').read_text())['returncode'] == 1
+  assert tables.run_all(table, str(tmp_path), ()) == got and started == [a, b]   # not retried
+  text = tables.markdown(table, got, 'cmd')
+  assert '| A | failed | 1.00 |' in text and '| B | 70.00 | 2.00 |' in text
+  assert 'Failed runs ended with: `FloatingPointError: round 15: non-finite`' in text
+
+
+def test_last_error_picks_the_exception_line():
+  stderr = 'W1124 font\nTraceback (most recent call last):\n  File "x"\nValueError: bad\n\n'
+  assert tables.last_error(stderr) == 'ValueError: bad'
+  assert tables.last_error('killed\n') == 'killed'
