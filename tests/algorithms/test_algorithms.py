@@ -75,7 +75,8 @@ def test_fedgc_server_update_scatters_then_corrects_all_clients():
                                 jax.random.PRNGKey(2))
   w_tilde = w.at[jnp.array([2, 4])].set(new_rows)              # line 12
   step = config.fedgc.reg_lambda * config.optimizer.learning_rate
-  grad = jax.grad(regularizer.softmax_regularizer)(w_tilde, jnp.asarray(fed.class_mask))
+  grad = jax.grad(regularizer.softmax_regularizer)(
+      w_tilde, jnp.asarray(fed.class_mask), self_gradient=config.fedgc.reg_self_gradient)
   expected = w_tilde - step * grad * jnp.asarray(fed.class_mask)[..., None]   # line 14
   np.testing.assert_allclose(out['W'], expected, rtol=1e-5, atol=1e-7)
   # Clients outside the cohort are corrected too: the regularizer spans every client's W.

@@ -41,7 +41,8 @@ def config_section() -> ml_collections.ConfigDict:
   c.reg_lambda = 20.0            # lambda of Alg. 1 line 14 (FedGC Table 2)
   c.reg_form = ''                # '' = the loss's own form; or 'softmax' / 'cosface' / 'arcface'
   c.reg_reduction = 'sum'        # Eq. 5 as written; 'mean' = divided by the number of classes
-  c.reg_self_gradient = True     # Eq. 5's self term moves W_ki; False = Eq. 12's reading
+  c.reg_self_gradient = False    # Eq. 12's reading (the default: regularizer.py says why);
+                                 # True = Eq. 5's self term also moves W_ki
   c.reg_implementation = 'auto'  # 'dense' | 'blockwise' (streamed) | 'auto' (by class count)
   c.reg_block_size = 0           # streamed rows per block; 0 = streamed.DEFAULT_BLOCK
   return c
