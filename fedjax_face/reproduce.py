@@ -71,7 +71,9 @@ def main(argv):
   if f.out and len(chosen) > 1:
     raise app.UsageError(f'--out names one file but --table={f.table} is {len(chosen)} tables; '
                          'use --out_dir.')
-  command = 'python -m fedjax_face.reproduce ' + ' '.join(sys.argv[1:])
+  # The footnote names the command that makes the table; --dry_run only reads finished runs.
+  command = 'python -m fedjax_face.reproduce ' + ' '.join(
+      a for a in sys.argv[1:] if a not in ('--dry_run', '--dry_run=true', '--dry_run=True'))
   for paper, tid in chosen:
     module = paper_module(paper)
     table = module.TABLES[tid]

@@ -38,6 +38,7 @@ def test_command_line_dry_run_with_seeds(tmp_path):
   assert text in proc.stdout
   assert '| FedPE | 85.00 ± 7.07 | 94.77 |' in text and '| FedGC | — | 98.40 |' in text
   assert 'Made by `python -m fedjax_face.reproduce --table=fedgc4' in text
+  assert '--dry_run' not in text   # the footnote names the command that makes the table
   for args, message in ((['--table=fedgc13'], '--table=fedgc13; expected one of'),
                         (['--table=fedfv', f'--out={out_file}'], '--out names one file but '
                          '--table=fedfv is 4 tables'),
