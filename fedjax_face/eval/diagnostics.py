@@ -21,6 +21,7 @@ from fedjax_face.algorithms import class_tables
 from fedjax_face.core import arrays
 from fedjax_face.data import stores
 from fedjax_face.eval import EvalOutput, Evaluator, plots
+from fedjax_face.eval.recognition import verification
 
 # At most this many look-alike pairs (and strangers) are measured, with this many images per
 # identity for the feature cosines: a fixed, small cost per evaluation.
@@ -143,7 +144,8 @@ def lookalike_pairs(families: np.ndarray, holders: np.ndarray, max_pairs: int,
   without replacement). Strangers: as many random pairs of different families, same rule.
   """
   same = families[:, None] == families[None, :]
-  apart = ~(holders.astype(np.int32) @ holders.T.astype(np.int32)).astype(bool)
+  held = holders.astype(np.float32)   # float: BLAS (an int matmul at 1,000 x 1,000 is slow)
+  apart = (held @ held.T) == 0
   rows, cols = np.triu_indices(len(families), k=1)
   look = np.flatnonzero(same[rows, cols] & apart[rows, cols])
   if len(look) > max_pairs:
@@ -196,12 +198,16 @@ def make_diagnostics(config, section, setup) -> Evaluator:
     labels = np.asarray(setup.benchmark.train_labels)
     measured = np.unique(np.concatenate([look.ravel(), strangers.ravel()]))
     image_index = {int(i): np.flatnonzero(labels == i)[:IMAGES_PER_IDENTITY] for i in measured}
+    images, ok = stores.take(setup.benchmark.train_images,
+                             np.concatenate(list(image_index.values())))
+    owner = np.repeat(list(image_index), [len(v) for v in image_index.values()])[ok]
+    images = images[ok]
 
   def lookalike_results(inputs) -> dict:
-    features = {}
-    for i, index in image_index.items():
-      images, ok = stores.take(setup.benchmark.train_images, index)
-      features[i] = np.asarray(inputs.embed(images[ok]))
+    # The protocol's own embedding (normalised input, no flip), in eval-sized batches.
+    embedded = verification.compute_embeddings(inputs.embed, images,
+                                               batch_size=config.eval.batch_size, flip=False)
+    features = {i: embedded[owner == i] for i in image_index}
     out = {'pairs': int(len(look)),
            'feature_cos_lookalike': _mean(mean_feature_cosines(features, look)),
            'feature_cos_stranger': _mean(mean_feature_cosines(features, strangers)),

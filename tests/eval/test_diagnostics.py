@@ -6,7 +6,9 @@ import numpy as np
 from PIL import Image
 import pytest
 
-from fedjax_face.eval import diagnostics
+from fedjax_face import config_lib
+from fedjax_face.data import federated, preprocess, synthetic
+from fedjax_face.eval import EvalInputs, EvalSetup, diagnostics
 from fedjax_face.eval import plots
 from fedjax_face.io import artifacts
 
@@ -127,3 +129,29 @@ def test_feature_cosines_by_hand():
   np.testing.assert_allclose(
       diagnostics.pair_cosines(np.array([[1.0, 1.0], [2.0, 0.0]]), np.array([[0, 1]])),
       [np.sqrt(0.5)])
+
+
+def test_lookalike_feature_cosines_embed_normalised_images():
+  # The evaluator must embed the way the protocol does: images in [-1, 1], not raw uint8. A
+  # linear stub embedding (the first 8 normalised pixels) gives the expected cosines by hand.
+  config = config_lib.runlocal(config_lib.base_config())
+  bench = synthetic.make_benchmark(seed=0, num_identities=8, images_per_identity=3,
+                                   num_test_identities=4, num_pairs=20, num_folds=1,
+                                   lookalike_family_size=2)
+  clients = [np.array([0, 2, 4, 6], np.int32), np.array([1, 3, 5, 7], np.int32)]
+  fed = federated.build(bench.train_images, bench.train_labels, clients)
+  evaluator = diagnostics.make_diagnostics(config, None, EvalSetup(config, bench, fed))
+
+  def embed(x):
+    x = np.asarray(x)
+    assert x.dtype == np.float32 and -1.0 - 1e-6 <= x.min() and x.max() <= 1.0 + 1e-6
+    return x.reshape(len(x), -1)[:, :8]
+
+  out = evaluator.evaluate(EvalInputs(embed=embed, class_embeddings=None)).results['lookalikes']
+  assert out['pairs'] == 4                       # families {0,1}, {2,3}, ... split over 2 clients
+  features = {i: np.asarray(preprocess.normalize(bench.train_images[bench.train_labels == i][:4]))
+              .reshape(-1, 32 * 32 * 3)[:, :8] for i in range(8)}
+  pairs = np.array([[0, 1], [2, 3], [4, 5], [6, 7]])
+  np.testing.assert_allclose(out['feature_cos_lookalike'],
+                             diagnostics.mean_feature_cosines(features, pairs).mean(), rtol=1e-5)
+  assert 'class_cos_lookalike' not in out        # no class embeddings given
