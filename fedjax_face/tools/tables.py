@@ -25,6 +25,7 @@ DIAGNOSTIC_TITLES = {
     'lookalikes:class_cos_stranger': 'class cos, strangers',
     'lookalikes:feature_cos_lookalike': 'feature cos, look-alikes',
     'lookalikes:feature_cos_stranger': 'feature cos, strangers',
+    'lookalikes:feature_cos_same_identity': 'feature cos, same identity',
     'class_embedding_similarity:within_mean': 'within-client class cos',
     'class_embedding_similarity:cross_mean': 'cross-client class cos',
     'class_embedding_norm:class_embeddings/norm_mean': 'class-embedding norm',

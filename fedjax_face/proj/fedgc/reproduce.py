@@ -144,7 +144,8 @@ def _lookalike_runs(lookalikes: bool) -> tuple[tuple[str, Run, tuple | None], ..
 
 
 LOOKALIKE_COLUMNS = ('lookalikes:class_cos_lookalike', 'lookalikes:class_cos_stranger',
-                     'lookalikes:feature_cos_lookalike', 'lookalikes:feature_cos_stranger')
+                     'lookalikes:feature_cos_lookalike', 'lookalikes:feature_cos_stranger',
+                     'lookalikes:feature_cos_same_identity')
 TABLES[8] = Table(
     'Look-alikes off / on: methods on the six pair sets (Softmax)', 'verification', PAIR_SETS,
     tuple(Row(f'{label} ({"look-alikes" if on else "independent"})', run,
