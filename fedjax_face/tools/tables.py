@@ -123,8 +123,11 @@ def run_all(table: Table, root: str, extra: tuple, dry_run: bool = False,
     for seed in seeds:
       run_dir = workdir(root, row.run, extra, seed)
       path, failed = files.join(run_dir, 'results.json'), files.join(run_dir, FAILED)
-      if not files.exists(path) and not files.exists(failed) and not dry_run:
+      if not files.exists(path) and not files.exists(failed):
         cmd = row.run.command(run_dir, seed_overrides(extra, seed))
+        if dry_run:
+          print('missing: $ python ' + ' '.join(cmd[1:]), flush=True)
+          continue
         print('$ python ' + ' '.join(cmd[1:]), flush=True)
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -107,7 +107,12 @@ def test_run_all_reads_finished_runs_and_dry_run_starts_nothing(tmp_path, capsys
     (workdir / 'results.json').write_text(json.dumps(fake_result(lfw=acc)))
   got = tables.run_all(table, str(tmp_path), (), dry_run=True, seeds=(0, 1))
   assert got == {(a, 0): fake_result(lfw=0.5), (a, 1): fake_result(lfw=0.6)}
-  assert capsys.readouterr().out == ''   # nothing was started
+  # Nothing was started; the missing runs are listed with the commands that would make them.
+  missing = capsys.readouterr().out.splitlines()
+  assert [line.split(' --workdir=')[1].split()[0] for line in missing] == [
+      str(tmp_path / b.name(tables.seed_overrides((), 0))),
+      str(tmp_path / b.name(tables.seed_overrides((), 1)))]
+  assert all(line.startswith('missing: $ python -m fedjax_face.main --config=') for line in missing)
   assert not (tmp_path / b.name()).exists()
 
 
