@@ -25,6 +25,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.seed = 0
   c.num_rounds = 60
   c.checkpoint_every = 20      # rounds; 0 = only at the end
+  c.init_from = ''             # a finished run's workdir whose final model starts this one
+                               # (FedFR starts from its pre-training run); '' = random init
   c.log_every = 5              # rounds
 
   c.data = ml_collections.ConfigDict()
@@ -40,6 +42,13 @@ def base_config() -> ml_collections.ConfigDict:
                                        # (1 = independent identities); synthetic only
   c.data.lookalike_spread = synthetic.LOOKALIKE_SPREAD   # in (0, 1]: a member's distance from
                                        # its family centre (training families and sllfw's)
+  # Public and private identities (FedFR; data/splits.py): the first K_g training identities are
+  # public (the pre-training set, shared with every client), the rest are dealt to the clients.
+  c.data.public_identities = 0         # K_g; 0 = every identity is a client's
+  c.data.private_test_fraction = 0.0   # of each private identity's images, held out for the
+                                       # personalized evaluation (FedFR: 40 of 100)
+  c.data.centralized_on = 'all'        # a centralized run with public identities: 'public' (the
+                                       # pre-training) | 'all' (public + private training images)
   # Real data (README 'Training on real data'); the synthetic-only fields above are then unused.
   c.data.root = ''                     # insightface: train.rec/.idx/property; image_folder:
                                        # <root>/<identity>/*.jpg; tfds: the TFDS data_dir
@@ -246,9 +255,36 @@ def _check_data(c: ml_collections.ConfigDict) -> None:
                      '(1 = independent identities; 0 would make clones).')
   if d.images_per_identity < 2:
     raise ValueError('config.data.images_per_identity must be at least 2 (pairs need two images).')
+  _check_public_private(c)
   if d.num_pairs % (2 * 10):
     raise ValueError(f'config.data.num_pairs={d.num_pairs}; expected a multiple of 20 '
                      '(10 folds, half genuine).')
+
+
+def _check_public_private(c: ml_collections.ConfigDict) -> None:
+  """`data.public_identities`, `data.private_test_fraction`, `data.centralized_on`, `init_from`."""
+  d = c.data
+  check_int('data.public_identities', d.public_identities, allow_zero=True)
+  fraction = d.private_test_fraction
+  if not (isinstance(fraction, (int, float)) and not isinstance(fraction, bool)
+          and 0.0 <= fraction < 1.0):
+    raise ValueError(f'config.data.private_test_fraction={fraction!r}; expected a fraction in '
+                     '[0, 1).')
+  check_choice('data.centralized_on', d.centralized_on, ('all', 'public'))
+  if d.public_identities:
+    if d.source == 'synthetic' and d.public_identities >= d.num_identities:
+      raise ValueError(f'config.data.public_identities={d.public_identities} of '
+                       f'data.num_identities={d.num_identities}; expected fewer, so that clients '
+                       'hold some identities.')
+    if d.lookalike_family_size > 1:
+      raise ValueError('config.data.public_identities > 0 with data.lookalike_family_size > 1: '
+                       'look-alike families would straddle the public / private boundary; use '
+                       'one or the other.')
+  elif d.centralized_on != 'all':
+    raise ValueError(f'config.data.centralized_on={d.centralized_on!r} needs public identities '
+                     '(data.public_identities > 0).')
+  if not isinstance(c.init_from, str):
+    raise ValueError(f'config.init_from={c.init_from!r}; expected a workdir path or \'\'.')
 
 
 def _check_federated(c: ml_collections.ConfigDict) -> None:

@@ -12,6 +12,7 @@ the same numbers, but only process 0 touches the workdir (it alone reads a check
 and broadcasts it).
 """
 
+import dataclasses
 import time
 
 import jax
@@ -21,7 +22,7 @@ from absl import logging
 from fedjax_face import algorithms, config_lib, eval as eval_lib, models
 from fedjax_face.core import distributed, policy
 from fedjax_face.core import engine as engine_lib
-from fedjax_face.data import federated, partition, pipeline, sources, stores, synthetic
+from fedjax_face.data import federated, partition, pipeline, sources, splits, stores, synthetic
 from fedjax_face.eval import diagnostics
 from fedjax_face.eval.recognition import evaluators as recognition
 from fedjax_face.io import artifacts, checkpoint, files, metrics, report
@@ -53,18 +54,56 @@ def load_data(config):
   return sources.load(config, recognition.pair_set_names(config))
 
 
-def client_partition(config, num_identities: int) -> list[np.ndarray]:
-  """The identity partition over the clients: exclusive, with look-alike families spread over
-  different clients (`data.lookalike_family_size` > 1), plus shared identities when
-  `federated.shared_fraction` > 0 (the FedGC general case)."""
+def client_partition(config, num_identities: int, first: int = 0) -> list[np.ndarray]:
+  """The partition of identities first..num_identities-1 over the clients: exclusive, with
+  look-alike families spread over different clients (`data.lookalike_family_size` > 1), plus
+  shared identities when `federated.shared_fraction` > 0 (the FedGC general case). `first` > 0
+  leaves the public identities 0..first-1 out (`data.public_identities`)."""
   rng = np.random.default_rng([config.seed, 0xc11e47])
-  clients = partition.identity_exclusive(num_identities, config.federated.num_clients,
+  clients = partition.identity_exclusive(num_identities - first, config.federated.num_clients,
                                          config.federated.partition, rng)
+  clients = [ids + first for ids in clients]
   family_size = config.data.lookalike_family_size   # families: label // g (data/synthetic.py)
   if family_size > 1 and len(clients) > 1:
     clients = partition.spread_families(clients, np.arange(num_identities) // family_size, rng)
   return partition.share_identities(clients, config.federated.shared_fraction,
                                     config.federated.shared_group_size, rng)
+
+
+def training_views(config, benchmark, one_client: bool):
+  """(the federated view, what the method trains on): the clients' partition, which the
+  evaluators read, and either the same or, for a centralized method, one client holding its
+  identities.
+
+  With `data.public_identities` = K_g > 0 (`data/splits.py`), clients deal out only the private
+  identities' training images and every client shares the public identities' images
+  (`FederatedData.public_indices`); a centralized run trains on the public identities alone
+  (`data.centralized_on='public'`: FedFR's pre-training) or on the public and private training
+  images ('all': its upper bound). The private identities' held-out images
+  (`data.private_test_fraction`) are in no view.
+  """
+  images, labels = benchmark.train_images, benchmark.train_labels
+  num_public = config.data.public_identities
+  if not num_public and not config.data.private_test_fraction:
+    fed_view = federated.build(images, labels, client_partition(config, benchmark.num_identities))
+    if not one_client:
+      return fed_view, fed_view
+    return fed_view, federated.build(images, labels,
+                                     partition.single_client(benchmark.num_identities))
+  split = splits.split_identities(labels, num_public, config.data.private_test_fraction,
+                                  config.seed)
+  private = federated.build(images, split.training_labels(labels, split.private_train),
+                            client_partition(config, benchmark.num_identities, first=num_public))
+  fed_view = private if not num_public else dataclasses.replace(
+      private, public_indices=split.public, public_labels=labels[split.public])
+  if not one_client:
+    return fed_view, fed_view
+  if config.data.centralized_on == 'public':
+    keep, num_trained = split.public, num_public
+  else:
+    keep, num_trained = np.concatenate([split.public, split.private_train]), benchmark.num_identities
+  return fed_view, federated.build(images, split.training_labels(labels, keep),
+                                   partition.single_client(num_trained))
 
 
 def class_embedding_norms(algorithm, state) -> dict:
@@ -132,17 +171,11 @@ def train_and_evaluate(config, workdir: str) -> dict:
   # Data and partition.
   t0 = time.perf_counter()
   benchmark = load_data(config)
-  client_ids = client_partition(config, benchmark.num_identities)
-  fed_view = federated.build(benchmark.train_images, benchmark.train_labels, client_ids)
+  fed_view, fed = training_views(config, benchmark, method.ONE_CLIENT)
   evaluators = eval_lib.make_evaluators(config, eval_lib.EvalSetup(config, benchmark, fed_view))
   data_s = time.perf_counter() - t0
   say(f'data: {len(benchmark.train_images)} training images of {benchmark.num_identities} '
       f'identities, pair sets {sorted(benchmark.pair_sets)} ({data_s:.1f} s)', flush=True)
-  if method.ONE_CLIENT:
-    fed = federated.build(benchmark.train_images, benchmark.train_labels,
-                          partition.single_client(benchmark.num_identities))
-  else:
-    fed = fed_view
   pictures = ['samples.png']
   if chief:
     synthetic.save_sample_grid(

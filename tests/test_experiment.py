@@ -10,7 +10,7 @@ import orbax.checkpoint as ocp
 from PIL import Image
 import pytest
 
-from fedjax_face import experiment
+from fedjax_face import algorithms, experiment, models
 from fedjax_face.data import synthetic
 from tests import config_files
 
@@ -109,7 +109,7 @@ def test_workdir_of_another_config_is_refused_and_left_intact(tmp_path):
 
 @pytest.mark.parametrize('field,value,match', [
     ('algorithm', 'fedavgx',
-     r"algorithm='fedavgx' is unknown; expected one of \['centralized', 'fedaws', 'fedface', 'fedfv', 'fedgc', 'fedpe', 'feduv'\]"),
+     r"algorithm='fedavgx' is unknown; expected one of \['centralized', 'fedaws', 'fedface', 'fedfr', 'fedfv', 'fedgc', 'fedpe', 'feduv'\]"),
     ('head.loss', 'sphereface', r"head.loss='sphereface'; expected one of \('softmax', 'cosface', 'arcface', "
      r"'positive_cosine', 'positive_dot'\)"),
     ('engine.backend', 'pmap', r"engine.backend='pmap'; expected one of"),
@@ -212,3 +212,37 @@ def test_one_identity_per_client_configs_run_end_to_end(tmp_path, name, config_n
   # Fig. 5's statistic: every pair of class embeddings is a cross-client pair here.
   similarity = results['diagnostics']['class_embedding_similarity']
   assert similarity['within_count'] == 0 and similarity['cross_count'] == 16 * 15 // 2
+
+
+def test_fedfr_starts_from_its_pretraining_run(tmp_path):
+  # configs/fedfr/pretrain.py trains on the public identities only; FedFR starts from its final
+  # backbone and class matrix (config.init_from) and runs every client over the private ones.
+  pretrain = experiment.train_and_evaluate(load_config('pretrain'), str(tmp_path / 'pre'))
+  assert pretrain['config_name'] == 'centralized/cosface/balanced'
+  pre_state = final_checkpoint(str(tmp_path / 'pre'), 4)
+  assert pre_state['server']['W'].shape[0] == 8   # K_g public identities
+  config = load_config('fedfr')
+  config.init_from = str(tmp_path / 'pre')
+  _, fed = experiment.training_views(config, experiment.load_data(config), one_client=False)
+  model = models.build_backbone(config.model)
+  start = algorithms.get('fedfr').build(config, model, fed, step_mode='scan').init(
+      jax.random.PRNGKey(0))
+  jax.tree.map(np.testing.assert_array_equal, start.server['model'], pre_state['server']['model'])
+  np.testing.assert_array_equal(start.server['Phi'], pre_state['server']['W'])
+  results = experiment.train_and_evaluate(config, str(tmp_path / 'fedfr'))
+  assert results['config_name'] == 'fedfr/cosface/balanced'
+  assert 0.0 <= results['verification']['lfw']['accuracy'] <= 1.0
+
+
+def test_fedfr_init_from_errors_name_the_run(tmp_path):
+  config = load_config('fedfr')
+  config.init_from = str(tmp_path / 'nothing')
+  with pytest.raises(FileNotFoundError, match=r'init_from=.*nothing.* has no checkpoints/'):
+    experiment.train_and_evaluate(config, str(tmp_path / 'a'))
+  other = load_config('pretrain')
+  other.model.embedding_dim = 8                   # not FedFR's runlocal 16
+  experiment.train_and_evaluate(other, str(tmp_path / 'pre8'))
+  config.init_from = str(tmp_path / 'pre8')
+  with pytest.raises(ValueError, match=r"server.model\['batch_stats'\]\['features'\]\['mean'\] has "
+                     r'shape \(8,\); this run expects \(16,\)'):
+    experiment.train_and_evaluate(config, str(tmp_path / 'b'))

@@ -30,6 +30,7 @@ ALGORITHMS = {
     'fedaws': 'fedjax_face.algorithms.fedaws',
     'feduv': 'fedjax_face.algorithms.feduv',
     'fedface': 'fedjax_face.algorithms.fedface',
+    'fedfr': 'fedjax_face.algorithms.fedfr',
 }
 
 

@@ -30,11 +30,21 @@ class FederatedData:
     client_indices: per client, the indices into `images` of its samples.
     client_local_labels: per client, the local class id (0..C_k-1) of each of its samples.
     identity_table: int32 `[K, C_max]`, global identity of each local class, -1 for padding.
+    public_indices: indices into `images` of the public identities' images, the data set every
+      client shares (FedFR's D_g, `data.public_identities`), or None.
+    public_labels: their identities, 0..K_g-1 (the rows of the public class matrix), or None.
   """
   images: np.ndarray | stores.DecodedImageStore
   client_indices: list[np.ndarray]
   client_local_labels: list[np.ndarray]
   identity_table: np.ndarray
+  public_indices: np.ndarray | None = None
+  public_labels: np.ndarray | None = None
+
+  @property
+  def num_public(self) -> int:
+    """K_g: public identities (0 without a public set)."""
+    return 0 if self.public_labels is None else int(self.public_labels.max()) + 1
 
   @property
   def num_clients(self) -> int:

@@ -226,6 +226,11 @@ def make_diagnostics(config, section, setup) -> Evaluator:
                  if k != 'pairs' and v is not None}
     if inputs.class_embeddings is not None:
       embeddings = np.asarray(inputs.class_embeddings)
+      if embeddings.shape[0] <= identity_table.max():
+        raise ValueError(f'the method\'s class embeddings cover {embeddings.shape[0]} identities '
+                         f'but the clients hold identities up to {identity_table.max()}: a run '
+                         'that trains on some identities only (data.centralized_on=\'public\') '
+                         'has no per-client class embeddings; drop evals.diagnostics.')
       by_client = np.asarray(class_tables.to_client_slots(embeddings, identity_table))
       within, cross = class_embedding_similarity(by_client, class_mask)
       norms = class_embedding_norms(embeddings)

@@ -98,3 +98,46 @@ class Checkpointer:
   def close(self) -> None:
     self._manager.wait_until_finished()
     self._manager.close()
+
+
+def load_final_state(workdir: str) -> dict:
+  """The latest checkpoint in a finished run's `workdir` as nested dicts of arrays
+  (`{'server': ..., 'clients': ..., 'round': ...}`): what `config.init_from` starts a run from.
+
+  Raises FileNotFoundError naming `workdir` when it holds no checkpoint.
+  """
+  directory = files.join(workdir, 'checkpoints')
+  if not files.exists(directory):
+    raise FileNotFoundError(f'config.init_from={workdir!r} has no checkpoints/ directory; expected '
+                            'the --workdir of a finished run.')
+  options = ocp.CheckpointManagerOptions(create=False, read_only=True)
+  manager = ocp.CheckpointManager(files.absolute(directory), options=options)
+  try:
+    step = manager.latest_step()
+    if step is None:
+      raise FileNotFoundError(f'config.init_from={workdir!r}: {directory} holds no checkpoint; '
+                              'expected the --workdir of a finished run.')
+    return manager.restore(step, args=ocp.args.StandardRestore())
+  finally:
+    manager.close()
+
+
+def matching_tree(name: str, template, restored):
+  """`restored` cast to `template`'s structure, shapes and dtypes, or a ValueError naming the
+  first leaf that differs (`name` says what was restored, e.g. 'init_from=... server.model')."""
+  flat_t = dict(jax.tree_util.tree_flatten_with_path(template)[0])
+  flat_r = dict(jax.tree_util.tree_flatten_with_path(restored)[0])
+  keys = lambda d: {jax.tree_util.keystr(k) for k in d}
+  if keys(flat_t) != keys(flat_r):
+    missing = sorted(keys(flat_t) - keys(flat_r))[:3]
+    extra = sorted(keys(flat_r) - keys(flat_t))[:3]
+    raise ValueError(f'{name} does not have this run\'s structure: missing {missing}, '
+                     f'unexpected {extra} (was it trained with the same config.model?).')
+  for path, want in flat_t.items():
+    got = flat_r[path]
+    if tuple(np.shape(got)) != tuple(np.shape(want)):
+      raise ValueError(f'{name}{jax.tree_util.keystr(path)} has shape {tuple(np.shape(got))}; '
+                       f'this run expects {tuple(np.shape(want))} (same config.model and '
+                       'data.image_size as the run it starts from?).')
+  return jax.tree.map(lambda t, r: jax.numpy.asarray(r, dtype=jax.numpy.result_type(t)),
+                      template, restored)

@@ -1,0 +1,62 @@
+"""The FedFR paper's setting (its "Experimental Setup" and "Implementation Details"), shared by
+configs/fedfr/: public identities pre-trained centrally, private identities on the clients.
+
+The paper: 10,000 MS-Celeb-1M identities of 100 images; 6,000 public (pre-training, CosFace
+s = 30, m = 0.4), 4,000 private over 40 clients x 100, each private identity's images split 60
+train / 40 personalized test; a 64-layer SphereFace CNN, 512-d, 112x112; SGD lr 0.001, weight
+decay 5e-4; T = 30 rounds of E = 4 local epochs, every client in every round.
+
+The defaults keep that structure (public / private identities, 60/40, every client every round,
+the losses and their weights) at a size that runs in minutes on 2 CPU cores: 100 public and
+100 private identities of 20 images, 10 clients x 10, the small CNN at 32x32. `paper` puts back
+the paper's sizes, with IResNet-34 for the SphereFace-64 network this package does not have.
+"""
+
+import ml_collections
+
+from fedjax_face import config_lib
+
+
+def fedfr_config(algorithm: str, runlocal: bool = False,
+                 paper: bool = False) -> ml_collections.ConfigDict:
+  """The shared sections of a FedFR-paper config for `algorithm` (its own section not added)."""
+  c = config_lib.base_config()
+  c.algorithm = algorithm
+  c.num_rounds = 30                      # T
+  c.log_every = 5
+  c.checkpoint_every = 10
+  c.data.public_identities = 100         # K_g (paper 6,000)
+  c.data.num_identities = 200            # K_g + 10 clients x 10 private identities
+  c.data.images_per_identity = 20        # paper 100
+  c.data.private_test_fraction = 0.4     # 40 of 100: personalized evaluation
+  c.federated.num_clients = 10           # paper 40
+  c.federated.participation = 1.0        # every client every round
+  c.federated.local_epochs = 1.0         # E (paper 4)
+  c.federated.batch_size = 32
+  c.federated.local_steps = 4            # the static cap: ceil(E x 10 x 12 / 32)
+  c.head.loss = 'cosface'                # Eq. 1 / 3: s = 30, m = 0.4
+  c.head.scale = 30.0
+  c.head.margin = 0.4
+  c.optimizer.learning_rate = 0.001      # the paper's SGD
+  c.optimizer.weight_decay = 5e-4
+  c.engine.step_mode = 'scan'            # a client's steps vary with its hard negatives
+  if paper:
+    c.data.public_identities = 6000
+    c.data.num_identities = 10000
+    c.data.images_per_identity = 100
+    c.data.image_size = 112
+    c.federated.num_clients = 40
+    c.federated.local_epochs = 4.0
+    c.federated.local_steps = 750        # ceil(4 x 100 x 60 / 32)
+    c.model.name = 'iresnet34'
+    c.model.embedding_dim = 512
+  if runlocal:
+    config_lib.runlocal(c)
+    c.data.public_identities = 8
+    c.data.num_identities = 16           # 8 public, 4 clients x 2 private
+    c.data.images_per_identity = 5
+    c.federated.num_clients = 4
+    c.federated.batch_size = 4
+    c.federated.local_steps = 2          # ceil(2 x 3 / 4)
+    c.model.width = 4
+  return c
