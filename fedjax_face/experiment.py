@@ -94,8 +94,9 @@ def training_views(config, benchmark, one_client: bool):
                                   config.seed)
   private = federated.build(images, split.training_labels(labels, split.private_train),
                             client_partition(config, benchmark.num_identities, first=num_public))
-  fed_view = private if not num_public else dataclasses.replace(
-      private, public_indices=split.public, public_labels=labels[split.public])
+  public = {} if not num_public else {'public_indices': split.public,
+                                       'public_labels': labels[split.public]}
+  fed_view = dataclasses.replace(private, test_indices=split.private_test, **public)
   if not one_client:
     return fed_view, fed_view
   if config.data.centralized_on == 'public':
@@ -119,8 +120,10 @@ def class_embedding_norms(algorithm, state) -> dict:
 def evaluate(evaluators, embed, algorithm, state) -> dict:
   """Every evaluator on the current model: type -> `eval.EvalOutput`."""
   state = engine_lib.local_copy(state)   # evaluation runs in each process alone
+  personal = algorithm.personalized(state) if algorithm.personalized else None
   inputs = eval_lib.EvalInputs(embed=embed(algorithm.eval_variables(state.server)),
-                               class_embeddings=algorithm.class_embeddings(state))
+                               class_embeddings=algorithm.class_embeddings(state),
+                               personal_embed=personal)
   return eval_lib.evaluate(evaluators, inputs)
 
 

@@ -232,6 +232,11 @@ def test_fedfr_starts_from_its_pretraining_run(tmp_path):
   results = experiment.train_and_evaluate(config, str(tmp_path / 'fedfr'))
   assert results['config_name'] == 'fedfr/cosface/balanced'
   assert 0.0 <= results['verification']['lfw']['accuracy'] <= 1.0
+  # Table 1's personalized columns: the pre-trained model for every client, then each client's.
+  assert pretrain['personalized']['model'] == 'global'
+  assert results['personalized']['model'] == 'personalized'
+  assert results['personalized']['clients'] == 4
+  assert 'Personalized evaluation' in (tmp_path / 'fedfr' / 'report.md').read_text()
 
 
 def test_fedfr_init_from_errors_name_the_run(tmp_path):

@@ -151,10 +151,14 @@ def dynamic_range(z: jax.Array, power: float) -> jax.Array:
   return 2.0 * ((z + 1.0) / 2.0) ** power - 1.0
 
 
+def dfc_transform(features: jax.Array, projection: dict) -> jax.Array:
+  """f' = Pi(f) = f Pi + bias: the DFC branch's client-specific feature."""
+  return features.astype(jnp.float32) @ projection['kernel'] + projection['bias']
+
+
 def dfc_cosines(features: jax.Array, projection: dict, omega: jax.Array) -> jax.Array:
-  """`[B, C]` cos theta_j between f' = Pi(f) = f Pi + bias and the rows of Omega."""
-  transformed = features.astype(jnp.float32) @ projection['kernel'] + projection['bias']
-  return arrays.l2_normalize(transformed) @ arrays.l2_normalize(omega).T
+  """`[B, C]` cos theta_j between f' = Pi(f) and the rows of Omega."""
+  return arrays.l2_normalize(dfc_transform(features, projection)) @ arrays.l2_normalize(omega).T
 
 
 def dfc_loss(cos: jax.Array, bias: jax.Array, labels: jax.Array, is_local: jax.Array,
@@ -425,6 +429,22 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
       rows = rows.at[:num_public].set(state.server['Phi'].astype(rows.dtype))
     return rows
 
+  apply = jax.jit(lambda variables, x: model.apply(variables, x, train=False))
+  transformed = jax.jit(lambda variables, projection, x: dfc_transform(
+      model.apply(variables, x, train=False), projection))
+
+  def personalized(state: RoundState):
+    """Client k's personalized model: [theta_l, Pi] with the DFC branch, theta_l without (the
+    paper's Table 1 rows evaluate each local model)."""
+    def for_client(k: int):
+      take = lambda x: x[k]
+      variables = jax.tree.map(take, state.clients['prev_model'])
+      if not c.dfc:
+        return lambda images: apply(variables, images)
+      projection = jax.tree.map(take, state.clients['dfc']['projection'])
+      return lambda images: transformed(variables, projection, images)
+    return for_client
+
   return Algorithm(name='fedfr', init=init, broadcast=broadcast, client_update=client_update,
                    server_update=server_update, eval_variables=lambda server: server['model'],
-                   class_embeddings=class_embeddings)
+                   class_embeddings=class_embeddings, personalized=personalized)

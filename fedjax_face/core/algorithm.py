@@ -83,6 +83,9 @@ class Algorithm(NamedTuple):
     eval_variables: server -> backbone variables used for evaluation.
     class_embeddings: RoundState -> ([num_identities, d] class embeddings in global identity
       order, or None when the method has none), for diagnostics.
+    personalized: RoundState -> (client index -> its personalized model's embedding function,
+      float images [B, H, W, C] -> [B, d]), for the personalized evaluation (FedFR); None when
+      the method has no per-client model (the global one is evaluated for every client).
   """
   name: str
   init: Callable[[jax.Array], RoundState]
@@ -91,3 +94,4 @@ class Algorithm(NamedTuple):
   server_update: Callable[[PyTree, PyTree, jax.Array, jax.Array], PyTree]
   eval_variables: Callable[[PyTree], PyTree]
   class_embeddings: Callable[[RoundState], jax.Array | None]
+  personalized: Callable[[RoundState], Callable[[int], Callable]] | None = None

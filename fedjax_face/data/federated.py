@@ -33,6 +33,8 @@ class FederatedData:
     public_indices: indices into `images` of the public identities' images, the data set every
       client shares (FedFR's D_g, `data.public_identities`), or None.
     public_labels: their identities, 0..K_g-1 (the rows of the public class matrix), or None.
+    test_indices: indices into `images` of the clients' identities' held-out images, on which no
+      client trains (`data.private_test_fraction`: the personalized evaluation), or None.
   """
   images: np.ndarray | stores.DecodedImageStore
   client_indices: list[np.ndarray]
@@ -40,6 +42,7 @@ class FederatedData:
   identity_table: np.ndarray
   public_indices: np.ndarray | None = None
   public_labels: np.ndarray | None = None
+  test_indices: np.ndarray | None = None
 
   @property
   def num_public(self) -> int:

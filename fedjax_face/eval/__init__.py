@@ -24,6 +24,7 @@ import numpy as np
 EVALUATORS = {   # type -> module defining check_<type> and make_<type>
     'verification': 'fedjax_face.eval.recognition.evaluators',
     'identification': 'fedjax_face.eval.recognition.evaluators',
+    'personalized': 'fedjax_face.eval.recognition.evaluators',
     'diagnostics': 'fedjax_face.eval.diagnostics',
 }
 
@@ -39,6 +40,8 @@ class EvalInputs(NamedTuple):
   """What one evaluation sees."""
   embed: Callable[[np.ndarray], jax.Array]   # uint8 images [B, H, W, C] -> embeddings [B, d]
   class_embeddings: Any                       # [num_identities, d], or None (method keeps none)
+  personal_embed: Callable[[int], Callable] | None = None   # client -> its model's embed, or
+                                              # None: every client is evaluated with `embed`
 
 
 class EvalOutput(NamedTuple):

@@ -85,6 +85,21 @@ def lookalike_lines(look: dict) -> list[str]:
           f"{fmt(look['feature_cos_stranger'])} | {fmt(look['feature_cos_same_identity'])} |", '']
 
 
+def personalized_lines(personal: dict) -> list[str]:
+  """The personalized protocol's table (eval/recognition/personalized.py): rates by value, '—'
+  where the benchmark's size cannot resolve one."""
+  cells = lambda d: {float(k): v for k, v in d.items()}
+  tar, tpir = cells(personal['tar']), cells(personal['tpir'])
+  header = ([f'TAR@FAR={r:g}' for r in sorted(tar)] + [f'TPIR@FPIR={r:g}' for r in sorted(tpir)])
+  values = [tar[r] for r in sorted(tar)] + [tpir[r] for r in sorted(tpir)]
+  return [f"Personalized evaluation (FedFR protocol, each client's {personal['model']} model, "
+          f"mean over {personal['clients']} clients; per client "
+          f"{personal['genuine_pairs']:.0f} genuine / {personal['impostor_pairs']:.0f} impostor "
+          f"pairs, {personal['non_mated_probes']:.0f} non-mated probes):", '',
+          '| ' + ' | '.join(header) + ' |', '|' + ' --- |' * len(header),
+          '| ' + ' | '.join(_percent(v) for v in values) + ' |', '']
+
+
 def write(workdir: str, results: dict) -> str:
   """Writes results.json and report.md; returns the report's markdown."""
   files.write_json_atomic(files.join(workdir, 'results.json'), results)
@@ -101,6 +116,9 @@ def write(workdir: str, results: dict) -> str:
            f"templates ({ident['num_enrolled']} enrolled + {ident['num_distractors']} distractors), "
            f"{ident['num_mated']} mated and {ident['num_non_mated']} non-mated probes:", '',
            identification_table({results['config_name']: results}), '']
+  personal = results.get('personalized')
+  if personal:
+    md += personalized_lines(personal)
   sim = results.get('diagnostics', {}).get('class_embedding_similarity')
   if sim:
     md += ['Class-embedding cosine similarity (FedGC Fig. 3 diagnostic):', '',

@@ -226,3 +226,24 @@ def test_config_errors_name_the_field(field, value, match):
   config[section][name] = value
   with pytest.raises(ValueError, match=match):
     experiment.validate(config)
+
+
+def test_personalized_model_is_the_clients_backbone_then_its_projection():
+  config, fed, algorithm, state = _setup()
+  model = models.build_backbone(config.model)
+  kernel = state.clients['dfc']['projection']['kernel'].at[1].set(2.0 * jnp.eye(DIM))
+  bias = state.clients['dfc']['projection']['bias'].at[1].set(jnp.arange(DIM, dtype=jnp.float32))
+  prev = jax.tree.map(lambda x: x.at[1].multiply(1.5), state.clients['prev_model'])
+  clients = {**state.clients, 'prev_model': prev,
+             'dfc': {**state.clients['dfc'], 'projection': {'kernel': kernel, 'bias': bias}}}
+  state = state.replace(clients=clients)
+  images = jnp.asarray(np.random.default_rng(1).uniform(-1, 1, size=(2, 8, 8, 3)), jnp.float32)
+  client_one = jax.tree.map(lambda x: x[1], prev)
+  expected = 2.0 * model.apply(client_one, images, train=False) + jnp.arange(DIM)
+  np.testing.assert_allclose(algorithm.personalized(state)(1)(images), expected, rtol=1e-5,
+                             atol=1e-6)
+  # Without the DFC branch a client's personalized model is its local backbone.
+  config, fed, algorithm, state = _setup('row=hn_con,runlocal')
+  local = jax.tree.map(lambda x: x[2], state.clients['prev_model'])
+  np.testing.assert_allclose(algorithm.personalized(state)(2)(images),
+                             model.apply(local, images, train=False), rtol=1e-5, atol=1e-6)

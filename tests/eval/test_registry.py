@@ -25,5 +25,5 @@ def test_deleted_sections_are_skipped():
 
 def test_unknown_evaluator_type_is_named():
   with pytest.raises(ValueError, match=r"config.evals.pad is not an evaluator type; expected one "
-                                       r"of \['diagnostics', 'identification', 'verification'\]"):
+                                       r"of \['diagnostics', 'identification', 'personalized', 'verification'\]"):
     eval_lib.evaluator_types(_evals('verification', 'pad'))

@@ -1,12 +1,13 @@
-"""The face-recognition evaluators of `config.evals`: 'verification' (1:1) and 'identification'
-(1:N), over the protocols of `verification.py` and `identification.py`."""
+"""The face-recognition evaluators of `config.evals`: 'verification' (1:1), 'identification' (1:N)
+and 'personalized' (FedFR's per-client 1:1 and 1:N), over the protocols of `verification.py`,
+`identification.py` and `personalized.py`."""
 
 import numpy as np
 
 from fedjax_face import config_lib
-from fedjax_face.data import identification_set, synthetic
+from fedjax_face.data import identification_set, stores, synthetic
 from fedjax_face.eval import EvalOutput, Evaluator, plots
-from fedjax_face.eval.recognition import identification, verification
+from fedjax_face.eval.recognition import identification, personalized, verification
 from fedjax_face.io import report
 
 def pair_set_names(config) -> tuple[str, ...]:
@@ -78,3 +79,61 @@ def make_identification(config, section, setup) -> Evaluator | None:
     return EvalOutput(results=res, scalars=scalars, figures={}, arrays={})
 
   return Evaluator('identification', evaluate)
+
+
+def check_personalized(config, section) -> None:
+  """FAR / FPIR lists; the run must hold out images of the clients' identities."""
+  if not config.data.private_test_fraction:
+    raise ValueError('config.evals.personalized needs held-out images of the clients\' '
+                     'identities: set data.private_test_fraction (FedFR: 0.4).')
+  for name in ('fars', 'fpirs'):
+    values = section[name]
+    if (not isinstance(values, (tuple, list)) or not values
+        or not all(isinstance(v, float) and 0.0 < v <= 1.0 for v in values)):
+      raise ValueError(f'config.evals.personalized.{name}={values!r}; expected a non-empty '
+                       'tuple of rates in (0, 1], e.g. (1e-4, 1e-3).')
+
+
+def make_personalized(config, section, setup) -> Evaluator:
+  """FedFR's personalized 1:1 and 1:N protocol (`personalized.py`), per client with its own model,
+  averaged over clients."""
+  fed, benchmark = setup.fed_view, setup.benchmark
+  labels = np.asarray(benchmark.train_labels)
+  test_indices = np.asarray(fed.test_indices)
+  test_images, _ = stores.take(benchmark.train_images, test_indices)
+  test_labels = labels[test_indices]
+  owner = np.full(fed.num_identities, -1)
+  for k, ids in enumerate(fed.identity_table):
+    owner[ids[ids >= 0]] = k
+  test_owner = owner[test_labels]
+  train = []
+  for k in range(fed.num_clients):
+    images, _ = stores.take(benchmark.train_images, fed.client_indices[k])
+    train.append((images, fed.identity_table[k][fed.client_local_labels[k]]))
+  embeddings = lambda embed_fn, images: verification.compute_embeddings(
+      embed_fn, images, batch_size=config.eval.batch_size)
+
+  def evaluate(inputs) -> EvalOutput:
+    shared_test = None if inputs.personal_embed else embeddings(inputs.embed, test_images)
+    ver, ident = [], []
+    for k in range(fed.num_clients):
+      embed_fn = inputs.personal_embed(k) if inputs.personal_embed else inputs.embed
+      test = shared_test if shared_test is not None else embeddings(embed_fn, test_images)
+      own = test_owner == k
+      ver.append(personalized.client_verification(test, test_labels, own, section.fars))
+      ident.append(personalized.client_identification(
+          embeddings(embed_fn, train[k][0]), train[k][1], test, test_labels, own, section.fpirs))
+    results = {
+        'model': 'personalized' if inputs.personal_embed else 'global',
+        'clients': fed.num_clients,
+        'tar': personalized.mean_over_clients([v['tar'] for v in ver]),
+        'tpir': personalized.mean_over_clients([i['tpir'] for i in ident]),
+        'genuine_pairs': float(np.mean([v['genuine_pairs'] for v in ver])),
+        'impostor_pairs': float(np.mean([v['impostor_pairs'] for v in ver])),
+        'non_mated_probes': float(np.mean([i['non_mated_probes'] for i in ident])),
+    }
+    scalars = {f'{kind}@{rate}': value for kind in ('tar', 'tpir')
+               for rate, value in results[kind].items() if value is not None}
+    return EvalOutput(results=results, scalars=scalars, figures={}, arrays={})
+
+  return Evaluator('personalized', evaluate)

@@ -15,6 +15,7 @@ the paper's sizes, with IResNet-34 for the SphereFace-64 network this package do
 import ml_collections
 
 from fedjax_face import config_lib
+from fedjax_face.eval.recognition import personalized
 
 
 def fedfr_config(algorithm: str, runlocal: bool = False,
@@ -40,6 +41,10 @@ def fedfr_config(algorithm: str, runlocal: bool = False,
   c.optimizer.learning_rate = 0.001      # the paper's SGD
   c.optimizer.weight_decay = 5e-4
   c.engine.step_mode = 'scan'            # a client's steps vary with its hard negatives
+  # Table 1 / 2's personalized columns (eval/recognition/personalized.py).
+  c.evals.personalized = ml_collections.ConfigDict()
+  c.evals.personalized.fars = personalized.FARS
+  c.evals.personalized.fpirs = personalized.FPIRS
   if paper:
     c.data.public_identities = 6000
     c.data.num_identities = 10000
