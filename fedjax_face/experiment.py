@@ -237,6 +237,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   # Wall time inside `run_round` (training, and on the loop backend waiting for it) and outside it
   # (the host's work between rounds: cohort, prefetched data, logging, checkpoints, evaluation).
   in_rounds_s = first_round_s = 0.0
+  last_logged = {}   # the training metrics of the last logged round (results.json)
   for r in range(start_round, config.num_rounds):
     cohort = cohort_of(r)
     weights = np.where(cohort < fed.num_clients,
@@ -255,6 +256,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
       if not np.all(np.isfinite(list(scalars.values()))):
         raise FloatingPointError(f'round {done}: non-finite training metrics {scalars}; the run '
                                  'diverged (lower optimizer.learning_rate or fedgc.reg_lambda).')
+      last_logged = {'round': done, **scalars}
       if chief:
         writer.write_scalars(done, {**scalars, **progress.update(done, scalars)})
     if chief and config.checkpoint_every and done % config.checkpoint_every == 0:
@@ -298,6 +300,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
                  'between_rounds_s': train_s - in_rounds_s,
                  'resumed_from_round': start_round,
                  'total_s': time.perf_counter() - t_start},
+      'last_logged_round': last_logged,
       **{kind: out.results for kind, out in outputs.items()},
       'plots': plots,
   }

@@ -6,15 +6,16 @@ r"""FedFR: hard-negative public data, contrastive regularization and the DFC bra
 
 Argument (comma separated): the rows of the paper's Table 1 / 2 -- row=fedavg (local data only),
 row=hn (+ hard-negative public data), row=hn_con (+ contrastive), row=fedfr (+ DFC, the default),
-row=dfc_cosface (the DFC branch trained with CosFace, Table 2); paper (the paper's sizes);
-runlocal.
+row=dfc_cosface (the DFC branch trained with CosFace, Table 2), row=finetune / row=kd (Table 2's
+two-stage personalization: row=hn_con's rounds, then one round of local adaptation); paper (the
+paper's sizes); runlocal.
 """
 
 from fedjax_face import config_lib
 from fedjax_face.algorithms import fedfr
 from fedjax_face.proj.fedfr import setting
 
-ROWS = ('fedavg', 'hn', 'hn_con', 'fedfr', 'dfc_cosface')
+ROWS = ('fedavg', 'hn', 'hn_con', 'fedfr', 'dfc_cosface', 'finetune', 'kd')
 
 
 def get_config(arg=None):
@@ -27,4 +28,7 @@ def get_config(arg=None):
   c.fedfr.contrastive_weight = 0.0 if row in ('fedavg', 'hn') else 5.0
   c.fedfr.dfc = row in ('fedfr', 'dfc_cosface')
   c.fedfr.dfc_loss = 'cosface' if row == 'dfc_cosface' else 'bce'
+  if row in ('finetune', 'kd'):
+    c.fedfr.adaptation = row
+    c.num_rounds += 1        # T federated rounds, then one of local adaptation
   return c

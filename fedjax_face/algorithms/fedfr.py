@@ -19,6 +19,11 @@ A client's round (Eq. 7, `client_update`):
      next round's f_prev, and its personalized model [theta_l, Pi]).
 The server averages theta (Eq. 2) and Phi (Eq. 4) weighted by the clients' local image counts.
 
+Table 2's two-stage baselines (`fedfr.adaptation`, Yu et al. 2020): the rounds train with hard
+negatives and the contrastive term, then the last round is local adaptation -- each client from
+the global model, L_cos alone ('finetune') or with T^2 KL to the global model's logits over the
+same classes ('kd', `distillation_loss`) -- and the server keeps the global model.
+
 Readings (the paper and the authors' code are silent or slip; REFERENCE_NOTES §4):
   * g(z) = 2((z + 1)/2)^t - 1: the paper prints 2((z+1)^t/2) - 1; the form here maps [-1, 1]
     onto itself, as SphereFace2's does.
@@ -60,6 +65,7 @@ from fedjax_face.models import heads
 ONE_CLIENT = False
 LOCAL_CLASS_INITS = ('mean_feature', 'random')
 DFC_LOSSES = ('bce', 'cosface')   # Eq. 6 | Table 2's multi-class variant of the branch
+ADAPTATIONS = ('none', 'finetune', 'kd')   # Table 2's two-stage baselines
 
 
 def config_section() -> ml_collections.ConfigDict:
@@ -79,6 +85,12 @@ def config_section() -> ml_collections.ConfigDict:
   c.dfc_balance = 0.7          # lambda (Eq. 6)
   c.dfc_power = 3.0            # t of g(z)
   c.local_class_init = 'mean_feature'   # W_l at a client's first round | 'random'
+  # Table 2's two-stage personalization (Yu et al. 2020): the last round is local adaptation,
+  # each client from the global model, the server unchanged; 'finetune' trains L_cos alone,
+  # 'kd' adds the KL divergence to the global model's logits.
+  c.adaptation = 'none'        # 'none' | 'finetune' | 'kd'
+  c.kd_weight = 1.0            # the KD term's weight (the paper gives none)
+  c.kd_temperature = 1.0       # its softmax temperature T (the loss is T^2 KL)
   return c
 
 
@@ -97,6 +109,17 @@ def check_config(config) -> None:
   config_lib.check_fraction('fedfr.dfc_balance', c.dfc_balance)
   config_lib.check_choice('fedfr.dfc_loss', c.dfc_loss, DFC_LOSSES)
   config_lib.check_choice('fedfr.local_class_init', c.local_class_init, LOCAL_CLASS_INITS)
+  config_lib.check_choice('fedfr.adaptation', c.adaptation, ADAPTATIONS)
+  config_lib.check_number('fedfr.kd_weight', c.kd_weight, allow_zero=True)
+  config_lib.check_number('fedfr.kd_temperature', c.kd_temperature)
+  if c.adaptation != 'none' and c.dfc:
+    raise ValueError(f"config.fedfr.adaptation={c.adaptation!r} with fedfr.dfc=True: the "
+                     'two-stage baselines personalize the local model itself (Table 2); expected '
+                     'fedfr.dfc=False.')
+  if c.adaptation != 'none' and config.num_rounds < 2:
+    raise ValueError(f'config.num_rounds={config.num_rounds} with fedfr.adaptation='
+                     f'{c.adaptation!r}: the last round adapts locally, so at least one federated '
+                     'round must come first; expected >= 2.')
   if config.head.loss != 'cosface':
     raise ValueError(f'config.head.loss={config.head.loss!r}; FedFR trains CosFace (Eq. 1, 3): '
                      "expected 'cosface'.")
@@ -121,6 +144,8 @@ def variant_name(config) -> str:
     name += '+con'
   if c.dfc:
     name += '+dfc' if c.dfc_loss == 'bce' else '+dfc_cosface'
+  if c.adaptation != 'none':
+    name += '+' + c.adaptation
   return 'fedfr' if name == 'hn+con+dfc' else name
 
 
@@ -143,6 +168,16 @@ def contrastive_loss(features: jax.Array, global_features: jax.Array, prev_featu
   positive = jnp.sum(f * arrays.l2_normalize(global_features), axis=-1) / temperature
   negative = jnp.sum(f * arrays.l2_normalize(prev_features), axis=-1) / temperature
   per_sample = jnp.logaddexp(positive, negative) - positive
+  return heads.masked_mean(per_sample, sample_mask)
+
+
+def distillation_loss(student_logits: jax.Array, teacher_logits: jax.Array, temperature: float,
+                      sample_mask: jax.Array) -> jax.Array:
+  """T^2 KL(softmax(teacher / T) || softmax(student / T)), averaged over the valid samples (the
+  'KD' local adaptation of Table 2; the teacher is the global model)."""
+  teacher = jax.nn.log_softmax(teacher_logits / temperature)
+  student = jax.nn.log_softmax(student_logits / temperature)
+  per_sample = jnp.sum(jnp.exp(teacher) * (teacher - student), axis=-1) * temperature**2
   return heads.masked_mean(per_sample, sample_mask)
 
 
@@ -232,7 +267,17 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     public_labels = np.asarray(fed.public_labels, np.int32)
     capacity = c.max_public or len(public_labels)
   copies = int(config.federated.local_epochs) if use_public else 0
-  alphas = {'cosface': c.cosface_weight, 'contrastive': c.contrastive_weight, 'dfc': c.dfc_weight}
+  alphas = {'cosface': c.cosface_weight, 'contrastive': c.contrastive_weight, 'dfc': c.dfc_weight,
+            'kd': c.kd_weight}
+  adaptation_round = config.num_rounds - 1 if c.adaptation != 'none' else None
+
+  def stage_weights(adapting):
+    """Eq. 7's alphas; in the adaptation round the contrastive term is off and KD on."""
+    if adaptation_round is None:
+      return alphas
+    on = adapting.astype(jnp.float32)
+    return {**alphas, 'contrastive': alphas['contrastive'] * (1.0 - on),
+            'kd': alphas['kd'] * on}
   eval_batch = config.eval.batch_size
 
   def embed(variables, images):
@@ -290,6 +335,8 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
   def broadcast(server, client_ids, round_index, rng):
     del client_ids, rng
     shared = dict(server)
+    if adaptation_round is not None:
+      shared['adapting'] = round_index >= adaptation_round
     if use_public:   # the same for every client: computed once (see the module docstring)
       shared['public_features'] = embed(server['model'], server['public_images'])
     return ClientInput(shared=common.with_lr_scale(shared, lr_schedule, round_index),
@@ -310,11 +357,17 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
       w = jnp.concatenate([w, params['Phi']])
       all_mask = jnp.concatenate([class_mask, jnp.ones(num_public, bool)])
     terms['cosface'] = heads.loss(features, w, labels, all_mask, mask, **head)
-    if c.contrastive_weight:   # Eq. 5
+    if c.contrastive_weight or c.adaptation == 'kd':
       global_features = model.apply(fixed['global'], images, train=False)
+    if c.contrastive_weight:   # Eq. 5
       prev_features = model.apply(fixed['prev'], images, train=False)
       terms['contrastive'] = contrastive_loss(features, global_features, prev_features,
                                               c.temperature, mask)
+    if c.adaptation == 'kd':   # Table 2's KD: the global model's logits over the same classes
+      logits_of = lambda f, w: heads.logits(f, w, None, all_mask, kind='cosface',
+                                            scale=head['scale'])
+      teacher = logits_of(global_features, jax.lax.stop_gradient(w))
+      terms['kd'] = distillation_loss(logits_of(features, w), teacher, c.kd_temperature, mask)
     if c.dfc:
       dfc = params['dfc']
       cos = dfc_cosines(features, dfc['projection'], dfc['omega'])
@@ -328,7 +381,8 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
         logits = c.dfc_scale * jnp.where(target, cos - c.dfc_margin, cos)
         logits = jnp.where(class_mask[None, :], logits, heads.PAD_LOGIT)
         terms['dfc'] = heads.cross_entropy(logits, local_labels, mask & is_local)
-    total = sum(alphas[k] * v for k, v in terms.items())   # Eq. 7
+    weights = stage_weights(fixed.get('adapting'))
+    total = sum(weights[k] * v for k, v in terms.items())   # Eq. 7
     return total, (new_state.get('batch_stats', {}), terms)
 
   def client_update(client_input: ClientInput, private, data, rng) -> ClientResult:
@@ -357,6 +411,8 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     # f_prev: the client's last local model; before its first round, the model it starts from.
     prev = jax.tree.map(lambda p, g: jnp.where(started, p, g), private['prev_model'], global_vars)
     fixed = {'global': global_vars, 'prev': prev}
+    if adaptation_round is not None:
+      fixed['adapting'] = shared['adapting']
 
     if use_public:
       hard = hard_negative_mask(local_features, local_mask,
@@ -404,7 +460,8 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     steps_run = ran.sum()
     mean = lambda x: jnp.sum(x * ran) / jnp.maximum(steps_run, 1)
     metrics = {f'loss_{k}': mean(v) for k, v in terms.items()}
-    metrics['train_loss'] = sum(alphas[k] * metrics[f'loss_{k}'] for k in terms)
+    weights = stage_weights(shared.get('adapting'))
+    metrics['train_loss'] = sum(weights[k] * metrics[f'loss_{k}'] for k in terms)
     metrics['steps_run'] = steps_run.astype(jnp.float32)
     metrics['hard_public'] = hard.sum().astype(jnp.float32)
     local_model = {'params': params['backbone']}
@@ -419,9 +476,12 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     return ClientResult(update=update, private=kept, metrics=metrics)
 
   def server_update(server, updates, weights, client_ids, round_index, rng):
-    del client_ids, round_index, rng
-    averaged = aggregation.weighted_mean(updates, weights)   # Eq. 2 (theta) and Eq. 4 (Phi)
-    return {**server, **averaged}
+    del client_ids, rng
+    averaged = {**server, **aggregation.weighted_mean(updates, weights)}   # Eq. 2 and Eq. 4
+    if adaptation_round is None:
+      return averaged
+    adapting = round_index >= adaptation_round   # local adaptation: the global model stays
+    return jax.tree.map(lambda old, new: jnp.where(adapting, old, new), server, averaged)
 
   def class_embeddings(state: RoundState):
     rows = class_tables.to_identity_rows(state.clients['W'], identity_table, fed.num_identities)

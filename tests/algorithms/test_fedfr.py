@@ -219,6 +219,7 @@ def test_local_data_only_row_sends_the_backbone_alone():
     ('fedfr.hn_threshold', 1.5, r'hn_threshold=1.5; expected a cosine in \[-1, 1\]'),
     ('fedfr.dfc_loss', 'softmax', r"dfc_loss='softmax'; expected one of \('bce', 'cosface'\)"),
     ('fedfr.dfc_balance', 0.0, r'dfc_balance=0.0; expected a fraction in \(0, 1\]'),
+    ('fedfr.adaptation', 'kd', r"adaptation='kd' with fedfr.dfc=True: the two-stage baselines"),
 ])
 def test_config_errors_name_the_field(field, value, match):
   config = load_config('fedfr')
@@ -247,3 +248,39 @@ def test_personalized_model_is_the_clients_backbone_then_its_projection():
   local = jax.tree.map(lambda x: x[2], state.clients['prev_model'])
   np.testing.assert_allclose(algorithm.personalized(state)(2)(images),
                              model.apply(local, images, train=False), rtol=1e-5, atol=1e-6)
+
+
+def test_distillation_loss_by_hand():
+  student = np.array([[1.0, 0.0, -1.0], [0.5, 0.5, 0.0]])
+  teacher = np.array([[0.0, 1.0, 0.0], [0.5, 0.5, 0.0]])
+  t = 2.0
+  p = np.exp(teacher[0] / t) / np.exp(teacher[0] / t).sum()
+  q = np.exp(student[0] / t) / np.exp(student[0] / t).sum()
+  expected = t**2 * np.sum(p * np.log(p / q)) / 2   # the second sample agrees: KL 0
+  got = fedfr.distillation_loss(jnp.asarray(student), jnp.asarray(teacher), t,
+                                jnp.array([True, True]))
+  np.testing.assert_allclose(got, expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize('row', ['finetune', 'kd'])
+def test_adaptation_round_trains_locally_and_keeps_the_global_model(row):
+  config, fed, algorithm, state = _setup(f'row={row},runlocal')
+  assert config.num_rounds == 3 and fedfr.variant_name(config) == f'hn+con+{row}'
+  last = state.replace(round=jnp.array(config.num_rounds - 1, jnp.int32))
+  client_input, result = _one_client(algorithm, last, fed, client=0)
+  assert bool(client_input.shared['adapting'])
+  assert ('loss_kd' in result.metrics) == (row == 'kd')
+  # The client adapted its own model; the server keeps the global one.
+  changed = jax.tree.map(lambda a, b: not np.allclose(a, b), result.private['prev_model'],
+                         state.server['model'])
+  assert any(jax.tree.leaves(changed))
+  updates = jax.tree.map(lambda x: x[None], result.update)
+  new = algorithm.server_update(state.server, updates, jnp.ones(1), jnp.arange(1),
+                                last.round, None)
+  jax.tree.map(np.testing.assert_array_equal, new, state.server)
+  # Before the last round it is an ordinary federated round: the server moves.
+  first_input, first = _one_client(algorithm, state, fed, client=0)
+  assert not bool(first_input.shared['adapting'])
+  moved = algorithm.server_update(state.server, jax.tree.map(lambda x: x[None], first.update),
+                                  jnp.ones(1), jnp.arange(1), state.round, None)
+  assert not np.allclose(moved['Phi'], state.server['Phi'])

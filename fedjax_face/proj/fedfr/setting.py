@@ -65,3 +65,18 @@ def fedfr_config(algorithm: str, runlocal: bool = False,
     c.federated.local_steps = 2          # ceil(2 x 3 / 4)
     c.model.width = 4
   return c
+
+
+def pretraining_config(runlocal: bool = False, paper: bool = False) -> ml_collections.ConfigDict:
+  """Centralized CosFace on the public identities (configs/fedfr/pretrain.py); the upper bound
+  (configs/fedfr/centralized.py) trains the same way on every training image."""
+  c = fedfr_config('centralized', runlocal=runlocal, paper=paper)
+  c.data.centralized_on = 'public'
+  del c.evals.diagnostics               # no clients' class embeddings: one class matrix
+  c.optimizer.learning_rate = 0.1        # the usual CosFace recipe (REFERENCE_NOTES §3)
+  c.engine.step_mode = 'auto'
+  c.federated.local_steps = 2 if runlocal else 8
+  c.num_rounds = 4 if runlocal else 250  # 2,000 steps of 32: 32 epochs of the 2,000 public images
+  c.log_every = 1 if runlocal else 50
+  c.checkpoint_every = 0
+  return c

@@ -1,0 +1,25 @@
+r"""Centralized CosFace on the public and the private training images: FedFR's upper bound (the
+last row of its Table 1, "centrally trained on 10k IDs").
+
+    python -m fedjax_face.main --config=configs/fedfr/centralized.py --workdir=/tmp/fedfr_central
+
+The same identities, held-out images, backbone and head as configs/fedfr/, trained from scratch
+like the pre-training (configs/fedfr/pretrain.py) with its recipe and length in epochs.
+
+Argument (comma separated): paper (the paper's sizes), runlocal.
+"""
+
+from fedjax_face import config_lib
+from fedjax_face.proj.fedfr import setting
+
+
+def get_config(arg=None):
+  args = config_lib.parse_arg(arg, {'paper': (True,), 'runlocal': (True,)})
+  runlocal = bool(args.get('runlocal'))
+  c = setting.pretraining_config(runlocal=runlocal, paper=bool(args.get('paper')))
+  c.data.centralized_on = 'all'
+  # As many epochs as the pre-training over the public + private training images.
+  d = c.data
+  seen = d.public_identities + (d.num_identities - d.public_identities) * (1 - d.private_test_fraction)
+  c.num_rounds = int(round(c.num_rounds * seen / d.public_identities))
+  return c
