@@ -19,7 +19,7 @@ from absl import app, flags
 from fedjax_face.io import files
 from fedjax_face.tools import tables
 
-PAPERS = ('fedgc', 'fedfv')   # fedjax_face/proj/<paper>/reproduce.py
+PAPERS = ('fedgc', 'fedfv', 'fedfr')   # fedjax_face/proj/<paper>/reproduce.py
 
 
 def paper_module(paper: str):
@@ -27,7 +27,18 @@ def paper_module(paper: str):
 
 
 def table_names() -> list[str]:
-  return [f'{paper}{tid}' for paper in PAPERS for tid in sorted(paper_module(paper).TABLES)]
+  return [f'{paper}{tid}' for paper in PAPERS for tid in table_ids(paper)]
+
+
+def table_ids(paper: str) -> list:
+  """A paper's table numbers, then its named tables ('_fig3': `--table=fedfr_fig3`)."""
+  return sorted(paper_module(paper).TABLES,
+                key=lambda tid: (isinstance(tid, str), 0 if isinstance(tid, str) else tid, str(tid)))
+
+
+def out_name(paper: str, tid) -> str:
+  """docs file of a table: fedgc_table4.md, fedfr_fig3.md."""
+  return f'{paper}{tid}.md' if isinstance(tid, str) else f'{paper}_table{tid}.md'
 
 
 def select(name: str) -> list[tuple[str, int]]:
@@ -35,12 +46,13 @@ def select(name: str) -> list[tuple[str, int]]:
   known = table_names()
   if name == 'all' or name in PAPERS:
     return [(paper, tid) for paper in PAPERS if name in ('all', paper)
-            for tid in sorted(paper_module(paper).TABLES)]
+            for tid in table_ids(paper)]
   if name not in known:
     raise app.UsageError(f'--table={name}; expected one of {known}, a paper {list(PAPERS)} or '
                          'all.')
   paper = next(p for p in PAPERS if name.startswith(p))
-  return [(paper, int(name[len(paper):]))]
+  tid = name[len(paper):]
+  return [(paper, int(tid) if tid.isdigit() else tid)]
 
 
 def define_flags():
@@ -80,7 +92,7 @@ def main(argv):
     results = tables.run_all(table, f.root, extra, f.dry_run, seeds)
     text = tables.markdown(table, results, command, seeds)
     print(text, flush=True)
-    out = f.out or (os.path.join(f.out_dir, f'{paper}_table{tid}.md') if f.out_dir else None)
+    out = f.out or (os.path.join(f.out_dir, out_name(paper, tid)) if f.out_dir else None)
     if out:
       files.write_text_atomic(out, text)
     extras = getattr(module, 'EXTRAS', {})

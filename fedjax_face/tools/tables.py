@@ -17,6 +17,7 @@ import time
 
 from fedjax_face.io import files
 
+PERCENT_SECTIONS = ('verification', 'identification', 'personalized')   # rates, shown in %
 PAIR_TITLES = {'lfw': 'LFW', 'cfp_fp': 'CFP-FP', 'agedb_30': 'AgeDB-30', 'sllfw': 'SLLFW',
                'cplfw': 'CPLFW', 'calfw': 'CALFW'}
 # 'diagnostics' columns: '<results.json diagnostics section>:<key>' -> title.
@@ -38,6 +39,8 @@ class Run:
   config: str                      # configs/<config>.py, e.g. 'fedgc/fedpe'
   arg: str = ''                    # get_config argument, e.g. 'loss=cosface'
   overrides: tuple[tuple[str, str], ...] = ()
+  init_from: 'Run | None' = None   # a run this one starts from (FedFR: its pre-training), run
+                                   # first with the same seed; passed as --config.init_from
 
   def name(self, extra: tuple[tuple[str, str], ...] = ()) -> str:
     """The workdir's name: the config path, argument and overrides (unique per run)."""
@@ -62,13 +65,16 @@ class Row:
 @dataclasses.dataclass(frozen=True)
 class Table:
   title: str
-  metric: str                       # 'verification', 'identification' or 'diagnostics'
-  columns: tuple[str, ...]          # pair-set names, identification metric keys, or
-                                    # DIAGNOSTIC_TITLES keys
+  metric: str                       # 'verification', 'identification', 'diagnostics' or
+                                    # 'results'
+  columns: tuple[str, ...]          # pair-set names, identification metric keys,
+                                    # DIAGNOSTIC_TITLES keys, or ('results') '/' paths into
+                                    # results.json ('personalized/tar/0.001')
   rows: tuple[Row, ...]
   claim: str                        # the ordering the paper reports
   setting: str = ''                 # ours against the paper's (data, backbone), for the footnote
   digits: int = 2                   # decimals of ours (3 for cosines)
+  titles: tuple[str, ...] = ()      # column titles ('results' tables)
 
 
 def parse_overrides(items: list[str]) -> tuple[tuple[str, str], ...]:
@@ -111,6 +117,36 @@ def last_error(stderr: str) -> str:
   return (errors or lines or [''])[-1]
 
 
+def ensure_run(run: Run, root: str, extra: tuple, seed: int, dry_run: bool) -> str:
+  """Runs `run` (after the run it starts from) unless its workdir holds results.json or
+  failed.json; returns the workdir. A dry run prints the missing commands instead."""
+  run_dir = workdir(root, run, extra, seed)
+  path, failed = files.join(run_dir, 'results.json'), files.join(run_dir, FAILED)
+  if files.exists(path) or files.exists(failed):
+    return run_dir
+  overrides = seed_overrides(extra, seed)
+  if run.init_from is not None:
+    start = ensure_run(run.init_from, root, extra, seed, dry_run)
+    if files.exists(files.join(start, FAILED)):
+      return run_dir   # nothing to start from: the table shows the start's failure
+    overrides += (('init_from', start),)
+  cmd = run.command(run_dir, overrides)
+  if dry_run:
+    print('missing: $ python ' + ' '.join(cmd[1:]), flush=True)
+    return run_dir
+  print('$ python ' + ' '.join(cmd[1:]), flush=True)
+  t0 = time.perf_counter()
+  proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+  if proc.returncode:
+    error = last_error(proc.stderr)
+    files.makedirs(run_dir)
+    files.write_text_atomic(failed, json.dumps({'returncode': proc.returncode, 'error': error}))
+    print(f'  failed (exit {proc.returncode}): {error}', flush=True)
+  else:
+    print(f'  done in {time.perf_counter() - t0:.0f} s', flush=True)
+  return run_dir
+
+
 def run_all(table: Table, root: str, extra: tuple, dry_run: bool = False,
             seeds: tuple[int, ...] = (0,)) -> dict[tuple[Run, int], dict]:
   """Runs what is missing; returns results.json of every (run, seed) that has one, and
@@ -121,29 +157,21 @@ def run_all(table: Table, root: str, extra: tuple, dry_run: bool = False,
   results = {}
   for row in table.rows:
     for seed in seeds:
-      run_dir = workdir(root, row.run, extra, seed)
-      path, failed = files.join(run_dir, 'results.json'), files.join(run_dir, FAILED)
-      if not files.exists(path) and not files.exists(failed):
-        cmd = row.run.command(run_dir, seed_overrides(extra, seed))
-        if dry_run:
-          print('missing: $ python ' + ' '.join(cmd[1:]), flush=True)
-          continue
-        print('$ python ' + ' '.join(cmd[1:]), flush=True)
-        t0 = time.perf_counter()
-        proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        if proc.returncode:
-          error = last_error(proc.stderr)
-          files.makedirs(run_dir)
-          files.write_text_atomic(failed, json.dumps({'returncode': proc.returncode,
-                                                      'error': error}))
-          print(f'  failed (exit {proc.returncode}): {error}', flush=True)
-        else:
-          print(f'  done in {time.perf_counter() - t0:.0f} s', flush=True)
+      run_dir = ensure_run(row.run, root, extra, seed, dry_run)
+      path = files.join(run_dir, 'results.json')
       if files.exists(path):
         results[(row.run, seed)] = files.read_json(path)
-      elif files.exists(failed):
-        results[(row.run, seed)] = {'failed': files.read_json(failed)['error']}
+      elif (error := failure(row.run, root, extra, seed)) is not None:
+        results[(row.run, seed)] = {'failed': error}
   return results
+
+
+def failure(run: Run, root: str, extra: tuple, seed: int) -> str | None:
+  """The error a run (or the run it starts from) ended with, or None."""
+  failed = files.join(workdir(root, run, extra, seed), FAILED)
+  if files.exists(failed):
+    return files.read_json(failed)['error']
+  return None if run.init_from is None else failure(run.init_from, root, extra, seed)
 
 
 def _ours(result: dict | None, table: Table, column: str) -> float | None:
@@ -157,6 +185,13 @@ def _ours(result: dict | None, table: Table, column: str) -> float | None:
   if table.metric == 'diagnostics':
     section, _, key = column.partition(':')
     return result.get('diagnostics', {}).get(section, {}).get(key)
+  if table.metric == 'results':
+    value = result
+    for key in column.split('/'):
+      value = value.get(key) if isinstance(value, dict) else None
+    if value is None:
+      return None
+    return value * 100 if column.split('/')[0] in PERCENT_SECTIONS else value
   ident = result.get('identification')
   if not ident:
     return None
@@ -166,6 +201,8 @@ def _ours(result: dict | None, table: Table, column: str) -> float | None:
 
 
 def _column_title(table: Table, column: str) -> str:
+  if table.titles:
+    return table.titles[table.columns.index(column)]
   if table.metric == 'verification':
     return PAIR_TITLES.get(column, column)
   if table.metric == 'diagnostics':

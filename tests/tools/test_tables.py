@@ -147,3 +147,35 @@ def test_last_error_picks_the_exception_line():
   stderr = 'W1124 font\nTraceback (most recent call last):\n  File "x"\nValueError: bad\n\n'
   assert tables.last_error(stderr) == 'ValueError: bad'
   assert tables.last_error('killed\n') == 'killed'
+
+
+def test_a_run_that_starts_from_another_runs_it_first_with_the_same_seed(tmp_path, monkeypatch,
+                                                                        capsys):
+  start = Run('fedfr/pretrain')
+  run = Run('fedfr/fedfr', 'row=hn', init_from=start)
+  table = Table('T', 'results', ('personalized/tar/0.001', 'last_logged_round/steps_run'),
+                (Row('A', run, (None, None)),), 'c')
+  commands = []
+
+  def command(self, workdir, extra=()):
+    commands.append((self, dict(extra)))
+    value = 0.5 if self == run else 0.25
+    result = {'personalized': {'tar': {'0.001': value}}, 'last_logged_round': {'steps_run': 7.0}}
+    script = ('import json, os, sys; os.makedirs(sys.argv[1], exist_ok=True); '
+              f'json.dump({result!r}, open(os.path.join(sys.argv[1], "results.json"), "w"))')
+    return [sys.executable, '-c', script, workdir]
+
+  monkeypatch.setattr(Run, 'command', command)
+  got = tables.run_all(table, str(tmp_path), (), seeds=(1,))
+  start_dir = str(tmp_path / start.name(tables.seed_overrides((), 1)))
+  assert commands == [(start, {'seed': '1'}), (run, {'seed': '1', 'init_from': start_dir})]
+  text = tables.markdown(table, got, 'cmd', seeds=(1,))
+  assert '| A | 50.00 | — | 7.00 | — |' in text   # rates in %, counts as they are
+  # A start that failed is the dependent row's failure, and nothing is started after it.
+  (tmp_path / 'failed_root').mkdir()
+  failed_dir = tmp_path / 'failed_root' / start.name()
+  failed_dir.mkdir()
+  (failed_dir / tables.FAILED).write_text(json.dumps({'returncode': 1, 'error': 'boom'}))
+  commands.clear()
+  got = tables.run_all(table, str(tmp_path / 'failed_root'), (), seeds=(0,))
+  assert commands == [] and got == {(run, 0): {'failed': 'boom'}}
