@@ -220,6 +220,8 @@ def test_local_data_only_row_sends_the_backbone_alone():
     ('fedfr.dfc_loss', 'softmax', r"dfc_loss='softmax'; expected one of \('bce', 'cosface'\)"),
     ('fedfr.dfc_balance', 0.0, r'dfc_balance=0.0; expected a fraction in \(0, 1\]'),
     ('fedfr.adaptation', 'kd', r"adaptation='kd' with fedfr.dfc=True: the two-stage baselines"),
+    ('data.centralized_on', 'public', r"centralized_on='public' with fedfr: it chooses what a "
+     r'centralized run trains on'),
 ])
 def test_config_errors_name_the_field(field, value, match):
   config = load_config('fedfr')
