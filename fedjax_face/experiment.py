@@ -29,10 +29,13 @@ from fedjax_face.io import artifacts, checkpoint, files, metrics, report
 
 
 def validate(config) -> None:
-  """Every check of a config: the shared sections, the method's, each evaluator's."""
+  """Every check of a config: the shared sections, the method's, each evaluator's, and that a
+  run it starts from (`init_from`) exists and trained on the same data."""
   config_lib.validate(config)
   algorithms.check_config(config)
   eval_lib.check_config(config)
+  if config.init_from:
+    checkpoint.check_init_data(config.init_from, config.to_dict())
 
 
 def one_client_data(fed, config):

@@ -1,5 +1,6 @@
 """End to end: `train_and_evaluate` per config, exact resume, and clear errors for bad input."""
 
+import glob
 import importlib.util
 import json
 import os
@@ -202,7 +203,7 @@ def test_variant_configs_run_and_are_named(tmp_path, name, method):
 @pytest.mark.parametrize('name,config_name', [
     ('fedfv', 'fedfv-4/cosface/one_per_client'),
     ('fedaws', 'fedaws/positive_cosine/one_per_client'),
-    ('fedface', 'fedface/positive_cosine/one_per_client'),
+    ('fedfv/fedface', 'fedface/positive_cosine/one_per_client'),
     ('feduv', 'feduv-511/positive_dot/one_per_client'),
     ('fedfv/centralized', 'centralized/cosface/one_per_client')])
 def test_one_identity_per_client_configs_run_end_to_end(tmp_path, name, config_name):
@@ -239,10 +240,42 @@ def test_fedfr_starts_from_its_pretraining_run(tmp_path):
   assert 'Personalized evaluation' in (tmp_path / 'fedfr' / 'report.md').read_text()
 
 
+@pytest.mark.parametrize('ids', ['2', '1'])
+def test_fig4_fedface_and_fedfr_start_from_the_scenarios_pretraining(tmp_path, ids):
+  # FedFR's Fig. 4: a pre-training per scenario (the training-set size decides the identities),
+  # then FedFace (CosFace over several identities, the positive loss over one) and FedFR from it.
+  pretrain = load_config('fedfr/pretrain', f'ids={ids},runlocal')
+  experiment.train_and_evaluate(pretrain, str(tmp_path / 'pre'))
+  loss = 'cosface' if ids == '2' else 'positive_cosine'
+  partition = 'balanced' if ids == '2' else 'one_per_client'
+  for name in ('fedface', 'fedfr'):
+    config = load_config(f'fedfr/{name}', f'ids={ids},runlocal')
+    config.init_from = str(tmp_path / 'pre')
+    results = experiment.train_and_evaluate(config, str(tmp_path / name))
+    expected_loss = loss if name == 'fedface' else 'cosface'
+    assert results['config_name'] == f'{name}/{expected_loss}/{partition}'
+    assert 'personalized' not in results      # Fig. 4 compares the generic model only
+    assert 0.0 <= results['verification']['lfw']['accuracy'] <= 1.0
+  # A scenario's run cannot start from another scenario's pre-training.
+  other = load_config('fedfr/fedface', 'ids=8,runlocal')
+  other.init_from = str(tmp_path / 'pre')
+  with pytest.raises(ValueError, match=r'data.num_identities: \d+ there, 40 here'):
+    experiment.validate(other)
+
+
+def test_every_config_file_validates_with_runlocal():
+  # Every config accepts `runlocal`; the bench's config is no training run.
+  paths = sorted(glob.glob(os.path.join(config_files.ROOT, 'configs', '*', '*.py')))
+  assert len(paths) >= 14      # the three papers so far
+  for path in paths:
+    name = os.path.relpath(path, os.path.join(config_files.ROOT, 'configs'))[:-3]
+    experiment.validate(load_config(name))
+
+
 def test_fedfr_init_from_errors_name_the_run(tmp_path):
   config = load_config('fedfr')
   config.init_from = str(tmp_path / 'nothing')
-  with pytest.raises(FileNotFoundError, match=r'init_from=.*nothing.* has no checkpoints/'):
+  with pytest.raises(FileNotFoundError, match=r'init_from=.*nothing.* has no checkpoints; '):
     experiment.train_and_evaluate(config, str(tmp_path / 'a'))
   other = load_config('pretrain')
   other.model.embedding_dim = 8                   # not FedFR's runlocal 16
@@ -251,3 +284,11 @@ def test_fedfr_init_from_errors_name_the_run(tmp_path):
   with pytest.raises(ValueError, match=r"server.model\['batch_stats'\]\['features'\]\['mean'\] has "
                      r'shape \(8,\); this run expects \(16,\)'):
     experiment.train_and_evaluate(config, str(tmp_path / 'b'))
+  # Another seed or training-set size draws other identities: the class matrix would name others.
+  config.model.embedding_dim = 8
+  config.seed = 1
+  config.data.num_identities = 20
+  with pytest.raises(ValueError, match=r"init_from=.*pre8.* was trained on other data \(seed: 0 "
+                     r"there, 1 here; data.num_identities: 16 there, 20 here\)"):
+    experiment.train_and_evaluate(config, str(tmp_path / 'c'))
+  assert not (tmp_path / 'c').exists()   # refused before anything is written

@@ -5,7 +5,8 @@ r"""FedFR's pre-training: centralized CosFace (s = 30, m = 0.4) on the public id
 Every FedFR run starts from this run's final model and public class matrix
 (`--config.init_from=/tmp/fedfr_pretrain`); evaluated as it is, it is Table 1's first row.
 
-Argument (comma separated): paper (the paper's sizes), runlocal.
+Argument (comma separated): ids=N (Fig. 4's scenario of N identities per client: the same
+training identities as the federated runs of that scenario), paper (the paper's sizes), runlocal.
 """
 
 from fedjax_face import config_lib
@@ -13,6 +14,11 @@ from fedjax_face.proj.fedfr import setting
 
 
 def get_config(arg=None):
-  args = config_lib.parse_arg(arg, {'paper': (True,), 'runlocal': (True,)})
-  return setting.pretraining_config(runlocal=bool(args.get('runlocal')),
-                                    paper=bool(args.get('paper')))
+  args = config_lib.parse_arg(arg, {'ids': setting.IDS_PER_CLIENT, 'paper': (True,),
+                                    'runlocal': (True,)})
+  runlocal = bool(args.get('runlocal'))
+  c = setting.pretraining_config(runlocal=runlocal, paper=bool(args.get('paper')))
+  if 'ids' in args:
+    setting.set_identities_per_client(c, int(args['ids']), runlocal,
+                                      paper=bool(args.get('paper')))
+  return c

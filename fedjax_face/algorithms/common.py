@@ -7,8 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedjax_face.core import local
+from fedjax_face.core import arrays, local
 from fedjax_face.data import preprocess
+from fedjax_face.io import checkpoint
 from fedjax_face.models import heads
 
 
@@ -172,6 +173,15 @@ def client_opt_states(train, variables, class_embeddings: jax.Array):
   return jax.vmap(lambda w: train.init_opt_state(variables, w))(class_embeddings)
 
 
+def class_mean_features(features: jax.Array, labels: jax.Array, mask: jax.Array,
+                        num_classes: int) -> jax.Array:
+  """`[C, d]` unit mean of the unit features of each local class's valid samples (zero for a
+  class without one): the mean-feature initialisation of class embeddings (FedFace, FedFR)."""
+  onehot = jax.nn.one_hot(labels, num_classes, dtype=features.dtype) * mask[:, None]
+  total = onehot.T @ arrays.l2_normalize(features)
+  return arrays.l2_normalize(total / jnp.maximum(1.0, onehot.sum(axis=0))[:, None])
+
+
 def init_federated(config, model, fed, rng: jax.Array):
   """(backbone variables, `[K, C_max, d]` class embeddings) of a federated method's first round."""
   backbone_rng, w_rng = jax.random.split(rng)
@@ -187,3 +197,33 @@ def init_client_class_embeddings(rng: jax.Array, class_mask: np.ndarray, dim: in
   w = heads.init_class_embeddings(rng, num_clients * max_classes, dim, kind, std)
   w = w.reshape(num_clients, max_classes, dim)
   return w * jnp.asarray(class_mask, w.dtype)[..., None]
+
+
+def start_from(config, variables, public_classes=None, *, method: str):
+  """(backbone variables, public class matrix) of a run that starts from the finished run
+  `config.init_from` (FedFR's pre-training, configs/fedfr/pretrain.py): its final model and, when
+  `public_classes` (the template `[K_g, d]`) is given, its class matrix. Without init_from the
+  templates come back unchanged (random weights) and the run says so.
+
+  The run must have trained on this run's data, which `experiment.validate` checks
+  (`checkpoint.check_init_data`): the synthetic benchmark draws other identities for another seed
+  or size, and an inherited class matrix would then name other people.
+  """
+  if not config.init_from:
+    print(f'{method}: no init_from: starting from random weights (the paper starts from '
+          "configs/fedfr/pretrain.py's model)", flush=True)
+    return variables, public_classes
+  state = checkpoint.load_final_state(config.init_from)
+  name = f'init_from={config.init_from}: server'
+  server = state['server']
+  if 'model' not in server or 'W' not in server:
+    raise ValueError(f"{name} holds {sorted(server)}; expected a centralized run's 'model' and "
+                     "'W' (configs/fedfr/pretrain.py).")
+  variables = checkpoint.matching_tree(f'{name}.model', variables, server['model'])
+  if public_classes is None:
+    return variables, None
+  if np.shape(server['W']) != np.shape(public_classes):
+    raise ValueError(f"{name}.W has shape {np.shape(server['W'])}; expected "
+                     f'{np.shape(public_classes)}: the public identities\' class matrix '
+                     "(pre-train with the same data.public_identities, data.centralized_on='public').")
+  return variables, jnp.asarray(server['W'], jnp.float32)

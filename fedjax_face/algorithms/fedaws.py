@@ -18,7 +18,7 @@ Readings:
   * The server keeps W unnormalised, as the clients send it; both losses read only directions.
 
 FedFace (`algorithms/fedface.py`) is this method with its own spreadout form and with each class
-embedding initialised from its client's mean feature; `build_one_class_method` serves both.
+embedding initialised from its client's mean feature; `build_spreadout_method` serves both.
 """
 
 import jax
@@ -27,7 +27,7 @@ import ml_collections
 import numpy as np
 
 from fedjax_face.algorithms import class_tables, common, spreadout
-from fedjax_face.core import aggregation, arrays
+from fedjax_face.core import aggregation
 from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, RoundState
 from fedjax_face.data import preprocess
 from fedjax_face.models import heads
@@ -62,42 +62,57 @@ def variant_name(config) -> str:
   return 'fedaws'
 
 
-def mean_feature(model, variables, data) -> jax.Array:
-  """`[1, d]`: the L2-normalised mean feature of the client's real images under `variables`
-  (eval mode, no augmentation), FedFace's class-embedding initialisation."""
+def mean_features(model, variables, data, num_classes: int) -> jax.Array:
+  """`[C, d]`: the L2-normalised mean feature of each of the client's classes over its real
+  images under `variables` (eval mode, no augmentation), FedFace's class-embedding
+  initialisation."""
   images = data['images'].reshape((-1,) + data['images'].shape[2:])
-  mask = data['mask'].reshape(-1)
   features = model.apply(variables, preprocess.normalize(images), train=False)
-  total = jnp.sum(jnp.where(mask[:, None], arrays.l2_normalize(features), 0.0), axis=0)
-  return arrays.l2_normalize(total / jnp.maximum(1.0, jnp.sum(mask)))[None, :]
+  return common.class_mean_features(features, data['labels'].reshape(-1),
+                                    data['mask'].reshape(-1), num_classes)
 
 
-def build_one_class_method(config, model, fed, *, step_mode: str, name: str,
+def check_client_loss(head_kind: str, max_classes: int, name: str) -> None:
+  """A positive-only loss trains one class per client; a classification loss needs several (a
+  softmax over one class is constant)."""
+  positive = head_kind in heads.POSITIVE_HEADS
+  if positive and max_classes != 1:
+    raise ValueError(f'{name} with the positive-only head {head_kind!r} trains one identity per '
+                     f'client; the partition gives up to {max_classes}: expected '
+                     "federated.partition='one_per_client', or a classification head.")
+  if not positive and max_classes == 1:
+    raise ValueError(f'{name} with the classification head {head_kind!r} over one identity per '
+                     "client trains a constant loss; expected head.loss='positive_cosine'.")
+
+
+def build_spreadout_method(config, model, fed, *, step_mode: str, name: str,
                            init_from_features: bool) -> Algorithm:
-  """A positive-only client loss and a spreadout server step over `config.<name>`.
+  """Clients train their class embeddings (and send them), the server spreads them out: a
+  spreadout step over `config.<name>` on every client's class embeddings after FedAvg.
 
-  `init_from_features`: a client selected for the first time replaces its class embedding with
-  its mean feature under the model it receives before training (FedFace); the server tracks who
-  has been selected (`server['initialised']`, which it knows anyway: it chose them).
+  One identity per client (FedAwS, FedFace) trains the positive-only loss; several (FedFace as
+  the FedFR paper re-implements it for its Fig. 4) train the config's classification head over
+  the client's classes. `init_from_features`: a client selected for the first time replaces its
+  class embeddings with its classes' mean features under the model it receives, before training
+  (FedFace); the server tracks who has been selected (`server['initialised']`, which it knows
+  anyway: it chose them). `config.init_from` starts the backbone from a finished run's model.
   """
-  if fed.max_classes != 1:
-    raise ValueError(f'{name} needs one identity per client; the partition gives up to '
-                     f'{fed.max_classes} (federated.partition=\'one_per_client\').')
   section = config[name]
   head_kwargs = common.head_kwargs(config)
-  if head_kwargs['kind'] not in heads.POSITIVE_HEADS:
-    raise ValueError(f'{name} needs a positive-only head; got {head_kwargs["kind"]!r}.')
+  check_client_loss(head_kwargs['kind'], fed.max_classes, name)
   train = common.local_trainer(model, head_kwargs=head_kwargs,
                                optimizer=common.make_optimizer(config.optimizer),
                                step_mode=step_mode)
   lr_schedule = common.lr_scale_schedule(config)
   identity_table = np.asarray(fed.identity_table)
-  num_clients = fed.num_clients
+  num_clients, max_classes = fed.num_clients, fed.max_classes
   spread_kwargs = spreadout.kwargs_from_config(section)
-  valid = jnp.ones(num_clients, bool)   # one class embedding per client, all real
+  valid = jnp.asarray(fed.class_mask).reshape(-1)   # the real class-embedding rows
 
   def init(rng):
     variables, w = common.init_federated(config, model, fed, rng)
+    if config.init_from:
+      variables, _ = common.start_from(config, variables, method=name)
     server = {'model': variables, 'W': w}
     if init_from_features:
       server['initialised'] = jnp.zeros(num_clients, bool)
@@ -106,7 +121,7 @@ def build_one_class_method(config, model, fed, *, step_mode: str, name: str,
   def broadcast(server, client_ids, round_index, rng):
     del rng
     shared = common.with_lr_scale({'model': server['model']}, lr_schedule, round_index)
-    per_client = {'W': aggregation.gather_clients(server['W'], client_ids)}   # w_i only
+    per_client = {'W': aggregation.gather_clients(server['W'], client_ids)}   # its own rows only
     if init_from_features:
       per_client['initialised'] = aggregation.gather_clients(server['initialised'], client_ids)
     return ClientInput(shared=shared, per_client=per_client)
@@ -116,7 +131,7 @@ def build_one_class_method(config, model, fed, *, step_mode: str, name: str,
     w = client_input.per_client['W']
     if init_from_features:
       w = jax.lax.cond(client_input.per_client['initialised'], lambda: w,
-                       lambda: mean_feature(model, variables, data).astype(w.dtype))
+                       lambda: mean_features(model, variables, data, max_classes).astype(w.dtype))
     model_vars, w, _, metrics = train(variables, w, data, rng,
                                       lr_scale=client_input.shared.get('lr_scale'))
     return ClientResult(update={'model': model_vars, 'W': w}, private=private, metrics=metrics)
@@ -126,9 +141,11 @@ def build_one_class_method(config, model, fed, *, step_mode: str, name: str,
     w = aggregation.scatter_clients(server['W'], client_ids, updates['W'])
     eta = config.optimizer.learning_rate * (1.0 if lr_schedule is None
                                             else lr_schedule(round_index))
-    rows = spreadout.spreadout_step(w[:, 0], valid, step_size=section.reg_lambda * eta,
+    rows = spreadout.spreadout_step(w.reshape(-1, w.shape[-1]), valid,
+                                    step_size=section.reg_lambda * eta,
                                     steps=section.server_steps, **spread_kwargs)   # Eq. 3 step
-    new = {'model': aggregation.weighted_mean(updates['model'], weights), 'W': rows[:, None]}
+    new = {'model': aggregation.weighted_mean(updates['model'], weights),
+           'W': rows.reshape(w.shape)}
     if init_from_features:
       new['initialised'] = server['initialised'].at[client_ids].set(True, mode='drop')
     return new
@@ -142,5 +159,5 @@ def build_one_class_method(config, model, fed, *, step_mode: str, name: str,
 
 
 def build(config, model, fed, *, step_mode: str) -> Algorithm:
-  return build_one_class_method(config, model, fed, step_mode=step_mode, name='fedaws',
+  return build_spreadout_method(config, model, fed, step_mode=step_mode, name='fedaws',
                                 init_from_features=False)

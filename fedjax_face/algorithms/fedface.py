@@ -1,16 +1,22 @@
-"""FedFace (Aggarwal, Zhou, Jain 2021): one identity per client, class embeddings initialised from
-the clients' own features, spread out on the server.
+"""FedFace (Aggarwal, Zhou, Jain 2021): class embeddings initialised from the clients' own
+features, spread out on the server.
 
-The client loss is FedAwS's positive one with FedFace's m = 0.9 (`head.loss='positive_cosine'`,
-mean (max{0, m - cos(f, w_i)})^2); the server averages theta, stores the w_i it received and
-spreads all class embeddings apart on cosines: relu(cos - 0.3)^2 per ordered pair of normalised
-embeddings (`spreadout` with distance 'cosine', margin 0.7), W <- W - lambda·eta_t·grad.
+One identity per client (the FedFV paper's setting, configs/fedfv/fedface.py): the client loss is
+FedAwS's positive one with FedFace's m = 0.9 (`head.loss='positive_cosine'`, mean (max{0, m -
+cos(f, w_i)})^2). Several identities per client (the FedFR paper's Fig. 4 re-implementation,
+configs/fedfr/fedface.py): CosFace over the client's own classes, as that paper describes. Either
+way the client sends theta and its class embeddings; the server averages theta, stores the class
+embeddings it received and spreads all of them apart on cosines: relu(cos - 0.3)^2 per ordered
+pair of normalised embeddings (`spreadout` with distance 'cosine', margin 0.7), W <- W -
+lambda·eta_t·grad.
 
 Readings:
-  * FedFace initialises each class embedding as its client's mean feature under a pre-trained
-    model. This project has no pre-training step yet, so a client selected for the first time sets
-    w_i to the normalised mean feature of its images under the model it receives that round, then
-    trains (`fedface.embedding_init='mean_feature'`); 'random' keeps the server's random init.
+  * FedFace initialises each class embedding as the mean feature of its images under a
+    pre-trained model. A client selected for the first time sets its class embeddings to the
+    normalised mean features of its classes under the model it receives that round, then trains
+    (`fedface.embedding_init='mean_feature'`; 'random' keeps the server's random init). With
+    `config.init_from` (the FedFR setting's pre-training) that model is the pre-trained one in
+    round 0; without it (the FedFV setting, no pre-training) it is the current global model.
   * FedFace's public code optimises the spreadout with its own SGD (momentum, lr 0.01); here it is
     one step of lambda·eta_t like FedAwS, lambda = `fedface.reg_lambda`.
 """
@@ -20,15 +26,16 @@ import ml_collections
 from fedjax_face import config_lib
 from fedjax_face.algorithms import fedaws, spreadout
 from fedjax_face.core.algorithm import Algorithm
+from fedjax_face.models import heads
 
 ONE_CLIENT = False
 EMBEDDING_INITS = ('mean_feature', 'random')
 
 
 def config_section() -> ml_collections.ConfigDict:
-  """`config.fedface` (configs/fedfv/fedface.py)."""
+  """`config.fedface` (configs/fedfv/fedface.py, configs/fedfr/fedface.py)."""
   c = spreadout.config_section(distance='cosine', margin=0.7, reg_lambda=1.0)
-  c.embedding_init = 'mean_feature'   # first selection: the client's mean feature | 'random'
+  c.embedding_init = 'mean_feature'   # first selection: the client's mean features | 'random'
   return c
 
 
@@ -36,7 +43,16 @@ def check_config(config) -> None:
   spreadout.check_config(config, 'fedface')
   config_lib.check_choice('fedface.embedding_init', config.fedface.embedding_init,
                           EMBEDDING_INITS)
-  fedaws.check_one_class_setting(config, 'FedFace')
+  one_each = config.federated.partition == 'one_per_client'
+  if one_each and config.head.loss != 'positive_cosine':
+    raise ValueError(f"config.head.loss={config.head.loss!r} with federated.partition="
+                     "'one_per_client'; FedFace's one-identity clients train the positive-only "
+                     "loss: expected 'positive_cosine'.")
+  if not one_each and config.head.loss not in heads.CLASSIFIER_HEADS:
+    raise ValueError(f'config.head.loss={config.head.loss!r} with federated.partition='
+                     f"{config.federated.partition!r}; clients of several identities train a "
+                     f'classification loss over them: expected one of {heads.CLASSIFIER_HEADS} '
+                     "(or federated.partition='one_per_client' for the positive-only loss).")
 
 
 def variant_name(config) -> str:
@@ -44,6 +60,6 @@ def variant_name(config) -> str:
 
 
 def build(config, model, fed, *, step_mode: str) -> Algorithm:
-  return fedaws.build_one_class_method(
+  return fedaws.build_spreadout_method(
       config, model, fed, step_mode=step_mode, name='fedface',
       init_from_features=config.fedface.embedding_init == 'mean_feature')

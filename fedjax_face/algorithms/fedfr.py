@@ -59,7 +59,6 @@ from fedjax_face.algorithms import class_tables, common
 from fedjax_face.core import aggregation, arrays, local
 from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, RoundState
 from fedjax_face.data import preprocess, stores
-from fedjax_face.io import checkpoint
 from fedjax_face.models import heads
 
 ONE_CLIENT = False
@@ -214,13 +213,6 @@ def dfc_loss(cos: jax.Array, bias: jax.Array, labels: jax.Array, is_local: jax.A
   return heads.masked_mean(per_class.sum(axis=1), sample_mask)
 
 
-def class_mean_features(features: jax.Array, labels: jax.Array, mask: jax.Array,
-                        num_classes: int) -> jax.Array:
-  """`[C, d]` unit mean feature per local class (zero for a class without a valid sample)."""
-  onehot = jax.nn.one_hot(labels, num_classes, dtype=features.dtype) * mask[:, None]
-  return arrays.l2_normalize(onehot.T @ arrays.l2_normalize(features))
-
-
 # -- the epoch over local and hard public images -------------------------------------------------
 
 def epoch_order(rng: jax.Array, local_mask: jax.Array, public_valid: jax.Array, copies: int,
@@ -290,33 +282,12 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
                       chunks)
     return arrays.l2_normalize(out.reshape(-1, out.shape[-1])[:n].astype(jnp.float32))
 
-  def pretrained(template_model, template_phi):
-    if not config.init_from:
-      print('fedfr: no init_from: starting from random weights (the paper starts from '
-            'configs/fedfr/pretrain.py\'s model)', flush=True)
-      return template_model, template_phi
-    state = checkpoint.load_final_state(config.init_from)
-    name = f'init_from={config.init_from}: server'
-    server = state['server']
-    if 'model' not in server or 'W' not in server:
-      raise ValueError(f'{name} holds {sorted(server)}; expected a centralized run\'s '
-                       "'model' and 'W' (configs/fedfr/pretrain.py).")
-    variables = checkpoint.matching_tree(f'{name}.model', template_model, server['model'])
-    if template_phi is None:
-      return variables, None
-    if np.shape(server['W']) != np.shape(template_phi):
-      raise ValueError(f"{name}.W has shape {np.shape(server['W'])}; expected "
-                       f'{np.shape(template_phi)}: the K_g = {num_public} public identities\' '
-                       'class matrix (pre-train with the same data.public_identities, '
-                       "data.centralized_on='public').")
-    return variables, jnp.asarray(server['W'], jnp.float32)
-
   def init(rng):
     backbone_rng, phi_rng, w_rng = jax.random.split(rng, 3)
     variables = common.init_backbone(model, backbone_rng, fed.images.shape[1:])
     phi = (heads.init_class_embeddings(phi_rng, num_public, dim, 'cosface', config.head.init_std)
            if use_public else None)
-    variables, phi = pretrained(variables, phi)
+    variables, phi = common.start_from(config, variables, phi, method='fedfr')
     w = common.init_client_class_embeddings(w_rng, fed.class_mask, dim, 'cosface',
                                             config.head.init_std)
     num_clients = fed.num_clients
@@ -400,7 +371,7 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     w = private['W']
     local_features = embed(global_vars, local_images)   # theta_g's: class init and hard negatives
     if c.local_class_init == 'mean_feature':
-      means = class_mean_features(local_features, local_labels, local_mask, max_classes)
+      means = common.class_mean_features(local_features, local_labels, local_mask, max_classes)
       w = jnp.where(started, w, means)
     params = {'backbone': global_vars['params'], 'W': w}
     if use_public:

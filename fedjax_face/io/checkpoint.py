@@ -100,16 +100,22 @@ class Checkpointer:
     self._manager.close()
 
 
+def _init_run_file(workdir: str, name: str) -> str:
+  """`<workdir>/<name>`, or FileNotFoundError when the run `config.init_from` names lacks it."""
+  path = files.join(workdir, name)
+  if not files.exists(path):
+    raise FileNotFoundError(f'config.init_from={workdir!r} has no {name}; expected the --workdir '
+                            'of a finished run.')
+  return path
+
+
 def load_final_state(workdir: str) -> dict:
   """The latest checkpoint in a finished run's `workdir` as nested dicts of arrays
   (`{'server': ..., 'clients': ..., 'round': ...}`): what `config.init_from` starts a run from.
 
   Raises FileNotFoundError naming `workdir` when it holds no checkpoint.
   """
-  directory = files.join(workdir, 'checkpoints')
-  if not files.exists(directory):
-    raise FileNotFoundError(f'config.init_from={workdir!r} has no checkpoints/ directory; expected '
-                            'the --workdir of a finished run.')
+  directory = _init_run_file(workdir, 'checkpoints')
   options = ocp.CheckpointManagerOptions(create=False, read_only=True)
   manager = ocp.CheckpointManager(files.absolute(directory), options=options)
   try:
@@ -120,6 +126,32 @@ def load_final_state(workdir: str) -> dict:
     return manager.restore(step, args=ocp.args.StandardRestore())
   finally:
     manager.close()
+
+
+# What decides a run's training identities and their images: a run started from another
+# (`config.init_from`) must agree on every one, or the class matrix it inherits names other people.
+INIT_DATA_FIELDS = ('seed', 'data.source', 'data.num_identities', 'data.images_per_identity',
+                    'data.images_per_identity_sigma', 'data.image_size', 'data.difficulty',
+                    'data.lookalike_family_size', 'data.lookalike_spread',
+                    'data.public_identities', 'data.root', 'data.center_crop',
+                    'data.min_images_per_identity', 'data.max_identities', 'data.tfds_name',
+                    'data.tfds_split', 'data.tfds_label_key')
+
+
+def check_init_data(workdir: str, config_dict: dict) -> None:
+  """Raises ValueError when the run in `workdir` (`config.init_from`) was trained on other data
+  than `config_dict` describes (`INIT_DATA_FIELDS`), naming the fields (the synthetic benchmark
+  draws different identities for another seed or training-set size), and FileNotFoundError when
+  it is no finished run. `experiment.validate` calls it, before anything is written."""
+  _init_run_file(workdir, 'checkpoints')
+  old = flatten(files.read_json(_init_run_file(workdir, 'config.json')))
+  new = flatten(config_dict)
+  diffs = [f'{key}: {old.get(key, "<absent>")!r} there, {new.get(key, "<absent>")!r} here'
+           for key in INIT_DATA_FIELDS if old.get(key, '<absent>') != new.get(key, '<absent>')]
+  if diffs:
+    raise ValueError(f'config.init_from={workdir!r} was trained on other data ({"; ".join(diffs)}): '
+                     'its identities are not this run\'s. Expected the same seed and data '
+                     'fields (pre-train with this run\'s data section).')
 
 
 def matching_tree(name: str, template, restored):

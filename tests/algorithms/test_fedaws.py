@@ -18,7 +18,7 @@ DIM = 4
 
 
 def _setup(name, learning_rate=0.1):
-  config = load_config(name)
+  config = load_config(f'fedfv/{name}')
   config.data.image_size = 8
   config.model.width = 2
   config.model.num_stages = 2
@@ -146,8 +146,8 @@ def test_mean_feature_ignores_padding_samples():
   data = jax.tree.map(lambda x: x[0], data)
   poisoned = {**data, 'images': np.where(data['mask'][..., None, None, None], data['images'],
                                          255).astype(np.uint8)}
-  np.testing.assert_allclose(fedaws.mean_feature(model, state.server['model'], poisoned),
-                             fedaws.mean_feature(model, state.server['model'], data), rtol=1e-6)
+  np.testing.assert_allclose(fedaws.mean_features(model, state.server["model"], poisoned, 1),
+                             fedaws.mean_features(model, state.server["model"], data, 1), rtol=1e-6)
 
 
 @pytest.mark.parametrize('name, field, value, match', [
@@ -157,13 +157,110 @@ def test_mean_feature_ignores_padding_samples():
     ('fedaws', 'fedaws.server_steps', 0, r'fedaws.server_steps=0; expected a positive integer'),
     ('fedaws', 'head.loss', 'cosface', r"head.loss='cosface'; FedAwS's clients train the "
                                        r"positive-only loss"),
-    ('fedface', 'federated.partition', 'balanced', r"partition='balanced'; FedFace trains one"),
+    ('fedface', 'federated.partition', 'balanced', r"head.loss='positive_cosine' with "
+                                                   r"federated.partition='balanced'; clients of "
+                                                   r"several identities train a classification"),
+    ('fedface', 'head.loss', 'cosface', r"head.loss='cosface' with federated.partition="
+                                        r"'one_per_client'; FedFace's one-identity clients"),
     ('fedface', 'fedface.embedding_init', 'zeros', r"fedface.embedding_init='zeros'; expected"),
     ('fedface', 'fedface.reg_implementation', 'tiles', r"reg_implementation='tiles'; expected"),
 ])
 def test_config_errors_name_the_field(name, field, value, match):
-  config = load_config(name)
+  config = load_config(f'fedfv/{name}')
   section, key = field.split('.')
   config[section][key] = value
   with pytest.raises(ValueError, match=match):
     algorithms.check_config(config)
+
+
+# -- FedFace with several identities per client (the FedFR paper's Fig. 4 re-implementation) --
+
+def _setup_several(learning_rate=0.0, classes=(2, 3, 1)):
+  """Three clients holding `classes` identities of 4 images each, CosFace clients."""
+  config = load_config('fedfv/fedface')
+  config.federated.partition = 'balanced'
+  config.head.loss, config.head.scale, config.head.margin = 'cosface', 30.0, 0.4
+  config.data.image_size = 8
+  config.model.width = 2
+  config.model.num_stages = 2
+  config.model.embedding_dim = DIM
+  config.federated.num_clients = len(classes)
+  config.optimizer.learning_rate = learning_rate
+  num_ids = sum(classes)
+  labels = np.repeat(np.arange(num_ids), 4).astype(np.int32)
+  images = np.random.default_rng(0).integers(0, 256, size=(len(labels), 8, 8, 3), dtype=np.uint8)
+  bounds = np.cumsum((0,) + classes)
+  fed = federated.build(images, labels, [np.arange(a, b, dtype=np.int32)
+                                         for a, b in zip(bounds[:-1], bounds[1:])])
+  model = models.build_backbone(config.model)
+  algorithm = algorithms.get('fedface').build(config, model, fed, step_mode='scan')
+  return config, fed, model, algorithm, algorithm.init(jax.random.PRNGKey(0))
+
+
+def test_fedface_several_identities_starts_each_class_from_its_own_mean_feature():
+  _, fed, model, algorithm, state = _setup_several(learning_rate=0.0)
+  _, data, result = _one_client(algorithm, state, fed, 1)   # identities 2, 3, 4
+  assert result.update['W'].shape == (3, DIM)
+  images = np.asarray(data['images']).reshape((-1, 8, 8, 3))
+  labels = np.asarray(data['labels']).ravel()
+  mask = np.asarray(data['mask']).ravel()
+  features = np.asarray(model.apply(state.server['model'], preprocess.normalize(images),
+                                    train=False), np.float64)
+  unit = features / np.linalg.norm(features, axis=1, keepdims=True)
+  for c in range(3):
+    mean = unit[mask & (labels == c)].mean(axis=0)
+    np.testing.assert_allclose(result.update['W'][c], mean / np.linalg.norm(mean), rtol=1e-5,
+                               atol=1e-6)
+
+
+def test_fedface_several_identities_sends_theta_and_its_class_embeddings_only():
+  _, fed, _, algorithm, state = _setup_several(learning_rate=0.1)
+  client_input = algorithm.broadcast(state.server, jnp.array([0, 2]), state.round,
+                                     jax.random.PRNGKey(9))
+  assert set(client_input.shared) == {'model', 'lr_scale'}
+  assert set(client_input.per_client) == {'W', 'initialised'}
+  np.testing.assert_array_equal(client_input.per_client['W'], state.server['W'][np.array([0, 2])])
+  _, _, result = _one_client(algorithm, state, fed, 0)
+  assert set(result.update) == {'model', 'W'}
+  assert result.update['W'].shape == (3, DIM)     # C_max rows; client 0's third is padding
+  assert result.private == {}
+
+
+def test_fedface_several_identities_spreads_only_the_real_rows():
+  config, fed, _, algorithm, state = _setup_several()
+  w = jax.random.normal(jax.random.PRNGKey(3), state.server['W'].shape)
+  w = w * jnp.asarray(fed.class_mask)[..., None]
+  server = {**state.server, 'W': w}
+  config.optimizer.learning_rate = 0.1
+  ids = jnp.array([0, 1, 2])
+  out = algorithm.server_update(server, {'model': jax.tree.map(lambda x: jnp.stack([x] * 3),
+                                                               server['model']), 'W': w},
+                                jnp.ones(3), ids, jnp.int32(0), jax.random.PRNGKey(0))
+  rows = np.asarray(w).reshape(-1, DIM)
+  valid = np.asarray(fed.class_mask).reshape(-1)
+  section = config.fedface
+  _, grad = hand_value_and_grad(rows[valid], np.ones(valid.sum(), bool), section.distance,
+                                section.margin)
+  expected = rows.copy()
+  expected[valid] -= section.reg_lambda * 0.1 * grad
+  np.testing.assert_allclose(np.asarray(out['W']).reshape(-1, DIM), expected, rtol=1e-5,
+                             atol=1e-6)
+  assert np.all(np.asarray(out['W'])[~np.asarray(fed.class_mask)] == 0)   # padding untouched
+
+
+@pytest.mark.parametrize('loss, classes, match', [
+    ('positive_cosine', (2, 3, 1), r"positive-only head 'positive_cosine' trains one identity "
+                                   r'per client; the partition gives up to 3'),
+    ('cosface', (1, 1, 1), r"classification head 'cosface' over one identity per client trains "
+                           r'a constant loss'),
+])
+def test_fedface_client_loss_must_fit_the_identities_per_client(loss, classes, match):
+  config = load_config('fedfv/fedface')
+  config.head.loss = loss
+  labels = np.repeat(np.arange(sum(classes)), 2).astype(np.int32)
+  images = np.zeros((len(labels), 8, 8, 3), np.uint8)
+  bounds = np.cumsum((0,) + classes)
+  fed = federated.build(images, labels, [np.arange(a, b, dtype=np.int32)
+                                         for a, b in zip(bounds[:-1], bounds[1:])])
+  with pytest.raises(ValueError, match=match):
+    algorithms.get('fedface').build(config, None, fed, step_mode='scan')

@@ -2,7 +2,8 @@
 the one pre-training run."""
 
 from fedjax_face import experiment
-from fedjax_face.proj.fedfr import reproduce
+from fedjax_face.io import checkpoint
+from fedjax_face.proj.fedfr import reproduce, setting
 from tests import config_files
 
 
@@ -15,8 +16,10 @@ def test_every_run_loads_and_starts_from_the_pretraining():
         section, name = field.split('.')
         config[section][name] = type(config[section][name])(value)
       experiment.validate(config)
-      if row.run.config == 'fedfr/fedfr':
-        assert row.run.init_from == reproduce.PRETRAIN
+      if row.run.config in ('fedfr/fedfr', 'fedfr/fedface'):
+        # Fig. 4's scenarios start from their own pre-training, the tables from the default one.
+        assert row.run.init_from == reproduce.Run('fedfr/pretrain', row.run.arg
+                                                  if row.run.arg.startswith('ids=') else '')
   fedfr = reproduce.TABLES[1].rows[4].run
   assert fedfr == reproduce.TABLES[2].rows[3].run and fedfr.arg == ''   # shared by both
 
@@ -29,5 +32,23 @@ def test_rows_are_the_variants_they_name():
   assert hn_con.fedfr.contrastive_weight == 5.0 and not hn_con.fedfr.dfc
   kd = config_files.load_config('fedfr/fedfr', reproduce.TABLES[2].rows[1].run.arg)
   assert kd.fedfr.adaptation == 'kd'
-  assert [dict(r.run.overrides)['fedfr.hn_threshold']
-          for r in reproduce.TABLES['_fig3'].rows] == ['-1.0', '0.2', '0.3', '0.4', '0.5', '0.6']
+  assert [dict(r.run.overrides).get('fedfr.hn_threshold')
+          for r in reproduce.TABLES['_fig3'].rows] == ['-1.0', '0.2', '0.3', None, '0.5', '0.6']
+  assert reproduce.TABLES['_fig3'].rows[3].run == reproduce.TABLES[1].rows[4].run   # t_HN = 0.4
+
+
+def test_fig4_scenarios_train_on_the_identities_of_their_pretraining():
+  rows = reproduce.TABLES['_fig4'].rows
+  assert len(rows) == 4 * len(setting.FIG4_IDS_PER_CLIENT)
+  for ids in setting.FIG4_IDS_PER_CLIENT:
+    runs = [row.run for row in rows if row.run.arg == f'ids={ids}']
+    assert [run.config for run in runs] == ['fedfr/pretrain', 'fedfr/fedface', 'fedfr/fedfr',
+                                            'fedfr/centralized']
+    data = [checkpoint.flatten(config_files.load_config(run.config, run.arg).to_dict())
+            for run in runs]
+    for field in checkpoint.INIT_DATA_FIELDS:
+      assert len({repr(d.get(field)) for d in data}) == 1, (ids, field)
+    assert data[0]['data.num_identities'] == 100 + setting.FIG4_CLIENTS * int(ids)
+    fedface = config_files.load_config('fedfr/fedface', f'ids={ids}')
+    assert fedface.federated.num_clients == setting.FIG4_CLIENTS
+    assert fedface.head.loss == ('positive_cosine' if ids == '1' else 'cosface')
