@@ -602,14 +602,9 @@ def _render_chunk(ip: Mapping[str, np.ndarray], nz: Mapping[str, np.ndarray],
   theta = nz['yaw']
   sin_t, cos_t = c(np.sin(theta)), c(np.cos(theta))
 
-  # --- Image -> head coordinates (similarity transform: alignment jitter + roll). ---
+  x, y = face_frame(nz, size)
   scale = _FACE_SCALE * nz['scale']
   v_center = _FACE_CENTER_Y + nz['shift_y']
-  cr, sr = c(np.cos(nz['roll']) / scale), c(np.sin(nz['roll']) / scale)
-  px = u - c(nz['shift_x'])
-  py = v - c(v_center)
-  x = cr * px + sr * py
-  y = cr * py - sr * px
   inv_pw = c(scale / pw)  # 1 / (pixel width in head units)
   inv_soft = np.minimum(inv_pw, f32(1 / 0.035))  # softer edges for hair and shadows
 
@@ -944,6 +939,48 @@ def _render_chunk(ip: Mapping[str, np.ndarray], nz: Mapping[str, np.ndarray],
   img += noise * c(nz['noise'] * (np.sqrt(3.0) / 127.0))[:, None]
   img = img * 255.0 + 0.5
   return np.clip(img, 0.0, 255.0, out=img).astype(np.uint8)
+
+
+def face_frame(nuisance: Mapping[str, np.ndarray], size: int) -> tuple[np.ndarray, np.ndarray]:
+  """Head coordinates (x, y) `[n, size, size]` float32 of every pixel of a size x size image: the
+  renderer's similarity transform (alignment jitter, scale and roll of `nuisance`) from image
+  coordinates in [-1, 1]; the head is the ellipse of half-axes (head_w, head_h) around 0."""
+  f32 = _F32
+  c = lambda a: np.asarray(a, f32).reshape(-1, 1, 1)
+  pw = 2.0 / size
+  g = (np.arange(size, dtype=f32) + 0.5) * f32(pw) - 1.0
+  u = g[None, None, :]
+  v = g[None, :, None]
+  scale = _FACE_SCALE * nuisance['scale']
+  v_center = _FACE_CENTER_Y + nuisance['shift_y']
+  cr, sr = c(np.cos(nuisance['roll']) / scale), c(np.sin(nuisance['roll']) / scale)
+  px = u - c(nuisance['shift_x'])
+  py = v - c(v_center)
+  return cr * px + sr * py, cr * py - sr * px
+
+
+def face_depth(identity_params: Mapping[str, np.ndarray], nuisance: Mapping[str, np.ndarray],
+               size: int) -> np.ndarray:
+  """`[n, size, size]` float32 pseudo-depth of the rendered faces (PAD's live depth maps): the head
+  as the ellipsoid of the renderer's silhouette (half-axes head_w, head_h, depth head_w; under yaw
+  widened and slid back as rendered) with a nose bump where the texture's centre line faces,
+  min-max normalised per image over the face (1 = nearest), 0 off the face."""
+  x, y = face_frame(nuisance, size)
+  a = np.asarray(identity_params['head_w'], _F32).reshape(-1, 1, 1)
+  b = np.asarray(identity_params['head_h'], _F32).reshape(-1, 1, 1)
+  sin_t = np.sin(np.asarray(nuisance['yaw'], _F32)).reshape(-1, 1, 1)
+  xs = (x + 0.12 * a * sin_t) / (1.0 + 0.18 * np.abs(sin_t))
+  inside = 1.0 - (xs / a) ** 2 - (y / b) ** 2
+  z = a * np.sqrt(np.clip(inside, 0.0, 1.0))
+  nose_y = 0.5 * (np.asarray(identity_params['eye_y'], _F32)
+                  + np.asarray(identity_params['mouth_y'], _F32)).reshape(-1, 1, 1)
+  nose_x = a * sin_t   # the surface point whose texture angle is 0
+  z = z + 0.25 * a * np.exp(-((xs - nose_x) ** 2 + (y - nose_y) ** 2) / (2 * 0.07**2)) * (inside > 0)
+  face = inside > 0
+  lo = np.min(np.where(face, z, np.inf), axis=(1, 2), keepdims=True)
+  hi = np.max(np.where(face, z, -np.inf), axis=(1, 2), keepdims=True)
+  depth = np.where(face, (z - lo) / np.maximum(hi - lo, 1e-6), 0.0)
+  return np.where(np.isfinite(depth), depth, 0.0).astype(_F32)
 
 
 def render_faces(identity_params: dict[str, np.ndarray], nuisance: dict[str, np.ndarray],
