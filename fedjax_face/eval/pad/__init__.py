@@ -1,0 +1,1 @@
+"""Face presentation-attack detection: metrics and evaluators."""

@@ -1,0 +1,155 @@
+"""The FedGPAD network (its Table II), at a width that trains on CPU by default.
+
+Five parts, each its own parameter subtree, so that an algorithm can aggregate some and keep the
+others on the data center (FedGPAD's Eq. 10 averages `invariant`, `classifier` and `depth`;
+`specific` and `decoder` never leave it):
+
+  invariant / specific  the feature extractors EI / ES: three blocks of conv3x3 x3 (channels
+                        2w, 3w, 2w as Table II's 128, 196, 128 at w = 64) then a 2x2 max-pool,
+                        a conv3x3 2w + pool, a conv3x3 4w + pool, a conv3x3 8w (conv1-13). Each
+                        conv is conv -> BatchNorm -> ReLU; the first conv has w channels.
+  classifier            C: global average pool of conv1-13, fc 8w, ReLU, fc 1 (the live logit).
+  depth                 Dep: the three block outputs (pool1-1..1-3) resized to pool1-3's size and
+                        concatenated, conv3x3 2w, conv3x3 w, conv3x3 1 (the depth map).
+  decoder               Dec: average pool of Z_I + Z_S, fc to 8w x 4 x 4, transposed convs x2
+                        up to the input size (channels 8w, 4w, 2w, w, w/2, ..., the input's 6).
+
+Readings: Table II's depth map is 32x32 at 256x256 input, pool1-3's size; here the depth head
+works at the input size / 8 whatever the input, and the target maps are resized to it. Z_I and
+Z_S of Eq. 6-7 are conv1-13's average-pooled features (the authors' code decodes and
+differences pooled vectors). `disentangle=False` builds EI, C and Dep only: FedPAD's classifier
+with the same depth head, so that the two methods differ in the disentanglement alone.
+"""
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from fedjax_face.models.small_cnn import BN_EPSILON, BN_MOMENTUM, conv_kernel_init
+
+PAD_CHANNELS = 6   # RGB + HSV (the authors' input)
+
+
+class _ConvBN(nn.Module):
+  features: int
+
+  @nn.compact
+  def __call__(self, x, train: bool):
+    x = nn.Conv(self.features, (3, 3), padding='SAME', use_bias=False,
+                kernel_init=conv_kernel_init)(x)
+    x = nn.BatchNorm(use_running_average=not train, momentum=BN_MOMENTUM, epsilon=BN_EPSILON)(x)
+    return nn.relu(x)
+
+
+def _pool(x):
+  return nn.max_pool(x, (2, 2), strides=(2, 2))
+
+
+class Extractor(nn.Module):
+  """EI or ES: returns (conv1-13 features `[B, h, w, 8w]`, the three block outputs)."""
+  width: int
+
+  @nn.compact
+  def __call__(self, x, train: bool):
+    w = self.width
+    x = _ConvBN(w)(x, train)
+    blocks = []
+    for _ in range(3):
+      for channels in (2 * w, 3 * w, 2 * w):
+        x = _ConvBN(channels)(x, train)
+      x = _pool(x)
+      blocks.append(x)
+    x = _pool(_ConvBN(2 * w)(x, train))
+    x = _pool(_ConvBN(4 * w)(x, train))
+    return _ConvBN(8 * w)(x, train), blocks
+
+
+class Classifier(nn.Module):
+  width: int
+
+  @nn.compact
+  def __call__(self, z):
+    return nn.Dense(1)(nn.relu(nn.Dense(8 * self.width)(z)))[:, 0]
+
+
+class DepthEstimator(nn.Module):
+  width: int
+
+  @nn.compact
+  def __call__(self, blocks, train: bool):
+    size = blocks[-1].shape[1:3]
+    x = jnp.concatenate([jax.image.resize(b, b.shape[:1] + size + b.shape[3:], 'linear')
+                         for b in blocks], axis=-1)
+    x = _ConvBN(2 * self.width)(x, train)
+    x = _ConvBN(self.width)(x, train)
+    return nn.Conv(1, (3, 3), padding='SAME')(x)[..., 0]
+
+
+class Decoder(nn.Module):
+  width: int
+  image_size: int
+
+  @nn.compact
+  def __call__(self, z):
+    w = self.width
+    x = nn.Dense(8 * w * 16)(z).reshape(z.shape[0], 4, 4, 8 * w)
+    size, channels = 4, 8 * w
+    while size < self.image_size:
+      size *= 2
+      channels = PAD_CHANNELS if size >= self.image_size else max(channels // 2, w // 2, 1)
+      x = nn.ConvTranspose(channels, (4, 4), strides=(2, 2), padding='SAME')(x)
+      if size < self.image_size:
+        x = nn.relu(x)
+    return x
+
+
+class PadNet(nn.Module):
+  """`__call__(x, train)` -> dict with 'logit' `[B]`, 'depth' `[B, S/8, S/8]` and, with
+  `disentangle`, 'z_invariant', 'z_specific' `[B, 8w]` and 'reconstruction' `[B, S, S, 6]`."""
+  width: int = 8
+  image_size: int = 64
+  disentangle: bool = True
+  dtype: Any = jnp.float32
+
+  def setup(self):
+    self.invariant = Extractor(self.width)
+    self.classifier = Classifier(self.width)
+    self.depth = DepthEstimator(self.width)
+    if self.disentangle:
+      self.specific = Extractor(self.width)
+      self.decoder = Decoder(self.width, self.image_size)
+
+  def __call__(self, x, train: bool):
+    if x.shape[1] != self.image_size or x.shape[-1] != PAD_CHANNELS:
+      raise ValueError(f'PadNet expects [B, {self.image_size}, {self.image_size}, {PAD_CHANNELS}] '
+                       f'(RGB + HSV at model.image_size), got {x.shape}.')
+    x = x.astype(self.dtype)
+    features, blocks = self.invariant(x, train)
+    z_invariant = jnp.mean(features, axis=(1, 2))
+    out = {'logit': self.classifier(z_invariant).astype(jnp.float32),
+           'depth': self.depth(blocks, train).astype(jnp.float32)}
+    if self.disentangle:
+      z_specific = jnp.mean(self.specific(x, train)[0], axis=(1, 2))
+      out['z_invariant'] = z_invariant.astype(jnp.float32)
+      out['z_specific'] = z_specific.astype(jnp.float32)
+      out['reconstruction'] = self.decoder(z_invariant + z_specific).astype(jnp.float32)
+    return out
+
+
+def rgb_hsv(images: jax.Array) -> jax.Array:
+  """uint8 RGB `[..., 3]` -> float32 `[..., 6]`: RGB and HSV, each in [-1, 1] (the authors' six
+  input channels). Hue of a grey pixel is 0."""
+  rgb = images.astype(jnp.float32) / 255.0
+  r, g, b = rgb[..., 0], rgb[..., 1], rgb[..., 2]
+  value = jnp.max(rgb, axis=-1)
+  low = jnp.min(rgb, axis=-1)
+  chroma = value - low
+  saturation = jnp.where(value > 0, chroma / jnp.where(value > 0, value, 1.0), 0.0)
+  safe = jnp.where(chroma > 0, chroma, 1.0)
+  hue = jnp.where(value == r, ((g - b) / safe) % 6.0,
+                  jnp.where(value == g, (b - r) / safe + 2.0, (r - g) / safe + 4.0))
+  hue = jnp.where(chroma > 0, hue / 6.0, 0.0)
+  hsv = jnp.stack([hue, saturation, value], axis=-1)
+  return jnp.concatenate([rgb, hsv], axis=-1) * 2.0 - 1.0

@@ -1,0 +1,44 @@
+"""The FedGPAD network (Table II): output shapes, the parts as separate subtrees, RGB + HSV."""
+
+import colorsys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_face.models import pad
+
+
+@pytest.mark.parametrize('disentangle', [True, False])
+def test_outputs_and_parameter_subtrees(disentangle):
+  net = pad.PadNet(width=4, image_size=32, disentangle=disentangle)
+  x = jnp.zeros((2, 32, 32, pad.PAD_CHANNELS))
+  variables = net.init(jax.random.PRNGKey(0), x, train=False)
+  out, _ = net.apply(variables, x, train=True, mutable=['batch_stats'])
+  assert out['logit'].shape == (2,) and out['depth'].shape == (2, 4, 4)
+  parts = {'invariant', 'classifier', 'depth'}
+  if disentangle:
+    parts |= {'specific', 'decoder'}
+    assert out['z_invariant'].shape == out['z_specific'].shape == (2, 32)
+    assert out['reconstruction'].shape == (2, 32, 32, pad.PAD_CHANNELS)
+  else:
+    assert 'reconstruction' not in out
+  assert set(variables['params']) == parts
+
+
+def test_wrong_input_is_named():
+  net = pad.PadNet(width=4, image_size=32)
+  with pytest.raises(ValueError, match=r'expects \[B, 32, 32, 6\] \(RGB \+ HSV'):
+    net.init(jax.random.PRNGKey(0), jnp.zeros((1, 32, 32, 3)), train=False)
+
+
+def test_rgb_hsv_matches_colorsys():
+  rng = np.random.default_rng(0)
+  pixels = np.concatenate([rng.integers(0, 256, (60, 3)),
+                           [[0, 0, 0], [255, 255, 255], [90, 90, 90], [255, 0, 0], [0, 0, 255]]])
+  out = np.asarray(pad.rgb_hsv(jnp.asarray(pixels, jnp.uint8)))
+  for p, o in zip(pixels, out):
+    rgb = p / 255.0
+    np.testing.assert_allclose(o[:3], rgb * 2 - 1, atol=1e-6)
+    np.testing.assert_allclose(o[3:], np.array(colorsys.rgb_to_hsv(*rgb)) * 2 - 1, atol=1e-5)
