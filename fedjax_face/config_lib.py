@@ -10,7 +10,7 @@ the module that uses them and checked from there.
 import ml_collections
 
 from fedjax_face.core import distributed, engine, local
-from fedjax_face.data import partition, sources, synthetic
+from fedjax_face.data import pad_benchmark, partition, sources, synthetic
 from fedjax_face.models import heads
 from fedjax_face.models.conv import CONV_GRADIENTS
 
@@ -73,6 +73,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.federated.shared_group_size = 2    # clients holding each shared identity
   c.federated.local_steps = 2          # local SGD steps per round (the static cap with local_epochs)
   c.federated.local_epochs = 0.0       # > 0: ceil(E·n_k/B) steps per client, masked to the cap
+  c.federated.balanced_classes = False # every batch B / C_k samples of each of the client's
+                                       # classes (PAD: live and attack frames alike)
   c.federated.batch_size = 32
   c.federated.client_optimizer_state = 'reset'   # 'reset': fresh momentum every round (a new
                                        # optimizer per round, as FL code usually does); 'keep':
@@ -93,6 +95,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.head.init_std = 0.01               # class embeddings ~ N(0, std^2) (arcface_torch's init)
 
   c.optimizer = ml_collections.ConfigDict()
+  c.optimizer.name = 'sgd'             # 'sgd' (momentum, coupled weight decay) | 'adam' (FedGPAD)
   c.optimizer.learning_rate = 0.1      # the initial rate (constant in FedGC)
   c.optimizer.schedule = 'constant'    # 'constant' | 'step': times decay_factor at each decay_at
   c.optimizer.decay_at = (2 / 3, 13 / 15)   # fractions of num_rounds (FedFV: 10k, 13k of 15k)
@@ -228,6 +231,8 @@ def _check_data(c: ml_collections.ConfigDict) -> None:
   """The real-data fields of `c.data`."""
   d = c.data
   check_choice('data.source', d.source, sources.SOURCES)
+  if d.source == 'pad':
+    pad_benchmark.check_config(c)
   if d.source in ('insightface', 'image_folder') and not d.root:
     raise ValueError(f'config.data.root is empty; data.source={d.source!r} needs the data '
                      'directory.')
@@ -305,6 +310,7 @@ def _check_federated(c: ml_collections.ConfigDict) -> None:
   check_number('federated.local_epochs', fl.local_epochs, allow_zero=True)
   check_int('federated.batch_size', fl.batch_size)
   check_choice('federated.client_optimizer_state', fl.client_optimizer_state, ('reset', 'keep'))
+  check_bool('federated.balanced_classes', fl.balanced_classes)
 
 
 def _check_model_and_head(c: ml_collections.ConfigDict) -> None:
@@ -316,6 +322,7 @@ def _check_model_and_head(c: ml_collections.ConfigDict) -> None:
 
 
 def _check_optimizer(c: ml_collections.ConfigDict) -> None:
+  check_choice('optimizer.name', c.optimizer.name, ('sgd', 'adam'))
   check_number('optimizer.learning_rate', c.optimizer.learning_rate)
   check_number('optimizer.momentum', c.optimizer.momentum, allow_zero=True)
   check_number('optimizer.weight_decay', c.optimizer.weight_decay, allow_zero=True)

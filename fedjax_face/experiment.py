@@ -86,6 +86,14 @@ def training_views(config, benchmark, one_client: bool):
   (`data.private_test_fraction`) are in no view.
   """
   images, labels = benchmark.train_images, benchmark.train_labels
+  if benchmark.client_identities is not None:   # the data's own clients (PAD: data centers)
+    fed_view = federated.build(images, labels, benchmark.client_identities,
+                               benchmark.train_targets)
+    if not one_client:
+      return fed_view, fed_view
+    return fed_view, federated.build(images, labels,
+                                     partition.single_client(benchmark.num_identities),
+                                     benchmark.train_targets)
   num_public = config.data.public_identities
   if not num_public and not config.data.private_test_fraction:
     fed_view = federated.build(images, labels, client_partition(config, benchmark.num_identities))
@@ -235,7 +243,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   round_data = pipeline.Prefetcher(
       lambda r: federated.sample_round(
           fed, cohort_of(r)[rows], round_index=r, seed=config.seed, steps=fl.local_steps,
-          batch_size=fl.batch_size, local_epochs=fl.local_epochs),
+          batch_size=fl.batch_size, local_epochs=fl.local_epochs, balanced=fl.balanced_classes),
       range(start_round, config.num_rounds), depth=config.data.prefetch)
   # Wall time inside `run_round` (training, and on the loop backend waiting for it) and outside it
   # (the host's work between rounds: cohort, prefetched data, logging, checkpoints, evaluation).

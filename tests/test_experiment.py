@@ -110,7 +110,7 @@ def test_workdir_of_another_config_is_refused_and_left_intact(tmp_path):
 
 @pytest.mark.parametrize('field,value,match', [
     ('algorithm', 'fedavgx',
-     r"algorithm='fedavgx' is unknown; expected one of \['centralized', 'fedaws', 'fedface', 'fedfr', 'fedfv', 'fedgc', 'fedpe', 'feduv'\]"),
+     r"algorithm='fedavgx' is unknown; expected one of \['centralized', 'fedaws', 'fedface', 'fedfr', 'fedfv', 'fedgc', 'fedgpad', 'fedpad', 'fedpe', 'feduv'\]"),
     ('head.loss', 'sphereface', r"head.loss='sphereface'; expected one of \('softmax', 'cosface', 'arcface', "
      r"'positive_cosine', 'positive_dot'\)"),
     ('engine.backend', 'pmap', r"engine.backend='pmap'; expected one of"),
@@ -261,6 +261,43 @@ def test_fig4_fedface_and_fedfr_start_from_the_scenarios_pretraining(tmp_path, i
   other.init_from = str(tmp_path / 'pre')
   with pytest.raises(ValueError, match=r'data.num_identities: \d+ there, 40 here'):
     experiment.validate(other)
+
+
+@pytest.mark.parametrize('name', ['fedgpad', 'fedpad'])
+def test_pad_configs_run_end_to_end(tmp_path, name):
+  # The data centers train on their own domains; the detector is scored on the unseen target.
+  config = load_config(f'fedgpad/{name}')
+  results = experiment.train_and_evaluate(config, str(tmp_path))
+  pad = results['pad']
+  assert (pad['sources'], pad['target'], pad['threshold_rule']) == (['O', 'C', 'I'], 'M', 'test')
+  p = config.data.pad
+  assert pad['num_videos'] == p.test_subjects * (p.live_videos + p.attack_videos)
+  assert pad['num_live'] == p.test_subjects * p.live_videos
+  for key in ('hter', 'eer', 'auc'):
+    assert 0.0 <= pad[key] <= 1.0
+  assert '| HTER (%) | EER (%) | AUC (%) |' in (tmp_path / 'report.md').read_text()
+  assert (tmp_path / 'pad_roc.png').exists()
+
+
+@pytest.mark.parametrize('field, value, match', [
+    ('data.pad.target', 'O', r"sources=\('O', 'C', 'I'\) with target='O'; expected distinct data "
+                             r'centers, none of them the target'),
+    ('data.pad.sources', ('O', 'X'), r"names domains \['X'\]; expected names from"),
+    ('data.pad.train_attacks', ('display',), r"train_attacks=\('display',\) leaves data center C "
+                                             r'no attack'),
+    ('federated.num_clients', 4, r'num_clients=4; the PAD benchmark has one client per data '
+                                 r'center: expected 3'),
+    ('evals.pad.threshold_rule', 'dev', r"threshold_rule='dev'; expected one of"),
+])
+def test_pad_config_errors_name_the_field(field, value, match):
+  config = load_config('fedgpad/fedgpad')
+  *path, key = field.split('.')
+  section = config
+  for part in path:
+    section = section[part]
+  section[key] = value
+  with pytest.raises(ValueError, match=match):
+    experiment.validate(config)
 
 
 def test_every_config_file_validates_with_runlocal():

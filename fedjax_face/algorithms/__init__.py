@@ -31,6 +31,8 @@ ALGORITHMS = {
     'feduv': 'fedjax_face.algorithms.feduv',
     'fedface': 'fedjax_face.algorithms.fedface',
     'fedfr': 'fedjax_face.algorithms.fedfr',
+    'fedpad': 'fedjax_face.algorithms.fedgpad',    # FedGPAD's module: its Alg. 1, no ES / Dec
+    'fedgpad': 'fedjax_face.algorithms.fedgpad',
 }
 
 

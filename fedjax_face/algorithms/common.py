@@ -17,8 +17,12 @@ def make_optimizer(config) -> optax.GradientTransformation:
   """SGD with momentum and (coupled, PyTorch-style) weight decay: the FedGC / insightface recipe.
 
   `config` is the `optimizer` section: learning_rate (constant, as in FedGC), momentum,
-  weight_decay.
+  weight_decay; `name='adam'` is Adam at that rate with the same weight decay added to the
+  gradient (PyTorch's Adam, which FedGPAD's code uses).
   """
+  if config.get('name', 'sgd') == 'adam':
+    return optax.chain(optax.add_decayed_weights(config.weight_decay),
+                       optax.adam(config.learning_rate))
   return optax.chain(
       optax.add_decayed_weights(config.weight_decay),
       optax.sgd(config.learning_rate, momentum=config.momentum or None),

@@ -35,6 +35,8 @@ class FederatedData:
     public_labels: their identities, 0..K_g-1 (the rows of the public class matrix), or None.
     test_indices: indices into `images` of the clients' identities' held-out images, on which no
       client trains (`data.private_test_fraction`: the personalized evaluation), or None.
+    targets: per-sample arrays beside the labels, indexed like `images` (PAD's depth maps
+      `{'depth': [N, h, w]}`), drawn with the images by `sample_round`; or None.
   """
   images: np.ndarray | stores.DecodedImageStore
   client_indices: list[np.ndarray]
@@ -43,6 +45,7 @@ class FederatedData:
   public_indices: np.ndarray | None = None
   public_labels: np.ndarray | None = None
   test_indices: np.ndarray | None = None
+  targets: dict[str, np.ndarray] | None = None
 
   @property
   def num_public(self) -> int:
@@ -73,7 +76,8 @@ class FederatedData:
 
 
 def build(images: np.ndarray | stores.DecodedImageStore, labels: np.ndarray,
-          client_identities: list[np.ndarray]) -> FederatedData:
+          client_identities: list[np.ndarray],
+          targets: dict[str, np.ndarray] | None = None) -> FederatedData:
   """Groups samples by the identities each client holds (from the labels; no image is read).
 
   Args:
@@ -82,9 +86,13 @@ def build(images: np.ndarray | stores.DecodedImageStore, labels: np.ndarray,
     client_identities: per client, the global identity ids it holds (disjoint across clients for
       an identity-exclusive partition). An identity held by h clients (the general case) has its
       images dealt out between them: the j-th holder (in client order) gets images j, j+h, ...
+    targets: per-sample arrays (`FederatedData.targets`), each with N rows.
   """
   if len(images) != len(labels):
     raise ValueError(f'{len(images)} images but {len(labels)} labels.')
+  for name, values in (targets or {}).items():
+    if len(values) != len(labels):
+      raise ValueError(f'targets[{name!r}] has {len(values)} rows for {len(labels)} labels.')
   max_classes = max(len(ids) for ids in client_identities)
   table = np.full((len(client_identities), max_classes), -1, np.int32)
   indices, local_labels = [], []
@@ -106,7 +114,7 @@ def build(images: np.ndarray | stores.DecodedImageStore, labels: np.ndarray,
                        'least one per holder).')
     indices.append(np.concatenate(members))
     local_labels.append(np.repeat(np.arange(len(ids), dtype=np.int32), [len(m) for m in members]))
-  return FederatedData(images, indices, local_labels, table)
+  return FederatedData(images, indices, local_labels, table, targets=targets)
 
 
 def _indices_by_identity(labels: np.ndarray) -> dict[int, np.ndarray]:
@@ -138,10 +146,13 @@ def pad_cohort(client_ids: np.ndarray, multiple: int, num_clients: int) -> np.nd
 
 
 def sample_round(fed: FederatedData, client_ids: np.ndarray, *, round_index: int, seed: int,
-                 steps: int, batch_size: int, local_epochs: float = 0.0) -> dict[str, np.ndarray]:
+                 steps: int, batch_size: int, local_epochs: float = 0.0,
+                 balanced: bool = False) -> dict[str, np.ndarray]:
   """Stacked local batches of one round.
 
   Each client walks through its samples in a fresh random order (reshuffled when exhausted).
+  With `balanced` every batch holds B / C_k samples of each of the client's C_k classes, each
+  class walked through in its own random order (PAD: as many live as attack frames a step).
   With `local_epochs == 0` every client runs `steps` full batches; with `local_epochs = E > 0`
   client k runs ceil(E·n_k / B) steps (at most `steps`, the static cap), the last one partial:
   the unused steps and samples are masked out, so uneven clients share one shape (FedAvg).
@@ -153,7 +164,8 @@ def sample_round(fed: FederatedData, client_ids: np.ndarray, *, round_index: int
   Returns:
     dict of `images` uint8 `[m, steps, B, H, W, C]`, `labels` int32 `[m, steps, B]` (local class
     ids), `mask` bool `[m, steps, B]` and `class_mask` bool `[m, C_max]` (the client's real class
-    slots); padding clients (id >= num_clients) are all-masked.
+    slots), and `targets` (name -> `[m, steps, B, ...]`) when `fed.targets`; padding clients (id
+    >= num_clients) are all-masked.
   """
   m = len(client_ids)
   per_round = steps * batch_size
@@ -165,7 +177,10 @@ def sample_round(fed: FederatedData, client_ids: np.ndarray, *, round_index: int
       continue  # padding client
     n = len(fed.client_indices[k])
     rng = np.random.default_rng([seed, round_index, int(k)])
-    order = np.concatenate([rng.permutation(n) for _ in range(arrays.ceil_div(per_round, n))])[:per_round]
+    if balanced:
+      order = _balanced_order(rng, fed.client_local_labels[k], steps, batch_size)
+    else:
+      order = _walk(rng, np.arange(n), per_round)
     index[row] = fed.client_indices[k][order]
     labels[row] = fed.client_local_labels[k][order]
     if local_epochs > 0:
@@ -175,9 +190,32 @@ def sample_round(fed: FederatedData, client_ids: np.ndarray, *, round_index: int
   shape = (m, steps, batch_size)
   images, ok = stores.take(fed.images, index.reshape(-1))
   mask &= ok.reshape(mask.shape)
-  return {
+  out = {
       'images': images.reshape(shape + tuple(fed.images.shape[1:])),
       'labels': labels.reshape(shape),
       'mask': mask.reshape(shape),
       'class_mask': fed.class_mask[np.minimum(client_ids, fed.num_clients - 1)],
   }
+  if fed.targets:
+    out['targets'] = {name: values[index].reshape(shape + values.shape[1:])
+                      for name, values in fed.targets.items()}
+  return out
+
+
+def _walk(rng: np.random.Generator, members: np.ndarray, count: int) -> np.ndarray:
+  """`count` of `members` in random orders, reshuffled each time they are used up."""
+  rounds = arrays.ceil_div(count, len(members))
+  return np.concatenate([members[rng.permutation(len(members))] for _ in range(rounds)])[:count]
+
+
+def _balanced_order(rng: np.random.Generator, local_labels: np.ndarray, steps: int,
+                    batch_size: int) -> np.ndarray:
+  """Positions into a client's samples: `steps` batches of B / C_k samples of each class."""
+  classes = np.unique(local_labels)
+  if batch_size % len(classes):
+    raise ValueError(f'federated.batch_size={batch_size} cannot hold as many samples of each of '
+                     f"a client's {len(classes)} classes; expected a multiple of {len(classes)}.")
+  share = batch_size // len(classes)
+  per_class = [_walk(rng, np.flatnonzero(local_labels == c), steps * share).reshape(steps, share)
+               for c in classes]
+  return np.concatenate(per_class, axis=1).reshape(-1)

@@ -27,6 +27,7 @@ subjects.
 import dataclasses
 import io
 
+import ml_collections
 import numpy as np
 from PIL import Image
 
@@ -418,3 +419,87 @@ def make_domain(name: str, *, seed: int, image_size: int = 64, subjects: int = 2
 def make_benchmark(*, seed: int, domains=DOMAIN_NAMES, **kwargs) -> dict[str, PadSet]:
   """`make_domain` for each of `domains` (the same sizes for all)."""
   return {name: make_domain(name, seed=seed, **kwargs) for name in domains}
+
+
+# -- as a data source (`data.source='pad'`, the `data.pad` section) -----------------------------
+
+def config_section(sources=('O', 'C', 'I'), target='M'):
+  """`config.data.pad`: which domains are the data centers and which the unseen target, and the
+  benchmark's sizes."""
+  c = ml_collections.ConfigDict()
+  c.sources = tuple(sources)   # the data centers (clients), in client order
+  c.target = target            # the users' domain, never trained on (leave-one-out)
+  c.train_attacks = ATTACKS    # attack kinds the data centers train on (Table X: one kind each)
+  c.subjects = 20              # per domain
+  c.test_subjects = 8          # of them held out (the target's test set; the sources' validation)
+  c.live_videos = 2            # per subject
+  c.attack_videos = 4
+  c.frames = 4                 # per video
+  return c
+
+
+def check_config(config) -> None:
+  """The `data.pad` section of a `data.source='pad'` config, and what it implies elsewhere."""
+  if 'pad' not in config.data:
+    raise ValueError("config.data.pad is missing; data.source='pad' needs it "
+                     '(pad_benchmark.config_section(), configs/fedgpad/).')
+  p = config.data.pad
+  unknown = [d for d in tuple(p.sources) + (p.target,) if d not in DOMAINS]
+  if unknown:
+    raise ValueError(f'config.data.pad names domains {unknown}; expected names from '
+                     f'{DOMAIN_NAMES}.')
+  if not p.sources or len(set(p.sources)) != len(p.sources) or p.target in p.sources:
+    raise ValueError(f'config.data.pad.sources={tuple(p.sources)} with target={p.target!r}; '
+                     'expected distinct data centers, none of them the target (leave-one-out).')
+  bad = [a for a in p.train_attacks if a not in ATTACKS]
+  if bad or not p.train_attacks:
+    raise ValueError(f'config.data.pad.train_attacks={tuple(p.train_attacks)}; expected a '
+                     f'non-empty subset of {ATTACKS}.')
+  for source in p.sources:
+    if not set(p.train_attacks) & set(DOMAINS[source].attacks):
+      raise ValueError(f'config.data.pad.train_attacks={tuple(p.train_attacks)} leaves data center '
+                       f'{source} no attack (it has {tuple(DOMAINS[source].attacks)}).')
+  if config.federated.num_clients != len(p.sources):
+    raise ValueError(f'config.federated.num_clients={config.federated.num_clients}; the PAD '
+                     f'benchmark has one client per data center: expected {len(p.sources)} '
+                     f'(data.pad.sources={tuple(p.sources)}).')
+
+
+def _frames(name: str, config) -> PadSet:
+  p = config.data.pad
+  return make_domain(name, seed=config.seed, image_size=config.data.image_size,
+                     subjects=p.subjects, test_subjects=p.test_subjects,
+                     live_videos=p.live_videos, attack_videos=p.attack_videos, frames=p.frames)
+
+
+def _concat(sets: list[PadSet], name: str) -> PadSet:
+  """Several domains' frames as one set (video ids made unique across them)."""
+  offsets = np.cumsum([0] + [int(s.video.max()) + 1 for s in sets[:-1]])
+  fields = {f.name: np.concatenate([getattr(s, f.name) for s in sets])
+            for f in dataclasses.fields(PadSet) if f.name not in ('domain', 'video')}
+  video = np.concatenate([s.video + o for s, o in zip(sets, offsets)])
+  return PadSet(domain=name, video=video, **fields)
+
+
+def load(config):
+  """The benchmark as `synthetic.FaceBenchmark`: the data centers' training frames (train
+  subjects, `train_attacks` and live), labelled 2k (attack) and 2k + 1 (live) for data center k,
+  which holds exactly those two classes (`client_identities`), their depth maps
+  (`train_targets`), and `eval_sets`: 'test' = the target's test subjects, 'validation' = the data
+  centers' held-out subjects (the paper's threshold from the data centers' data)."""
+  p = config.data.pad
+  sources = [_frames(name, config) for name in p.sources]
+  kept_attacks = [ATTACKS.index(a) for a in p.train_attacks]
+  train = []
+  for k, frames in enumerate(sources):
+    keep = (frames.split == 0) & (frames.live | np.isin(frames.attack, kept_attacks))
+    train.append(frames.take(keep))
+  labels = np.concatenate([2 * k + t.live.astype(np.int32) for k, t in enumerate(train)])
+  target = _frames(p.target, config)
+  return synthetic.FaceBenchmark(
+      train_images=np.concatenate([t.images for t in train]),
+      train_labels=labels.astype(np.int32), num_identities=2 * len(train), pair_sets={},
+      client_identities=[np.array([2 * k, 2 * k + 1], np.int32) for k in range(len(train))],
+      train_targets={'depth': np.concatenate([t.depth for t in train])},
+      eval_sets={'test': target.take(target.split == 1),
+                 'validation': _concat([s.take(s.split == 1) for s in sources], 'sources')})

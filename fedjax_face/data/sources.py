@@ -25,11 +25,11 @@ from typing import Sequence
 from absl import logging
 import numpy as np
 
-from fedjax_face.data import image_folder, recordio, stores, synthetic, tfds_source
+from fedjax_face.data import image_folder, pad_benchmark, recordio, stores, synthetic, tfds_source
 from fedjax_face.data import verification_bin
 from fedjax_face.data.synthetic import FaceBenchmark, PairSet
 
-SOURCES = ('synthetic', 'insightface', 'image_folder', 'tfds')
+SOURCES = ('synthetic', 'insightface', 'image_folder', 'tfds', 'pad')
 
 
 def load(config, pair_sets: tuple[str, ...] = ()) -> FaceBenchmark:
@@ -47,6 +47,8 @@ def load(config, pair_sets: tuple[str, ...] = ()) -> FaceBenchmark:
         difficulty=d.difficulty, images_per_identity_sigma=d.images_per_identity_sigma,
         pair_sets=tuple(pair_sets) or synthetic.PAIR_SET_NAMES,
         lookalike_family_size=d.lookalike_family_size, lookalike_spread=d.lookalike_spread)
+  if d.source == 'pad':
+    return pad_benchmark.load(config)
   if d.source not in SOURCES:
     raise ValueError(f'config.data.source={d.source!r}; expected one of {SOURCES}.')
   store, labels = _TRAINING[d.source](d)

@@ -135,6 +135,11 @@ class FaceBenchmark:
     test_identity_params: parameters of the held-out identities (row j = PairSet id j).
     train_families: int32 `[num_identities]` look-alike family of each training identity
       (`label // lookalike_family_size`); None for real data.
+    client_identities: the data's own clients, as the identities each holds (PAD: one client per
+      data center holding its attack and live classes); None: the config's partition deals them.
+    train_targets: per-sample arrays beside the labels (PAD's depth maps), or None.
+    eval_sets: a task's evaluation data by name (PAD: the target domain's 'test' frames and the
+      data centers' 'validation' frames), or None.
   """
   train_images: np.ndarray
   train_labels: np.ndarray
@@ -143,6 +148,9 @@ class FaceBenchmark:
   train_identity_params: dict[str, np.ndarray] | None = None
   test_identity_params: dict[str, np.ndarray] | None = None
   train_families: np.ndarray | None = None
+  client_identities: list[np.ndarray] | None = None
+  train_targets: dict[str, np.ndarray] | None = None
+  eval_sets: dict | None = None
 
 
 # ----------------------------------------------------------------------------------------------

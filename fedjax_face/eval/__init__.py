@@ -26,6 +26,7 @@ EVALUATORS = {   # type -> module defining check_<type> and make_<type>
     'identification': 'fedjax_face.eval.recognition.evaluators',
     'personalized': 'fedjax_face.eval.recognition.evaluators',
     'diagnostics': 'fedjax_face.eval.diagnostics',
+    'pad': 'fedjax_face.eval.pad.evaluators',
 }
 
 

@@ -100,6 +100,18 @@ def personalized_lines(personal: dict) -> list[str]:
           '| ' + ' | '.join(_percent(v) for v in values) + ' |', '']
 
 
+def pad_lines(pad: dict) -> list[str]:
+  """The presentation-attack table (eval/pad/): HTER at the named threshold rule, EER, AUC."""
+  rule = {'test': "chosen on the target's own scores", 'fixed': 'fixed',
+          'validation': "chosen on the data centers' held-out subjects"}[pad['threshold_rule']]
+  return [f"Presentation-attack detection, {' & '.join(pad['sources'])} -> {pad['target']} "
+          f"({pad['num_videos']} videos: {pad['num_live']} live, {pad['num_spoof']} attack; "
+          f"scores averaged per video; threshold {pad['threshold']:.4f} {rule}):", '',
+          '| HTER (%) | EER (%) | AUC (%) | FAR (%) | FRR (%) |', '| --- | --- | --- | --- | --- |',
+          '| ' + ' | '.join(_percent(pad[k]) for k in ('hter', 'eer', 'auc', 'far', 'frr'))
+          + ' |', '']
+
+
 def write(workdir: str, results: dict) -> str:
   """Writes results.json and report.md; returns the report's markdown."""
   files.write_json_atomic(files.join(workdir, 'results.json'), results)
@@ -119,6 +131,8 @@ def write(workdir: str, results: dict) -> str:
   personal = results.get('personalized')
   if personal:
     md += personalized_lines(personal)
+  if results.get('pad'):
+    md += pad_lines(results['pad'])
   sim = results.get('diagnostics', {}).get('class_embedding_similarity')
   if sim:
     md += ['Class-embedding cosine similarity (FedGC Fig. 3 diagnostic):', '',

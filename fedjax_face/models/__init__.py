@@ -20,6 +20,7 @@ from fedjax_face.models.iresnet import IResNet
 from fedjax_face.models.iresnet import iresnet18
 from fedjax_face.models.iresnet import iresnet34
 from fedjax_face.models.iresnet import PReLU
+from fedjax_face.models.pad import PadNet
 from fedjax_face.models.small_cnn import SmallCNN
 
 # name -> constructor accepting `embedding_dim=`, `dtype=` and model-specific keyword arguments.
@@ -58,6 +59,9 @@ def build_backbone(config: Any, conv_gradient: str = 'xla') -> nn.Module:
     ValueError: unknown backbone name, dtype or conv gradient.
   """
   name = config.name
+  if name == 'pad_net':   # PAD: a detector, not an embedding backbone (models/pad.py)
+    return PadNet(width=config.width, image_size=config.image_size,
+                  disentangle=config.disentangle, dtype=_DTYPES[_get(config, 'dtype', 'float32')])
   if name not in BACKBONES:
     raise ValueError(f'Unknown backbone {name!r}; valid names: {sorted(BACKBONES)}')
   if conv_gradient not in conv_lib.CONV_GRADIENTS:

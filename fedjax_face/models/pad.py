@@ -106,8 +106,10 @@ class Decoder(nn.Module):
 
 
 class PadNet(nn.Module):
-  """`__call__(x, train)` -> dict with 'logit' `[B]`, 'depth' `[B, S/8, S/8]` and, with
-  `disentangle`, 'z_invariant', 'z_specific' `[B, 8w]` and 'reconstruction' `[B, S, S, 6]`."""
+  """`__call__(x, train, disentangled=None)` -> dict with 'logit' `[B]`, 'depth' `[B, S/8, S/8]`
+  and, with `disentangle` and `disentangled` (default: in training), 'z_invariant', 'z_specific'
+  `[B, 8w]` and 'reconstruction' `[B, S, S, 6]`. Without them only EI, C and Dep run, so the
+  aggregated parts alone (FedGPAD's global model) score images."""
   width: int = 8
   image_size: int = 64
   disentangle: bool = True
@@ -121,7 +123,7 @@ class PadNet(nn.Module):
       self.specific = Extractor(self.width)
       self.decoder = Decoder(self.width, self.image_size)
 
-  def __call__(self, x, train: bool):
+  def __call__(self, x, train: bool, disentangled: bool | None = None):
     if x.shape[1] != self.image_size or x.shape[-1] != PAD_CHANNELS:
       raise ValueError(f'PadNet expects [B, {self.image_size}, {self.image_size}, {PAD_CHANNELS}] '
                        f'(RGB + HSV at model.image_size), got {x.shape}.')
@@ -130,7 +132,7 @@ class PadNet(nn.Module):
     z_invariant = jnp.mean(features, axis=(1, 2))
     out = {'logit': self.classifier(z_invariant).astype(jnp.float32),
            'depth': self.depth(blocks, train).astype(jnp.float32)}
-    if self.disentangle:
+    if self.disentangle and (train if disentangled is None else disentangled):
       z_specific = jnp.mean(self.specific(x, train)[0], axis=(1, 2))
       out['z_invariant'] = z_invariant.astype(jnp.float32)
       out['z_specific'] = z_specific.astype(jnp.float32)

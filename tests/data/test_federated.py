@@ -111,3 +111,25 @@ def test_identity_without_images_is_refused():
   labels = np.array([0, 0, 2], np.int32)
   with pytest.raises(ValueError, match=r'identities with no images: \[1\]'):
     federated.build(np.zeros((3, 2, 2, 3), np.uint8), labels, [np.array([0, 1]), np.array([2])])
+
+
+def test_balanced_batches_hold_each_class_equally_and_targets_follow_the_images():
+  labels = np.array([0] * 7 + [1] * 3 + [2] * 5 + [3] * 9, np.int32)   # two clients, two classes
+  images = np.arange(len(labels), dtype=np.uint8)[:, None, None, None] * np.ones((1, 2, 2, 3),
+                                                                               np.uint8)
+  depth = np.arange(len(labels), dtype=np.float32)[:, None, None] * np.ones((1, 4, 4), np.float32)
+  fed = federated.build(images, labels, [np.array([0, 1]), np.array([2, 3])],
+                        targets={'depth': depth})
+  data = federated.sample_round(fed, np.array([0, 1]), round_index=3, seed=0, steps=5,
+                                batch_size=4, balanced=True)
+  assert (data['labels'] == 0).sum(axis=-1).tolist() == [[2] * 5] * 2
+  assert (data['labels'] == 1).sum(axis=-1).tolist() == [[2] * 5] * 2
+  # The depth map drawn with each image is that image's (both hold the sample index).
+  np.testing.assert_array_equal(data['targets']['depth'][..., 0, 0], data['images'][..., 0, 0, 0])
+  # Every sample of the rarer class is used before any repeats (3 live frames of client 0).
+  live = data['images'][0, ..., 0, 0, 0][data['labels'][0] == 1]   # in drawing order
+  assert sorted(live[:3].tolist()) == [7, 8, 9]
+  with pytest.raises(ValueError, match=r'batch_size=3 cannot hold as many samples of each of a '
+                     r"client's 2 classes; expected a multiple of 2"):
+    federated.sample_round(fed, np.array([0]), round_index=0, seed=0, steps=1, batch_size=3,
+                           balanced=True)

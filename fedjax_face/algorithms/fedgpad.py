@@ -1,0 +1,175 @@
+"""FedGPAD and FedPAD (Shao, Perera, Yuen, Patel, "Federated Generalized Face Presentation Attack
+Detection", TNNLS): data centers train a live / attack detector together without sharing data.
+
+FedPAD (Alg. 1): each data center trains the detector (EI, C and the depth head Dep of
+`models/pad.py` with `model.disentangle=False`) on its own frames with Eq. 4 + Eq. 5, and the
+server averages every parameter (Eq. 3).
+
+FedGPAD (Alg. 2): each data center also has a domain-specific extractor ES and a decoder Dec
+(`model.disentangle=True`) and minimises Eq. 8, the weighted sum of Cls (Eq. 4), Dep (Eq. 5), Rec
+(Eq. 6) and Diff (Eq. 7) (`algorithms/pad_losses.py`). Only EI, C and Dep are sent and averaged
+(Eq. 10); ES and Dec stay in the data center (`RoundState.clients`) from round to round.
+
+Readings:
+  * Eq. 9 updates each part with the gradient of the loss terms that contain it (EI: all of Eq.
+    8; C: Cls; Dep: Dep; ES: Rec + Diff; Dec: Rec). These are exactly the partial derivatives of
+    the Eq. 8 total, since no other term contains the part, so one optimizer step on the total
+    is Eq. 9. The term weights (`fedgpad.loss_weights`, the authors' code: cls 1, depth 10, diff
+    1, rec 0.1) scale each part's gradient; Adam, the authors' optimizer, is insensitive to that
+    scale.
+  * Eq. 3 / 10 average uniformly over the data centers, as the paper writes them
+    (`fedgpad.weighting='uniform'`); 'examples' weights by frame counts as FedAvg does.
+  * The authors run one local step per round with a fresh Adam (lr 1e-2) and batches of 16 live +
+    16 attack frames: `federated.local_steps=1`, `optimizer.name='adam'`, the optimizer created
+    afresh each round, `federated.balanced_classes=True`, batch 32 in configs/fedgpad/.
+  * Live = the local class 1 of each data center (its classes are [attack, live]); the depth
+    target is the frame's pseudo-depth map (zeros for attacks), resized to the depth head's size.
+"""
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+from fedjax_face import config_lib
+from fedjax_face.algorithms import common, pad_losses
+from fedjax_face.core import aggregation, local
+from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, RoundState
+from fedjax_face.data import preprocess
+from fedjax_face.models import pad as pad_model
+
+ONE_CLIENT = False
+SHARED_PARTS = ('invariant', 'classifier', 'depth')   # Eq. 10: what the server averages
+PRIVATE_PARTS = ('specific', 'decoder')               # never leave the data center
+WEIGHTINGS = ('uniform', 'examples')
+
+
+def config_section() -> ml_collections.ConfigDict:
+  """`config.fedgpad` (configs/fedgpad/fedgpad.py and fedpad.py)."""
+  c = ml_collections.ConfigDict()
+  c.loss_weights = ml_collections.ConfigDict(dict(pad_losses.LOSS_WEIGHTS))
+  c.weighting = 'uniform'   # Eq. 3 / 10: the data centers' mean | 'examples' (FedAvg's n_k)
+  return c
+
+
+def check_config(config) -> None:
+  c = config_lib.section(config, 'fedgpad', 'fedgpad.config_section() (configs/fedgpad/)')
+  config_lib.check_choice('fedgpad.weighting', c.weighting, WEIGHTINGS)
+  if set(c.loss_weights) != set(pad_losses.LOSS_WEIGHTS):
+    raise ValueError(f'config.fedgpad.loss_weights has {sorted(c.loss_weights)}; expected '
+                     f'{sorted(pad_losses.LOSS_WEIGHTS)}.')
+  for name, value in c.loss_weights.items():
+    config_lib.check_number(f'fedgpad.loss_weights.{name}', value, allow_zero=True)
+  if config.data.source != 'pad':
+    raise ValueError(f"config.data.source={config.data.source!r}; {config.algorithm} trains a "
+                     "presentation-attack detector: expected 'pad'.")
+  m = config.model
+  if m.name != 'pad_net':
+    raise ValueError(f"config.model.name={m.name!r}; expected 'pad_net' (models/pad.py).")
+  if m.image_size != config.data.image_size:
+    raise ValueError(f'config.model.image_size={m.image_size} but data.image_size='
+                     f'{config.data.image_size}; expected the same.')
+  expected = config.algorithm == 'fedgpad'
+  if m.disentangle != expected:
+    raise ValueError(f'config.model.disentangle={m.disentangle!r} with {config.algorithm}: '
+                     f'expected {expected} ({"ES and Dec" if expected else "no ES or Dec"}).')
+
+
+def variant_name(config) -> str:
+  w = config.fedgpad.loss_weights
+  dropped = [name for name in ('depth', 'rec', 'diff') if name in w and not w[name]]
+  return config.algorithm + ''.join(f'-no_{name}' for name in dropped)
+
+
+def _split(tree: dict, parts) -> dict:
+  """The top-level entries of `tree` named in `parts` (a variables collection's parts)."""
+  return {k: v for k, v in tree.items() if k in parts}
+
+
+def _variables(shared: dict, private: dict) -> dict:
+  """Model variables from the shared parts and a data center's own."""
+  out = {}
+  for collection in ('params', 'batch_stats'):
+    merged = {**shared.get(collection, {}), **private.get(collection, {})}
+    if merged:
+      out[collection] = merged
+  return out
+
+
+def _parts(variables: dict, parts) -> dict:
+  return {collection: _split(tree, parts) for collection, tree in variables.items()
+          if _split(tree, parts)}
+
+
+def build(config, model, fed, *, step_mode: str) -> Algorithm:
+  """FedGPAD (`model.disentangle`) or FedPAD over the data centers `fed` (clients)."""
+  weights = dict(config.fedgpad.loss_weights)
+  optimizer = common.make_optimizer(config.optimizer)
+  lr_schedule = common.lr_scale_schedule(config)
+  private_parts = PRIVATE_PARTS if model.disentangle else ()
+  uniform = config.fedgpad.weighting == 'uniform'
+  image_shape = (1, config.data.image_size, config.data.image_size, pad_model.PAD_CHANNELS)
+
+  def init(rng):
+    variables = dict(model.init(rng, jnp.zeros(image_shape), train=True))
+    clients = {}
+    if private_parts:   # every data center starts its own ES and Dec from the same draw
+      own = _parts(variables, private_parts)
+      clients = jax.tree.map(lambda x: jnp.broadcast_to(x, (fed.num_clients,) + x.shape), own)
+    return RoundState(server=_parts(variables, SHARED_PARTS), clients=clients,
+                      round=jnp.zeros((), jnp.int32))
+
+  def broadcast(server, client_ids, round_index, rng):
+    del client_ids, rng
+    return ClientInput(shared=common.with_lr_scale({'model': server}, lr_schedule, round_index),
+                       per_client={})
+
+  def loss_fn(params, batch_stats, batch):
+    variables = {'params': params, 'batch_stats': batch_stats}
+    outputs, state = model.apply(variables, batch['inputs'], train=True, mutable=['batch_stats'])
+    total, terms = pad_losses.total_loss(outputs, batch, weights)   # Eq. 8
+    return total, (state['batch_stats'], terms)
+
+  def step(carry, batch):
+    params, batch_stats, opt_state = carry
+    images = preprocess.random_flip(batch['rng'], batch['images'])
+    inputs = pad_model.rgb_hsv(images)
+    depth = preprocess.random_flip(batch['rng'], batch['depth'][..., None])[..., 0]
+    full = {'inputs': inputs, 'depth': depth, 'live': batch['labels'] == 1,
+            'mask': batch['mask']}
+    (_, (batch_stats, terms)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        params, batch_stats, full)   # Eq. 9: each part's partial derivative of Eq. 8
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    if batch.get('lr_scale') is not None:
+      updates = jax.tree.map(lambda u: u * batch['lr_scale'], updates)
+    return (optax.apply_updates(params, updates), batch_stats, opt_state), terms
+
+  def client_update(client_input: ClientInput, private, data, rng) -> ClientResult:
+    variables = _variables(client_input.shared['model'], private)
+    params, batch_stats = variables['params'], variables.get('batch_stats', {})
+    carry = (params, batch_stats, optimizer.init(params))   # a fresh optimizer every round
+    num_steps = data['images'].shape[0]
+    xs = {'images': data['images'], 'labels': data['labels'], 'mask': data['mask'],
+          'depth': data['targets']['depth'], 'rng': jax.random.split(rng, num_steps)}
+    lr_scale = client_input.shared.get('lr_scale')
+    run = (lambda c, b: step(c, {**b, 'lr_scale': lr_scale}))
+    (params, batch_stats, _), terms = local.run_steps(local.skip_if_empty(run), carry, xs,
+                                                      mode=step_mode)
+    trained = {'params': params, 'batch_stats': batch_stats}
+    active = jnp.any(data['mask'], axis=-1)
+    mean = lambda x: jnp.sum(x * active) / jnp.maximum(active.sum(), 1)
+    metrics = {f'loss_{k}': mean(v) for k, v in terms.items()}
+    metrics['train_loss'] = sum(weights[k] * metrics[f'loss_{k}'] for k in terms)
+    return ClientResult(update=_parts(trained, SHARED_PARTS),              # Eq. 10's parts
+                        private=_parts(trained, private_parts) if private_parts else private,
+                        metrics=metrics)
+
+  def server_update(server, updates, client_weights, client_ids, round_index, rng):
+    del client_ids, round_index, rng
+    if uniform:   # Eq. 3 / 10: the data centers' plain mean (padding clients weigh 0)
+      client_weights = (client_weights > 0).astype(jnp.float32)
+    return aggregation.weighted_mean(updates, client_weights)
+
+  return Algorithm(name=config.algorithm, init=init, broadcast=broadcast,
+                   client_update=client_update, server_update=server_update,
+                   eval_variables=lambda server: server, class_embeddings=lambda state: None)

@@ -1,0 +1,82 @@
+"""FedGPAD and FedPAD: exactly what crosses to the server (Eq. 10), the data centers' own ES and
+Dec, the uniform mean of Eq. 3 / 10, and config errors."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_face import algorithms, experiment, models
+from tests.config_files import load_config
+
+
+@pytest.fixture(scope='module', params=['fedgpad', 'fedpad'])
+def setup(request):
+  config = load_config(f'fedgpad/{request.param}')
+  benchmark = experiment.load_data(config)
+  fed, _ = experiment.training_views(config, benchmark, one_client=False)
+  model = models.build_backbone(config.model)
+  algorithm = algorithms.get(config.algorithm).build(config, model, fed, step_mode='scan')
+  state = algorithm.init(jax.random.PRNGKey(0))
+  return request.param, config, fed, algorithm, state
+
+
+def _client(algorithm, state, fed, config, k):
+  from fedjax_face.data import federated
+  client_input = algorithm.broadcast(state.server, jnp.array([k]), state.round,
+                                     jax.random.PRNGKey(1))
+  data = federated.sample_round(fed, np.array([k]), round_index=0, seed=0,
+                                steps=config.federated.local_steps,
+                                batch_size=config.federated.batch_size, balanced=True)
+  data = jax.tree.map(lambda x: x[0], data)
+  private = jax.tree.map(lambda x: x[k], state.clients)
+  return data, private, algorithm.client_update(client_input, private, data,
+                                                jax.random.PRNGKey(2))
+
+
+def test_privacy_only_ei_c_and_dep_cross_to_the_server(setup):
+  name, config, fed, algorithm, state = setup
+  data, private, result = _client(algorithm, state, fed, config, 1)
+  # Eq. 10: the domain-invariant extractor, the classifier and the depth estimator, nothing else.
+  assert set(result.update) == {'params', 'batch_stats'}
+  assert set(result.update['params']) == {'invariant', 'classifier', 'depth'}
+  assert set(result.update['batch_stats']) == {'invariant', 'depth'}
+  assert set(state.server['params']) == {'invariant', 'classifier', 'depth'}
+  if name == 'fedgpad':
+    # ES and Dec stay with the data center, trained.
+    assert set(result.private['params']) == {'specific', 'decoder'}
+    assert set(result.private['batch_stats']) == {'specific'}
+    moved = jax.tree.map(lambda a, b: bool(jnp.any(a != b)), result.private['params'],
+                         private['params'])
+    assert all(jax.tree.leaves(moved))
+    assert set(result.metrics) >= {'loss_cls', 'loss_depth', 'loss_rec', 'loss_diff'}
+  else:
+    assert result.private == {} and state.clients == {}
+    assert set(result.metrics) >= {'loss_cls', 'loss_depth'}
+  # The round's batch is balanced: as many live (class 1) as attack frames.
+  assert int((data['labels'] == 1).sum()) == int((data['labels'] == 0).sum())
+
+
+def test_server_takes_the_data_centers_plain_mean(setup):
+  _, config, _, algorithm, state = setup
+  stacked = jax.tree.map(lambda x: jnp.stack([x, x + 3.0, x + 30.0]), state.server)
+  out = algorithm.server_update(state.server, stacked, jnp.array([10.0, 50.0, 0.0]),
+                                jnp.array([0, 1, 3]), jnp.int32(0), jax.random.PRNGKey(0))
+  # Two real data centers (the third is padding): (x + x + 3) / 2, whatever their frame counts.
+  jax.tree.map(lambda o, x: np.testing.assert_allclose(o, x + 1.5, rtol=1e-6, atol=1e-6),
+               out, state.server)
+
+
+@pytest.mark.parametrize('field, value, match', [
+    ('fedgpad.weighting', 'size', r"fedgpad.weighting='size'; expected one of"),
+    ('model.disentangle', None, r'model.disentangle=.* expected'),
+    ('model.image_size', 48, r'model.image_size=48 but data.image_size=32'),
+    ('data.source', 'synthetic', r"data.source='synthetic'; .* expected 'pad'"),
+])
+def test_config_errors_name_the_field(field, value, match):
+  for name in ('fedgpad', 'fedpad'):
+    config = load_config(f'fedgpad/{name}')
+    section, key = field.split('.')
+    config[section][key] = (not config[section][key]) if value is None else value
+    with pytest.raises(ValueError, match=match):
+      algorithms.check_config(config)
