@@ -232,7 +232,8 @@ def screen_medium(source: np.ndarray, screens: list[Screen], rng: np.random.Gene
                   banding_phase: np.ndarray | None = None) -> np.ndarray:
   """`source` [N, H, W, 3] in [0, 1] shown on `screens` (one per image): the screen's gamma and
   white point, its pixel grid (which the camera's resampling aliases into moire), a glare spot;
-  `banding_phase` [N] adds a video's refresh banding (horizontal bands that move over frames)."""
+  `banding_phase` [N] adds a video's refresh banding (horizontal bands that move over frames)
+  where it is not NaN (a still photo on the screen has none)."""
   n, size = source.shape[0], source.shape[1]
   u, v = _grid(size)
   gamma = np.array([s.gamma for s in screens], np.float32)[:, None, None, None]
@@ -249,8 +250,9 @@ def screen_medium(source: np.ndarray, screens: list[Screen], rng: np.random.Gene
   spot = glare * rng.uniform(0.3, 1.0, (n, 1, 1)) * np.exp(-((u - gx) ** 2 + (v - gy) ** 2) / 0.08)
   x = x + spot[..., None]
   if banding_phase is not None:
-    bands = 1.0 - 0.12 * (0.5 + 0.5 * np.sin(2 * np.pi * (v * 3.0 + banding_phase[:, None, None])))
-    x = x * bands[..., None]
+    phase = banding_phase[:, None, None]
+    bands = 1.0 - 0.12 * (0.5 + 0.5 * np.sin(2 * np.pi * (v * 3.0 + np.nan_to_num(phase))))
+    x = x * np.where(np.isnan(phase), 1.0, bands)[..., None]
   return np.clip(x, 0.0, 1.0).astype(np.float32)
 
 
@@ -397,12 +399,7 @@ def make_domain(name: str, *, seed: int, image_size: int = 64, subjects: int = 2
       screens = [domain.screens[i] for i in screen_of[f_video[idx[s]]]]
       replay = kind[s] == ATTACKS.index('replay')
       phase = np.where(replay, rng.uniform(0.0, 1.0, len(s)), np.nan)
-      shown = screen_medium(photo[s], screens, rng)
-      if replay.any():
-        r = np.flatnonzero(replay)
-        shown[r] = screen_medium(photo[s][r], [screens[i] for i in r], rng,
-                                 banding_phase=phase[r])
-      medium[s] = shown
+      medium[s] = screen_medium(photo[s], screens, rng, banding_phase=phase)
       frame_color[s] = [sc.bezel for sc in screens]
     # The scene's light falls on the medium too (its gain and tint), then it is held up.
     light = (nz['gain'][idx, None] * nz['tint'][idx]).astype(np.float32)
