@@ -263,9 +263,10 @@ def test_fig4_fedface_and_fedfr_start_from_the_scenarios_pretraining(tmp_path, i
     experiment.validate(other)
 
 
-@pytest.mark.parametrize('name', ['fedgpad', 'fedpad'])
+@pytest.mark.parametrize('name', ['fedgpad', 'fedpad', 'all'])
 def test_pad_configs_run_end_to_end(tmp_path, name):
-  # The data centers train on their own domains; the detector is scored on the unseen target.
+  # The data centers train on their own domains (all: pooled in one client); the detector is
+  # scored on the unseen target.
   config = load_config(f'fedgpad/{name}')
   results = experiment.train_and_evaluate(config, str(tmp_path))
   pad = results['pad']
@@ -277,6 +278,8 @@ def test_pad_configs_run_end_to_end(tmp_path, name):
     assert 0.0 <= pad[key] <= 1.0
   assert '| HTER (%) | EER (%) | AUC (%) |' in (tmp_path / 'report.md').read_text()
   assert (tmp_path / 'pad_roc.png').exists()
+  saved = np.load(tmp_path / 'pad_video_scores.npz')   # for Fused
+  assert saved['scores'].shape == saved['labels'].shape == (pad['num_videos'],)
 
 
 @pytest.mark.parametrize('field, value, match', [

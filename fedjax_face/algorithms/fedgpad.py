@@ -22,7 +22,8 @@ Readings:
   * The authors run one local step per round with a fresh Adam (lr 1e-2) and batches of 16 live +
     16 attack frames: `federated.local_steps=1`, `optimizer.name='adam'`, the optimizer created
     afresh each round, `federated.balanced_classes=True`, batch 32 in configs/fedgpad/.
-  * Live = the local class 1 of each data center (its classes are [attack, live]); the depth
+  * Live = an odd local class (a data center's classes are [attack, live]; the pooled 'All'
+    client's are [attack, live] of each data center in turn); the depth
     target is the frame's pseudo-depth map (zeros for attacks), resized to the depth head's size.
 """
 
@@ -135,7 +136,7 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     images = preprocess.random_flip(batch['rng'], batch['images'])
     inputs = pad_model.rgb_hsv(images)
     depth = preprocess.random_flip(batch['rng'], batch['depth'][..., None])[..., 0]
-    full = {'inputs': inputs, 'depth': depth, 'live': batch['labels'] == 1,
+    full = {'inputs': inputs, 'depth': depth, 'live': batch['labels'] % 2 == 1,
             'mask': batch['mask']}
     (_, (batch_stats, terms)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
         params, batch_stats, full)   # Eq. 9: each part's partial derivative of Eq. 8

@@ -427,6 +427,8 @@ def config_section(sources=('O', 'C', 'I'), target='M'):
   c.sources = tuple(sources)   # the data centers (clients), in client order
   c.target = target            # the users' domain, never trained on (leave-one-out)
   c.train_attacks = ATTACKS    # attack kinds the data centers train on (Table X: one kind each)
+  c.pooled = False             # True: one client holding every data center's frames (the
+                               # paper's 'All' baseline: centralized, privacy broken)
   c.subjects = 20              # per domain
   c.test_subjects = 8          # of them held out (the target's test set; the sources' validation)
   c.live_videos = 2            # per subject
@@ -456,10 +458,16 @@ def check_config(config) -> None:
     if not set(p.train_attacks) & set(DOMAINS[source].attacks):
       raise ValueError(f'config.data.pad.train_attacks={tuple(p.train_attacks)} leaves data center '
                        f'{source} no attack (it has {tuple(DOMAINS[source].attacks)}).')
-  if config.federated.num_clients != len(p.sources):
+  clients = 1 if p.pooled else len(p.sources)
+  if config.federated.num_clients != clients:
     raise ValueError(f'config.federated.num_clients={config.federated.num_clients}; the PAD '
-                     f'benchmark has one client per data center: expected {len(p.sources)} '
-                     f'(data.pad.sources={tuple(p.sources)}).')
+                     f'benchmark has one client per data center (one for all with data.pad.pooled): '
+                     f'expected {clients} (data.pad.sources={tuple(p.sources)}).')
+  classes = 2 * len(p.sources) if p.pooled else 2
+  if config.federated.balanced_classes and config.federated.batch_size % classes:
+    raise ValueError(f'config.federated.batch_size={config.federated.batch_size} with balanced '
+                     f'classes; a client holds {classes} classes (attack and live of each of its '
+                     f'data centers): expected a multiple of {classes}.')
 
 
 def _frames(name: str, config) -> PadSet:
@@ -481,7 +489,8 @@ def _concat(sets: list[PadSet], name: str) -> PadSet:
 def load(config):
   """The benchmark as `synthetic.FaceBenchmark`: the data centers' training frames (train
   subjects, `train_attacks` and live), labelled 2k (attack) and 2k + 1 (live) for data center k,
-  which holds exactly those two classes (`client_identities`), their depth maps
+  which holds exactly those two classes (`client_identities`; `pooled`: one client holds all,
+  so that live = an odd class either way), their depth maps
   (`train_targets`), and `eval_sets`: 'test' = the target's test subjects, 'validation' = the data
   centers' held-out subjects (the paper's threshold from the data centers' data)."""
   p = config.data.pad
@@ -496,7 +505,8 @@ def load(config):
   return synthetic.FaceBenchmark(
       train_images=np.concatenate([t.images for t in train]),
       train_labels=labels.astype(np.int32), num_identities=2 * len(train), pair_sets={},
-      client_identities=[np.array([2 * k, 2 * k + 1], np.int32) for k in range(len(train))],
+      client_identities=([np.arange(2 * len(train), dtype=np.int32)] if p.pooled else
+                         [np.array([2 * k, 2 * k + 1], np.int32) for k in range(len(train))]),
       train_targets={'depth': np.concatenate([t.depth for t in train])},
       eval_sets={'test': target.take(target.split == 1),
                  'validation': _concat([s.take(s.split == 1) for s in sources], 'sources')})

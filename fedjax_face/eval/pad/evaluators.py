@@ -15,6 +15,7 @@ from fedjax_face.eval.pad import metrics
 from fedjax_face.models import pad as pad_model
 
 RULES = ('test', 'validation')
+VIDEO_SCORES = 'pad_video_scores.npz'   # the target's per-video scores, in every run's workdir
 
 
 def check_pad(config, section) -> None:
@@ -49,10 +50,12 @@ def make_pad(config, section, setup) -> Evaluator:
     res['num_videos'] = len(scores)
     fpr, tpr, _ = metrics.roc(scores, labels)
     title = f"{'&'.join(config.data.pad.sources)} -> {config.data.pad.target}"
+    # The per-video scores, for baselines that combine runs (the paper's Fused: the mean of the
+    # Single models' scores, `fused_metrics`).
     return EvalOutput(results=res,
                       scalars={k: res[k] for k in ('hter', 'eer', 'auc')},
                       figures={'pad_roc.png': plots.roc_figure({title: (fpr, tpr)},
                                                                title=config.algorithm)},
-                      arrays={})
+                      arrays={VIDEO_SCORES: {'scores': scores, 'labels': labels}})
 
   return Evaluator('pad', evaluate)
