@@ -1,7 +1,6 @@
 """End to end: `train_and_evaluate` per config, exact resume, and clear errors for bad input."""
 
 import glob
-import importlib.util
 import json
 import os
 

@@ -1,7 +1,6 @@
 """The package's import graph: no cycles, and the shared config never reaches a method."""
 
 import ast
-import importlib.util
 import os
 
 import fedjax_face

@@ -46,7 +46,6 @@ Readings (the paper and the authors' code are silent or slip; REFERENCE_NOTES §
     vmap). The metrics report the steps a client actually ran (Fig. 3's steps per epoch).
 """
 
-import functools
 
 import jax
 import jax.numpy as jnp
