@@ -7,6 +7,8 @@ field that exists in neither is a typo, and `ml_collections.config_flags` reject
 the module that uses them and checked from there.
 """
 
+import math
+
 import ml_collections
 
 from fedjax_face.core import distributed, engine, local
@@ -28,6 +30,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.init_from = ''             # a finished run's workdir whose final model starts this one
                                # (FedFR starts from its pre-training run); '' = random init
   c.log_every = 5              # rounds
+  c.divergence_factor = 1e3    # stop when a round's training loss exceeds this times the first
+                               # round's (a finite blow-up); 0 = off. Non-finite always stops.
 
   c.data = ml_collections.ConfigDict()
   c.data.source = 'synthetic'
@@ -192,10 +196,11 @@ def check_choice(name: str, value, choices) -> None:
 
 
 def check_number(name: str, value, *, allow_zero: bool = False) -> None:
-  """Raises ValueError unless `config.<name>` is a positive (or, with allow_zero, >= 0) number."""
-  if (not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0
-      or (value == 0 and not allow_zero)):
-    expected = 'a non-negative number' if allow_zero else 'a positive number'
+  """Raises ValueError unless `config.<name>` is a finite positive (or, with allow_zero, >= 0)
+  number (nan and inf are refused: they would fail rounds later as a divergence)."""
+  if (not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value)
+      or value < 0 or (value == 0 and not allow_zero)):
+    expected = 'a finite non-negative number' if allow_zero else 'a finite positive number'
     raise ValueError(f'config.{name}={value!r}; expected {expected}.')
 
 
@@ -306,6 +311,17 @@ def _check_federated(c: ml_collections.ConfigDict) -> None:
     raise ValueError(f'config.data.lookalike_family_size={c.data.lookalike_family_size} cannot '
                      f'be spread over federated.num_clients={fl.num_clients}: expected a family '
                      'size of at most the number of clients.')
+  if c.data.source == 'synthetic':   # real data: the identities are known only once loaded
+    private = c.data.num_identities - c.data.public_identities
+    if fl.num_clients > private:
+      raise ValueError(f'config.federated.num_clients={fl.num_clients} but there are only '
+                       f'{private} client identities (data.num_identities - '
+                       'data.public_identities): every client needs one. Expected at most '
+                       f'{private}.')
+    if fl.partition == 'one_per_client' and fl.num_clients != private:
+      raise ValueError(f"config.federated.partition='one_per_client' with "
+                       f'federated.num_clients={fl.num_clients}: expected one client per client '
+                       f'identity, {private}.')
   check_int('federated.local_steps', fl.local_steps)
   check_number('federated.local_epochs', fl.local_epochs, allow_zero=True)
   check_int('federated.batch_size', fl.batch_size)
@@ -359,6 +375,7 @@ def validate(c: ml_collections.ConfigDict) -> None:
   check_int('num_rounds', c.num_rounds)
   for name in ('checkpoint_every', 'log_every'):
     check_int(name, c[name], allow_zero=True)
+  check_number('divergence_factor', c.divergence_factor, allow_zero=True)
   _check_data(c)
   _check_federated(c)
   _check_model_and_head(c)

@@ -12,10 +12,12 @@ the same numbers, but only process 0 touches the workdir (it alone reads a check
 and broadcasts it).
 """
 
+import contextlib
 import dataclasses
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
@@ -170,18 +172,28 @@ def train_and_evaluate(config, workdir: str) -> dict:
   method = algorithms.get(config.algorithm)
   distributed.initialize_distributed(config.engine.distributed)
   chief = jax.process_index() == 0
-  say = print if chief else (lambda *args, **kwargs: None)
-  ckpt = None
-  if chief:
-    try:
-      files.makedirs(workdir)
-      ckpt = checkpoint.Checkpointer(workdir, config.to_dict())
-    except Exception:   # a refused or unwritable workdir: tell the others, then raise
-      distributed.process_zero_value(np.int32(1), chief)
-      raise
-  if distributed.process_zero_value(np.int32(0), chief):
-    raise RuntimeError(f'process 0 refused --workdir={workdir}; its log has the reason.')
+  with contextlib.ExitStack() as cleanup:
+    ckpt = None
+    if chief:
+      try:
+        files.check_workdir(workdir)
+        files.makedirs(workdir)
+        cleanup.enter_context(files.workdir_lock(workdir))   # released on every exit path
+        ckpt = checkpoint.Checkpointer(workdir, config.to_dict())
+        # On every exit path, finished checkpoints are waited for before an error propagates,
+        # so the error is the last thing printed and no save is cut off.
+        cleanup.push(lambda kind, error, trace: ckpt.finish(failing=error is not None))
+      except Exception:   # a refused or unwritable workdir: tell the others, then raise
+        distributed.process_zero_value(np.int32(1), chief)
+        raise
+    if distributed.process_zero_value(np.int32(0), chief):
+      raise RuntimeError(f'process 0 refused --workdir={workdir}; its log has the reason.')
+    return _train_and_evaluate(config, workdir, method, chief, ckpt, t_start)
 
+
+def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start: float) -> dict:
+  """`train_and_evaluate` once the workdir is held: data, rounds, evaluation, outputs."""
+  say = print if chief else (lambda *args, **kwargs: None)
   # Data and partition.
   t0 = time.perf_counter()
   benchmark = load_data(config)
@@ -249,6 +261,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   # (the host's work between rounds: cohort, prefetched data, logging, checkpoints, evaluation).
   in_rounds_s = first_round_s = 0.0
   last_logged = {}   # the training metrics of the last logged round (results.json)
+  first_loss = None  # the divergence guard's reference (`check_divergence`)
   for r in range(start_round, config.num_rounds):
     cohort = cohort_of(r)
     weights = np.where(cohort < fed.num_clients,
@@ -261,6 +274,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
     done = r + 1
     if r == start_round:
       first_round_s = time.perf_counter() - t_train   # compiles: steady state is the rest
+    first_loss = check_divergence(config, done, round_metrics, first_loss)
+    if chief:
+      ckpt.check()   # a failed background save stops the run now, not at the next save
     if done % config.log_every == 0 or done == config.num_rounds or done == start_round + 1:
       scalars = {k: float(v) for k, v in round_metrics.items()}
       scalars.update(class_embedding_norms(algorithm, state))
@@ -271,7 +287,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
       if chief:
         writer.write_scalars(done, {**scalars, **progress.update(done, scalars)})
     if chief and config.checkpoint_every and done % config.checkpoint_every == 0:
-      ckpt.save(done, _for_checkpoint(state))
+      ckpt.save(done, _for_checkpoint(checked_finite(state, done)))
     if config.eval.every_rounds and done % config.eval.every_rounds == 0 and done < config.num_rounds:
       mid = evaluate(evaluators, embed, algorithm, state)
       if chief:
@@ -286,7 +302,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   train_s = time.perf_counter() - t_train
   if chief:
     if ckpt.latest_round() != config.num_rounds:
-      ckpt.save(config.num_rounds, _for_checkpoint(state))
+      ckpt.save(config.num_rounds, _for_checkpoint(checked_finite(state, config.num_rounds)))
     ckpt.close()
 
   # Evaluation and outputs.
@@ -323,6 +339,42 @@ def train_and_evaluate(config, workdir: str) -> dict:
   print(text, flush=True)
   logging.info('results written to %s', workdir)
   return results
+
+
+def check_divergence(config, done: int, round_metrics: dict, first_loss):
+  """The divergence guard, every round: stops the run when the training loss is not finite, or
+  exceeds `config.divergence_factor` times the first round's (a finite blow-up, e.g. FedGC at a
+  huge lambda). Returns the reference loss (the first round's)."""
+  if 'train_loss' not in round_metrics:
+    return first_loss
+  loss = float(round_metrics['train_loss'])
+  if not np.isfinite(loss):
+    raise FloatingPointError(f'round {done}: training loss {loss}; the run diverged (lower '
+                             'optimizer.learning_rate, or the method\'s step such as '
+                             'fedgc.reg_lambda). No checkpoint of this state was written.')
+  if first_loss is None:
+    return loss
+  factor = config.divergence_factor
+  if factor and loss > factor * max(abs(first_loss), 1e-6):
+    raise FloatingPointError(f'round {done}: training loss {loss:.4g} is more than '
+                             f'divergence_factor={factor:g} times the first round\'s '
+                             f'({first_loss:.4g}); the run diverged (lower optimizer.learning_rate '
+                             'or the method\'s step, or raise --config.divergence_factor).')
+  return first_loss
+
+
+def checked_finite(state, done: int):
+  """`state`, or FloatingPointError when any of it is nan or inf: a non-finite state is never
+  checkpointed (it would replace the good checkpoints as they rotate out)."""
+  finite = jax.tree.reduce(lambda a, b: a & b,
+                           jax.tree.map(lambda x: bool(jnp.all(jnp.isfinite(x)))
+                                        if jnp.issubdtype(jnp.result_type(x), jnp.inexact)
+                                        else True, state))
+  if not finite:
+    raise FloatingPointError(f'round {done}: the state holds nan or inf; it is not checkpointed '
+                             '(the last finite checkpoint stays). Lower optimizer.learning_rate '
+                             "or the method's step.")
+  return state
 
 
 def _for_checkpoint(state):

@@ -7,8 +7,10 @@ not change the trained model (`RESUMABLE_FIELDS`) may differ, so a run can be ex
 """
 
 import json
+import os
 
 import jax
+from absl import logging
 import numpy as np
 import orbax.checkpoint as ocp
 from flax import serialization
@@ -60,7 +62,23 @@ class Checkpointer:
           multiprocessing_options=ocp.options.MultiprocessingOptions(primary_host=me,
                                                                      active_processes={me}))
     self._manager = ocp.CheckpointManager(directory, options=options)
+    self._closed = False
+    self._check_writable(directory)
     self._check_config(config_dict)
+
+  def _check_writable(self, directory: str) -> None:
+    """Refuses at start a checkpoint directory that cannot be written (rather than at the first
+    save, in the background, rounds later)."""
+    if files.is_uri(directory):
+      return   # object stores: the first save reports it
+    probe = files.join(directory, '.write_probe')
+    try:
+      with open(probe, 'w') as f:
+        f.write('ok')
+      os.remove(probe)
+    except OSError as e:
+      raise OSError(f'cannot write checkpoints to {directory}: {e.strerror or e}; expected a '
+                    'writable directory.') from e
 
   def _check_config(self, config_dict: dict) -> None:
     path = files.join(self.workdir, 'config.json')
@@ -92,12 +110,36 @@ class Checkpointer:
     return serialization.from_state_dict(template, restored)
 
   def save(self, round_index: int, state) -> None:
+    self.check()
     state_dict = serialization.to_state_dict(state)
     self._manager.save(round_index, args=ocp.args.StandardSave(state_dict), force=True)
 
+  def check(self) -> None:
+    """Raises at once when an earlier background save failed (a full disk, a directory that
+    became unwritable), with the checkpoint directory and the cause; cheap, called every round."""
+    try:
+      self._manager.check_for_errors()
+    except Exception as e:
+      raise OSError(f'saving a checkpoint under {files.join(self.workdir, "checkpoints")} failed: '
+                    f'{e}') from e
+
   def close(self) -> None:
+    """Waits for the saves under way and closes; a second call does nothing."""
+    if self._closed:
+      return
+    self._closed = True
     self._manager.wait_until_finished()
     self._manager.close()
+
+  def finish(self, failing: bool) -> None:
+    """`close` on the way out of a run. When the run is already failing, an error of the close
+    itself is logged in one line and the run's own error stays the one raised."""
+    try:
+      self.close()
+    except Exception as e:
+      if not failing:
+        raise
+      logging.warning('closing the checkpoints after the error below also failed: %s', e)
 
 
 def _init_run_file(workdir: str, name: str) -> str:

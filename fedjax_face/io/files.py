@@ -11,10 +11,13 @@ final name (on an object store the rename is a copy and a delete: the same guara
 atomic one).
 """
 
+import contextlib
+import fcntl
 import io
 import json
 import os
 import posixpath
+import socket
 
 import numpy as np
 from etils import epath
@@ -41,6 +44,43 @@ def makedirs(path: str) -> None:
 
 def exists(path: str) -> bool:
   return epath.Path(path).exists()
+
+
+def check_workdir(path: str) -> None:
+  """ValueError unless `path` is a directory or does not exist yet."""
+  if exists(path) and not epath.Path(path).is_dir():
+    raise ValueError(f'--workdir={path} exists and is not a directory; expected a directory '
+                     '(it is created when missing).')
+
+
+@contextlib.contextmanager
+def workdir_lock(path: str):
+  """Holds `<path>/.lock` exclusively for the whole run, so that a second process on the same
+  workdir is refused (with the holder's pid and host) instead of overwriting its config,
+  checkpoints and results. The lock is the kernel's (flock): it goes with its process, so the
+  file a killed run leaves behind is simply locked anew. Local workdirs only: object stores have
+  no such lock (a URI workdir is not locked)."""
+  if is_uri(path):
+    yield
+    return
+  lock_path = join(path, '.lock')
+  handle = open(lock_path, 'a+')
+  try:
+    try:
+      fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      handle.seek(0)
+      holder = handle.read().strip() or 'another process'
+      raise RuntimeError(f'--workdir={path} is in use by {holder}; two runs on one workdir would '
+                         'overwrite each other. Wait for it, stop it, or use another --workdir.'
+                         ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f'pid {os.getpid()} on host {socket.gethostname()}')
+    handle.flush()
+    yield
+  finally:
+    handle.close()   # releases the lock
 
 
 def read_text(path: str) -> str:

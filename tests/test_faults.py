@@ -1,0 +1,113 @@
+"""Runs that fail cleanly: bad values refused before anything is written, one process per
+workdir, no non-finite checkpoint, a divergence guard, an unwritable checkpoint directory named at
+start (issue 18; the corrupted-checkpoint fallback is still to come)."""
+
+import math
+import os
+import socket
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from fedjax_face import experiment
+from fedjax_face.io import files
+from tests import config_files
+
+load_config = config_files.load_config
+
+
+@pytest.mark.parametrize('field, value', [
+    ('optimizer.learning_rate', math.nan), ('optimizer.learning_rate', math.inf),
+    ('optimizer.momentum', math.nan), ('fedgc.reg_lambda', math.nan),
+])
+def test_non_finite_values_are_refused_at_start(tmp_path, field, value):
+  config = load_config('fedgc')
+  section, key = field.split('.')
+  config[section][key] = value
+  with pytest.raises(ValueError, match=rf'config.{field}={value!r}; expected a finite'):
+    experiment.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert not (tmp_path / 'run').exists()
+
+
+def test_a_partition_that_cannot_fit_is_refused_before_anything_is_written(tmp_path):
+  config = load_config('fedgc')
+  config.federated.num_clients = 17    # runlocal has 16 identities
+  with pytest.raises(ValueError, match=r'num_clients=17 but there are only 16 client identities'):
+    experiment.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert not (tmp_path / 'run').exists()
+
+
+def test_a_workdir_that_is_a_file_is_named(tmp_path):
+  path = tmp_path / 'run'
+  path.write_text('not a directory')
+  with pytest.raises(ValueError, match=r'--workdir=.*run exists and is not a directory'):
+    experiment.train_and_evaluate(load_config('fedgc'), str(path))
+  assert path.read_text() == 'not a directory'
+
+
+def test_an_unwritable_checkpoint_directory_is_named_at_start(tmp_path):
+  (tmp_path / 'checkpoints').write_text('')   # a regular file where the directory goes
+  with pytest.raises(OSError, match=r'cannot write checkpoints to .*checkpoints: Not a '
+                     r'directory; expected a writable directory'):
+    experiment.train_and_evaluate(load_config('fedgc'), str(tmp_path))
+  assert not (tmp_path / 'config.json').exists()
+
+
+def test_a_second_process_on_the_same_workdir_is_refused(tmp_path):
+  workdir = str(tmp_path)
+  with files.workdir_lock(workdir):
+    # Another process: refused with the holder's pid and host, and nothing of its own written.
+    out = subprocess.run([sys.executable, '-m', 'fedjax_face.main',
+                          '--config=configs/fedgc/fedgc.py:runlocal', f'--workdir={workdir}'],
+                         cwd=config_files.ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0
+    assert (f'--workdir={workdir} is in use by pid {os.getpid()} on host '
+            f'{socket.gethostname()}') in out.stderr
+    assert not (tmp_path / 'config.json').exists()
+    # The same process cannot take it twice either (the lock is per open file).
+    with pytest.raises(RuntimeError, match=r'is in use by pid'):
+      with files.workdir_lock(workdir):
+        pass
+  # Released on exit; a lock file left by a dead holder blocks nothing.
+  (tmp_path / '.lock').write_text('pid 999999 on host gone')
+  with files.workdir_lock(workdir):
+    assert (tmp_path / '.lock').read_text() == f'pid {os.getpid()} on host {socket.gethostname()}'
+
+
+def test_divergence_stops_the_run_and_no_non_finite_state_is_saved(tmp_path):
+  config = load_config('fedgc')
+  config.num_rounds = 6
+  config.log_every = 6          # the guard runs every round, not only on log rounds
+  config.checkpoint_every = 1
+  config.optimizer.learning_rate = 1e4
+  with pytest.raises(FloatingPointError, match=r'round \d: training loss'):
+    experiment.train_and_evaluate(config, str(tmp_path))
+  manager = ocp.CheckpointManager(str(tmp_path / 'checkpoints'))
+  for step in manager.all_steps():
+    restored = manager.restore(step)
+    leaves = [np.asarray(x) for x in jax.tree.leaves(restored)]
+    assert all(np.all(np.isfinite(x)) for x in leaves if np.issubdtype(x.dtype, np.inexact))
+
+
+def test_the_guard_catches_a_finite_blow_up_and_non_finite_states():
+  config = load_config('fedgc')
+  first = experiment.check_divergence(config, 1, {'train_loss': jnp.float32(2.0)}, None)
+  assert first == 2.0
+  assert experiment.check_divergence(config, 2, {'train_loss': jnp.float32(1999.0)}, first) == 2.0
+  with pytest.raises(FloatingPointError, match=r'round 3: training loss 2001 is more than '
+                     r'divergence_factor=1000 times the first round\'s \(2\)'):
+    experiment.check_divergence(config, 3, {'train_loss': jnp.float32(2001.0)}, first)
+  config.divergence_factor = 0.0   # off: only non-finite losses stop
+  assert experiment.check_divergence(config, 3, {'train_loss': jnp.float32(1e9)}, first) == 2.0
+  with pytest.raises(FloatingPointError, match=r'round 4: training loss nan'):
+    experiment.check_divergence(config, 4, {'train_loss': jnp.float32(np.nan)}, first)
+  state = {'w': jnp.ones(3), 'count': jnp.int32(1)}
+  assert experiment.checked_finite(state, 5) is state
+  with pytest.raises(FloatingPointError, match=r'round 5: the state holds nan or inf; it is not '
+                     r'checkpointed'):
+    experiment.checked_finite({**state, 'w': jnp.array([1.0, np.inf, 0.0])}, 5)
