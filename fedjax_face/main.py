@@ -15,6 +15,10 @@ launch/tpu_pod.sh); elsewhere name them, e.g. on one machine:
       --coordinator_address=127.0.0.1:12345 --num_processes=2 --process_id=1
 """
 
+import difflib
+import importlib.util
+import sys
+
 from absl import app, flags, logging
 from ml_collections import config_flags
 
@@ -35,6 +39,49 @@ _PROCESS_ID = flags.DEFINE_integer('process_id', None,
 flags.mark_flags_as_required(['config', 'workdir'])
 
 
+def unknown_override(argv: list[str]) -> str | None:
+  """The first `--config.<path>=...` of `argv` that names no field of the `--config` file's
+  config, as one line with the closest names and the section's fields; None if all exist (or the
+  config file cannot be read: absl's own error then stands)."""
+  spec = next((a.split('=', 1)[1] for a in argv if a.startswith('--config=')), None)
+  if spec is None:
+    return None
+  path, _, arg = spec.partition(':')
+  try:
+    module_spec = importlib.util.spec_from_file_location('fedjax_face_config', path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    config = module.get_config(arg or None)
+  except Exception:   # pylint: disable=broad-except
+    return None
+  for item in argv:
+    if not item.startswith('--config.'):
+      continue
+    names = item[len('--config.'):].split('=', 1)[0].split('.')
+    section, where = config, 'config'
+    for name in names:
+      if not hasattr(section, 'keys') or name not in section:
+        fields = sorted(section.keys()) if hasattr(section, 'keys') else []
+        close = difflib.get_close_matches(name, fields, n=1)
+        hint = f" Did you mean '{close[0]}'?" if close else ''
+        return (f'--config.{".".join(names)}: {where} has no field {name!r}.{hint} Its fields: '
+                f'{", ".join(fields)}.')
+      section, where = section[name], f'{where}.{name}'
+  return None
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+  """absl's flag parsing; an override naming no config field is one line, not a traceback."""
+  try:
+    return flags.FLAGS(argv)
+  except (AttributeError, KeyError, flags.Error):
+    message = unknown_override(argv)
+    if message is None:
+      raise
+    print(f'{argv[0]}: {message}', file=sys.stderr)
+    sys.exit(2)
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
@@ -51,4 +98,4 @@ def main(argv):
 
 if __name__ == '__main__':
   xla_flags.apply_cpu_defaults()   # before JAX starts its CPU backend
-  app.run(main)
+  app.run(main, flags_parser=parse_flags)

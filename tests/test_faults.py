@@ -111,3 +111,16 @@ def test_the_guard_catches_a_finite_blow_up_and_non_finite_states():
   with pytest.raises(FloatingPointError, match=r'round 5: the state holds nan or inf; it is not '
                      r'checkpointed'):
     experiment.checked_finite({**state, 'w': jnp.array([1.0, np.inf, 0.0])}, 5)
+
+
+def test_an_unknown_field_is_one_line_with_the_closest_name(tmp_path):
+  out = subprocess.run([sys.executable, '-m', 'fedjax_face.main',
+                        '--config=configs/fedgc/fedgc.py:runlocal', f'--workdir={tmp_path}/run',
+                        '--config.federated.num_clientz=3'],
+                       cwd=config_files.ROOT, capture_output=True, text=True, timeout=300)
+  assert out.returncode == 2
+  lines = [line for line in out.stderr.splitlines() if 'num_clientz' in line]
+  assert len(lines) == 1 and 'Traceback' not in out.stderr
+  assert ("--config.federated.num_clientz: config.federated has no field 'num_clientz'. Did you "
+          "mean 'num_clients'? Its fields: balanced_classes, batch_size,") in lines[0]
+  assert not (tmp_path / 'run').exists()

@@ -5,7 +5,9 @@ Data centers = the source domains of a leave-one-out protocol of the embedded PA
 (`data/pad_benchmark.py`), every one in every round; one local step a round with a fresh Adam at
 lr 1e-2 and batches of 16 live + 16 attack frames; RGB + HSV input; HTER / EER / AUC on the
 target domain, frame scores averaged per video. The defaults run in minutes on 2 CPU cores:
-64x64 input, the Table II network at 1/8 width; `paper` puts back 256x256 and the full width.
+32x32 input (depth maps 4x4), the Table II network at 1/8 width, 400 rounds; `paper` puts back
+256x256 and the full width. (XLA CPU spends about a second on one 64x64 batch's gradient of
+this network on 2 cores, against ~0.1 s forward: BUILD_NOTES.)
 """
 
 import ml_collections
@@ -22,11 +24,11 @@ def pad_config(algorithm: str, protocol: str = 'OCI_M', runlocal: bool = False,
   sources, target = pad_benchmark.PROTOCOLS[protocol]
   c = config_lib.base_config()
   c.algorithm = algorithm
-  c.num_rounds = 600
+  c.num_rounds = 400
   c.log_every = 50
   c.checkpoint_every = 200
   c.data.source = 'pad'
-  c.data.image_size = 64
+  c.data.image_size = 32
   c.data.pad = pad_benchmark.config_section(sources, target)
   c.federated.num_clients = len(sources)
   c.federated.participation = 1.0
