@@ -266,7 +266,7 @@ def test_fig4_fedface_and_fedfr_start_from_the_scenarios_pretraining(tmp_path, i
 def test_pad_configs_run_end_to_end(tmp_path, name):
   # The data centers train on their own domains (all: pooled in one client); the detector is
   # scored on the unseen target.
-  config = load_config(f'fedgpad/{name}')
+  config = load_config(f'pad/{name}')
   results = experiment.train_and_evaluate(config, str(tmp_path))
   pad = results['pad']
   assert (pad['sources'], pad['target'], pad['threshold_rule']) == (['O', 'C', 'I'], 'M', 'test')
@@ -288,11 +288,11 @@ def test_pad_configs_run_end_to_end(tmp_path, name):
     ('data.pad.train_attacks', ('display',), r"train_attacks=\('display',\) leaves data center C "
                                              r'no attack'),
     ('federated.num_clients', 4, r'num_clients=4; the PAD benchmark has one client per data '
-                                 r'center: expected 3'),
+                                 r'center \(one for all with data.pad.pooled\): expected 3'),
     ('evals.pad.threshold_rule', 'dev', r"threshold_rule='dev'; expected one of"),
 ])
 def test_pad_config_errors_name_the_field(field, value, match):
-  config = load_config('fedgpad/fedgpad')
+  config = load_config('pad/fedgpad')
   *path, key = field.split('.')
   section = config
   for part in path:

@@ -21,7 +21,7 @@ Readings:
     (`fedgpad.weighting='uniform'`); 'examples' weights by frame counts as FedAvg does.
   * The authors run one local step per round with a fresh Adam (lr 1e-2) and batches of 16 live +
     16 attack frames: `federated.local_steps=1`, `optimizer.name='adam'`, the optimizer created
-    afresh each round, `federated.balanced_classes=True`, batch 32 in configs/fedgpad/.
+    afresh each round, `federated.balanced_classes=True`, batch 32 in configs/pad/.
   * Live = an odd local class (a data center's classes are [attack, live]; the pooled 'All'
     client's are [attack, live] of each data center in turn); the depth
     target is the frame's pseudo-depth map (zeros for attacks), resized to the depth head's size.
@@ -46,7 +46,7 @@ WEIGHTINGS = ('uniform', 'examples')
 
 
 def config_section() -> ml_collections.ConfigDict:
-  """`config.fedgpad` (configs/fedgpad/fedgpad.py and fedpad.py)."""
+  """`config.fedgpad` (configs/pad/fedgpad.py and fedpad.py)."""
   c = ml_collections.ConfigDict()
   c.loss_weights = ml_collections.ConfigDict(dict(pad_losses.LOSS_WEIGHTS))
   c.weighting = 'uniform'   # Eq. 3 / 10: the data centers' mean | 'examples' (FedAvg's n_k)
@@ -54,7 +54,7 @@ def config_section() -> ml_collections.ConfigDict:
 
 
 def check_config(config) -> None:
-  c = config_lib.section(config, 'fedgpad', 'fedgpad.config_section() (configs/fedgpad/)')
+  c = config_lib.section(config, 'fedgpad', 'fedgpad.config_section() (configs/pad/)')
   config_lib.check_choice('fedgpad.weighting', c.weighting, WEIGHTINGS)
   if set(c.loss_weights) != set(pad_losses.LOSS_WEIGHTS):
     raise ValueError(f'config.fedgpad.loss_weights has {sorted(c.loss_weights)}; expected '

@@ -441,7 +441,7 @@ def check_config(config) -> None:
   """The `data.pad` section of a `data.source='pad'` config, and what it implies elsewhere."""
   if 'pad' not in config.data:
     raise ValueError("config.data.pad is missing; data.source='pad' needs it "
-                     '(pad_benchmark.config_section(), configs/fedgpad/).')
+                     '(pad_benchmark.config_section(), configs/pad/).')
   p = config.data.pad
   unknown = [d for d in tuple(p.sources) + (p.target,) if d not in DOMAINS]
   if unknown:

@@ -12,7 +12,7 @@ from tests.config_files import load_config
 
 @pytest.fixture(scope='module', params=['fedgpad', 'fedpad'])
 def setup(request):
-  config = load_config(f'fedgpad/{request.param}')
+  config = load_config(f'pad/{request.param}')
   benchmark = experiment.load_data(config)
   fed, _ = experiment.training_views(config, benchmark, one_client=False)
   model = models.build_backbone(config.model)
@@ -75,7 +75,7 @@ def test_server_takes_the_data_centers_plain_mean(setup):
 ])
 def test_config_errors_name_the_field(field, value, match):
   for name in ('fedgpad', 'fedpad'):
-    config = load_config(f'fedgpad/{name}')
+    config = load_config(f'pad/{name}')
     section, key = field.split('.')
     config[section][key] = (not config[section][key]) if value is None else value
     with pytest.raises(ValueError, match=match):

@@ -1,7 +1,7 @@
 r"""Single: the detector trained by one data center alone, tested on the protocol's target (the
 FedGPAD paper's Single rows; FedPAD's training with one client).
 
-    python -m fedjax_face.main --config=configs/fedgpad/single.py:protocol=OCI_M,center=O \
+    python -m fedjax_face.main --config=configs/pad/single.py:protocol=OCI_M,center=O \
         --workdir=/tmp/pad_single_O
 
 Argument (comma separated): protocol=OCI_M|OMI_C|OCM_I|ICM_O (the target; default OCI_M),
@@ -11,7 +11,7 @@ center=<one of the protocol's data centers> (default its first), paper, runlocal
 from fedjax_face import config_lib
 from fedjax_face.algorithms import fedgpad
 from fedjax_face.data import pad_benchmark
-from fedjax_face.proj.fedgpad import setting
+from fedjax_face.proj.pad import setting
 
 
 def get_config(arg=None):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from fedjax_face.eval.pad import evaluators, metrics
-from fedjax_face.proj.fedgpad import baselines
+from fedjax_face.proj.pad import baselines
 
 
 def _run(tmp_path, name, scores, labels):

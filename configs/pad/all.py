@@ -1,7 +1,7 @@
 r"""All: the detector trained on every data center's frames pooled in one place (the FedGPAD
 paper's upper bound, which gives up the data centers' privacy), tested on the protocol's target.
 
-    python -m fedjax_face.main --config=configs/fedgpad/all.py:protocol=OCI_M --workdir=/tmp/pad_all
+    python -m fedjax_face.main --config=configs/pad/all.py:protocol=OCI_M --workdir=/tmp/pad_all
 
 One client holds every data center's attack and live classes; each batch draws 8 frames of each
 of them (48 for three data centers): live and attack balanced, every data center equally.
@@ -11,7 +11,7 @@ Argument (comma separated): protocol=OCI_M|OMI_C|OCM_I|ICM_O (default OCI_M), pa
 
 from fedjax_face import config_lib
 from fedjax_face.algorithms import fedgpad
-from fedjax_face.proj.fedgpad import setting
+from fedjax_face.proj.pad import setting
 
 
 def get_config(arg=None):

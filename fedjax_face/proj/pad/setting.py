@@ -1,5 +1,5 @@
 """The FedGPAD paper's setting (its Sec. IV-A and the authors' code, REFERENCE_NOTES §6), shared
-by configs/fedgpad/.
+by configs/pad/.
 
 Data centers = the source domains of a leave-one-out protocol of the embedded PAD benchmark
 (`data/pad_benchmark.py`), every one in every round; one local step a round with a fresh Adam at

@@ -1,6 +1,6 @@
 r"""FedGPAD (Alg. 2): domain-invariant and domain-specific extractors, only EI, C and Dep aggregated.
 
-    python -m fedjax_face.main --config=configs/fedgpad/fedgpad.py --workdir=/tmp/fedgpad
+    python -m fedjax_face.main --config=configs/pad/fedgpad.py --workdir=/tmp/fedgpad
 
 Argument (comma separated): protocol=OCI_M|OMI_C|OCM_I|ICM_O (the data centers and the unseen
 target, the paper's Tables III-V; default OCI_M), paper (256x256, the full-width network),
@@ -9,7 +9,7 @@ runlocal.
 
 from fedjax_face import config_lib
 from fedjax_face.algorithms import fedgpad
-from fedjax_face.proj.fedgpad import setting
+from fedjax_face.proj.pad import setting
 
 
 def get_config(arg=None):

@@ -1,6 +1,6 @@
 r"""FedPAD (Alg. 1): FedAvg of the detector (EI, C and the depth head) over the data centers.
 
-    python -m fedjax_face.main --config=configs/fedgpad/fedpad.py --workdir=/tmp/fedpad
+    python -m fedjax_face.main --config=configs/pad/fedpad.py --workdir=/tmp/fedpad
 
 Argument (comma separated): protocol=OCI_M|OMI_C|OCM_I|ICM_O (the data centers and the unseen
 target, the paper's Tables III-V; default OCI_M), paper (256x256, the full-width network),
@@ -9,7 +9,7 @@ runlocal.
 
 from fedjax_face import config_lib
 from fedjax_face.algorithms import fedgpad
-from fedjax_face.proj.fedgpad import setting
+from fedjax_face.proj.pad import setting
 
 
 def get_config(arg=None):
