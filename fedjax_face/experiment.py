@@ -179,7 +179,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
         files.check_workdir(workdir)
         files.makedirs(workdir)
         cleanup.enter_context(files.workdir_lock(workdir))   # released on every exit path
-        ckpt = checkpoint.Checkpointer(workdir, config.to_dict())
+        ckpt = checkpoint.Checkpointer(workdir, config.to_dict(),
+                                       defaults=config_lib.base_config().to_dict())
         # On every exit path, finished checkpoints are waited for before an error propagates,
         # so the error is the last thing printed and no save is cut off.
         cleanup.push(lambda kind, error, trace: ckpt.finish(failing=error is not None))

@@ -2,6 +2,7 @@
 workdir, no non-finite checkpoint, a divergence guard, an unwritable checkpoint directory named at
 start (issue 18; the corrupted-checkpoint fallback is still to come)."""
 
+import json
 import math
 import os
 import socket
@@ -124,3 +125,19 @@ def test_an_unknown_field_is_one_line_with_the_closest_name(tmp_path):
   assert ("--config.federated.num_clientz: config.federated has no field 'num_clientz'. Did you "
           "mean 'num_clients'? Its fields: balanced_classes, batch_size,") in lines[0]
   assert not (tmp_path / 'run').exists()
+
+
+def test_a_field_added_since_a_checkpoint_at_its_default_does_not_block_resuming():
+  from fedjax_face import config_lib
+  from fedjax_face.io import checkpoint
+  defaults = config_lib.base_config().to_dict()
+  new = load_config('fedgc').to_dict()
+  old = json.loads(json.dumps(new, default=files.jsonable))
+  del old['divergence_factor'], old['optimizer']['name']   # written before these existed
+  assert checkpoint.config_differences(old, new, defaults) == []
+  # Not at the default: the old run trained without it, so it is a difference.
+  changed = {**new, 'divergence_factor': 5.0}
+  assert checkpoint.config_differences(old, changed, defaults) == [
+      "divergence_factor: '<absent>' -> 5.0"]
+  # Without the defaults every absent field counts, as before.
+  assert len(checkpoint.config_differences(old, new)) == 2

@@ -32,12 +32,19 @@ def flatten(tree: dict, prefix: str = '') -> dict[str, object]:
   return out
 
 
-def config_differences(old: dict, new: dict) -> list[str]:
-  """Fields (outside RESUMABLE_FIELDS) whose values differ, as 'field: old -> new'."""
+def config_differences(old: dict, new: dict, defaults: dict | None = None) -> list[str]:
+  """Fields (outside RESUMABLE_FIELDS) whose values differ, as 'field: old -> new'. A field the
+  old config lacks that `defaults` (the shared base config) holds at the value the new config
+  has is no difference: it was added to the package since, and the old run trained with that
+  behaviour, so a run started before an upgrade still resumes."""
   old_flat, new_flat = flatten(old), flatten(new)
+  default_flat = flatten(defaults or {})
   diffs = []
   for key in sorted(set(old_flat) | set(new_flat)):
     if key.startswith(RESUMABLE_FIELDS) or key in RESUMABLE_FIELDS:
+      continue
+    if (key not in old_flat and key in default_flat and
+        new_flat.get(key) == default_flat[key]):
       continue
     if old_flat.get(key, '<absent>') != new_flat.get(key, '<absent>'):
       diffs.append(f'{key}: {old_flat.get(key, "<absent>")!r} -> {new_flat.get(key, "<absent>")!r}')
@@ -47,7 +54,8 @@ def config_differences(old: dict, new: dict) -> list[str]:
 class Checkpointer:
   """Saves and restores `RoundState` under `<workdir>/checkpoints/<round>`."""
 
-  def __init__(self, workdir: str, config_dict: dict, *, max_to_keep: int = 2):
+  def __init__(self, workdir: str, config_dict: dict, *, max_to_keep: int = 2,
+               defaults: dict | None = None):
     self.workdir = workdir
     files.makedirs(workdir)
     directory = files.absolute(files.join(workdir, 'checkpoints'))
@@ -64,7 +72,7 @@ class Checkpointer:
     self._manager = ocp.CheckpointManager(directory, options=options)
     self._closed = False
     self._check_writable(directory)
-    self._check_config(config_dict)
+    self._check_config(config_dict, defaults)
 
   def _check_writable(self, directory: str) -> None:
     """Refuses at start a checkpoint directory that cannot be written (rather than at the first
@@ -80,7 +88,7 @@ class Checkpointer:
       raise OSError(f'cannot write checkpoints to {directory}: {e.strerror or e}; expected a '
                     'writable directory.') from e
 
-  def _check_config(self, config_dict: dict) -> None:
+  def _check_config(self, config_dict: dict, defaults: dict | None) -> None:
     path = files.join(self.workdir, 'config.json')
     if self._manager.latest_step() is not None and files.exists(path):
       try:
@@ -88,7 +96,8 @@ class Checkpointer:
       except json.JSONDecodeError as e:
         raise ValueError(f'{path} is not valid JSON ({e}); it should record the config of the '
                          'checkpoints in this workdir. Use a new --workdir.') from e
-      diffs = config_differences(old, json.loads(json.dumps(config_dict, default=files.jsonable)))
+      as_json = lambda d: json.loads(json.dumps(d, default=files.jsonable))
+      diffs = config_differences(old, as_json(config_dict), defaults and as_json(defaults))
       if diffs:
         raise ValueError(
             f'--workdir={self.workdir} holds checkpoints of a different config; refusing to '
