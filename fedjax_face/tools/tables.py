@@ -14,6 +14,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Callable
 
 from fedjax_face.io import files
 
@@ -56,9 +57,18 @@ class Run:
 
 
 @dataclasses.dataclass(frozen=True)
+class Combined:
+  """A row computed from several finished runs rather than trained itself (the PAD paper's Fused:
+  the Single runs' scores averaged): `combine(workdirs)` gives a results.json-like dict."""
+  name: str
+  runs: tuple[Run, ...]
+  combine: Callable[[list[str]], dict]
+
+
+@dataclasses.dataclass(frozen=True)
 class Row:
   label: str
-  run: Run
+  run: 'Run | Combined'
   paper: tuple[float | None, ...]   # the paper's numbers, one per column
 
 
@@ -157,6 +167,11 @@ def run_all(table: Table, root: str, extra: tuple, dry_run: bool = False,
   results = {}
   for row in table.rows:
     for seed in seeds:
+      if isinstance(row.run, Combined):
+        combined = combined_result(row.run, root, extra, seed, dry_run)
+        if combined is not None:
+          results[(row.run, seed)] = combined
+        continue
       run_dir = ensure_run(row.run, root, extra, seed, dry_run)
       path = files.join(run_dir, 'results.json')
       if files.exists(path):
@@ -164,6 +179,19 @@ def run_all(table: Table, root: str, extra: tuple, dry_run: bool = False,
       elif (error := failure(row.run, root, extra, seed)) is not None:
         results[(row.run, seed)] = {'failed': error}
   return results
+
+
+def combined_result(row: Combined, root: str, extra: tuple, seed: int,
+                    dry_run: bool) -> dict | None:
+  """A `Combined` row's result once each of its runs has finished ({'failed': ...} if one
+  failed; None while one is missing)."""
+  dirs = [ensure_run(run, root, extra, seed, dry_run) for run in row.runs]
+  errors = [e for run in row.runs if (e := failure(run, root, extra, seed)) is not None]
+  if errors:
+    return {'failed': errors[0]}
+  if not all(files.exists(files.join(d, 'results.json')) for d in dirs):
+    return None
+  return row.combine(dirs)
 
 
 def failure(run: Run, root: str, extra: tuple, seed: int) -> str | None:

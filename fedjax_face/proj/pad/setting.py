@@ -10,18 +10,27 @@ target domain, frame scores averaged per video. The defaults run in minutes on 2
 this network on 2 cores, against ~0.1 s forward: BUILD_NOTES.)
 """
 
+import itertools
+
 import ml_collections
 
 from fedjax_face import config_lib
 from fedjax_face.data import pad_benchmark
 
 PROTOCOLS = tuple(pad_benchmark.PROTOCOLS)   # 'OCI_M', 'OMI_C', 'OCM_I', 'ICM_O'
+# `centers=OMIS` config arguments: the data centers in order (Tables VIII-IX).
+CENTERS = tuple(''.join(p) for r in range(1, len(pad_benchmark.DOMAIN_NAMES))
+                for p in itertools.permutations(pad_benchmark.DOMAIN_NAMES, r))
 
 
 def pad_config(algorithm: str, protocol: str = 'OCI_M', runlocal: bool = False,
-               paper: bool = False) -> ml_collections.ConfigDict:
-  """A PAD config for `algorithm` ('fedpad' | 'fedgpad'), its own section not added."""
-  sources, target = pad_benchmark.PROTOCOLS[protocol]
+               paper: bool = False, centers: str | None = None,
+               target: str | None = None) -> ml_collections.ConfigDict:
+  """A PAD config for `algorithm` ('fedpad' | 'fedgpad'), its own section not added: the
+  protocol's data centers and target, or `centers` (e.g. 'OMIS') and `target` instead."""
+  sources, protocol_target = pad_benchmark.PROTOCOLS[protocol]
+  sources = tuple(centers) if centers else sources
+  target = target or protocol_target
   c = config_lib.base_config()
   c.algorithm = algorithm
   c.num_rounds = 400
