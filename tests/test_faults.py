@@ -141,3 +141,50 @@ def test_a_field_added_since_a_checkpoint_at_its_default_does_not_block_resuming
       "divergence_factor: '<absent>' -> 5.0"]
   # Without the defaults every absent field counts, as before.
   assert len(checkpoint.config_differences(old, new)) == 2
+
+
+def _corrupt(step_dir):
+  """Overwrites 8 bytes in the middle of every data file of an orbax step directory."""
+  hit = 0
+  for root, _, names in os.walk(step_dir):
+    for name in names:
+      path = os.path.join(root, name)
+      if '/d/' in path + '/' and os.path.getsize(path) > 64:
+        with open(path, 'r+b') as f:
+          f.seek(os.path.getsize(path) // 2)
+          f.write(b'\xff' * 8)
+        hit += 1
+  assert hit, f'no data file under {step_dir}'
+
+
+def test_a_corrupted_checkpoint_falls_back_to_the_newest_good_one(tmp_path, capsys):
+  config = load_config('fedgc')
+  config.num_rounds = 4
+  config.checkpoint_every = 1
+  experiment.train_and_evaluate(config, str(tmp_path / 'run'))
+  _corrupt(tmp_path / 'run' / 'checkpoints' / '4')
+  config.num_rounds = 5
+  capsys.readouterr()
+  experiment.train_and_evaluate(config, str(tmp_path / 'run'))
+  log = capsys.readouterr().out
+  assert f"checkpoint {tmp_path / 'run' / 'checkpoints' / '4'} " in log
+  assert 'trying the one before' in log
+  assert 'resuming from round 3, the newest good checkpoint; rounds 4 moved to' in log
+  assert len(os.listdir(tmp_path / 'run' / 'checkpoints_rejected')) == 1
+  # The resumed run equals one that was never interrupted.
+  experiment.train_and_evaluate(config, str(tmp_path / 'straight'))
+  resumed = ocp.CheckpointManager(str(tmp_path / 'run' / 'checkpoints')).restore(5)
+  straight = ocp.CheckpointManager(str(tmp_path / 'straight' / 'checkpoints')).restore(5)
+  jax.tree.map(np.testing.assert_array_equal, resumed, straight)
+
+
+def test_with_every_checkpoint_bad_the_run_is_refused_naming_them(tmp_path):
+  config = load_config('fedgc')
+  config.checkpoint_every = 1
+  experiment.train_and_evaluate(config, str(tmp_path))      # rounds 1 and 2 kept
+  for step in ('1', '2'):
+    _corrupt(tmp_path / 'checkpoints' / step)
+  config.num_rounds = 3
+  with pytest.raises(ValueError, match=r'no checkpoint under .*checkpoints reads and verifies '
+                     r'\(rounds 2, 1\); delete those step directories'):
+    experiment.train_and_evaluate(config, str(tmp_path))

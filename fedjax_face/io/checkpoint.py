@@ -6,8 +6,10 @@ not change the trained model (`RESUMABLE_FIELDS`) may differ, so a run can be ex
 (`num_rounds`) or moved to another backend.
 """
 
+import hashlib
 import json
 import os
+import time
 
 import jax
 from absl import logging
@@ -71,6 +73,7 @@ class Checkpointer:
                                                                      active_processes={me}))
     self._manager = ocp.CheckpointManager(directory, options=options)
     self._closed = False
+    files.makedirs(files.join(workdir, 'checkpoint_digests'))
     self._check_writable(directory)
     self._check_config(config_dict, defaults)
 
@@ -111,17 +114,84 @@ class Checkpointer:
   def latest_round(self) -> int | None:
     return self._manager.latest_step()
 
+  def _digest_path(self, step: int) -> str:
+    return files.join(self.workdir, 'checkpoint_digests', f'{step}.json')
+
   def restore(self, template):
-    """Restores the latest checkpoint into the structure of `template` (a RoundState)."""
-    step = self._manager.latest_step()
+    """The newest checkpoint that reads and verifies, in the structure of `template` (a
+    RoundState). A checkpoint that cannot be read, or whose arrays differ from the digests
+    recorded when it was saved, is reported in one line and the next older one is tried; the bad
+    ones newer than the one resumed from are moved to `<workdir>/checkpoints_rejected/` (kept
+    for inspection, out of the way of the rounds that will be saved again). With none left the
+    run is refused, naming the steps to delete."""
     target = jax.tree.map(np.asarray, serialization.to_state_dict(template))
-    restored = self._manager.restore(step, args=ocp.args.StandardRestore(target))
-    return serialization.from_state_dict(template, restored)
+    steps = sorted(self._manager.all_steps(), reverse=True)
+    problems = []
+    for step in steps:
+      try:
+        restored = self._manager.restore(step, args=ocp.args.StandardRestore(target))
+        problem = self._verify(step, restored)
+      except Exception as e:   # pylint: disable=broad-except  (orbax raises many kinds)
+        problem = f'unreadable ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ""})'
+      if problem is None:
+        if problems:
+          self._reject(problems)
+          print(f'checkpoint: resuming from round {step}, the newest good checkpoint; rounds '
+                f'{", ".join(map(str, problems))} moved to '
+                f'{files.join(self.workdir, "checkpoints_rejected")}', flush=True)
+        return serialization.from_state_dict(template, restored)
+      line = f'checkpoint {files.join(self.workdir, "checkpoints", str(step))} {problem}'
+      print(line + ('; trying the one before' if step != steps[-1] else ''), flush=True)
+      problems.append(step)
+    raise ValueError(f'no checkpoint under {files.join(self.workdir, "checkpoints")} reads and '
+                     f'verifies (rounds {", ".join(map(str, problems))}); delete those step '
+                     'directories to start the run afresh, or use a new --workdir.')
+
+  def _reject(self, steps: list[int]) -> None:
+    """Moves the step directories `steps` out of the manager's directory (local workdirs; on an
+    object store they are deleted, as a move would be a copy)."""
+    rejected = files.join(self.workdir, 'checkpoints_rejected')
+    for step in steps:
+      source = files.join(self.workdir, 'checkpoints', str(step))
+      if files.is_uri(source):
+        self._manager.delete(step)
+        continue
+      os.makedirs(rejected, exist_ok=True)
+      os.replace(source, files.join(rejected, f'{step}-{time.strftime("%Y%m%d-%H%M%S")}'))
+    self._manager.reload()
+
+  def _verify(self, step: int, restored) -> str | None:
+    """None when `restored` matches the digests recorded at save (and is finite), else why not.
+    A checkpoint saved before digests were recorded is checked for finiteness only."""
+    digests = array_digests(restored)
+    if not all(d['finite'] for d in digests.values()):
+      return 'holds nan or inf'
+    path = self._digest_path(step)
+    if not files.exists(path):
+      return None
+    try:
+      recorded = files.read_json(path)
+    except ValueError:
+      return f'has an unreadable digest file {path}'
+    changed = sorted(k for k in set(recorded) | set(digests)
+                     if recorded.get(k, {}).get('sha256') != digests.get(k, {}).get('sha256'))
+    if changed:
+      return (f'fails verification: {len(changed)} array(s) differ from what was saved '
+              f'({", ".join(changed[:3])})')
+    return None
 
   def save(self, round_index: int, state) -> None:
     self.check()
     state_dict = serialization.to_state_dict(state)
+    # The digests of what is saved, written before the save starts (it completes in the
+    # background) and kept only for the steps the manager keeps.
+    files.write_json_atomic(self._digest_path(round_index), array_digests(state_dict))
     self._manager.save(round_index, args=ocp.args.StandardSave(state_dict), force=True)
+    kept = {str(s) for s in self._manager.all_steps()} | {str(round_index)}
+    directory = files.join(self.workdir, 'checkpoint_digests')
+    for name in os.listdir(directory) if not files.is_uri(directory) else []:
+      if name.endswith('.json') and name[:-5] not in kept:
+        os.remove(files.join(directory, name))
 
   def check(self) -> None:
     """Raises at once when an earlier background save failed (a full disk, a directory that
@@ -149,6 +219,19 @@ class Checkpointer:
       if not failing:
         raise
       logging.warning('closing the checkpoints after the error below also failed: %s', e)
+
+
+def array_digests(tree) -> dict[str, dict]:
+  """Per array of a state tree (keyed by its path): the SHA-256 of its bytes, dtype, shape and
+  whether it is finite. Recorded beside each checkpoint and checked on restore."""
+  out = {}
+  for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+    x = np.asarray(leaf)
+    finite = bool(np.all(np.isfinite(x))) if np.issubdtype(x.dtype, np.inexact) else True
+    out[jax.tree_util.keystr(path)] = {
+        'sha256': hashlib.sha256(np.ascontiguousarray(x).tobytes()).hexdigest(),
+        'dtype': str(x.dtype), 'shape': list(x.shape), 'finite': finite}
+  return out
 
 
 def _init_run_file(workdir: str, name: str) -> str:

@@ -91,6 +91,15 @@ class InMemoryCheckpointManager:
   def latest_step(self):
     return max(self.steps, default=None)
 
+  def all_steps(self):
+    return sorted(self.steps)
+
+  def check_for_errors(self):
+    pass
+
+  def reload(self):
+    pass
+
   def save(self, step, args, force=False):
     del force
     self.steps[step] = jax.tree.map(np.array, args.item)
