@@ -15,6 +15,7 @@ import itertools
 import ml_collections
 
 from fedjax_face import config_lib
+from fedjax_face.algorithms import fedgpad
 from fedjax_face.data import pad_benchmark
 
 PROTOCOLS = tuple(pad_benchmark.PROTOCOLS)   # 'OCI_M', 'OMI_C', 'OCM_I', 'ICM_O'
@@ -68,4 +69,17 @@ def pad_config(algorithm: str, protocol: str = 'OCI_M', runlocal: bool = False,
     p = c.data.pad
     p.subjects, p.test_subjects, p.live_videos, p.attack_videos, p.frames = 4, 2, 1, 2, 2
     c.eval.batch_size = 64
+  return c
+
+
+def method_config(algorithm: str, arg: str | None) -> ml_collections.ConfigDict:
+  """configs/pad/fedgpad.py and fedpad.py: `protocol=`, or `centers=` and `target=`, `paper`,
+  `runlocal`; the method's section added."""
+  args = config_lib.parse_arg(arg, {'protocol': PROTOCOLS, 'centers': CENTERS,
+                                    'target': pad_benchmark.DOMAIN_NAMES, 'paper': (True,),
+                                    'runlocal': (True,)})
+  c = pad_config(algorithm, protocol=args.get('protocol', 'OCI_M'),
+                 runlocal=bool(args.get('runlocal')), paper=bool(args.get('paper')),
+                 centers=args.get('centers'), target=args.get('target'))
+  c.fedgpad = fedgpad.config_section()
   return c
