@@ -88,7 +88,7 @@ def training_views(config, benchmark, one_client: bool):
   (`data.private_test_fraction`) are in no view.
   """
   images, labels = benchmark.train_images, benchmark.train_labels
-  if benchmark.client_identities is not None:   # the data's own clients (PAD: data centers)
+  if getattr(benchmark, 'client_identities', None) is not None:   # the data's own clients (PAD)
     fed_view = federated.build(images, labels, benchmark.client_identities,
                                benchmark.train_targets)
     if not one_client:

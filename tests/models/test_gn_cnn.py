@@ -45,7 +45,9 @@ def test_group_norm_makes_each_sample_independent_of_the_batch():
   variables = model.init(jax.random.PRNGKey(0), x[:1], train=False)
   whole = model.apply(variables, x, train=True)
   alone = model.apply(variables, x[2:3], train=True)
-  np.testing.assert_allclose(whole[2:3], alone, rtol=1e-5, atol=1e-6)
+  # XLA may convolve a batch of 4 and of 1 with differently ordered float32 sums (seen: 2e-6 on an
+  # output of 0.027); a batch statistic leaking in would move outputs by orders more.
+  np.testing.assert_allclose(whole[2:3], alone, rtol=1e-5, atol=1e-5)
   np.testing.assert_array_equal(whole, model.apply(variables, x, train=False))
 
 
