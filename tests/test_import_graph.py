@@ -45,9 +45,20 @@ def imports_of(path: str, name: str, modules: dict[str, str]) -> set[str]:
   return {m for m in found if m in modules and m != name}
 
 
-def import_graph() -> dict[str, set[str]]:
+def _read_graph() -> dict[str, set[str]]:
   modules = module_files()
   return {name: imports_of(path, name, modules) for name, path in modules.items()}
+
+
+# Read once, when pytest collects this file, before any test runs: CPython 3.11's ast.parse can
+# fail later in a long test process with "SystemError: AST constructor recursion depth mismatch"
+# (its AST-construction depth counter is shared state, python/cpython#106905), which the CI run
+# hit in the middle of the suite. What is read is the same at any time.
+_GRAPH = _read_graph()
+
+
+def import_graph() -> dict[str, set[str]]:
+  return {name: set(edges) for name, edges in _GRAPH.items()}
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
