@@ -249,7 +249,7 @@ def test_fig4_fedface_and_fedfr_start_from_the_scenarios_pretraining(tmp_path, i
   experiment.train_and_evaluate(pretrain, str(tmp_path / 'pre'))
   loss = 'cosface' if ids == '2' else 'positive_cosine'
   partition = 'balanced' if ids == '2' else 'one_per_client'
-  for name in ('fedface', 'fedfr'):
+  for name in ('fedface',):   # FedFR from its pre-training: test_fedfr_starts_from_its_...
     config = load_config(f'fedfr/{name}', f'ids={ids},runlocal')
     config.init_from = str(tmp_path / 'pre')
     results = experiment.train_and_evaluate(config, str(tmp_path / name))
@@ -264,7 +264,8 @@ def test_fig4_fedface_and_fedfr_start_from_the_scenarios_pretraining(tmp_path, i
     experiment.validate(other)
 
 
-@pytest.mark.parametrize('name', ['fedgpad', 'all'])   # all: FedPAD's algorithm, pooled
+@pytest.mark.parametrize('name', ['all'])   # FedPAD's algorithm on the pooled client; FedGPAD's
+# own rounds are tests/algorithms/test_fedgpad.py's
 def test_pad_configs_run_end_to_end(tmp_path, name):
   # The data centers train on their own domains (all: pooled in one client); the detector is
   # scored on the unseen target.

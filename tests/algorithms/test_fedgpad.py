@@ -10,15 +10,20 @@ from fedjax_face import algorithms, experiment, models
 from tests.config_files import load_config
 
 
+@pytest.fixture(scope='module')
+def data():
+  config = load_config('pad/fedgpad')
+  fed, _ = experiment.training_views(config, experiment.load_data(config), one_client=False)
+  return fed   # the same frames for both methods (the data section is shared)
+
+
 @pytest.fixture(scope='module', params=['fedgpad', 'fedpad'])
-def setup(request):
+def setup(request, data):
   config = load_config(f'pad/{request.param}')
-  benchmark = experiment.load_data(config)
-  fed, _ = experiment.training_views(config, benchmark, one_client=False)
   model = models.build_backbone(config.model)
-  algorithm = algorithms.get(config.algorithm).build(config, model, fed, step_mode='scan')
+  algorithm = algorithms.get(config.algorithm).build(config, model, data, step_mode='scan')
   state = algorithm.init(jax.random.PRNGKey(0))
-  return request.param, config, fed, algorithm, state
+  return request.param, config, data, algorithm, state
 
 
 def _client(algorithm, state, fed, config, k):
