@@ -62,6 +62,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.min_images_per_identity = 1   # identities with fewer images are dropped
   c.data.max_identities = 0            # keep the first N identities (0 = all); quick runs
   c.data.skip_bad_records = False      # True: mask out undecodable records, logged and counted
+  c.data.check_record_labels = True   # insightface: read every image record's header at load and
+                                       # check its label against its identity's key range (an .idx
+                                       # pointing at wrong records stops the run before round 1)
   c.data.prefetch = 1                  # rounds prepared ahead in a background thread; 0 = off
   c.data.decode_threads = 0            # image decode threads; 0 = every usable CPU
   c.data.tfds_name = 'lfw'             # tfds: 'lfw' | 'celeb_a' | another with tfds_label_key
@@ -247,6 +250,7 @@ def _check_data(c: ml_collections.ConfigDict) -> None:
   for name in ('max_identities', 'prefetch', 'decode_threads'):
     check_int(f'data.{name}', d[name], allow_zero=True)
   check_bool('data.skip_bad_records', d.skip_bad_records)
+  check_bool('data.check_record_labels', d.check_record_labels)
   if d.source == 'tfds' and not d.tfds_name:
     raise ValueError('config.data.tfds_name is empty; data.source=\'tfds\' needs a TFDS name '
                      '(lfw, celeb_a).')

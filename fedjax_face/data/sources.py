@@ -116,16 +116,22 @@ def insightface_labels(ds: recordio.InsightfaceDataset) -> tuple[np.ndarray, np.
 
 
 def insightface_store(root: str, *, image_size: int, center_crop: float = 1.0,
-                      skip_bad_records: bool = False, num_threads: int = 0
+                      skip_bad_records: bool = False, num_threads: int = 0,
+                      check_labels: bool = True
                       ) -> tuple[stores.DecodedImageStore, np.ndarray]:
   """(store of the images, int64 labels) of `<root>/{train.rec, train.idx, property}`.
 
-  Opening reads the index and the identity records only; image i is record `keys[i]` (in key
-  order), read and decoded when asked for. A header or image that does not match what the
-  property file and the identity ranges promise raises BadRecordError naming the record.
+  Opening reads the index, the identity records and, with `check_labels`, every image record's
+  header (a few dozen bytes each, never the image): a label that differs from its identity's key
+  range (an index whose offsets point at other records) raises RecordIOError naming the record
+  at load, or, with `skip_bad_records`, drops it there, logged. Without `check_labels` the labels
+  come from the identity ranges alone and such a record is found when a round first decodes it.
+  Image i is record `keys[i]` (in key order), read and decoded when asked for; a header or image
+  that does not match what the property file and the identity ranges promise raises
+  BadRecordError naming the record.
   """
   ds = recordio.InsightfaceDataset(root, skip_bad_records=skip_bad_records)
-  keys, labels = insightface_labels(ds)
+  keys, labels = ds.labels() if check_labels else insightface_labels(ds)
 
   def load(i: int) -> np.ndarray:
     try:
@@ -145,7 +151,8 @@ def insightface_store(root: str, *, image_size: int, center_crop: float = 1.0,
 
 def _insightface(d) -> tuple[stores.DecodedImageStore, np.ndarray]:
   return insightface_store(d.root, image_size=d.image_size, center_crop=d.center_crop,
-                           skip_bad_records=d.skip_bad_records, num_threads=d.decode_threads)
+                           skip_bad_records=d.skip_bad_records, num_threads=d.decode_threads,
+                           check_labels=d.check_record_labels)
 
 
 def _image_folder(d) -> tuple[stores.DecodedImageStore, np.ndarray]:

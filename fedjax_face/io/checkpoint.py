@@ -6,6 +6,7 @@ not change the trained model (`RESUMABLE_FIELDS`) may differ, so a run can be ex
 (`num_rounds`) or moved to another backend.
 """
 
+import contextlib
 import hashlib
 import json
 import os
@@ -20,7 +21,7 @@ from flax import serialization
 from fedjax_face.io import files
 
 RESUMABLE_FIELDS = ('num_rounds', 'checkpoint_every', 'log_every', 'eval.', 'engine.', 'data.prefetch',
-                    'data.decode_threads', 'data.skip_bad_records')
+                    'data.decode_threads', 'data.skip_bad_records', 'data.check_record_labels')
 
 
 def flatten(tree: dict, prefix: str = '') -> dict[str, object]:
@@ -186,7 +187,8 @@ class Checkpointer:
     # The digests of what is saved, written before the save starts (it completes in the
     # background) and kept only for the steps the manager keeps.
     files.write_json_atomic(self._digest_path(round_index), array_digests(state_dict))
-    self._manager.save(round_index, args=ocp.args.StandardSave(state_dict), force=True)
+    with self._save_errors():   # orbax's save first re-raises an earlier save's failure
+      self._manager.save(round_index, args=ocp.args.StandardSave(state_dict), force=True)
     kept = {str(s) for s in self._manager.all_steps()} | {str(round_index)}
     directory = files.join(self.workdir, 'checkpoint_digests')
     for name in os.listdir(directory) if not files.is_uri(directory) else []:
@@ -196,19 +198,28 @@ class Checkpointer:
   def check(self) -> None:
     """Raises at once when an earlier background save failed (a full disk, a directory that
     became unwritable), with the checkpoint directory and the cause; cheap, called every round."""
-    try:
+    with self._save_errors():
       self._manager.check_for_errors()
-    except Exception as e:
+
+  @contextlib.contextmanager
+  def _save_errors(self):
+    """A failed background save as one OSError naming the directory and the cause. The chain of
+    orbax's threads is dropped: it holds nothing the message does not, and buries it."""
+    try:
+      yield
+    except Exception as e:   # pylint: disable=broad-except  (orbax re-raises its thread's error)
+      cause = f'{type(e).__name__}: {e}' if not isinstance(e, OSError) else str(e)
       raise OSError(f'saving a checkpoint under {files.join(self.workdir, "checkpoints")} failed: '
-                    f'{e}') from e
+                    f'{cause}') from None
 
   def close(self) -> None:
     """Waits for the saves under way and closes; a second call does nothing."""
     if self._closed:
       return
     self._closed = True
-    self._manager.wait_until_finished()
-    self._manager.close()
+    with self._save_errors():
+      self._manager.wait_until_finished()
+      self._manager.close()
 
   def finish(self, failing: bool) -> None:
     """`close` on the way out of a run. When the run is already failing, an error of the close

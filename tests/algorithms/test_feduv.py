@@ -48,8 +48,8 @@ def test_assigned_codewords_are_distinct_valid_and_far_apart(n):
   code = feduv.bch_code(n, k)
   bits = ((v + 1) / 2).astype(np.uint8)
   np.testing.assert_array_equal(bits[:, :k], messages)                  # systematic
-  assert not np.any(np.asarray(code.detect(code.field(bits))))          # every one a codeword
-  np.testing.assert_array_equal(np.asarray(code.decode(code.field(bits))), messages)
+  # Every one a codeword; with the systematic check above, each decodes to its message.
+  assert not np.any(np.asarray(code.detect(code.field(bits))))
   hamming = (n - v @ v.T) / 2
   off = hamming[~np.eye(40, dtype=bool)]
   assert off.min() >= code.d                                            # designed distance

@@ -102,7 +102,9 @@ def test_insightface_train_and_evaluate_equals_in_memory(rec_root, tmp_path):
   jax.tree.map(np.testing.assert_array_equal, *states)
 
 
-def test_identity_ranges_give_labels_without_reading_images(rec_root, bench, monkeypatch):
+@pytest.mark.parametrize('check_labels', [True, False])
+def test_identity_ranges_give_labels_without_reading_images(rec_root, bench, monkeypatch,
+                                                             check_labels):
   reads = []
   original = recordio.RecordFile._read  # pylint: disable=protected-access
 
@@ -111,16 +113,53 @@ def test_identity_ranges_give_labels_without_reading_images(rec_root, bench, mon
     return original(self, key, limit)
 
   monkeypatch.setattr(recordio.RecordFile, '_read', counting)
-  store, labels = sources.insightface_store(rec_root, image_size=16)
+  store, labels = sources.insightface_store(rec_root, image_size=16, check_labels=check_labels)
   np.testing.assert_array_equal(labels, bench.train_labels)
   n = len(bench.train_labels)
-  # Record 0 (meta) and the identity records, header prefixes only; no image record.
-  assert sorted(k for k, _ in reads) == [0] + list(range(n + 1, n + 1 + bench.num_identities))
+  # Record 0 (meta), the identity records and, checked, every image record: header prefixes
+  # only, no image decoded.
+  opened = [0] + list(range(n + 1, n + 1 + bench.num_identities))
+  assert sorted(k for k, _ in reads) == sorted(opened + (list(range(1, n + 1)) if check_labels
+                                                         else []))
   assert all(limit is not None for _, limit in reads)
+  reads.clear()
   federated.build(store, labels, [np.arange(bench.num_identities)])
-  assert len(reads) == 1 + bench.num_identities
+  assert not reads
   store[3]
-  assert reads[-1] == (4, None)  # image 3 is record key 4
+  assert reads == [(4, None)]  # image 3 is record key 4
+
+
+def _swap_offsets(root, key_a, key_b):
+  """Rewrites train.idx with the offsets of records key_a and key_b exchanged."""
+  path = os.path.join(root, 'train.idx')
+  keys, offsets = recordio.read_index(path)
+  a, b = np.flatnonzero(keys == key_a)[0], np.flatnonzero(keys == key_b)[0]
+  offsets[[a, b]] = offsets[[b, a]]
+  with open(path, 'w') as f:
+    f.writelines(f'{k}\t{o}\n' for k, o in zip(keys, offsets))
+
+
+def test_an_index_pointing_at_another_identitys_record_is_found_at_load(bench, tmp_path, caplog):
+  root = export_insightface(str(tmp_path), bench)
+  first_of_1 = int(np.flatnonzero(bench.train_labels == 1)[0]) + 1   # image i is record key i + 1
+  _swap_offsets(root, first_of_1 - 1, first_of_1)                     # across identities 0 | 1
+  config = runlocal_config(source='insightface', root=root)
+  with pytest.raises(recordio.RecordIOError,
+                     match=rf"train\.rec: record {first_of_1 - 1}: record lies in identity 0's key "
+                     rf"range \[1, {first_of_1}\) but its label is 1"):
+    experiment.load_data(config)
+  # Skipping bad records drops both at load, each logged; the rest load as written.
+  config.data.skip_bad_records = True
+  with caplog.at_level('WARNING'):
+    got = experiment.load_data(config)
+  keep = np.ones(len(bench.train_labels), bool)
+  keep[[first_of_1 - 2, first_of_1 - 1]] = False
+  np.testing.assert_array_equal(got.train_labels, bench.train_labels[keep])
+  assert f'record {first_of_1 - 1}:' in caplog.text and f'record {first_of_1}:' in caplog.text
+  # Unchecked, the labels come from the key ranges and the swap is met only when decoded.
+  config.data.skip_bad_records = False
+  config.data.check_record_labels = False
+  np.testing.assert_array_equal(experiment.load_data(config).train_labels, bench.train_labels)
 
 
 def test_max_identities_keeps_the_first_identities(bench, rec_root):

@@ -14,8 +14,10 @@ from fedjax_face.models import pad
 def test_outputs_and_parameter_subtrees(disentangle):
   net = pad.PadNet(width=4, image_size=32, disentangle=disentangle)
   x = jnp.zeros((2, 32, 32, pad.PAD_CHANNELS))
-  variables = net.init(jax.random.PRNGKey(0), x, train=True)   # ES and Dec run in training
-  out, _ = net.apply(variables, x, train=True, mutable=['batch_stats'])
+  # Shapes only (eval_shape): the forward's numbers are tested through the losses and methods.
+  variables = jax.eval_shape(lambda: net.init(jax.random.PRNGKey(0), x, train=True))  # ES, Dec
+  out, _ = jax.eval_shape(lambda v: net.apply(v, x, train=True, mutable=['batch_stats']),
+                          variables)
   assert out['logit'].shape == (2,) and out['depth'].shape == (2, 4, 4)
   parts = {'invariant', 'classifier', 'depth'}
   if disentangle:
