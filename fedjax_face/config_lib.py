@@ -11,7 +11,7 @@ import math
 
 import ml_collections
 
-from fedjax_face.core import distributed, engine, local
+from fedjax_face.core import distributed, engine, local, privacy
 from fedjax_face.data import pad_benchmark, partition, sources, synthetic
 from fedjax_face.models import heads
 from fedjax_face.models.conv import CONV_GRADIENTS
@@ -124,6 +124,16 @@ def base_config() -> ml_collections.ConfigDict:
   c.engine.num_devices = 0             # 0 = all visible devices (of every process)
   c.engine.distributed = 'auto'        # 'off' | 'auto' | 'on': jax.distributed.initialize() for
                                        # multi-host runs (core/distributed.py)
+
+  # Client-level differential privacy, DP-FedAvg style (core/privacy.py says what it protects).
+  c.dp = ml_collections.ConfigDict()
+  c.dp.enabled = False
+  c.dp.clip_norm = 1.0                 # S: L2 bound of a client's update minus what it received
+  c.dp.noise_multiplier = 1.0          # sigma: the server's Gaussian noise has std sigma * S
+  c.dp.target_delta = 1e-5             # epsilon is reported at this delta
+  c.dp.class_rows = 'private'          # a client's own class rows (FedGC's W_k): 'private' =
+                                       # clipped and noised with the rest | 'unprotected' = sent
+                                       # as they are, outside epsilon
 
   c.eval = ml_collections.ConfigDict()
   c.eval.every_rounds = 0              # 0 = only after the last round
@@ -367,6 +377,16 @@ def _check_engine(c: ml_collections.ConfigDict) -> None:
     check_int(f'engine.{name}', e[name], allow_zero=True)
 
 
+def _check_dp(c: ml_collections.ConfigDict) -> None:
+  d = c.dp
+  check_bool('dp.enabled', d.enabled)
+  check_number('dp.clip_norm', d.clip_norm)
+  check_number('dp.noise_multiplier', d.noise_multiplier, allow_zero=True)
+  if not isinstance(d.target_delta, float) or not 0 < d.target_delta < 1:
+    raise ValueError(f'config.dp.target_delta={d.target_delta!r}; expected a number in (0, 1).')
+  check_choice('dp.class_rows', d.class_rows, privacy.CLASS_ROWS)
+
+
 def validate(c: ml_collections.ConfigDict) -> None:
   """Raises ValueError naming the first shared field that is wrong and what was expected.
 
@@ -385,5 +405,6 @@ def validate(c: ml_collections.ConfigDict) -> None:
   _check_model_and_head(c)
   _check_optimizer(c)
   _check_engine(c)
+  _check_dp(c)
   check_int('eval.every_rounds', c.eval.every_rounds, allow_zero=True)
   check_int('eval.batch_size', c.eval.batch_size)

@@ -22,7 +22,7 @@ import numpy as np
 from absl import logging
 
 from fedjax_face import algorithms, config_lib, eval as eval_lib, models
-from fedjax_face.core import distributed, policy
+from fedjax_face.core import communication, distributed, policy, privacy
 from fedjax_face.core import engine as engine_lib
 from fedjax_face.data import federated, partition, pipeline, sources, splits, stores, synthetic
 from fedjax_face.eval import diagnostics
@@ -147,7 +147,7 @@ def eval_scalars(outputs: dict) -> dict[str, float]:
 
 
 def plan_engine(config, algorithm, state, fed, cohort_size: int, backend: str, mesh,
-                loop_threads: int):
+                loop_threads: int, dp: privacy.DpSpec | None = None):
   """(engine, memory plan or None): the chunk width sized from the device memory first when
   `engine.map_width` is 0 (auto) and the backend batches clients."""
   map_width, plan = config.engine.map_width, None
@@ -157,7 +157,7 @@ def plan_engine(config, algorithm, state, fed, cohort_size: int, backend: str, m
                                  memory_fraction=config.engine.memory_fraction)
     map_width = plan.map_width
   eng = engine_lib.RoundEngine(algorithm, backend=backend, map_width=map_width, mesh=mesh,
-                               loop_threads=loop_threads)
+                               loop_threads=loop_threads, dp=dp)
   return eng, plan
 
 
@@ -235,7 +235,12 @@ def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start
   fl = config.federated
   num_examples = fed.num_examples.astype(np.float32)
   cohort_size = len(federated.select_clients(fed.num_clients, fl.participation, 0, config.seed))
-  eng, plan = plan_engine(config, algorithm, state, fed, cohort_size, backend, mesh, loop_threads)
+  dp = privacy.spec_from_config(config, algorithm.client_rows)
+  eng, plan = plan_engine(config, algorithm, state, fed, cohort_size, backend, mesh, loop_threads,
+                          dp)
+  epsilon_after = lambda rounds: privacy.epsilon(
+      fed.num_clients, cohort_size, config.dp.noise_multiplier, rounds, config.dp.target_delta,
+      privacy.amplified(dp))
   if plan is not None:
     say(f'engine: {plan.describe()}', flush=True)
   cohort_of = lambda r: federated.pad_cohort(
@@ -281,6 +286,8 @@ def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start
     if done % config.log_every == 0 or done == config.num_rounds or done == start_round + 1:
       scalars = {k: float(v) for k, v in round_metrics.items()}
       scalars.update(class_embedding_norms(algorithm, state))
+      if dp is not None:
+        scalars['dp/epsilon'] = epsilon_after(done)
       if not np.all(np.isfinite(list(scalars.values()))):
         raise FloatingPointError(f'round {done}: non-finite training metrics {scalars}; the run '
                                  'diverged (lower optimizer.learning_rate or fedgc.reg_lambda).')
@@ -329,6 +336,12 @@ def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start
                  'resumed_from_round': start_round,
                  'total_s': time.perf_counter() - t_start},
       'last_logged_round': last_logged,
+      'privacy': (privacy.ledger(config, dp, fed.num_clients, cohort_size, config.num_rounds)
+                  if dp is not None else {'enabled': False}),
+      'communication': None if method.ONE_CLIENT else communication.ledger(
+          algorithm, state, one_client_data(fed, config),
+          [federated.select_clients(fed.num_clients, fl.participation, r, config.seed)
+           for r in range(config.num_rounds)], fed.num_clients),
       **{kind: out.results for kind, out in outputs.items()},
       'plots': plots,
   }

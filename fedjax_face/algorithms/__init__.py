@@ -57,4 +57,8 @@ def check_config(config) -> None:
     raise ValueError(f"config.data.centralized_on={config.data.centralized_on!r} with "
                      f"{config.algorithm}: it chooses what a centralized run trains on; a "
                      "federated method's clients hold the private identities. Expected 'all'.")
+  if config.dp.enabled and method.ONE_CLIENT:
+    raise ValueError(f'config.dp.enabled=True with {config.algorithm}: client-level differential '
+                     'privacy needs clients; a centralized run has one. Expected a federated '
+                     'method, or dp.enabled=False.')
   method.check_config(config)

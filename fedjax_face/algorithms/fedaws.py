@@ -28,7 +28,8 @@ import numpy as np
 
 from fedjax_face.algorithms import class_tables, common, spreadout
 from fedjax_face.core import aggregation
-from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, RoundState
+from fedjax_face.core.algorithm import (Algorithm, ClientInput, ClientResult, RoundState,
+                                        origin_by_key)
 from fedjax_face.data import preprocess
 from fedjax_face.models import heads
 
@@ -155,7 +156,8 @@ def build_spreadout_method(config, model, fed, *, step_mode: str, name: str,
 
   return Algorithm(name=name, init=init, broadcast=broadcast, client_update=client_update,
                    server_update=server_update, eval_variables=lambda server: server['model'],
-                   class_embeddings=class_embeddings)
+                   class_embeddings=class_embeddings,
+                   update_origin=lambda ci: origin_by_key(ci, ('model', 'W')), client_rows=('W',))
 
 
 def build(config, model, fed, *, step_mode: str) -> Algorithm:

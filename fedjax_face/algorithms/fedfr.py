@@ -56,7 +56,8 @@ import optax
 from fedjax_face import config_lib
 from fedjax_face.algorithms import class_tables, common
 from fedjax_face.core import aggregation, arrays, local
-from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, RoundState
+from fedjax_face.core.algorithm import (Algorithm, ClientInput, ClientResult, RoundState,
+                                        origin_by_key)
 from fedjax_face.data import preprocess, stores
 from fedjax_face.models import heads
 
@@ -477,4 +478,7 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
 
   return Algorithm(name='fedfr', init=init, broadcast=broadcast, client_update=client_update,
                    server_update=server_update, eval_variables=lambda server: server['model'],
-                   class_embeddings=class_embeddings, personalized=personalized)
+                   class_embeddings=class_embeddings, personalized=personalized,
+                   update_origin=lambda ci: origin_by_key(
+                       ci, ('model', 'Phi') if use_public else ('model',)),
+                   sent_once=('public_images', 'public_labels'))   # the shared public data set

@@ -31,7 +31,8 @@ import numpy as np
 from fedjax_face import config_lib
 from fedjax_face.algorithms import class_tables, common
 from fedjax_face.core import aggregation, arrays
-from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, RoundState
+from fedjax_face.core.algorithm import (Algorithm, ClientInput, ClientResult, RoundState,
+                                        origin_by_key)
 from fedjax_face.data import federated
 
 ONE_CLIENT = False
@@ -155,4 +156,5 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
 
   return Algorithm(name='fedfv', init=init, broadcast=broadcast, client_update=client_update,
                    server_update=server_update, eval_variables=lambda server: server['model'],
-                   class_embeddings=class_embeddings)
+                   class_embeddings=class_embeddings,
+                   update_origin=lambda ci: origin_by_key(ci, ('model', 'W')), client_rows=('W',))

@@ -173,4 +173,5 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
 
   return Algorithm(name=config.algorithm, init=init, broadcast=broadcast,
                    client_update=client_update, server_update=server_update,
-                   eval_variables=lambda server: server, class_embeddings=lambda state: None)
+                   eval_variables=lambda server: server, class_embeddings=lambda state: None,
+                   update_origin=lambda ci: ci.shared['model'])   # the parts it received

@@ -15,7 +15,8 @@ import numpy as np
 from fedjax_face import config_lib
 from fedjax_face.algorithms import class_tables, common
 from fedjax_face.core import aggregation
-from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, RoundState
+from fedjax_face.core.algorithm import (Algorithm, ClientInput, ClientResult, RoundState,
+                                        origin_by_key)
 
 ONE_CLIENT = False
 KEEPS_CLIENT_OPTIMIZER = True
@@ -79,4 +80,5 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
 
   return Algorithm(name='fedpe', init=init, broadcast=broadcast, client_update=client_update,
                    server_update=server_update, eval_variables=lambda server: server['model'],
-                   class_embeddings=class_embeddings)
+                   class_embeddings=class_embeddings,
+                   update_origin=lambda ci: origin_by_key(ci, ('model',)))

@@ -42,7 +42,8 @@ import numpy as np
 from fedjax_face import config_lib
 from fedjax_face.algorithms import class_tables, common
 from fedjax_face.core import aggregation
-from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, RoundState
+from fedjax_face.core.algorithm import (Algorithm, ClientInput, ClientResult, RoundState,
+                                        origin_by_key)
 from fedjax_face.data import preprocess
 
 ONE_CLIENT = False
@@ -226,5 +227,6 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
 
   return Algorithm(name='feduv', init=init, broadcast=broadcast, client_update=client_update,
                    server_update=server_update, eval_variables=lambda server: server['model'],
-                   class_embeddings=class_embeddings)
+                   class_embeddings=class_embeddings,
+                   update_origin=lambda ci: origin_by_key(ci, ('model', 'projection')))
 

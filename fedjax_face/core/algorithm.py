@@ -86,6 +86,13 @@ class Algorithm(NamedTuple):
     personalized: RoundState -> (client index -> its personalized model's embedding function,
       float images [B, H, W, C] -> [B, d]), for the personalized evaluation (FedFR); None when
       the method has no per-client model (the global one is evaluated for every client).
+    update_origin: ClientInput of one client -> what its `update` would be had it not trained
+      (the same structure), the point its update's difference is taken from for differential
+      privacy (`core/privacy.py`); None: the method cannot run with `dp.enabled`.
+    client_rows: the keys of `update` that hold the client's own rows, written by the server
+      into a matrix rather than averaged (FedGC's 'W').
+    sent_once: keys of `ClientInput.shared` a client keeps after its first download (FedFR's
+      public images), counted once per client by `core/communication.py`.
   """
   name: str
   init: Callable[[jax.Array], RoundState]
@@ -95,3 +102,13 @@ class Algorithm(NamedTuple):
   eval_variables: Callable[[PyTree], PyTree]
   class_embeddings: Callable[[RoundState], jax.Array | None]
   personalized: Callable[[RoundState], Callable[[int], Callable]] | None = None
+  update_origin: Callable[[ClientInput], PyTree] | None = None
+  client_rows: tuple[str, ...] = ()
+  sent_once: tuple[str, ...] = ()
+
+
+def origin_by_key(client_input: ClientInput, keys) -> dict:
+  """The usual `update_origin`: each key of the update as received, from `per_client` when the
+  client got its own copy (its class rows) and from `shared` otherwise."""
+  return {k: client_input.per_client[k] if k in client_input.per_client else client_input.shared[k]
+          for k in keys}

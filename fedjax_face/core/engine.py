@@ -43,7 +43,7 @@ from absl import logging
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from fedjax_face.core import aggregation, arrays
+from fedjax_face.core import aggregation, arrays, privacy
 from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, RoundState
 
 BACKENDS = ('vmap', 'map', 'loop')
@@ -178,10 +178,20 @@ def _prepare(algorithm: Algorithm, state: RoundState, client_ids, rng):
 
 
 def _one_client(algorithm: Algorithm, shared, per_client, private, data, client_id,
-                rng) -> ClientResult:
-  """One client's update; its randomness is fold_in(round rng, client id)."""
+                rng, dp: privacy.DpSpec | None = None) -> ClientResult:
+  """One client's update; its randomness is fold_in(round rng, client id). With `dp` the client
+  clips what it sends (its difference from what it received) before it leaves."""
   rng = jax.random.fold_in(rng, client_id)
-  return algorithm.client_update(ClientInput(shared, per_client), private, data, rng)
+  client_input = ClientInput(shared, per_client)
+  result = algorithm.client_update(client_input, private, data, rng)
+  if dp is None:
+    return result
+  covered, passed = dp.covered(result.update)
+  origin = algorithm.update_origin(client_input)
+  clipped, norm = privacy.clip_update(covered, {k: origin[k] for k in covered}, dp.clip_norm)
+  metrics = {**result.metrics, 'dp/update_norm': norm,
+             'dp/clipped': (norm > dp.clip_norm).astype(jnp.float32)}
+  return result._replace(update={**clipped, **passed}, metrics=metrics)
 
 
 def plan_width(algorithm: Algorithm, state: RoundState, cohort_size: int, client_data, *,
@@ -251,7 +261,8 @@ class RoundEngine:
   """Runs federated rounds of one `Algorithm` with one execution backend."""
 
   def __init__(self, algorithm: Algorithm, *, backend: str, map_width: int = 0,
-               mesh: Mesh | None = None, loop_threads: int = 1):
+               mesh: Mesh | None = None, loop_threads: int = 1,
+               dp: privacy.DpSpec | None = None):
     if backend not in BACKENDS:
       raise ValueError(f'engine.backend={backend!r}; expected one of {BACKENDS}.')
     if not isinstance(map_width, (int, np.integer)) or map_width < 0:
@@ -263,7 +274,11 @@ class RoundEngine:
     if not isinstance(loop_threads, (int, np.integer)) or loop_threads < 1:
       raise ValueError(f'engine.loop_threads={loop_threads!r}; expected a positive integer '
                        '(host threads running loop-backend clients at once).')
+    if dp is not None and algorithm.update_origin is None:
+      raise ValueError(f'dp.enabled=True but {algorithm.name} does not say what its clients '
+                       'received (Algorithm.update_origin), so their updates cannot be clipped.')
     self.algorithm = algorithm
+    self.dp = dp
     self.backend = backend
     self.map_width = int(map_width)
     self.loop_threads = int(loop_threads)
@@ -311,7 +326,8 @@ class RoundEngine:
   # -- pure pieces ---------------------------------------------------------------------------
 
   def _one_client(self, shared, per_client, private, data, client_id, rng) -> ClientResult:
-    return _one_client(self.algorithm, shared, per_client, private, data, client_id, rng)
+    return _one_client(self.algorithm, shared, per_client, private, data, client_id, rng,
+                       self.dp)
 
   def _client_at(self, shared, per_client, private, data, index, client_id, rng) -> ClientResult:
     """The loop backend's client: row `index` of the cohort's stacked `per_client` / `private`
@@ -324,8 +340,14 @@ class RoundEngine:
     return _prepare(self.algorithm, state, client_ids, rng)
 
   def _finish_fn(self, state: RoundState, results: ClientResult, weights, client_ids, rng):
-    server = self.algorithm.server_update(state.server, results.update, weights, client_ids,
+    updates, server_weights = results.update, weights
+    if self.dp is not None:   # the noise is the server's, drawn inside this jitted step
+      noise_rng = jax.random.fold_in(server_keys(rng)[1], privacy.NOISE_STREAM)
+      updates, server_weights = privacy.noisy_updates(updates, weights, self.dp, noise_rng)
+    server = self.algorithm.server_update(state.server, updates, server_weights, client_ids,
                                           state.round, server_keys(rng)[1])
+    if self.dp is not None:
+      server = privacy.valid_statistics(server)
     clients = aggregation.scatter_clients(state.clients, client_ids, results.private)
     metrics = aggregation.weighted_mean(results.metrics, weights)
     return RoundState(server=server, clients=clients, round=state.round + 1), metrics

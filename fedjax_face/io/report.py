@@ -112,6 +112,38 @@ def pad_lines(pad: dict) -> list[str]:
           + ' |', '']
 
 
+def _mb(n: int) -> str:
+  return f'{n / 1e6:,.3f} MB'
+
+
+def communication_lines(comm: dict) -> list[str]:
+  """Bytes per client per round, by what crosses, and the run's totals (core/communication.py)."""
+  per = comm['bytes_per_client_round']
+  parts = lambda d: ', '.join(f'{k or "all"} {_mb(v)}' for k, v in d.items())
+  lines = [f"Communication per client per round: down {_mb(per['down'])} ({parts(per['down_by_key'])}), "
+           f"up {_mb(per['up'])} ({parts(per['up_by_key'])}).",
+           f"Run total over {comm['client_rounds']} client-rounds: down "
+           f"{_mb(comm['total_bytes']['down'])}, up {_mb(comm['total_bytes']['up'])}."]
+  if per['down_once']:
+    lines[-1] += (f" ({parts(per['down_once'])} counted once for each of the "
+                  f"{comm['clients_reached']} clients reached.)")
+  return lines + ['']
+
+
+def privacy_lines(priv: dict) -> list[str]:
+  """The differential-privacy guarantee and what it covers (core/privacy.py)."""
+  if not priv.get('enabled', True):
+    return ['Differential privacy: off.', '']
+  amp = 'with' if priv['amplified_by_sampling'] else 'without'
+  lines = [f"Client-level differential privacy: epsilon = {priv['epsilon']:.3f} at delta = "
+           f"{priv['delta']:g} after {priv['rounds']} rounds ({priv['accountant']}; unit: "
+           f"{priv['unit']}; {priv['sampling']}; {amp} amplification by sampling); clip "
+           f"S = {priv['clip_norm']:g}, noise std = {priv['noise_multiplier']:g} x S."]
+  if priv.get('not_covered'):
+    lines.append(f"Not covered: {priv['not_covered']}.")
+  return lines + ['']
+
+
 def write(workdir: str, results: dict) -> str:
   """Writes results.json and report.md; returns the report's markdown."""
   files.write_json_atomic(files.join(workdir, 'results.json'), results)
@@ -146,6 +178,10 @@ def write(workdir: str, results: dict) -> str:
   look = results.get('diagnostics', {}).get('lookalikes')
   if look:
     md += lookalike_lines(look)
+  if results.get('communication'):
+    md += communication_lines(results['communication'])
+  if results.get('privacy'):
+    md += privacy_lines(results['privacy'])
   md += ['Plots: ' + ', '.join(results.get('plots', [])), '']
   text = '\n'.join(md)
   files.write_text_atomic(files.join(workdir, 'report.md'), text)

@@ -28,7 +28,8 @@ from fedjax_face import config_lib
 from fedjax_face.algorithms import class_tables, common, pairwise
 from fedjax_face.algorithms.fedgc import correction, regularizer
 from fedjax_face.core import aggregation
-from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, RoundState
+from fedjax_face.core.algorithm import (Algorithm, ClientInput, ClientResult, RoundState,
+                                        origin_by_key)
 
 ONE_CLIENT = False
 KEEPS_CLIENT_OPTIMIZER = True
@@ -137,4 +138,5 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
 
   return Algorithm(name='fedgc', init=init, broadcast=broadcast, client_update=client_update,
                    server_update=server_update, eval_variables=lambda server: server['model'],
-                   class_embeddings=class_embeddings)
+                   class_embeddings=class_embeddings,
+                   update_origin=lambda ci: origin_by_key(ci, ('model', 'W')), client_rows=('W',))

@@ -1,0 +1,195 @@
+"""Client-level differential privacy (DP-FedAvg style) for every federated method, and its ledger.
+
+What is protected. The unit is a client: all of its data. Two runs are neighbours when one
+client's data is replaced by anything else (the client count K is public). Each round the engine
+draws a cohort of exactly m = round(C·K) clients uniformly without replacement, independently of
+earlier rounds (`data.federated.select_clients`). Every client clips its update: the difference
+between what it sends (`ClientResult.update`) and what it received (`Algorithm.update_origin`),
+over everything it sends at once (the backbone, and class embeddings when the method sends them),
+to L2 norm `dp.clip_norm` = S (`clip_update`). The server adds Gaussian noise of standard
+deviation σ·S (σ = `dp.noise_multiplier`) to the cohort's sum of clipped differences, drawn from
+the round's server key inside the jitted server step, and averages with the fixed denominator m
+(`noisy_updates`); weights by client size are replaced by that uniform mean, since n_k / Σn would
+make one client's share data-dependent.
+
+The accountant (`epsilon`) is dp-accounting's RDP accountant with the replace-one relation. Under
+replace-one the L2 sensitivity of the sum of clipped differences is 2S (one client's S-ball point
+swapped for another's), so the Gaussian event it composes has noise multiplier σ/2. Sampling a
+fixed-size cohort without replacement amplifies it (`SampledWithoutReplacementDpEvent`, Wang,
+Balle and Kasiviswanathan 2019).
+
+Class-embedding rows that a client sends for its own identities (FedGC's W_k, FedFV's, FedAwS's
+and FedFace's w_i: `Algorithm.client_rows`) are not averaged with anyone's: the server writes them
+into its class matrix. `dp.class_rows` says what happens to them:
+  'private' (default): clipped together with the backbone, and noised row by row with the same
+    σ·S (the sum over the cohort has only that client's term on those coordinates). Their release
+    tells who took part in a round, so no amplification by sampling is claimed: ε composes the
+    unsampled Gaussian over every round (an upper bound: a client's rows leave it only in the
+    rounds it is drawn).
+  'unprotected': sent as they are, neither clipped nor noised; ε then covers the averaged parts
+    only, and the report says the class rows are outside it.
+What ε never covers: the server's own computations are post-processing of what it received, so the
+server-side regularizer that reads every class row (FedGC, FedAwS, FedFace) and FedFV's equivalent
+embeddings cost nothing extra, but only under 'private'; the client's own state (FedPE's W_k, FedUV's
+codeword, FedGPAD's private parts) never leaves it and needs no noise; evaluation data is not
+training data.
+"""
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+PyTree = Any
+
+CLASS_ROWS = ('private', 'unprotected')
+# Folded into the round's server key so that the noise stream is the server's own (clients fold
+# their ids into the round key; methods may use the server key for their own draws).
+NOISE_STREAM = 0x44500
+
+
+class DpSpec(NamedTuple):
+  """What the engine needs: the clip S, the noise standard deviation σ·S, the per-client keys of
+  `update`, and whether those are clipped and noised ('private') or passed through."""
+  clip_norm: float
+  noise_std: float
+  client_rows: tuple[str, ...] = ()
+  class_rows: str = 'private'
+
+  def covered(self, update: dict) -> tuple[dict, dict]:
+    """(the keys of `update` clipped and noised, the keys passed as they are)."""
+    if self.class_rows == 'private':
+      return dict(update), {}
+    inside = {k: v for k, v in update.items() if k not in self.client_rows}
+    return inside, {k: v for k, v in update.items() if k in self.client_rows}
+
+
+def spec_from_config(config, client_rows: tuple[str, ...]) -> DpSpec | None:
+  """The DpSpec of `config.dp`, or None when it is off."""
+  dp = config.dp
+  if not dp.enabled:
+    return None
+  return DpSpec(clip_norm=float(dp.clip_norm), noise_std=float(dp.noise_multiplier * dp.clip_norm),
+                client_rows=tuple(client_rows), class_rows=dp.class_rows)
+
+
+def _inexact(x) -> bool:
+  return jnp.issubdtype(jnp.result_type(x), jnp.inexact)
+
+
+def global_norm(tree) -> jax.Array:
+  """L2 norm over every floating-point leaf of a pytree, in float32."""
+  squares = [jnp.sum(jnp.square(x.astype(jnp.float32))) for x in jax.tree.leaves(tree)
+             if _inexact(x)]
+  return jnp.sqrt(sum(squares, jnp.float32(0.0)))
+
+
+def clip_update(update: PyTree, origin: PyTree, clip_norm: float) -> tuple[PyTree, jax.Array]:
+  """(origin + the difference update - origin scaled to L2 norm at most `clip_norm`, the
+  difference's norm before clipping). Integer leaves (counts, flags) pass unchanged."""
+  delta = jax.tree.map(lambda u, o: u - o if _inexact(u) else u, update, origin)
+  norm = global_norm(delta)
+  scale = jnp.minimum(1.0, clip_norm / jnp.maximum(norm, 1e-12))
+  clipped = jax.tree.map(
+      lambda u, o, d: (o + (d * scale).astype(u.dtype)) if _inexact(u) else u,
+      update, origin, delta)
+  return clipped, norm
+
+
+def noisy_updates(updates: dict, weights: jax.Array, spec: DpSpec, rng: jax.Array
+                  ) -> tuple[dict, jax.Array]:
+  """The cohort's clipped updates `[m, ...]` with the server's noise added, and the uniform
+  weights (1 per real client, 0 for padding) that the method's own mean must then use.
+
+  Averaged parts: one draw z ~ N(0, (σS)²) per coordinate is added to the sum, as z/m on each
+  real row, so that the method's uniform mean gives (Σ_k u_k + z) / m exactly. Client rows under
+  'private': each real row gets its own draw of N(0, (σS)²). Padding rows (weight 0) are left
+  alone.
+  """
+  real = (weights > 0).astype(jnp.float32)
+  m = jnp.maximum(jnp.sum(real), 1.0)
+  covered, passed = spec.covered(updates)
+  keys = dict(zip(sorted(covered), jax.random.split(rng, max(len(covered), 1))))
+  noisy = {}
+  for name, tree in covered.items():
+    leaves, treedef = jax.tree.flatten(tree)
+    leaf_keys = jax.random.split(keys[name], max(len(leaves), 1))
+    out = []
+    for leaf, key in zip(leaves, leaf_keys):
+      if not _inexact(leaf):
+        out.append(leaf)
+        continue
+      mask = real.reshape((-1,) + (1,) * (leaf.ndim - 1))
+      if name in spec.client_rows:      # each client's own rows: a draw per row
+        noise = spec.noise_std * jax.random.normal(key, leaf.shape, jnp.float32)
+      else:                             # the sum's one draw, shared as z / m by the real rows
+        noise = spec.noise_std * jax.random.normal(key, leaf.shape[1:], jnp.float32)[None] / m
+      out.append(leaf + (mask * noise).astype(leaf.dtype))
+    noisy[name] = jax.tree.unflatten(treedef, out)
+  return {**noisy, **passed}, real
+
+
+def valid_statistics(server: PyTree) -> PyTree:
+  """The server state with every BatchNorm running variance ('batch_stats' ... 'var') raised to at
+  least 0: noise on the averaged statistics can make one negative, and a negative variance turns
+  evaluation into nan. A function of the noisy aggregate alone, so post-processing: it costs no
+  privacy."""
+  def fix(path, x):
+    keys = [getattr(p, 'key', None) for p in path]
+    return jnp.maximum(x, 0) if 'batch_stats' in keys and keys[-1] == 'var' else x
+  return jax.tree_util.tree_map_with_path(fix, server)
+
+
+def dp_event(num_clients: int, cohort_size: int, noise_multiplier: float, rounds: int,
+             amplified: bool):
+  """The dp-accounting event of `rounds` rounds (see the module docstring for σ/2)."""
+  import dp_accounting  # pylint: disable=g-import-not-at-top  (only runs with dp on import it)
+  gaussian = dp_accounting.GaussianDpEvent(noise_multiplier / 2.0)
+  one_round = (dp_accounting.SampledWithoutReplacementDpEvent(num_clients, cohort_size, gaussian)
+               if amplified and cohort_size < num_clients else gaussian)
+  return dp_accounting.SelfComposedDpEvent(one_round, rounds)
+
+
+def epsilon(num_clients: int, cohort_size: int, noise_multiplier: float, rounds: int,
+            delta: float, amplified: bool = True) -> float:
+  """ε at `delta` after `rounds` rounds (RDP accountant, replace-one neighbours); inf without
+  noise, 0 before the first round."""
+  if rounds == 0:
+    return 0.0
+  if noise_multiplier <= 0:
+    return float('inf')
+  import dp_accounting  # pylint: disable=g-import-not-at-top
+  from dp_accounting import rdp  # pylint: disable=g-import-not-at-top
+  accountant = rdp.RdpAccountant(
+      neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+  accountant.compose(dp_event(num_clients, cohort_size, noise_multiplier, rounds, amplified))
+  return float(accountant.get_epsilon(delta))
+
+
+def amplified(spec: DpSpec) -> bool:
+  """Whether sampling amplifies the run's guarantee: not when client rows leave under DP."""
+  return not (spec.client_rows and spec.class_rows == 'private')
+
+
+def ledger(config, spec: DpSpec, num_clients: int, cohort_size: int, rounds: int) -> dict:
+  """results.json['privacy']: ε and what it means."""
+  dp = config.dp
+  amp = amplified(spec)
+  eps = epsilon(num_clients, cohort_size, dp.noise_multiplier, rounds, dp.target_delta, amp)
+  out = {
+      'epsilon': eps, 'delta': dp.target_delta, 'rounds': rounds,
+      'clip_norm': dp.clip_norm, 'noise_multiplier': dp.noise_multiplier,
+      'noise_std': spec.noise_std, 'accountant': 'RDP (dp-accounting), replace-one neighbours',
+      'unit': 'client (all of its data)',
+      'sampling': (f'{cohort_size} of {num_clients} clients a round, uniformly without '
+                   'replacement, fixed size'),
+      'amplified_by_sampling': amp,
+      'client_rows': list(spec.client_rows),
+      'class_rows': spec.class_rows if spec.client_rows else None,
+  }
+  if spec.client_rows and spec.class_rows == 'unprotected':
+    out['not_covered'] = (f'the class rows {list(spec.client_rows)} each client sends for its own '
+                          'identities (sent without clipping or noise)')
+  return out
+

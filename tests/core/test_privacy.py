@@ -1,0 +1,215 @@
+"""Client-level differential privacy (core/privacy.py) and bytes on the wire (core/communication.py):
+the clip by hand, the noise's standard deviation, epsilon against dp-accounting called directly,
+the round unchanged with dp off, and the bytes equal to the arrays that cross."""
+
+import dp_accounting
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from dp_accounting import rdp
+
+from fedjax_face import algorithms, config_lib, experiment, models
+from fedjax_face.core import communication, privacy
+from fedjax_face.core.algorithm import ClientInput
+from fedjax_face.data import federated
+from tests import config_files, engine_cases
+
+
+def test_clip_scales_the_difference_from_what_was_received_to_the_bound():
+  origin = {'model': {'w': jnp.array([1.0, 1.0]), 'count': jnp.int32(7)}, 'W': jnp.zeros((1, 2))}
+  # Difference (3, 0) and (0, 4): norm 5.
+  update = {'model': {'w': jnp.array([4.0, 1.0]), 'count': jnp.int32(9)}, 'W': jnp.array([[0.0, 4.0]])}
+  clipped, norm = privacy.clip_update(update, origin, clip_norm=1.0)
+  assert float(norm) == pytest.approx(5.0)
+  np.testing.assert_allclose(clipped['model']['w'], [1.6, 1.0], rtol=1e-6)   # 1 + 3/5
+  np.testing.assert_allclose(clipped['W'], [[0.0, 0.8]], rtol=1e-6)          # 4/5
+  assert int(clipped['model']['count']) == 9                                  # integers pass
+  # Inside the bound: unchanged, bit for bit.
+  same, _ = privacy.clip_update(update, origin, clip_norm=5.5)
+  jax.tree.map(np.testing.assert_array_equal, same, update)
+
+
+def test_noise_std_is_sigma_times_clip_on_the_sum_and_on_each_client_row():
+  spec = privacy.DpSpec(clip_norm=0.5, noise_std=3.0 * 0.5, client_rows=('W',))
+  m_real, padding, dim = 4, 2, 8
+  updates = {'model': jnp.zeros((m_real + padding, dim)), 'W': jnp.zeros((m_real + padding, 2, dim))}
+  weights = jnp.array([5.0, 1.0, 2.0, 7.0, 0.0, 0.0])
+  run = jax.jit(jax.vmap(lambda key: privacy.noisy_updates(updates, weights, spec, key)))
+  noisy, uniform = run(jax.random.split(jax.random.PRNGKey(0), 5000))
+  np.testing.assert_array_equal(uniform[0], [1, 1, 1, 1, 0, 0])   # weights by size are dropped
+  model, rows = np.asarray(noisy['model']), np.asarray(noisy['W'])
+  # The sum's one draw, z / m on every real row: the uniform mean is z / m, so m x it is z.
+  np.testing.assert_array_equal(model[:, 0], model[:, 3])
+  z = m_real * model[:, :m_real].mean(axis=1)
+  # 40,000 draws: the sample std is within 2 % of sigma * S (its standard error is ~0.35 %).
+  assert np.std(z) == pytest.approx(1.5, rel=0.02)
+  # Each client's own rows: an independent draw of sigma * S each.
+  assert np.std(rows[:, :m_real]) == pytest.approx(1.5, rel=0.02)
+  assert abs(np.corrcoef(rows[:, 0, 0, 0], rows[:, 1, 0, 0])[0, 1]) < 0.05
+  assert not np.any(model[:, m_real:]) and not np.any(rows[:, m_real:])   # padding untouched
+
+
+def test_unprotected_class_rows_pass_as_they_are():
+  spec = privacy.DpSpec(clip_norm=1.0, noise_std=1.0, client_rows=('W',), class_rows='unprotected')
+  updates = {'model': jnp.zeros((2, 3)), 'W': jnp.ones((2, 1, 3))}
+  noisy, _ = privacy.noisy_updates(updates, jnp.ones(2), spec, jax.random.PRNGKey(0))
+  np.testing.assert_array_equal(noisy['W'], updates['W'])
+  assert np.any(np.asarray(noisy['model']))
+  assert not privacy.amplified(privacy.DpSpec(1.0, 1.0, ('W',)))
+  assert privacy.amplified(spec) and privacy.amplified(privacy.DpSpec(1.0, 1.0))
+
+
+@pytest.mark.parametrize('amplified', [True, False])
+def test_epsilon_is_dp_accounting_called_directly(amplified):
+  num_clients, cohort, sigma, rounds, delta = 100, 10, 1.3, 25, 1e-5
+  gaussian = dp_accounting.GaussianDpEvent(sigma / 2)   # replace-one: sensitivity 2S
+  event = (dp_accounting.SampledWithoutReplacementDpEvent(num_clients, cohort, gaussian)
+           if amplified else gaussian)
+  accountant = rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+  accountant.compose(dp_accounting.SelfComposedDpEvent(event, rounds))
+  expected = accountant.get_epsilon(delta)
+  assert privacy.epsilon(num_clients, cohort, sigma, rounds, delta, amplified) == expected
+  assert privacy.epsilon(num_clients, cohort, 0.0, rounds, delta) == float('inf')
+  assert privacy.epsilon(num_clients, cohort, sigma, 0, delta) == 0.0
+  if amplified:   # sampling 10 of 100 must help
+    assert expected < privacy.epsilon(num_clients, cohort, sigma, rounds, delta, False)
+
+
+@pytest.mark.parametrize('name', ['fedpe', 'fedgc'])
+def test_dp_off_leaves_the_round_bit_identical(name):
+  config = engine_cases.tiny_config(name)
+  assert privacy.spec_from_config(config, ('W',)) is None     # dp.enabled defaults to False
+  plain, _ = engine_cases.run_rounds(name, 'loop')
+  off, _ = engine_cases.run_rounds(name, 'loop', dp=privacy.spec_from_config(config, ()))
+  jax.tree.map(np.testing.assert_array_equal, plain, off)
+
+
+def _one_client(name):
+  config = engine_cases.tiny_config(name)
+  fed = engine_cases.tiny_problem()
+  algorithm = algorithms.get(name).build(config, models.build_backbone(config.model), fed,
+                                         step_mode='scan')
+  state = algorithm.init(jax.random.PRNGKey(0))
+  ids = np.array([1], np.int32)
+  client_input = algorithm.broadcast(state.server, ids, state.round, jax.random.PRNGKey(3))
+  row = jax.tree.map(lambda x: x[0], client_input.per_client)
+  data = jax.tree.map(lambda x: x[0], federated.sample_round(fed, ids, round_index=0, seed=0,
+                                                             steps=2, batch_size=4))
+  private = jax.tree.map(lambda x: x[1], state.clients)
+  return algorithm, state, ClientInput(client_input.shared, row), private, data
+
+
+@pytest.mark.parametrize('name', ['fedpe', 'fedgc'])
+def test_what_crosses_with_dp_is_within_the_clip_of_what_was_received(name):
+  from fedjax_face.core import engine as engine_lib
+  algorithm, _, client_input, private, data = _one_client(name)
+  spec = privacy.DpSpec(clip_norm=0.01, noise_std=0.0, client_rows=algorithm.client_rows)
+  result = engine_lib._one_client(algorithm, client_input.shared, client_input.per_client,
+                                  private, data, 1, jax.random.PRNGKey(5), spec)
+  origin = algorithm.update_origin(client_input)
+  assert set(result.update) == set(origin) == ({'model'} if name == 'fedpe' else {'model', 'W'})
+  delta = jax.tree.map(lambda u, o: u - o, result.update, origin)
+  assert float(privacy.global_norm(delta)) == pytest.approx(0.01, rel=1e-4)   # clipped to S
+  assert float(result.metrics['dp/clipped']) == 1.0
+  assert float(result.metrics['dp/update_norm']) > 0.01
+
+
+@pytest.mark.parametrize('name', ['fedpe', 'fedgc'])
+def test_bytes_counted_are_the_arrays_that_cross(name):
+  algorithm, state, client_input, private, data = _one_client(name)
+  result = algorithm.client_update(client_input, private, data, jax.random.PRNGKey(5))
+  spec = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), data)
+  counted = communication.one_client_round(algorithm, state, spec)
+  nbytes = lambda tree: sum(np.asarray(x).nbytes for x in jax.tree.leaves(tree))
+  assert sum(counted['up'].values()) == nbytes(result.update)
+  assert sum(counted['down'].values()) == nbytes(client_input.shared) + nbytes(
+      client_input.per_client)
+  assert counted['up']['model'] == nbytes(result.update['model'])
+  if name == 'fedgc':   # W_k: C_max rows of d floats, down and up
+    assert counted['up']['W'] == counted['down']['W (own row)'] == nbytes(result.update['W']) > 0
+  ledger = communication.ledger(algorithm, state, spec, [np.array([0, 1]), np.array([1, 2])], 5)
+  per = sum(counted['up'].values())
+  assert ledger['total_bytes']['up'] == 4 * per and ledger['clients_reached'] == 3
+
+
+FEDERATED = [('fedpe', {'model'}), ('fedgc', {'model', 'W'}), ('fedfv', {'model', 'W'}),
+             ('fedaws', {'model', 'W'}), ('fedfv/fedface', {'model', 'W'}),
+             ('feduv', {'model', 'projection'}), ('fedfr', {'model', 'Phi'}),
+             ('pad/fedgpad', {'params', 'batch_stats'}), ('pad/fedpad', {'params', 'batch_stats'})]
+
+
+@pytest.mark.parametrize('name, sent', FEDERATED)
+def test_every_federated_method_says_what_its_clients_received(name, sent):
+  """Shapes only (eval_shape): the origin of each method's update has the update's structure."""
+  config = config_files.load_config(name)
+  fed, _ = experiment.training_views(config, experiment.load_data(config), one_client=False)
+  algorithm = algorithms.get(config.algorithm).build(config, models.build_backbone(config.model),
+                                                     fed, step_mode='scan')
+  data = experiment.one_client_data(fed, config)
+
+  def update_and_origin(state, data):
+    ids = jnp.zeros((1,), jnp.int32)
+    ci = algorithm.broadcast(state.server, ids, state.round, jax.random.PRNGKey(0))
+    ci = ClientInput(ci.shared, jax.tree.map(lambda x: x[0], ci.per_client))
+    private = jax.tree.map(lambda x: x[0], state.clients)
+    return (algorithm.client_update(ci, private, data, jax.random.PRNGKey(0)).update,
+            algorithm.update_origin(ci))
+
+  state = jax.eval_shape(algorithm.init, jax.random.PRNGKey(0))
+  update, origin = jax.eval_shape(update_and_origin, state, data)
+  assert set(update) == sent
+  assert jax.tree.structure(update) == jax.tree.structure(origin)
+  assert jax.tree.map(lambda x: (x.shape, x.dtype), update) == jax.tree.map(
+      lambda x: (x.shape, x.dtype), origin)
+  assert set(algorithm.client_rows) <= set(update)
+
+
+def test_config_errors_name_the_field():
+  config = config_files.load_config('fedgc')
+  for field, value, match in [('clip_norm', 0.0, 'config.dp.clip_norm=0.0; expected a finite '
+                               'positive'),
+                              ('noise_multiplier', -1.0, 'config.dp.noise_multiplier=-1.0'),
+                              ('target_delta', 1.0, r'config.dp.target_delta=1.0; expected a '
+                               r'number in \(0, 1\)'),
+                              ('class_rows', 'public', "config.dp.class_rows='public'")]:
+    bad = config_files.load_config('fedgc')
+    bad.dp[field] = value
+    with pytest.raises(ValueError, match=match):
+      config_lib.validate(bad)
+  central = config_files.load_config('fedgc/centralized')
+  central.dp.enabled = True
+  with pytest.raises(ValueError, match=r'dp.enabled=True with centralized: .* needs clients'):
+    experiment.validate(central)
+  del config
+
+
+def test_a_run_with_dp_reports_epsilon_and_bytes(tmp_path):
+  config = config_files.load_config('fedgc')
+  config.dp.enabled = True
+  config.dp.noise_multiplier = 2.0
+  results = experiment.train_and_evaluate(config, str(tmp_path))
+  priv, comm = results['privacy'], results['communication']
+  k = config.federated.num_clients   # runlocal: all 4 clients every round, FedGC sends W_k
+  assert priv['epsilon'] == privacy.epsilon(k, k, 2.0, config.num_rounds, 1e-5, amplified=False)
+  assert priv['amplified_by_sampling'] is False and priv['client_rows'] == ['W']
+  per = comm['bytes_per_client_round']
+  assert comm['client_rounds'] == k * config.num_rounds
+  assert comm['total_bytes'] == {'down': k * config.num_rounds * per['down'],
+                                 'up': k * config.num_rounds * per['up']}
+  report = (tmp_path / 'report.md').read_text()
+  assert f"epsilon = {priv['epsilon']:.3f} at delta = 1e-05 after 2 rounds" in report
+  assert 'Communication per client per round' in report
+
+
+def test_noisy_batchnorm_variances_are_raised_to_zero_and_nothing_else_moves():
+  server = {'model': {'params': {'bn': {'scale': jnp.array([-1.0])}},
+                      'batch_stats': {'bn': {'mean': jnp.array([-2.0]), 'var': jnp.array([-0.5, 3.0])}}},
+            'W': jnp.array([[-1.0]])}
+  fixed = privacy.valid_statistics(server)
+  np.testing.assert_array_equal(fixed['model']['batch_stats']['bn']['var'], [0.0, 3.0])
+  for path in (('model', 'params', 'bn', 'scale'), ('model', 'batch_stats', 'bn', 'mean'), ('W',)):
+    a, b = fixed, server
+    for k in path:
+      a, b = a[k], b[k]
+    np.testing.assert_array_equal(a, b)
