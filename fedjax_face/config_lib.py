@@ -131,6 +131,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.dp.clip_norm = 1.0                 # S: L2 bound of a client's update minus what it received
   c.dp.noise_multiplier = 1.0          # sigma: the server's Gaussian noise has std sigma * S
   c.dp.target_delta = 1e-5             # epsilon is reported at this delta
+  c.dp.target_epsilon = 0.0            # > 0: the noise multiplier that reaches this epsilon
+                                       # after num_rounds replaces noise_multiplier
   c.dp.class_rows = 'private'          # a client's own class rows (FedGC's W_k): 'private' =
                                        # clipped and noised with the rest | 'unprotected' = sent
                                        # as they are, outside epsilon
@@ -385,6 +387,7 @@ def _check_dp(c: ml_collections.ConfigDict) -> None:
   if not isinstance(d.target_delta, float) or not 0 < d.target_delta < 1:
     raise ValueError(f'config.dp.target_delta={d.target_delta!r}; expected a number in (0, 1).')
   check_choice('dp.class_rows', d.class_rows, privacy.CLASS_ROWS)
+  check_number('dp.target_epsilon', d.target_epsilon, allow_zero=True)
 
 
 def validate(c: ml_collections.ConfigDict) -> None:

@@ -235,11 +235,13 @@ def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start
   fl = config.federated
   num_examples = fed.num_examples.astype(np.float32)
   cohort_size = len(federated.select_clients(fed.num_clients, fl.participation, 0, config.seed))
-  dp = privacy.spec_from_config(config, algorithm.client_rows)
+  dp = privacy.spec_from_config(config, algorithm.client_rows, fed.num_clients, cohort_size)
   eng, plan = plan_engine(config, algorithm, state, fed, cohort_size, backend, mesh, loop_threads,
                           dp)
+  if dp is not None:
+    say(f'dp: clip {dp.clip_norm:g}, noise multiplier {dp.noise_multiplier:.4g}', flush=True)
   epsilon_after = lambda rounds: privacy.epsilon(
-      fed.num_clients, cohort_size, config.dp.noise_multiplier, rounds, config.dp.target_delta,
+      fed.num_clients, cohort_size, dp.noise_multiplier, rounds, config.dp.target_delta,
       privacy.amplified(dp))
   if plan is not None:
     say(f'engine: {plan.describe()}', flush=True)
@@ -286,11 +288,11 @@ def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start
     if done % config.log_every == 0 or done == config.num_rounds or done == start_round + 1:
       scalars = {k: float(v) for k, v in round_metrics.items()}
       scalars.update(class_embedding_norms(algorithm, state))
-      if dp is not None:
-        scalars['dp/epsilon'] = epsilon_after(done)
       if not np.all(np.isfinite(list(scalars.values()))):
         raise FloatingPointError(f'round {done}: non-finite training metrics {scalars}; the run '
                                  'diverged (lower optimizer.learning_rate or fedgc.reg_lambda).')
+      if dp is not None:   # inf without noise: a value, not a divergence
+        scalars['dp/epsilon'] = epsilon_after(done)
       last_logged = {'round': done, **scalars}
       if chief:
         writer.write_scalars(done, {**scalars, **progress.update(done, scalars)})

@@ -51,11 +51,12 @@ NOISE_STREAM = 0x44500
 
 class DpSpec(NamedTuple):
   """What the engine needs: the clip S, the noise standard deviation σ·S, the per-client keys of
-  `update`, and whether those are clipped and noised ('private') or passed through."""
+  `update`, and whether those are clipped and noised ('private') or passed through; and σ."""
   clip_norm: float
   noise_std: float
   client_rows: tuple[str, ...] = ()
   class_rows: str = 'private'
+  noise_multiplier: float = 0.0
 
   def covered(self, update: dict) -> tuple[dict, dict]:
     """(the keys of `update` clipped and noised, the keys passed as they are)."""
@@ -65,13 +66,20 @@ class DpSpec(NamedTuple):
     return inside, {k: v for k, v in update.items() if k in self.client_rows}
 
 
-def spec_from_config(config, client_rows: tuple[str, ...]) -> DpSpec | None:
-  """The DpSpec of `config.dp`, or None when it is off."""
+def spec_from_config(config, client_rows: tuple[str, ...], num_clients: int = 0,
+                     cohort_size: int = 0) -> DpSpec | None:
+  """The DpSpec of `config.dp`, or None when it is off. With `dp.target_epsilon` > 0 the noise
+  multiplier is the one that reaches it after `num_rounds` (`noise_for_epsilon`)."""
   dp = config.dp
   if not dp.enabled:
     return None
-  return DpSpec(clip_norm=float(dp.clip_norm), noise_std=float(dp.noise_multiplier * dp.clip_norm),
-                client_rows=tuple(client_rows), class_rows=dp.class_rows)
+  spec = DpSpec(clip_norm=float(dp.clip_norm), noise_std=0.0, client_rows=tuple(client_rows),
+                class_rows=dp.class_rows)
+  sigma = float(dp.noise_multiplier)
+  if dp.target_epsilon:
+    sigma = noise_for_epsilon(dp.target_epsilon, num_clients, cohort_size, config.num_rounds,
+                              dp.target_delta, amplified(spec))
+  return spec._replace(noise_std=sigma * spec.clip_norm, noise_multiplier=sigma)
 
 
 def _inexact(x) -> bool:
@@ -167,6 +175,25 @@ def epsilon(num_clients: int, cohort_size: int, noise_multiplier: float, rounds:
   return float(accountant.get_epsilon(delta))
 
 
+def noise_for_epsilon(target: float, num_clients: int, cohort_size: int, rounds: int,
+                      delta: float, amplified: bool = True) -> float:
+  """The noise multiplier whose `epsilon` after `rounds` is `target` (to 0.1 %, by bisection on
+  the accountant; ε falls as σ grows)."""
+  low, high = 1e-3, 1.0
+  while epsilon(num_clients, cohort_size, high, rounds, delta, amplified) > target:
+    low, high = high, high * 2
+    if high > 1e6:
+      raise ValueError(f'dp.target_epsilon={target}: not reached with a noise multiplier up to '
+                       '1e6; expected a larger epsilon.')
+  while high - low > 1e-3 * high:
+    mid = (low + high) / 2
+    if epsilon(num_clients, cohort_size, mid, rounds, delta, amplified) > target:
+      low = mid
+    else:
+      high = mid
+  return high
+
+
 def amplified(spec: DpSpec) -> bool:
   """Whether sampling amplifies the run's guarantee: not when client rows leave under DP."""
   return not (spec.client_rows and spec.class_rows == 'private')
@@ -176,10 +203,11 @@ def ledger(config, spec: DpSpec, num_clients: int, cohort_size: int, rounds: int
   """results.json['privacy']: ε and what it means."""
   dp = config.dp
   amp = amplified(spec)
-  eps = epsilon(num_clients, cohort_size, dp.noise_multiplier, rounds, dp.target_delta, amp)
+  eps = epsilon(num_clients, cohort_size, spec.noise_multiplier, rounds, dp.target_delta, amp)
   out = {
       'epsilon': eps, 'delta': dp.target_delta, 'rounds': rounds,
-      'clip_norm': dp.clip_norm, 'noise_multiplier': dp.noise_multiplier,
+      'target_epsilon': dp.target_epsilon or None,
+      'clip_norm': dp.clip_norm, 'noise_multiplier': spec.noise_multiplier,
       'noise_std': spec.noise_std, 'accountant': 'RDP (dp-accounting), replace-one neighbours',
       'unit': 'client (all of its data)',
       'sampling': (f'{cohort_size} of {num_clients} clients a round, uniformly without '

@@ -213,3 +213,15 @@ def test_noisy_batchnorm_variances_are_raised_to_zero_and_nothing_else_moves():
     for k in path:
       a, b = a[k], b[k]
     np.testing.assert_array_equal(a, b)
+
+
+def test_target_epsilon_gives_the_noise_that_reaches_it():
+  sigma = privacy.noise_for_epsilon(4.0, 100, 10, 25, 1e-5)
+  assert privacy.epsilon(100, 10, sigma, 25, 1e-5) <= 4.0
+  assert privacy.epsilon(100, 10, sigma * 0.99, 25, 1e-5) > 4.0   # the smallest, to 1 %
+  config = config_files.load_config('fedgc')
+  config.dp.enabled, config.dp.target_epsilon = True, 4.0
+  spec = privacy.spec_from_config(config, ('W',), num_clients=100, cohort_size=10)
+  assert spec.noise_multiplier == privacy.noise_for_epsilon(4.0, 100, 10, config.num_rounds, 1e-5,
+                                                            amplified=False)
+  assert spec.noise_std == spec.noise_multiplier * config.dp.clip_norm
