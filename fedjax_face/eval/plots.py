@@ -75,3 +75,31 @@ def similarity_figure(results: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> F
       ax.legend(loc='upper left', fontsize='small')
   axes[0].set_ylabel('density')
   return fig
+
+
+def accuracy_epsilon_figure(curves: Mapping[str, tuple[list[tuple[float, float]], float | None]],
+                            infinite_at: float = 100.0) -> Figure:
+  """Accuracy against epsilon per method on a log axis.
+
+  Args:
+    curves: name -> (sorted (epsilon, accuracy %) points, accuracy without DP or None). An
+      infinite epsilon (clipping alone) is drawn at `infinite_at`, marked on the axis.
+    infinite_at: where on the axis epsilon = inf goes.
+  """
+  fig = Figure(figsize=(6, 4.2))
+  ax = fig.add_subplot()
+  for i, (name, (points, without)) in enumerate(curves.items()):
+    color = f'C{i}'
+    xs = [infinite_at if e == float('inf') else e for e, _ in points]
+    if points:
+      ax.plot(xs, [a for _, a in points], 'o-', color=color, label=f'{name} with DP')
+    if without is not None:
+      ax.axhline(without, color=color, linestyle=':', linewidth=1, label=f'{name} without DP')
+  ax.set_xscale('log')
+  ticks = [t for t in (1, 4, 16) if t < infinite_at] + [infinite_at]
+  ax.set_xticks(ticks, [f'{t:g}' for t in ticks[:-1]] + ['inf\n(clip only)'])
+  ax.set_xlabel('epsilon at delta = 1e-5')
+  ax.set_ylabel('LFW-like accuracy (%)')
+  ax.grid(True, which='both', alpha=0.3)
+  ax.legend(fontsize=8)
+  return fig

@@ -38,3 +38,39 @@ TABLES = {
              'none (no paper measures it); DP-FedAvg needs many clients per round',
              SETTING, digits=2, titles=TITLES),
 }
+
+
+def accuracy_against_epsilon(root: str, extra: tuple, seeds: tuple[int, ...],
+                             out_dir: str | None) -> str:
+  """The picture of Table 1 (seed `seeds[0]`): LFW-like accuracy against epsilon per method;
+  the run without DP as a dotted line, clipping alone (epsilon infinite) drawn at the right."""
+  from fedjax_face.eval import plots  # pylint: disable=g-import-not-at-top
+  from fedjax_face.io import artifacts, files  # pylint: disable=g-import-not-at-top
+  from fedjax_face.tools import tables  # pylint: disable=g-import-not-at-top
+
+  lines = ['## Accuracy against epsilon (picture: privacy_accuracy.png)', '',
+           '| method | epsilon | LFW-like accuracy (%) |', '| --- | --- | --- |']
+  curves = {}
+  for method, label in (('fedpe', 'FedPE'), ('fedgc', 'FedGC')):
+    without, points = None, []
+    for row in _rows(method, label):
+      path = files.join(tables.workdir(root, row.run, extra, seeds[0]), 'results.json')
+      if not files.exists(path):
+        continue
+      result = files.read_json(path)
+      accuracy = 100 * result['verification']['lfw']['accuracy']
+      eps = result.get('privacy', {}).get('epsilon', float('inf'))
+      if row.label.endswith(' off'):
+        without = accuracy
+      else:
+        points.append((eps, accuracy))
+      lines.append(f"| {label} | {'off' if row.label.endswith(' off') else f'{eps:.3g}'} | "
+                   f'{accuracy:.2f} |')
+    curves[label] = (sorted(points), without)
+  if out_dir and any(points for points, _ in curves.values()):
+    artifacts.write_figure(files.join(out_dir, 'privacy_accuracy.png'),
+                           plots.accuracy_epsilon_figure(curves))
+  return '\n'.join(lines + [''])
+
+
+EXTRAS = {1: ('privacy_accuracy.md', accuracy_against_epsilon)}
