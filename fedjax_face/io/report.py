@@ -112,18 +112,22 @@ def pad_lines(pad: dict) -> list[str]:
           + ' |', '']
 
 
-def _mb(n: int) -> str:
-  return f'{n / 1e6:,.3f} MB'
+def _size(n: int) -> str:
+  """Bytes in the largest decimal unit that keeps a leading digit: 621504 -> '621.5 KB'."""
+  for unit, scale in (('GB', 1e9), ('MB', 1e6), ('KB', 1e3)):
+    if n >= scale:
+      return f'{n / scale:,.1f} {unit}'
+  return f'{n} B'
 
 
 def communication_lines(comm: dict) -> list[str]:
   """Bytes per client per round, by what crosses, and the run's totals (core/communication.py)."""
   per = comm['bytes_per_client_round']
-  parts = lambda d: ', '.join(f'{k or "all"} {_mb(v)}' for k, v in d.items())
-  lines = [f"Communication per client per round: down {_mb(per['down'])} ({parts(per['down_by_key'])}), "
-           f"up {_mb(per['up'])} ({parts(per['up_by_key'])}).",
+  parts = lambda d: ', '.join(f'{k or "all"} {_size(v)}' for k, v in d.items())
+  lines = [f"Communication per client per round: down {_size(per['down'])} ({parts(per['down_by_key'])}), "
+           f"up {_size(per['up'])} ({parts(per['up_by_key'])}).",
            f"Run total over {comm['client_rounds']} client-rounds: down "
-           f"{_mb(comm['total_bytes']['down'])}, up {_mb(comm['total_bytes']['up'])}."]
+           f"{_size(comm['total_bytes']['down'])}, up {_size(comm['total_bytes']['up'])}."]
   if per['down_once']:
     lines[-1] += (f" ({parts(per['down_once'])} counted once for each of the "
                   f"{comm['clients_reached']} clients reached.)")

@@ -12,3 +12,25 @@ def test_a_run_without_verification_writes_its_report(tmp_path):
   assert 'Verification' not in text
   assert (tmp_path / 'report.md').read_text() == text
   assert (tmp_path / 'results.json').exists()
+
+
+def test_communication_and_privacy_lines():
+  comm = {'bytes_per_client_round': {'down': 621504, 'up': 622016,
+                                     'down_by_key': {'model': 621504},
+                                     'up_by_key': {'model': 621504, 'W': 512},
+                                     'down_once': {'public_images': 2_000_000}},
+          'client_rounds': 120, 'clients_reached': 4,
+          'total_bytes': {'down': 82_580_480, 'up': 74_641_920}}
+  assert report.communication_lines(comm) == [
+      'Communication per client per round: down 621.5 KB (model 621.5 KB), up 622.0 KB (model '
+      '621.5 KB, W 512 B).',
+      'Run total over 120 client-rounds: down 82.6 MB, up 74.6 MB. (public_images 2.0 MB counted '
+      'once for each of the 4 clients reached.)', '']
+  priv = {'epsilon': 3.99, 'delta': 1e-5, 'rounds': 60, 'accountant': 'RDP', 'unit': 'client',
+          'sampling': '36 of 36', 'amplified_by_sampling': False, 'clip_norm': 1.0,
+          'noise_multiplier': 17.9, 'not_covered': 'the class rows'}
+  lines = report.privacy_lines(priv)
+  assert lines[0].startswith('Client-level differential privacy: epsilon = 3.990 at delta = 1e-05 '
+                             'after 60 rounds (RDP; unit: client; 36 of 36; without amplification')
+  assert lines[1] == 'Not covered: the class rows.'
+  assert report.privacy_lines({'enabled': False}) == ['Differential privacy: off.', '']
