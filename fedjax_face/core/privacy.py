@@ -27,7 +27,8 @@ into its class matrix. `dp.class_rows` says what happens to them:
     unsampled Gaussian over every round (an upper bound: a client's rows leave it only in the
     rounds it is drawn).
   'unprotected': sent as they are, neither clipped nor noised; ε then covers the averaged parts
-    only, and the report says the class rows are outside it.
+    only, and the report says the class rows are outside it, with what the server derives from
+    them and sends to other clients (FedGC's regularized W_k, FedFV's equivalent embeddings).
 What ε never covers: the server's own computations are post-processing of what it received, so the
 server-side regularizer that reads every class row (FedGC, FedAwS, FedFace) and FedFV's equivalent
 embeddings cost nothing extra, but only under 'private'; the client's own state (FedPE's W_k, FedUV's
@@ -218,6 +219,7 @@ def ledger(config, spec: DpSpec, num_clients: int, cohort_size: int, rounds: int
   }
   if spec.client_rows and spec.class_rows == 'unprotected':
     out['not_covered'] = (f'the class rows {list(spec.client_rows)} each client sends for its own '
-                          'identities (sent without clipping or noise)')
+                          'identities (sent without clipping or noise), and what the server derives '
+                          'from them and sends on (the regularized W_k, equivalent embeddings)')
   return out
 
