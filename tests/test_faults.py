@@ -224,7 +224,7 @@ def test_a_full_disk_stops_the_run_with_the_directory_and_the_cause(tmp_path):
 
 # Kill -9 at seeded random points; more trials: FEDJAX_FACE_KILL_TRIALS=20 pytest -k kill.
 KILL_TRIALS = int(os.environ.get('FEDJAX_FACE_KILL_TRIALS', '2'))
-KILL_ROUNDS = 6
+KILL_ROUNDS = 5
 
 
 def _kill_config():
