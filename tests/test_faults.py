@@ -203,21 +203,22 @@ def _small_filesystem(path, size: str):
 
 
 def test_a_full_disk_stops_the_run_with_the_directory_and_the_cause(tmp_path):
-  config = load_config('fedgc')
-  config.num_rounds = 12
   checkpoints = tmp_path / 'checkpoints'
-  # Room for the start's write check, not for one checkpoint (~70 KB at runlocal sizes).
+  # Room for the start's write check, not for one checkpoint (~70 KB at runlocal sizes). Before,
+  # a failed background save surfaced only at the next save, or hung until orbax's timeout (323 s).
   with _small_filesystem(checkpoints, '32k'):
-    with pytest.raises(OSError) as failure:
-      experiment.train_and_evaluate(config, str(tmp_path))
-  message = str(failure.value)
-  assert message.startswith(f'saving a checkpoint under {checkpoints} failed: '), message
-  assert 'No space left on device' in message
-  assert failure.value.__cause__ is None and failure.value.__suppress_context__
+    out = subprocess.run([sys.executable, '-m', 'fedjax_face.main',
+                          '--config=configs/fedgc/fedgc.py:runlocal', f'--workdir={tmp_path}',
+                          '--config.num_rounds=12'],
+                         cwd=config_files.ROOT, capture_output=True, text=True, timeout=120)
+  assert out.returncode == 1
+  last = out.stderr.strip().splitlines()[-1]
+  assert last.startswith(f'OSError: saving a checkpoint under {checkpoints} failed: '), last
+  assert 'No space left on device' in last
   # Stopped at once: the round-1 save failed in the background and the round loop saw it within
   # a round or two, not at the end of the run.
-  logged = files.read_json(str(tmp_path / 'config.json'))
-  assert logged['num_rounds'] == 12 and not (tmp_path / 'results.json').exists()
+  assert json.loads((tmp_path / 'config.json').read_text())['num_rounds'] == 12
+  assert not (tmp_path / 'results.json').exists()
   digests = sorted(int(n[:-5]) for n in os.listdir(tmp_path / 'checkpoint_digests'))
   assert digests and digests[-1] <= 3, digests
 
