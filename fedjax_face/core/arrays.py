@@ -18,6 +18,12 @@ def round_up(n: int, multiple: int) -> int:
   return ceil_div(n, multiple) * multiple
 
 
+def tree_bytes(tree) -> int:
+  """Bytes of all leaves of a pytree (arrays or ShapeDtypeStructs: shapes and dtypes only)."""
+  return int(sum(np.prod(x.shape, dtype=np.int64) * np.dtype(x.dtype).itemsize
+                 for x in jax.tree.leaves(tree)))
+
+
 def l2_normalize(x, axis: int = -1):
   """`x / ||x||` along `axis`; all-zero vectors stay zero.
 

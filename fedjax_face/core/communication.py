@@ -11,20 +11,15 @@ client that takes part, not every round.
 import jax
 import numpy as np
 
+from fedjax_face.core import arrays
 from fedjax_face.core.algorithm import Algorithm, ClientInput, RoundState
-
-
-def tree_bytes(tree) -> int:
-  """Bytes of every array leaf (shapes and dtypes; values are not needed)."""
-  return int(sum(np.prod(x.shape, dtype=np.int64) * np.dtype(x.dtype).itemsize
-                 for x in jax.tree.leaves(tree)))
 
 
 def by_key(tree) -> dict[str, int]:
   """{top-level key: bytes} of a dict pytree ('' for a non-dict one)."""
   if isinstance(tree, dict):
-    return {str(k): tree_bytes(v) for k, v in tree.items()}
-  return {'': tree_bytes(tree)}
+    return {str(k): arrays.tree_bytes(v) for k, v in tree.items()}
+  return {'': arrays.tree_bytes(tree)}
 
 
 def one_client_round(algorithm: Algorithm, state: RoundState, client_data) -> dict:

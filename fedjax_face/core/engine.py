@@ -32,7 +32,6 @@ the backend, the cohort padding, the chunking, the device count or the process c
 import collections
 import concurrent.futures
 import functools
-import math
 import os
 from typing import Any, NamedTuple
 
@@ -84,11 +83,6 @@ def local_copy(tree):
   the loop backend's clients need in a multi-process run.
   """
   return jax.tree.map(lambda x: x.addressable_data(0) if isinstance(x, jax.Array) else x, tree)
-
-
-def tree_bytes(tree) -> int:
-  """Bytes of all leaves (arrays or ShapeDtypeStructs)."""
-  return sum(math.prod(x.shape) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree))
 
 
 def host_available_bytes() -> int:
@@ -238,8 +232,8 @@ def plan_width(algorithm: Algorithm, state: RoundState, cohort_size: int, client
   client_bytes = int(stats.temp_size_in_bytes + stats.argument_size_in_bytes +
                      stats.output_size_in_bytes)
   rows_per_device = cohort // num_shards
-  row_bytes = tree_bytes((client_input.per_client, private, data, results))
-  resident = 2 * tree_bytes(state_spec) + rows_per_device * row_bytes
+  row_bytes = arrays.tree_bytes((client_input.per_client, private, data, results))
+  resident = 2 * arrays.tree_bytes(state_spec) + rows_per_device * row_bytes
   devices = list(mesh.devices.flat) if mesh is not None else jax.local_devices()[:1]
   free = min(device_free_bytes(d) for d in devices if d.process_index == jax.process_index())
   if jax.process_count() > 1:   # every process must pick the same width

@@ -35,3 +35,9 @@ def test_l2_normalize_jax_has_a_finite_gradient_at_zero():
   # d/dx of x/|x| summed, at (3, 4): (I - u u^T) 1 / |x| with u = (0.6, 0.8).
   np.testing.assert_allclose(grad[0], [(1 - 0.6 * 1.4) / 5, (1 - 0.8 * 1.4) / 5], rtol=1e-5)
   np.testing.assert_allclose(arrays.l2_normalize(x.T, axis=0), out.T, rtol=1e-6)
+
+
+def test_tree_bytes_counts_shapes_and_dtypes():
+  tree = {'a': np.zeros((3, 4), np.float32), 'b': [jax.ShapeDtypeStruct((5,), jnp.int8)],
+          'c': jnp.zeros((), jnp.bfloat16)}
+  assert arrays.tree_bytes(tree) == 3 * 4 * 4 + 5 + 2

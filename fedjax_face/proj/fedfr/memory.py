@@ -16,12 +16,9 @@ from absl import app
 from ml_collections import config_flags
 
 from fedjax_face import models
+from fedjax_face.core import arrays
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'A configs/fedfr/ file.')
-
-
-def _bytes(tree) -> int:
-  return int(sum(np.prod(x.shape) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree)))
 
 
 def state_bytes(config) -> dict[str, int]:
@@ -36,13 +33,13 @@ def state_bytes(config) -> dict[str, int]:
   dim = config.model.embedding_dim
   num_private = d.num_identities - d.public_identities
   max_classes = -(-num_private // config.federated.num_clients)   # balanced partition
-  per_client = {'local model (theta_l)': _bytes(backbone),
+  per_client = {'local model (theta_l)': arrays.tree_bytes(backbone),
                 'class embeddings (W_l)': max_classes * dim * 4}
   if c.dfc:
     per_client['DFC branch (Pi, Omega, b)'] = (dim * dim + dim + max_classes * dim + max_classes) * 4
   per_client['flag'] = 1
   public_images = d.public_identities * d.images_per_identity
-  server = {'global model (theta_g)': _bytes(backbone)}
+  server = {'global model (theta_g)': arrays.tree_bytes(backbone)}
   if c.public_data:
     server['public class matrix (Phi)'] = d.public_identities * dim * 4
     server['public images (uint8)'] = public_images * size * size * 3
