@@ -29,11 +29,13 @@ into its class matrix. `dp.class_rows` says what happens to them:
   'unprotected': sent as they are, neither clipped nor noised; ε then covers the averaged parts
     only, and the report says the class rows are outside it, with what the server derives from
     them and sends to other clients (FedGC's regularized W_k, FedFV's equivalent embeddings).
-What ε never covers: the server's own computations are post-processing of what it received, so the
+What ε never covers: the training metrics each client reports for the log (its loss, its update's
+norm before clipping, whether it was clipped) are averaged without noise; they are for the
+researcher's eyes, and a deployment that releases them would have to privatize them too.
+What costs no ε: the server's own computations on what it received are post-processing, so the
 server-side regularizer that reads every class row (FedGC, FedAwS, FedFace) and FedFV's equivalent
-embeddings cost nothing extra, but only under 'private'; the client's own state (FedPE's W_k, FedUV's
-codeword, FedGPAD's private parts) never leaves it and needs no noise; evaluation data is not
-training data.
+embeddings are free under 'private'; the client's own state (FedPE's W_k, FedUV's codeword,
+FedGPAD's private parts) never leaves it; evaluation data is not training data.
 """
 
 from typing import Any, NamedTuple
