@@ -288,8 +288,13 @@ def test_pad_configs_run_end_to_end(tmp_path, name):
     ('data.pad.target', 'O', r"sources=\('O', 'C', 'I'\) with target='O'; expected distinct data "
                              r'centers, none of them the target'),
     ('data.pad.sources', ('O', 'X'), r"names domains \['X'\]; expected names from"),
-    ('data.pad.train_attacks', ('display',), r"train_attacks=\('display',\) leaves data center C "
-                                             r'no attack'),
+    ('data.pad.center_attacks', ('print', 'display', 'print'),
+     r"center_attacks entry 'display' leaves data center C no attack \(it has \('print', 'cut', "
+     r"'replay'\)\)"),
+    ('data.pad.center_attacks', ('print',), r"center_attacks=\('print',\) has 1 entries for 3 data "
+                                             r'centers'),
+    ('data.pad.center_attacks', ('print', 'video', 'print'),
+     r"center_attacks entry 'video' \(data center C\); expected '\+'-joined kinds"),
     ('federated.num_clients', 4, r'num_clients=4; the PAD benchmark has one client per data '
                                  r'center \(one for all with data.pad.pooled\): expected 3'),
     ('evals.pad.threshold_rule', 'dev', r"threshold_rule='dev'; expected one of"),

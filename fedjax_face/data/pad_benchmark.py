@@ -426,7 +426,11 @@ def config_section(sources=('O', 'C', 'I'), target='M'):
   c = ml_collections.ConfigDict()
   c.sources = tuple(sources)   # the data centers (clients), in client order
   c.target = target            # the users' domain, never trained on (leave-one-out)
-  c.train_attacks = ATTACKS    # attack kinds the data centers train on (Table X: one kind each)
+  c.center_attacks = ()        # () = every data center trains on all its attacks; else one
+                               # '+'-joined set of kinds per data center, in `sources` order
+                               # (Table X: ('print+cut', 'display+replay'))
+  c.extra_targets = ()         # other unseen domains scored too, e.g. a Single run scored on
+                               # every other domain (the benchmark's calibration, Table I)
   c.pooled = False             # True: one client holding every data center's frames (the
                                # paper's 'All' baseline: centralized, privacy broken)
   c.subjects = 20              # per domain
@@ -450,14 +454,13 @@ def check_config(config) -> None:
   if not p.sources or len(set(p.sources)) != len(p.sources) or p.target in p.sources:
     raise ValueError(f'config.data.pad.sources={tuple(p.sources)} with target={p.target!r}; '
                      'expected distinct data centers, none of them the target (leave-one-out).')
-  bad = [a for a in p.train_attacks if a not in ATTACKS]
-  if bad or not p.train_attacks:
-    raise ValueError(f'config.data.pad.train_attacks={tuple(p.train_attacks)}; expected a '
-                     f'non-empty subset of {ATTACKS}.')
-  for source in p.sources:
-    if not set(p.train_attacks) & set(DOMAINS[source].attacks):
-      raise ValueError(f'config.data.pad.train_attacks={tuple(p.train_attacks)} leaves data center '
-                       f'{source} no attack (it has {tuple(DOMAINS[source].attacks)}).')
+  extra = tuple(p.extra_targets)
+  if any(d not in DOMAINS for d in extra) or set(extra) & (set(p.sources) | {p.target}) or (
+      len(set(extra)) != len(extra)):
+    raise ValueError(f'config.data.pad.extra_targets={extra} with sources={tuple(p.sources)} and '
+                     f'target={p.target!r}; expected distinct domains from {DOMAIN_NAMES}, '
+                     'none of them a data center or the target.')
+  train_attacks(p)
   clients = 1 if p.pooled else len(p.sources)
   if config.federated.num_clients != clients:
     raise ValueError(f'config.federated.num_clients={config.federated.num_clients}; the PAD '
@@ -470,11 +473,38 @@ def check_config(config) -> None:
                      f'data centers): expected a multiple of {classes}.')
 
 
+def train_attacks(p) -> list[tuple[str, ...]]:
+  """The attack kinds each data center of `config.data.pad` trains on, in `sources` order."""
+  if not p.center_attacks:
+    return [tuple(DOMAINS[source].attacks) for source in p.sources]
+  if len(p.center_attacks) != len(p.sources):
+    raise ValueError(f'config.data.pad.center_attacks={tuple(p.center_attacks)} has '
+                     f'{len(p.center_attacks)} entries for {len(p.sources)} data centers '
+                     f'{tuple(p.sources)}; expected one per data center, or ().')
+  kinds = []
+  for source, entry in zip(p.sources, p.center_attacks):
+    entry_kinds = tuple(str(entry).split('+'))
+    if any(k not in ATTACKS for k in entry_kinds):
+      raise ValueError(f'config.data.pad.center_attacks entry {entry!r} (data center {source}); '
+                       f"expected '+'-joined kinds from {ATTACKS}.")
+    kept = tuple(k for k in entry_kinds if k in DOMAINS[source].attacks)
+    if not kept:
+      raise ValueError(f'config.data.pad.center_attacks entry {entry!r} leaves data center '
+                       f'{source} no attack (it has {tuple(DOMAINS[source].attacks)}).')
+    kinds.append(kept)
+  return kinds
+
+
 def _frames(name: str, config) -> PadSet:
   p = config.data.pad
   return make_domain(name, seed=config.seed, image_size=config.data.image_size,
                      subjects=p.subjects, test_subjects=p.test_subjects,
                      live_videos=p.live_videos, attack_videos=p.attack_videos, frames=p.frames)
+
+
+def _held_out(frames: PadSet) -> PadSet:
+  """A domain's test subjects (a data center's validation subjects)."""
+  return frames.take(frames.split == 1)
 
 
 def _concat(sets: list[PadSet], name: str) -> PadSet:
@@ -488,17 +518,18 @@ def _concat(sets: list[PadSet], name: str) -> PadSet:
 
 def load(config):
   """The benchmark as `synthetic.FaceBenchmark`: the data centers' training frames (train
-  subjects, `train_attacks` and live), labelled 2k (attack) and 2k + 1 (live) for data center k,
-  which holds exactly those two classes (`client_identities`; `pooled`: one client holds all,
+  subjects, the attacks of `train_attacks` and live), labelled 2k (attack) and 2k + 1 (live) for
+  data center k, which holds exactly those two classes (`client_identities`; `pooled`: one client holds all,
   so that live = an odd class either way), their depth maps
   (`train_targets`), and `eval_sets`: 'test' = the target's test subjects, 'validation' = the data
-  centers' held-out subjects (the paper's threshold from the data centers' data)."""
+  centers' held-out subjects (the paper's threshold from the data centers' data; also the
+  in-domain error), and 'test:<X>' for each of `extra_targets`."""
   p = config.data.pad
   sources = [_frames(name, config) for name in p.sources]
-  kept_attacks = [ATTACKS.index(a) for a in p.train_attacks]
   train = []
-  for k, frames in enumerate(sources):
-    keep = (frames.split == 0) & (frames.live | np.isin(frames.attack, kept_attacks))
+  for frames, kinds in zip(sources, train_attacks(p)):
+    kept = [ATTACKS.index(a) for a in kinds]
+    keep = (frames.split == 0) & (frames.live | np.isin(frames.attack, kept))
     train.append(frames.take(keep))
   labels = np.concatenate([2 * k + t.live.astype(np.int32) for k, t in enumerate(train)])
   target = _frames(p.target, config)
@@ -508,5 +539,6 @@ def load(config):
       client_identities=([np.arange(2 * len(train), dtype=np.int32)] if p.pooled else
                          [np.array([2 * k, 2 * k + 1], np.int32) for k in range(len(train))]),
       train_targets={'depth': np.concatenate([t.depth for t in train])},
-      eval_sets={'test': target.take(target.split == 1),
-                 'validation': _concat([s.take(s.split == 1) for s in sources], 'sources')})
+      eval_sets={'test': _held_out(target),
+                 'validation': _concat([_held_out(s) for s in sources], 'sources'),
+                 **{f'test:{name}': _held_out(_frames(name, config)) for name in p.extra_targets}})

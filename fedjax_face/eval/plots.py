@@ -16,15 +16,7 @@ from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
 import numpy as np
 
 
-def roc_figure(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], title: str = '') -> Figure:
-  """ROC curves on a log-scale FPR axis.
-
-  Args:
-    curves: name -> `(fpr, tpr)`, e.g. the 'roc_fpr' / 'roc_tpr' lists of `evaluate_pairs`.
-    title: optional figure title.
-  """
-  fig = Figure(figsize=(6, 4.5))
-  ax = fig.add_subplot()
+def _draw_roc(ax, curves: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> None:
   min_fpr = 1.0
   for name, (fpr, tpr) in curves.items():
     fpr = np.asarray(fpr, dtype=np.float64)
@@ -35,15 +27,41 @@ def roc_figure(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], title: str =
       min_fpr = min(min_fpr, float(fpr[visible].min()))
     ax.plot(fpr[visible], tpr[visible], label=name, linewidth=1.5)
   ax.set_xscale('log')
-  ax.set_xlim(min_fpr, 1.0)
+  if min_fpr < 1.0:   # an empty panel (no finished run) keeps matplotlib's default range
+    ax.set_xlim(min_fpr, 1.0)
   ax.set_ylim(0.0, 1.01)
   ax.set_xlabel('False positive rate (FAR)')
   ax.set_ylabel('True positive rate (TAR)')
   ax.grid(True, which='both', alpha=0.3)
   if curves:
     ax.legend(loc='lower right')
+
+
+def roc_figure(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], title: str = '') -> Figure:
+  """ROC curves on a log-scale FPR axis.
+
+  Args:
+    curves: name -> `(fpr, tpr)`, e.g. the 'roc_fpr' / 'roc_tpr' lists of `evaluate_pairs`.
+    title: optional figure title.
+  """
+  fig = Figure(figsize=(6, 4.5))
+  ax = fig.add_subplot()
+  _draw_roc(ax, curves)
   if title:
     ax.set_title(title)
+  return fig
+
+
+def roc_panels_figure(panels: Mapping[str, Mapping[str, tuple[np.ndarray, np.ndarray]]],
+                      columns: int = 2) -> Figure:
+  """One ROC panel per title (`roc_figure`'s curves each), `columns` to a row."""
+  rows = max(1, -(-len(panels) // columns))
+  fig = Figure(figsize=(6 * columns, 4.5 * rows))
+  for i, (title, curves) in enumerate(panels.items()):
+    ax = fig.add_subplot(rows, columns, i + 1)
+    _draw_roc(ax, curves)
+    ax.set_title(title)
+  fig.tight_layout()
   return fig
 
 

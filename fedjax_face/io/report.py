@@ -109,7 +109,12 @@ def pad_lines(pad: dict) -> list[str]:
           f"scores averaged per video; threshold {pad['threshold']:.4f} {rule}):", '',
           '| HTER (%) | EER (%) | AUC (%) | FAR (%) | FRR (%) |', '| --- | --- | --- | --- | --- |',
           '| ' + ' | '.join(_percent(pad[k]) for k in ('hter', 'eer', 'auc', 'far', 'frr'))
-          + ' |', '']
+          + ' |', '',
+          'By domain (in-domain: the data centers\' held-out subjects, threshold on their scores):',
+          '', '| domain | HTER (%) | EER (%) | AUC (%) |', '| --- | --- | --- | --- |',
+          *(f'| {name} | ' + ' | '.join(_percent(m[k]) for k in ('hter', 'eer', 'auc')) + ' |'
+            for name, m in [(f"in-domain ({' & '.join(pad['sources'])})", pad['in_domain']),
+                            *pad['domains'].items()]), '']
 
 
 def _size(n: int) -> str:

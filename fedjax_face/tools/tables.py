@@ -68,7 +68,8 @@ class Combined:
 @dataclasses.dataclass(frozen=True)
 class Row:
   label: str
-  run: 'Run | Combined'
+  run: 'Run | Combined | None'      # None: a paper's row this project does not build (shown so
+                                    # that its numbers stay beside ours; the docs say why)
   paper: tuple[float | None, ...]   # the paper's numbers, one per column
 
 
@@ -167,6 +168,8 @@ def run_all(table: Table, root: str, extra: tuple, dry_run: bool = False,
   results = {}
   for row in table.rows:
     for seed in seeds:
+      if row.run is None:
+        continue
       if isinstance(row.run, Combined):
         combined = combined_result(row.run, root, extra, seed, dry_run)
         if combined is not None:
@@ -258,20 +261,26 @@ def row_values(table: Table, row: Row, column: str, results: dict,
 
 def markdown(table: Table, results: dict[tuple[Run, int], dict], command: str,
              seeds: tuple[int, ...] = (0,)) -> str:
-  """The table with ours and the paper's value side by side per column."""
-  header = ['method'] + [f'{_column_title(table, c)} {who}' for c in table.columns
-                         for who in ('(ours)', '(paper)')]
+  """The table with ours and the paper's value side by side per column (ours alone when the
+  paper has no number anywhere in it)."""
+  has_paper = any(v is not None for row in table.rows for v in row.paper)
+  header = ['method']
+  for column in table.columns:
+    title = _column_title(table, column)
+    header += [f'{title} (ours)', f'{title} (paper)'] if has_paper else [title]
   lines = [f'## {table.title}', '', f'Paper: {table.claim}.', '',
            '| ' + ' | '.join(header) + ' |', '|' + ' --- |' * len(header)]
   for row in table.rows:
     cells = [row.label]
     failed = sum('failed' in results.get((row.run, seed), {}) for seed in seeds)
     for column, paper in zip(table.columns, row.paper):
-      values = row_values(table, row, column, results, seeds)
+      values = [] if row.run is None else row_values(table, row, column, results, seeds)
       cell = summarize(values, len(seeds) - failed, table.digits) if values else 'failed'
       if failed and values:
         cell += f' ({failed} failed)'
-      cells += [cell if values or failed else '—', '—' if paper is None else f'{paper:.2f}']
+      cells.append('not built' if row.run is None else cell if values or failed else '—')
+      if has_paper:
+        cells.append('—' if paper is None else f'{paper:.2f}')
     lines.append('| ' + ' | '.join(cells) + ' |')
   spread = ('' if len(seeds) == 1 else
             f' Ours: mean ± standard deviation over config.seed = {", ".join(map(str, seeds))}.')

@@ -8,6 +8,7 @@ import pytest
 
 from fedjax_face.data import pad_benchmark as pad
 from fedjax_face.data import synthetic
+from tests.config_files import load_config
 
 SMALL = dict(subjects=4, test_subjects=1, live_videos=1, attack_videos=3, frames=2,
              image_size=32)
@@ -118,3 +119,36 @@ def test_protocols_leave_one_domain_out():
 def test_bad_arguments_are_named(kwargs, match):
   with pytest.raises(ValueError, match=match):
     pad.make_domain(seed=0, **kwargs)
+
+
+def test_each_data_center_trains_on_its_own_attack_types_only():
+  # Table X: I keeps its print attacks, O its screen ones; every live frame stays.
+  config = load_config('pad/fedpad', 'centers=IO,target=M,attacks=print-video,runlocal')
+  assert tuple(config.data.pad.center_attacks) == ('print+cut', 'display+replay')
+  assert pad.train_attacks(config.data.pad) == [('print',), ('display', 'replay')]
+  bench = pad.load(config)
+  kept = []
+  for name, kinds in (('I', ('print',)), ('O', ('display', 'replay'))):
+    frames = pad._frames(name, config)
+    keep = (frames.split == 0) & (frames.live | np.isin(frames.attack,
+                                                        [pad.ATTACKS.index(k) for k in kinds]))
+    assert (~frames.live[keep]).any() and (frames.live[keep]).sum() == (
+        frames.live & (frames.split == 0)).sum()
+    kept.append(frames.images[keep])
+  np.testing.assert_array_equal(bench.train_images, np.concatenate(kept))
+
+
+def test_extra_targets_are_scored_on_their_test_subjects():
+  config = load_config('pad/single', 'center=C,runlocal')
+  assert (tuple(config.data.pad.sources), config.data.pad.target) == (('C',), 'O')
+  assert tuple(config.data.pad.extra_targets) == ('I', 'M', 'S')
+  bench = pad.load(config)
+  assert sorted(bench.eval_sets) == ['test', 'test:I', 'test:M', 'test:S', 'validation']
+  for name in ('I', 'M', 'S'):
+    frames = pad._frames(name, config)
+    np.testing.assert_array_equal(bench.eval_sets[f'test:{name}'].images,
+                                  frames.images[frames.split == 1])
+  config.data.pad.extra_targets = ('C', 'I')
+  with pytest.raises(ValueError, match=r"extra_targets=\('C', 'I'\) with sources=\('C',\) and "
+                                       r"target='O'; expected distinct domains"):
+    pad.check_config(config)

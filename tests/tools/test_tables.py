@@ -1,5 +1,6 @@
 """The table sweeps' machinery: run naming, seeds, overrides, reading finished runs, the markdown."""
 
+import dataclasses
 import json
 import sys
 
@@ -91,11 +92,23 @@ def test_markdown_diagnostics_columns_and_a_pair_set_a_run_lacks():
                                      'class_embedding_similarity:within_mean'),
                (Row('FedPE', run, (None, None)),), 'claim', digits=3)
   text = tables.markdown(diag, {(run, 0): result}, 'cmd')
-  assert '| method | class cos, look-alikes (ours) | class cos, look-alikes (paper) | ' in text
-  assert '| FedPE | 0.612 | — | — | — |' in text
+  # The paper has no number in the table: ours alone.
+  assert '| method | class cos, look-alikes | within-client class cos |\n' in text
+  assert '| FedPE | 0.612 | — |\n' in text
   # An older run without the sllfw pair set leaves its cell empty instead of failing.
   verif = Table('T8', 'verification', ('lfw', 'sllfw'), (Row('FedPE', run, (None, 80.42)),), 'c')
   assert '| FedPE | 75.00 | — | — | 80.42 |' in tables.markdown(verif, {(run, 0): result}, 'cmd')
+
+
+def test_a_row_not_built_keeps_the_papers_numbers_and_starts_nothing(tmp_path):
+  run = Run('pad/fedpad', 'protocol=OCI_M')
+  table = Table('T5', 'results', ('pad/hter',), (Row('FedAvg', run, (19.45,)),
+                                                   Row('FedMA', None, (29.68,))), 'c',
+                titles=('HTER',))
+  text = tables.markdown(table, {(run, 0): {'pad': {'hter': 0.25}}}, 'cmd')
+  assert '| FedAvg | 0.25 | 19.45 |' in text and '| FedMA | not built | 29.68 |' in text
+  assert tables.run_all(dataclasses.replace(table, rows=table.rows[1:]), str(tmp_path), (),
+                        dry_run=True) == {}
 
 
 def test_run_all_reads_finished_runs_and_dry_run_starts_nothing(tmp_path, capsys):
@@ -170,7 +183,7 @@ def test_a_run_that_starts_from_another_runs_it_first_with_the_same_seed(tmp_pat
   start_dir = str(tmp_path / start.name(tables.seed_overrides((), 1)))
   assert commands == [(start, {'seed': '1'}), (run, {'seed': '1', 'init_from': start_dir})]
   text = tables.markdown(table, got, 'cmd', seeds=(1,))
-  assert '| A | 50.00 | — | 7.00 | — |' in text   # rates in %, counts as they are
+  assert '| A | 50.00 | 7.00 |' in text   # rates in %, counts as they are; no paper column
   # A start that failed is the dependent row's failure, and nothing is started after it.
   (tmp_path / 'failed_root').mkdir()
   failed_dir = tmp_path / 'failed_root' / start.name()

@@ -4,6 +4,11 @@ Frames are scored by the global model (the probability of live, sigmoid of the l
 per video, and reported as HTER, EER and AUC (`metrics.pad_metrics`) with the threshold rule the
 section names: 'test' (chosen on the target's own scores, the authors' code) or 'validation'
 (chosen on the data centers' held-out subjects, the paper's text). The ROC goes to pad_roc.png.
+
+Two more measurements calibrate the benchmark (how far apart its domains are): 'in_domain', the
+same detector on the data centers' own held-out subjects (threshold on those scores), and
+'domains', one entry per unseen domain scored (the target and `data.pad.extra_targets`), each with
+its per-video scores in `pad_video_scores_<X>.npz` beside the target's `VIDEO_SCORES`.
 """
 
 import numpy as np
@@ -15,6 +20,12 @@ from fedjax_face.models import pad as pad_model
 
 RULES = ('test', 'validation')
 VIDEO_SCORES = 'pad_video_scores.npz'   # the target's per-video scores, in every run's workdir
+METRIC_KEYS = ('hter', 'eer', 'auc')
+
+
+def video_scores_file(domain: str | None = None) -> str:
+  """The per-video scores of the target (None) or of one scored domain."""
+  return VIDEO_SCORES if domain is None else f'pad_video_scores_{domain}.npz'
 
 
 def check_pad(config, section) -> None:
@@ -36,27 +47,37 @@ def video_level(embed, frames, batch_size: int) -> tuple[np.ndarray, np.ndarray]
 
 
 def make_pad(config, section, setup) -> Evaluator:
-  test = setup.benchmark.eval_sets['test']
-  validation = setup.benchmark.eval_sets['validation']
+  p = config.data.pad
+  sets = setup.benchmark.eval_sets
+  targets = {p.target: sets['test'], **{d: sets[f'test:{d}'] for d in p.extra_targets}}
   batch = config.eval.batch_size
+  sources = '&'.join(p.sources)
 
   def evaluate(inputs) -> EvalOutput:
-    scores, labels = video_level(inputs.embed, test, batch)
-    kwargs = {}
-    if section.threshold_rule == 'validation':
-      kwargs['val_scores'], kwargs['val_labels'] = video_level(inputs.embed, validation, batch)
-    res = metrics.pad_metrics(scores, labels, rule=section.threshold_rule, **kwargs)
-    res['target'] = config.data.pad.target
-    res['sources'] = list(config.data.pad.sources)
-    res['num_videos'] = len(scores)
-    fpr, tpr, _ = metrics.roc(scores, labels)
-    title = f"{'&'.join(config.data.pad.sources)} -> {config.data.pad.target}"
-    # The per-video scores, for baselines that combine runs (the paper's Fused: the mean of the
-    # Single models' scores, `fused_metrics`).
-    return EvalOutput(results=res,
-                      scalars={k: res[k] for k in ('hter', 'eer', 'auc')},
-                      figures={'pad_roc.png': plots.roc_figure({title: (fpr, tpr)},
-                                                               title=config.algorithm)},
-                      arrays={VIDEO_SCORES: {'scores': scores, 'labels': labels}})
+    val_scores, val_labels = video_level(inputs.embed, sets['validation'], batch)
+    kwargs = ({'val_scores': val_scores, 'val_labels': val_labels}
+              if section.threshold_rule == 'validation' else {})
+    domains, arrays, curves = {}, {}, {}
+    for domain, frames in targets.items():
+      scores, labels = video_level(inputs.embed, frames, batch)
+      domains[domain] = metrics.pad_metrics(scores, labels, rule=section.threshold_rule, **kwargs)
+      domains[domain]['num_videos'] = len(scores)
+      # The per-video scores, for baselines that combine runs (the paper's Fused: the mean of
+      # the Single models' scores, `baselines.fused_metrics`).
+      scored = {'scores': scores, 'labels': labels}
+      arrays[video_scores_file(domain)] = scored
+      if domain == p.target:
+        arrays[VIDEO_SCORES] = scored
+      fpr, tpr, _ = metrics.roc(scores, labels)
+      curves[f'{sources} -> {domain}'] = (fpr, tpr)
+    res = dict(domains[p.target], target=p.target, sources=list(p.sources))
+    res['in_domain'] = {k: v for k, v in metrics.pad_metrics(val_scores, val_labels).items()
+                        if k in METRIC_KEYS}
+    res['domains'] = {d: {k: m[k] for k in METRIC_KEYS} for d, m in domains.items()}
+    scalars = {k: res[k] for k in METRIC_KEYS}
+    scalars.update({f'in_domain/{k}': res['in_domain'][k] for k in METRIC_KEYS})
+    return EvalOutput(results=res, scalars=scalars,
+                      figures={'pad_roc.png': plots.roc_figure(curves, title=config.algorithm)},
+                      arrays=arrays)
 
   return Evaluator('pad', evaluate)

@@ -22,6 +22,16 @@ PROTOCOLS = tuple(pad_benchmark.PROTOCOLS)   # 'OCI_M', 'OMI_C', 'OCM_I', 'ICM_O
 # `centers=OMIS` config arguments: the data centers in order (Tables VIII-IX).
 CENTERS = tuple(''.join(p) for r in range(1, len(pad_benchmark.DOMAIN_NAMES))
                 for p in itertools.permutations(pad_benchmark.DOMAIN_NAMES, r))
+# `attacks=print-video` config arguments (Table X): the attack types each data center trains on,
+# in order. The paper's 'video' attacks are the screen ones: a still shown on a display, a replay.
+ATTACK_TYPES = {'print': 'print+cut', 'video': 'display+replay'}
+ATTACKS_ARGS = tuple('-'.join(p) for r in range(1, len(pad_benchmark.DOMAIN_NAMES))
+                     for p in itertools.product(ATTACK_TYPES, repeat=r))
+
+
+def center_attacks(arg: str) -> tuple[str, ...]:
+  """`data.pad.center_attacks` of an `attacks=print-video` config argument."""
+  return tuple(ATTACK_TYPES[t] for t in arg.split('-'))
 
 
 def pad_config(algorithm: str, protocol: str = 'OCI_M', runlocal: bool = False,
@@ -73,13 +83,16 @@ def pad_config(algorithm: str, protocol: str = 'OCI_M', runlocal: bool = False,
 
 
 def method_config(algorithm: str, arg: str | None) -> ml_collections.ConfigDict:
-  """configs/pad/fedgpad.py and fedpad.py: `protocol=`, or `centers=` and `target=`, `paper`,
-  `runlocal`; the method's section added."""
+  """configs/pad/fedgpad.py and fedpad.py: `protocol=`, or `centers=` and `target=`,
+  `attacks=`, `paper`, `runlocal`; the method's section added."""
   args = config_lib.parse_arg(arg, {'protocol': PROTOCOLS, 'centers': CENTERS,
-                                    'target': pad_benchmark.DOMAIN_NAMES, 'paper': (True,),
+                                    'target': pad_benchmark.DOMAIN_NAMES,
+                                    'attacks': ATTACKS_ARGS, 'paper': (True,),
                                     'runlocal': (True,)})
   c = pad_config(algorithm, protocol=args.get('protocol', 'OCI_M'),
                  runlocal=bool(args.get('runlocal')), paper=bool(args.get('paper')),
                  centers=args.get('centers'), target=args.get('target'))
+  if 'attacks' in args:
+    c.data.pad.center_attacks = center_attacks(args['attacks'])
   c.fedgpad = fedgpad.config_section()
   return c

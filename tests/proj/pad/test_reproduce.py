@@ -1,5 +1,8 @@
-"""The FedGPAD paper's tables: every run names a real config and validates; Fused combines the
-Single runs of its protocol's data centers."""
+"""The FedGPAD paper's tables: every run names a real config and validates; a Single run serves
+every protocol's Single row and the calibration; Fused combines the Single runs of its
+protocol's data centers; Fig. 5 draws the runs' scores."""
+
+import json
 
 import numpy as np
 
@@ -15,6 +18,9 @@ def test_every_run_loads_and_validates():
   for table in reproduce.TABLES.values():
     assert len(table.titles) == len(table.columns)
     for row in table.rows:
+      if row.run is None:
+        assert row.label.startswith('FedMA')   # not built: quoted from the paper
+        continue
       runs = row.run.runs if isinstance(row.run, tables.Combined) else (row.run,)
       for run in runs:
         config = config_files.load_config(run.config, run.arg or None)
@@ -28,18 +34,19 @@ def test_every_run_loads_and_validates():
 
 
 def test_fused_rows_combine_their_protocols_single_runs(tmp_path):
-  fused = [row.run for row in reproduce.TABLES[3].rows if isinstance(row.run, tables.Combined)]
+  fused = [row.run for row in reproduce.TABLES[3].rows if row.label.startswith('Fused')]
   assert len(fused) == len(pad_benchmark.PROTOCOLS)
-  for row, (protocol, (sources, _)) in zip(fused, pad_benchmark.PROTOCOLS.items()):
-    assert [run.arg for run in row.runs] == [f'protocol={protocol},center={c}' for c in sources]
-  # End to end over finished (fake) runs: the combined row's result is the mean of their scores.
+  for row, (sources, _) in zip(fused, pad_benchmark.PROTOCOLS.values()):
+    assert [run.arg for run in row.runs] == [f'center={c}' for c in sources]
+  # End to end over finished (fake) runs: the combined row's result is the mean of their
+  # scores on the protocol's target (O&C&I -> M).
   row = fused[0]
   for i, run in enumerate(row.runs):
     workdir = tmp_path / run.name()
     workdir.mkdir()
     (workdir / 'results.json').write_text('{}')
-    np.savez(workdir / evaluators.VIDEO_SCORES, scores=np.array([0.9, 0.3 + 0.1 * i, 0.2]),
-             labels=np.array([1, 1, 0]))
+    np.savez(workdir / evaluators.video_scores_file('M'),
+             scores=np.array([0.9, 0.3 + 0.1 * i, 0.2]), labels=np.array([1, 1, 0]))
   result = tables.combined_result(row, str(tmp_path), (), 0, dry_run=True)
   mean = np.mean([[0.9, 0.3 + 0.1 * i, 0.2] for i in range(len(row.runs))], axis=0)   # 0.4
   assert result == {'pad': metrics.pad_metrics(mean, [1, 1, 0])}
@@ -48,3 +55,45 @@ def test_fused_rows_combine_their_protocols_single_runs(tmp_path):
   assert tables.combined_result(row, str(tmp_path), (), 0, dry_run=True) is None
   (tmp_path / row.runs[1].name() / tables.FAILED).write_text('{"returncode": 1, "error": "x"}')
   assert tables.combined_result(row, str(tmp_path), (), 0, dry_run=True) == {'failed': 'x'}
+
+
+def _single_result(tmp_path, center: str) -> dict:
+  pad = {'in_domain': {'hter': 0.01, 'eer': 0.02, 'auc': 0.99},
+         'domains': {d: {'hter': 0.1 * i, 'eer': 0.2, 'auc': 0.7}
+                     for i, d in enumerate(pad_benchmark.DOMAIN_NAMES) if d != center}}
+  workdir = tmp_path / reproduce._single(center).name()  # pylint: disable=protected-access
+  workdir.mkdir()
+  (workdir / 'results.json').write_text(json.dumps({'pad': pad}))
+  return pad
+
+
+def test_one_single_run_per_center_serves_every_protocol_and_the_calibration(tmp_path):
+  pad = _single_result(tmp_path, 'C')
+  results = tables.run_all(reproduce.TABLES[3], str(tmp_path), (), dry_run=True)
+  singles = {row.label: results.get((row.run, 0)) for row in reproduce.TABLES[3].rows
+             if row.label.startswith('Single C')}
+  assert singles == {f'Single C -> {t}': {'pad': pad['domains'][t]} for t in ('M', 'I', 'O')}
+  calibration = tables.run_all(reproduce.TABLES[1], str(tmp_path), (), dry_run=True)
+  text = tables.markdown(reproduce.TABLES[1], calibration, 'cmd')
+  # Columns: in-domain, then on O, C, I, M, S (its own domain empty).
+  assert '| Single C | 0.01 | 0.00 | — | 0.20 | 0.30 | 0.40 |' in text
+  assert '| Single O | — | — | — | — | — | — |' in text
+
+
+def test_figure5_draws_the_finished_runs_of_each_protocol(tmp_path):
+  labels = np.array([1, 1, 0, 0])
+  for center, scores in (('O', [0.9, 0.3, 0.4, 0.1]), ('C', [0.5, 0.8, 0.2, 0.6]),
+                         ('I', [0.7, 0.6, 0.5, 0.2])):
+    workdir = tmp_path / reproduce._single(center).name()  # pylint: disable=protected-access
+    workdir.mkdir()
+    np.savez(workdir / evaluators.video_scores_file('M'), scores=np.array(scores), labels=labels)
+  fedgpad = tmp_path / tables.Run('pad/fedgpad', 'protocol=OCI_M').name()
+  fedgpad.mkdir()
+  np.savez(fedgpad / evaluators.video_scores_file('M'), scores=np.array([0.9, 0.8, 0.1, 0.2]),
+           labels=labels)
+  text = reproduce.figure5(str(tmp_path), (), (0,), str(tmp_path))
+  fused = np.mean([[0.9, 0.3, 0.4, 0.1], [0.5, 0.8, 0.2, 0.6], [0.7, 0.6, 0.5, 0.2]], axis=0)
+  assert f'| O&C&I -> M | Fused | {100 * metrics.auc(fused, labels):.2f} |' in text
+  assert '| O&C&I -> M | FedGPAD | 100.00 |' in text
+  assert 'FedPAD' not in text and 'O&M&I -> C |' not in text   # not run: not drawn
+  assert (tmp_path / 'pad_fig5.png').stat().st_size > 0
