@@ -240,9 +240,10 @@ def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start
                           dp)
   if dp is not None:
     say(f'dp: clip {dp.clip_norm:g}, noise multiplier {dp.noise_multiplier:.4g}', flush=True)
-  epsilon_after = lambda rounds: privacy.epsilon(
-      fed.num_clients, cohort_size, dp.noise_multiplier, rounds, config.dp.target_delta,
-      privacy.amplified(dp))
+  # ε after each round, for TensorBoard's dp/epsilon curve (one accountant call for the run).
+  epsilons = [] if dp is None else privacy.epsilon_curve(
+      fed.num_clients, cohort_size, dp.noise_multiplier, config.num_rounds,
+      config.dp.target_delta, privacy.amplified(dp))
   if plan is not None:
     say(f'engine: {plan.describe()}', flush=True)
   cohort_of = lambda r: federated.pad_cohort(
@@ -285,14 +286,17 @@ def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start
     first_loss = check_divergence(config, done, round_metrics, first_loss)
     if chief:
       ckpt.check()   # a failed background save stops the run now, not at the next save
-    if done % config.log_every == 0 or done == config.num_rounds or done == start_round + 1:
+    logged = done % config.log_every == 0 or done == config.num_rounds or done == start_round + 1
+    if chief and epsilons and not logged:
+      writer.write_scalars(done, {'dp/epsilon': epsilons[r]})
+    if logged:
       scalars = {k: float(v) for k, v in round_metrics.items()}
       scalars.update(class_embedding_norms(algorithm, state))
       if not np.all(np.isfinite(list(scalars.values()))):
         raise FloatingPointError(f'round {done}: non-finite training metrics {scalars}; the run '
                                  'diverged (lower optimizer.learning_rate or fedgc.reg_lambda).')
       if dp is not None:   # inf without noise: a value, not a divergence
-        scalars['dp/epsilon'] = epsilon_after(done)
+        scalars['dp/epsilon'] = epsilons[r]
       last_logged = {'round': done, **scalars}
       if chief:
         writer.write_scalars(done, {**scalars, **progress.update(done, scalars)})

@@ -42,6 +42,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 PyTree = Any
 
@@ -159,6 +160,29 @@ def dp_event(num_clients: int, cohort_size: int, noise_multiplier: float, rounds
   one_round = (dp_accounting.SampledWithoutReplacementDpEvent(num_clients, cohort_size, gaussian)
                if amplified and cohort_size < num_clients else gaussian)
   return dp_accounting.SelfComposedDpEvent(one_round, rounds)
+
+
+def _one_round_rdp(num_clients: int, cohort_size: int, noise_multiplier: float,
+                   amplified: bool) -> tuple[np.ndarray, np.ndarray]:
+  """(orders, RDP at each order) of one round; rounds compose by adding it (RDP is additive)."""
+  import dp_accounting  # pylint: disable=g-import-not-at-top
+  from dp_accounting import rdp  # pylint: disable=g-import-not-at-top
+  accountant = rdp.RdpAccountant(
+      neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+  accountant.compose(dp_event(num_clients, cohort_size, noise_multiplier, 1, amplified))
+  return np.asarray(accountant.orders), np.asarray(accountant.rdp)
+
+
+def epsilon_curve(num_clients: int, cohort_size: int, noise_multiplier: float, rounds: int,
+                  delta: float, amplified: bool = True) -> list[float]:
+  """ε at `delta` after each of rounds 1..`rounds` (the accountant's RDP of t rounds is t times
+  one round's, exactly as it composes them); inf throughout without noise."""
+  if noise_multiplier <= 0:
+    return [float('inf')] * rounds
+  from dp_accounting.rdp import rdp_privacy_accountant  # pylint: disable=g-import-not-at-top
+  orders, one_round = _one_round_rdp(num_clients, cohort_size, noise_multiplier, amplified)
+  return [float(rdp_privacy_accountant.compute_epsilon(orders, t * one_round, delta)[0])
+          for t in range(1, rounds + 1)]
 
 
 def epsilon(num_clients: int, cohort_size: int, noise_multiplier: float, rounds: int,

@@ -74,6 +74,12 @@ def test_epsilon_is_dp_accounting_called_directly(amplified):
   assert privacy.epsilon(num_clients, cohort, sigma, 0, delta) == 0.0
   if amplified:   # sampling 10 of 100 must help
     assert expected < privacy.epsilon(num_clients, cohort, sigma, rounds, delta, False)
+  # The per-round curve (TensorBoard's dp/epsilon) is the same accountant after each round.
+  curve = privacy.epsilon_curve(num_clients, cohort, sigma, rounds, delta, amplified)
+  assert curve == [privacy.epsilon(num_clients, cohort, sigma, t, delta, amplified)
+                   for t in range(1, rounds + 1)]
+  assert curve[-1] == expected and curve == sorted(curve)
+  assert privacy.epsilon_curve(num_clients, cohort, 0.0, 3, delta) == [float('inf')] * 3
 
 
 def test_dp_off_leaves_the_round_bit_identical():
@@ -200,6 +206,7 @@ def test_a_run_with_dp_reports_epsilon_and_bytes(tmp_path):
   priv, comm = results['privacy'], results['communication']
   k = config.federated.num_clients   # runlocal: all 4 clients every round, FedGC sends W_k
   assert priv['epsilon'] == privacy.epsilon(k, k, 2.0, config.num_rounds, 1e-5, amplified=False)
+  assert results['last_logged_round']['dp/epsilon'] == priv['epsilon']
   assert priv['amplified_by_sampling'] is False and priv['client_rows'] == ['W']
   per = comm['bytes_per_client_round']
   assert comm['client_rounds'] == k * config.num_rounds
