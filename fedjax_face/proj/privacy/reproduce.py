@@ -1,6 +1,8 @@
-r"""Utility against privacy on the embedded benchmark: FedPE and FedGC at epsilon = 1, 4, 16, infinity; FedFV.
+r"""Utility against privacy on the embedded benchmarks: FedPE and FedGC at epsilon = 1, 4, 16,
+infinity; FedFV, FedAwS, FedUV, FedFace and FedFR at 16 and infinity (Table 1); FedPAD and FedGPAD
+(Table 2, HTER on the unseen domain).
 
-    python -m fedjax_face.reproduce --table=privacy1 --out=docs/privacy_table1.md
+    python -m fedjax_face.reproduce --table=privacy --out_dir=docs
 
 Each method's default run with `dp.enabled` and `dp.target_epsilon` (the noise multiplier that
 reaches it after the run's rounds, `core/privacy.py:noise_for_epsilon`), clip S = `dp.clip_norm`;
@@ -8,6 +10,7 @@ reaches it after the run's rounds, `core/privacy.py:noise_for_epsilon`), clip S 
 column beside ours stays empty.
 """
 
+from fedjax_face.proj.fedfr import reproduce as fedfr_tables
 from fedjax_face.tools.tables import Row, Run, Table
 
 EPSILONS = ('1.0', '4.0', '16.0')
@@ -15,10 +18,15 @@ COLUMNS = ('verification/lfw/accuracy', 'verification/sllfw/accuracy', 'privacy/
            'privacy/noise_multiplier', 'communication/bytes_per_client_round/up')
 TITLES = ('LFW-like', 'SLLFW-like', 'epsilon', 'noise multiplier', 'bytes up per client-round')
 SETTING = ('ours: FedPE and FedGC in the FedGC paper setting of configs/fedgc/ (36 clients, all '
-           'in every round, 60 rounds, small CNN), FedFV in its own (configs/fedfv/: 1,000 clients '
-           'of one identity, 8 a round, 1,500 rounds, GroupNorm CNN), synthetic benchmark, clip '
-           'S = 1, delta = 1e-5, RDP accountant with replace-one neighbours; no paper reports '
-           'these.')
+           'in every round, 60 rounds, small CNN), FedFV, FedAwS, FedUV and FedFace in theirs '
+           '(configs/fedfv/: 1,000 clients of one identity, 8 a round, 1,500 rounds, GroupNorm '
+           'CNN), FedFR in its own (configs/fedfr/: 10 clients from the pre-trained model, 30 '
+           'rounds; generic LFW-like), synthetic benchmark, clip S = 1, delta = 1e-5, RDP '
+           'accountant with replace-one neighbours; no paper reports these.')
+PAD_COLUMNS = ('pad/hter', 'pad/auc', 'privacy/epsilon', 'privacy/noise_multiplier',
+               'communication/bytes_per_client_round/up')
+PAD_TITLES = ('HTER', 'AUC', 'epsilon', 'noise multiplier', 'bytes up per client-round')
+DP = (('dp.enabled', 'True'),)
 
 
 def _rows(method: str, label: str) -> list[Row]:
@@ -32,6 +40,22 @@ def _rows(method: str, label: str) -> list[Row]:
                Run(config, 'loss=softmax', dp + (('dp.target_epsilon', eps),)),
                (None,) * len(COLUMNS)) for eps in reversed(EPSILONS)]
   return rows
+
+
+def _short_rows(label: str, run, columns=COLUMNS) -> list[Row]:
+  """Off, clipping alone and epsilon = 16 for a method whose `run(*overrides)` is its default."""
+  blank = (None,) * len(columns)
+  return [Row(f'{label} off', run(), blank),
+          Row(f'{label} eps=inf (clip only)', run(*DP, ('dp.noise_multiplier', '0.0')), blank),
+          Row(f'{label} eps=16.0', run(*DP, ('dp.target_epsilon', '16.0')), blank)]
+
+
+def _fedfr_run(*overrides) -> Run:
+  return Run('fedfr/fedfr', '', overrides, init_from=fedfr_tables.PRETRAIN)
+
+
+def _pad_run(method: str):
+  return lambda *overrides: Run(f'pad/{method}', 'protocol=OCI_M', overrides)
 
 
 def _fedfv_rows() -> list[Row]:
@@ -48,10 +72,23 @@ def _fedfv_rows() -> list[Row]:
 
 
 TABLES = {
-    1: Table('Utility against client-level privacy: FedPE, FedGC (Softmax) and FedFV', 'results',
-             COLUMNS, tuple(_rows('fedpe', 'FedPE') + _rows('fedgc', 'FedGC') + _fedfv_rows()),
+    1: Table('Utility against client-level privacy: face recognition', 'results', COLUMNS,
+             tuple(_rows('fedpe', 'FedPE') + _rows('fedgc', 'FedGC') + _fedfv_rows()
+                   + [row for name, label in (('fedaws', 'FedAwS'), ('feduv', 'FedUV'),
+                                              ('fedface', 'FedFace'))
+                      for row in _short_rows(label, lambda *o, n=name: Run(f'fedfv/{n}', '', o))]
+                   + _short_rows('FedFR', _fedfr_run)),
              'none (no paper measures it); DP-FedAvg needs many clients per round',
              SETTING, digits=2, titles=TITLES),
+    2: Table('Utility against client-level privacy: face anti-spoofing (O&C&I -> M)', 'results',
+             PAD_COLUMNS,
+             tuple(_short_rows('FedPAD', _pad_run('fedpad'), PAD_COLUMNS)
+                   + _short_rows('FedGPAD', _pad_run('fedgpad'), PAD_COLUMNS)),
+             'none (no paper measures it); three data centers, all in every round, get no '
+             'amplification from sampling',
+             'ours: the PAD setting of configs/pad/ (three data centers, 400 rounds), clip S = 1, '
+             'delta = 1e-5, RDP accountant with replace-one neighbours; HTER and AUC in %.',
+             digits=2, titles=PAD_TITLES),
 }
 
 

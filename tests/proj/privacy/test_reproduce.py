@@ -1,0 +1,40 @@
+"""The privacy tables: every run names a real config whose DP fields validate; each method's
+rows are its run without DP, with clipping alone, and at a target epsilon."""
+
+from fedjax_face import experiment
+from fedjax_face.proj.privacy import reproduce
+from tests import config_files
+
+
+def _config(run):
+  config = config_files.load_config(run.config, run.arg or None)
+  for field, value in run.overrides:
+    *path, key = field.split('.')
+    section = config
+    for part in path:
+      section = section[part]
+    section[key] = type(section[key])(value)
+  return config
+
+
+def test_every_run_loads_and_validates():
+  for table in reproduce.TABLES.values():
+    assert len(table.titles) == len(table.columns)
+    for row in table.rows:
+      config = _config(row.run)
+      experiment.validate(config)
+      overrides = dict(row.run.overrides)
+      assert config.dp.enabled == ('off' not in row.label)
+      if 'clip only' in row.label:
+        assert overrides['dp.noise_multiplier'] == '0.0'
+      elif 'eps=' in row.label:
+        assert overrides['dp.target_epsilon'] == row.label.split('eps=')[1].split(',')[0]
+
+
+def test_every_federated_family_is_in_the_tables():
+  labels = {row.label.split()[0] for table in reproduce.TABLES.values() for row in table.rows}
+  assert labels == {'FedPE', 'FedGC', 'FedFV', 'FedAwS', 'FedUV', 'FedFace', 'FedFR', 'FedPAD',
+                    'FedGPAD'}
+  fedfr = [row.run for row in reproduce.TABLES[1].rows if row.label.startswith('FedFR')]
+  assert all(run.init_from is not None and run.init_from.config == 'fedfr/pretrain'
+             for run in fedfr)
