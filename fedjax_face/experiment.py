@@ -154,7 +154,7 @@ def plan_engine(config, algorithm, state, fed, cohort_size: int, backend: str, m
   if backend != 'loop' and not map_width:
     plan = engine_lib.plan_width(algorithm, state, cohort_size, one_client_data(fed, config),
                                  backend=backend, mesh=mesh,
-                                 memory_fraction=config.engine.memory_fraction)
+                                 memory_fraction=config.engine.memory_fraction, dp=dp)
     map_width = plan.map_width
   eng = engine_lib.RoundEngine(algorithm, backend=backend, map_width=map_width, mesh=mesh,
                                loop_threads=loop_threads, dp=dp)

@@ -190,7 +190,8 @@ def _one_client(algorithm: Algorithm, shared, per_client, private, data, client_
 
 def plan_width(algorithm: Algorithm, state: RoundState, cohort_size: int, client_data, *,
                backend: str, mesh: Mesh | None = None,
-               memory_fraction: float = MEMORY_FRACTION) -> WidthPlan:
+               memory_fraction: float = MEMORY_FRACTION,
+               dp: privacy.DpSpec | None = None) -> WidthPlan:
   """The widest client chunk of a 'vmap' or 'map' round that fits the device memory.
 
   Compiles one client's update alone (`memory_analysis()`: temp + argument + output bytes, which
@@ -206,6 +207,7 @@ def plan_width(algorithm: Algorithm, state: RoundState, cohort_size: int, client
     backend: 'vmap' or 'map'.
     mesh: the engine's mesh (None: one device).
     memory_fraction: share of the free device memory to plan for.
+    dp: the engine's DP spec: the client update is measured with its clip, as it will run.
   """
   if backend not in ('vmap', 'map'):
     raise ValueError(f'plan_width sizes vmap / map chunks, not backend {backend!r}.')
@@ -221,7 +223,8 @@ def plan_width(algorithm: Algorithm, state: RoundState, cohort_size: int, client
                                          one_id, rng)
   row = lambda x: jax.ShapeDtypeStruct((1,) + tuple(np.shape(x)), x.dtype)
   data = jax.tree.map(row, client_data)
-  over_one = jax.vmap(functools.partial(_one_client, algorithm), in_axes=(None, 0, 0, 0, 0, None))
+  over_one = jax.vmap(functools.partial(_one_client, algorithm, dp=dp),
+                      in_axes=(None, 0, 0, 0, 0, None))
   args = (client_input.shared, client_input.per_client, private, data, one_id, rng)
   results = jax.eval_shape(over_one, *args)
   stats = jax.jit(over_one).lower(*args).compile().memory_analysis()

@@ -9,6 +9,7 @@ import pytest
 
 from fedjax_face import algorithms, config_lib, models
 from fedjax_face.core import engine as engine_lib
+from fedjax_face.core import privacy
 from fedjax_face.data import federated, partition
 from tests import engine_cases, forced_devices
 
@@ -160,6 +161,26 @@ def test_vmap_falls_back_to_chunks_when_the_cohort_does_not_fit(loop_results, mo
     data = federated.sample_round(fed, ids, round_index=r, seed=0, steps=2, batch_size=4)
     state, _ = eng.run_round(state, ids, weights, data, jax.random.PRNGKey(r + 1))
   assert_trees_close(jax.tree.map(np.asarray, state), loop_results['fedgc'])
+
+
+def test_the_plan_measures_the_client_update_that_runs_with_dp(monkeypatch):
+  # With DP the client clips its update: the plan compiles that update, not the bare one.
+  config = engine_cases.tiny_config('fedgc')
+  fed = engine_cases.tiny_problem()
+  algorithm = algorithms.get('fedgc').build(config, models.build_backbone(config.model), fed,
+                                            step_mode='scan')
+  state = algorithm.init(jax.random.PRNGKey(0))
+  client_data = jax.tree.map(
+      lambda x: x[0], federated.sample_round(fed, np.array([5], np.int32), round_index=0, seed=0,
+                                             steps=2, batch_size=4))
+  seen = []
+  one_client = engine_lib._one_client  # pylint: disable=protected-access
+  monkeypatch.setattr(engine_lib, '_one_client',
+                      lambda *args, dp=None: seen.append(dp) or one_client(*args, dp=dp))
+  spec = privacy.DpSpec(clip_norm=1.0, noise_std=1.0, client_rows=('W',), noise_multiplier=1.0)
+  engine_lib.plan_width(algorithm, state, 5, client_data, backend='vmap', dp=spec)
+  engine_lib.plan_width(algorithm, state, 5, client_data, backend='vmap')
+  assert seen == [spec, None]
 
 
 def test_map_needs_a_positive_width_from_the_plan():
