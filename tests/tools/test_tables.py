@@ -106,7 +106,7 @@ def test_a_row_not_built_keeps_the_papers_numbers_and_starts_nothing(tmp_path):
                                                    Row('FedMA', None, (29.68,))), 'c',
                 titles=('HTER',))
   text = tables.markdown(table, {(run, 0): {'pad': {'hter': 0.25}}}, 'cmd')
-  assert '| FedAvg | 0.25 | 19.45 |' in text and '| FedMA | not built | 29.68 |' in text
+  assert '| FedAvg | 25.00 | 19.45 |' in text and '| FedMA | not built | 29.68 |' in text
   assert tables.run_all(dataclasses.replace(table, rows=table.rows[1:]), str(tmp_path), (),
                         dry_run=True) == {}
 

@@ -76,7 +76,7 @@ def test_one_single_run_per_center_serves_every_protocol_and_the_calibration(tmp
   calibration = tables.run_all(reproduce.TABLES[1], str(tmp_path), (), dry_run=True)
   text = tables.markdown(reproduce.TABLES[1], calibration, 'cmd')
   # Columns: in-domain, then on O, C, I, M, S (its own domain empty).
-  assert '| Single C | 0.01 | 0.00 | — | 0.20 | 0.30 | 0.40 |' in text
+  assert '| Single C | 1.00 | 0.00 | — | 20.00 | 30.00 | 40.00 |' in text   # in %
   assert '| Single O | — | — | — | — | — | — |' in text
 
 
