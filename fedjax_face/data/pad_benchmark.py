@@ -433,7 +433,9 @@ def config_section(sources=('O', 'C', 'I'), target='M'):
                                # every other domain (the benchmark's calibration, Table I)
   c.pooled = False             # True: one client holding every data center's frames (the
                                # paper's 'All' baseline: centralized, privacy broken)
-  c.subjects = 20              # per domain
+  c.subjects = 48              # per domain (the real sets have 35-165; with 20, i.e. 12 to train
+                               # on, a detector barely learned its own domain: BUILD_NOTES,
+                               # session 14)
   c.test_subjects = 8          # of them held out (the target's test set; the sources' validation)
   c.live_videos = 2            # per subject
   c.attack_videos = 4

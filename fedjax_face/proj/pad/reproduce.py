@@ -30,7 +30,7 @@ DOMAINS = pad_benchmark.DOMAIN_NAMES
 
 COLUMNS = ('pad/hter', 'pad/eer', 'pad/auc')
 TITLES = ('HTER', 'EER', 'AUC')
-SETTING = ('ours: the embedded PAD benchmark (five synthetic capture domains; 20 subjects each, 12 '
+SETTING = ('ours: the embedded PAD benchmark (five synthetic capture domains; 48 subjects each, 40 '
            'train / 8 test, 2 live and 4 attack videos of 4 frames per subject, 32x32, RGB + HSV), '
            "the Table II network at 1/8 width, 400 rounds of one Adam step per data center; "
            "HTER at the threshold chosen on the target's scores, per video (%); paper: OULU-NPU, "
