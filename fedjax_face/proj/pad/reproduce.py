@@ -73,10 +73,14 @@ def _single(center: str, attacks: str = '') -> Run:
   return Run('pad/single', f'center={center}' + (f',attacks={attacks}' if attacks else ''))
 
 
+def _pad_results(workdir: str) -> dict:
+  return files.read_json(files.join(workdir, 'results.json'))['pad']
+
+
 def _single_on(center: str, target: str, attacks: str = '') -> Combined:
   """A Single run's measurement on one of the domains it scored."""
   def read(dirs):
-    return {'pad': files.read_json(files.join(dirs[0], 'results.json'))['pad']['domains'][target]}
+    return {'pad': _pad_results(dirs[0])['domains'][target]}
   return Combined(f'single_{center}{attacks}_on_{target}', (_single(center, attacks),), read)
 
 
@@ -109,7 +113,7 @@ def _calibration_rows() -> tuple[Row, ...]:
   """Table I: each domain's Single model in its own domain and in every other one."""
   def row(center):
     def read(dirs):
-      pad = files.read_json(files.join(dirs[0], 'results.json'))['pad']
+      pad = _pad_results(dirs[0])
       return {'pad': {'in_domain': pad['in_domain'], **pad['domains']}}
     return Row(f'Single {center}', Combined(f'calibration_{center}', (_single(center),), read),
                (None,) * (len(DOMAINS) + 1))
@@ -119,8 +123,8 @@ def _calibration_rows() -> tuple[Row, ...]:
 def _table5_rows() -> tuple[Row, ...]:
   rows = []
   for label, key in (('FedAvg (our FedPAD)', 'fedpad'), ('FedMA', None), ('FedGPAD', 'fedgpad')):
-    rows += [Row(f'{label} {ARROW[p]}', key and _method(key, p), PAPER_V[label.split()[0]][p])
-             for p in pad_benchmark.PROTOCOLS]
+    rows += [Row(f'{label} {ARROW[p]}', None if key is None else _method(key, p),
+                 PAPER_V[label.split()[0]][p]) for p in pad_benchmark.PROTOCOLS]
   return tuple(rows)
 
 
