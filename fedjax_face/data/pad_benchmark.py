@@ -521,8 +521,8 @@ def _concat(sets: list[PadSet], name: str) -> PadSet:
 def load(config):
   """The benchmark as `synthetic.FaceBenchmark`: the data centers' training frames (train
   subjects, the attacks of `train_attacks` and live), labelled 2k (attack) and 2k + 1 (live) for
-  data center k, which holds exactly those two classes (`client_identities`; `pooled`: one client holds all,
-  so that live = an odd class either way), their depth maps
+  data center k, which holds exactly those two classes (`client_identities`; `pooled`: one
+  client holds all, so that live = an odd class either way), their depth maps
   (`train_targets`), and `eval_sets`: 'test' = the target's test subjects, 'validation' = the data
   centers' held-out subjects (the paper's threshold from the data centers' data; also the
   in-domain error), and 'test:<X>' for each of `extra_targets`."""
