@@ -22,3 +22,16 @@ def load_config(name: str, arg: str | None = 'runlocal'):
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module.get_config(arg)
+
+
+def run_config(run):
+  """The config a table's `Run` trains with: its file and argument, then its field overrides
+  (dotted paths, each value parsed as the field's type)."""
+  config = load_config(run.config, run.arg or None)
+  for field, value in run.overrides:
+    *path, key = field.split('.')
+    section = config
+    for part in path:
+      section = section[part]
+    section[key] = type(section[key])(value)
+  return config

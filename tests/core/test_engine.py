@@ -136,7 +136,8 @@ def test_choose_width(cohort, capacity, devices, width):
   assert engine_lib.choose_width(cohort, capacity, devices) == width
 
 
-def test_vmap_falls_back_to_chunks_when_the_cohort_does_not_fit(loop_results, monkeypatch):
+def _fedgc_plan_inputs():
+  """(problem, FedGC on it, its first state, one client's round data) for `plan_width`."""
   config = engine_cases.tiny_config('fedgc')
   fed = engine_cases.tiny_problem()
   algorithm = algorithms.get('fedgc').build(config, models.build_backbone(config.model), fed,
@@ -145,6 +146,11 @@ def test_vmap_falls_back_to_chunks_when_the_cohort_does_not_fit(loop_results, mo
   client_data = jax.tree.map(
       lambda x: x[0], federated.sample_round(fed, np.array([5], np.int32), round_index=0, seed=0,
                                              steps=2, batch_size=4))
+  return fed, algorithm, state, client_data
+
+
+def test_vmap_falls_back_to_chunks_when_the_cohort_does_not_fit(loop_results, monkeypatch):
+  fed, algorithm, state, client_data = _fedgc_plan_inputs()
   plan = engine_lib.plan_width(algorithm, state, 5, client_data, backend='vmap')
   assert (plan.map_width, plan.width, plan.chunks) == (0, 5, 1)   # this machine: the cohort fits
   assert engine_lib.RoundEngine(algorithm, backend='vmap', map_width=plan.map_width).width is None
@@ -165,14 +171,7 @@ def test_vmap_falls_back_to_chunks_when_the_cohort_does_not_fit(loop_results, mo
 
 def test_the_plan_measures_the_client_update_that_runs_with_dp(monkeypatch):
   # With DP the client clips its update: the plan compiles that update, not the bare one.
-  config = engine_cases.tiny_config('fedgc')
-  fed = engine_cases.tiny_problem()
-  algorithm = algorithms.get('fedgc').build(config, models.build_backbone(config.model), fed,
-                                            step_mode='scan')
-  state = algorithm.init(jax.random.PRNGKey(0))
-  client_data = jax.tree.map(
-      lambda x: x[0], federated.sample_round(fed, np.array([5], np.int32), round_index=0, seed=0,
-                                             steps=2, batch_size=4))
+  _, algorithm, state, client_data = _fedgc_plan_inputs()
   seen = []
   one_client = engine_lib._one_client  # pylint: disable=protected-access
   monkeypatch.setattr(engine_lib, '_one_client',

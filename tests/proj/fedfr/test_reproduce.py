@@ -11,11 +11,7 @@ def test_every_run_loads_and_starts_from_the_pretraining():
   for table in reproduce.TABLES.values():
     assert len(table.titles) == len(table.columns)
     for row in table.rows:
-      config = config_files.load_config(row.run.config, row.run.arg or None)
-      for field, value in row.run.overrides:
-        section, name = field.split('.')
-        config[section][name] = type(config[section][name])(value)
-      experiment.validate(config)
+      experiment.validate(config_files.run_config(row.run))
       if row.run.config in ('fedfr/fedfr', 'fedfr/fedface'):
         # Fig. 4's scenarios start from their own pre-training, the tables from the default one.
         assert row.run.init_from == reproduce.Run('fedfr/pretrain', row.run.arg

@@ -23,14 +23,7 @@ def test_every_run_loads_and_validates():
         continue
       runs = row.run.runs if isinstance(row.run, tables.Combined) else (row.run,)
       for run in runs:
-        config = config_files.load_config(run.config, run.arg or None)
-        for field, value in run.overrides:
-          *path, key = field.split('.')
-          section = config
-          for part in path:
-            section = section[part]
-          section[key] = type(section[key])(value)
-        experiment.validate(config)
+        experiment.validate(config_files.run_config(run))
 
 
 def test_fused_rows_combine_their_protocols_single_runs(tmp_path):

@@ -6,22 +6,11 @@ from fedjax_face.proj.privacy import reproduce
 from tests import config_files
 
 
-def _config(run):
-  config = config_files.load_config(run.config, run.arg or None)
-  for field, value in run.overrides:
-    *path, key = field.split('.')
-    section = config
-    for part in path:
-      section = section[part]
-    section[key] = type(section[key])(value)
-  return config
-
-
 def test_every_run_loads_and_validates():
   for table in reproduce.TABLES.values():
     assert len(table.titles) == len(table.columns)
     for row in table.rows:
-      config = _config(row.run)
+      config = config_files.run_config(row.run)
       experiment.validate(config)
       overrides = dict(row.run.overrides)
       assert config.dp.enabled == ('off' not in row.label)
