@@ -42,7 +42,7 @@ def get_config(arg=None):
   c.fedgc = fedgc.config_section()   # section (d) benches FedGC's server step
 
   b = c.bench = ml_collections.ConfigDict()
-  b.sections = ('rounds', 'regularizer', 'eval', 'scaling', 'one_per_client')
+  b.sections = ('rounds', 'regularizer', 'eval', 'scaling', 'one_per_client', 'fedavg_cnn')
   b.backends = ('vmap', 'map', 'loop')     # engine.BACKENDS; 'map' once per map width
   b.map_widths = (2, 4, 8)
   b.loop_threads = (1, 0)                  # 'loop' on 1 thread and on 0 = the usable CPUs (auto)
@@ -100,6 +100,16 @@ def get_config(arg=None):
   b.one_per_client.rounds = 150
   b.one_per_client.runlocal = False   # True: the FedFV runlocal sizes (tests)
 
+  # (h) plain FedAvg of a classifier CNN on random data (conv32-pool-conv64-pool-dense128-dense360),
+  # the workload of the comparison with a PyTorch loop: 36 clients of 10 identities x 8 images,
+  # 2 plain SGD steps of 32 each at learning rate 0.1.
+  b.fedavg_cnn = ml_collections.ConfigDict()
+  b.fedavg_cnn.cohort = cohort(36, 36, 10, 8, 2, 32)
+  b.fedavg_cnn.image_size = 32
+  b.fedavg_cnn.learning_rate = 0.1
+  b.fedavg_cnn.loop_threads = (1, 2)   # loop widths measured beside engine.backend=auto
+  b.fedavg_cnn.torch = True            # the PyTorch rows, when torch is installed
+
   if args.get('runlocal'):
     runlocal(c)
   if args.get('full'):
@@ -130,6 +140,9 @@ def runlocal(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   b.eval.num_pairs = 200
   b.one_per_client.rounds = 4
   b.one_per_client.runlocal = True
+  b.fedavg_cnn.cohort = cohort(4, 4, 2, 4, 2, 4)
+  b.fedavg_cnn.image_size = 8
+  b.fedavg_cnn.torch = False   # the tests never depend on an optional package
   return c
 
 

@@ -291,6 +291,7 @@ class RoundEngine:
     self.width = self.map_width if backend != 'loop' and self.map_width else None
     # Traces per jitted entry point; a second trace of any of them is a recompilation.
     self.traces = collections.Counter()
+    self._compiled = set()   # the loop's client signatures already compiled (`_loop`)
     if mesh is not None:
       self._replicated = NamedSharding(mesh, P())
       self._rows = NamedSharding(mesh, P(CLIENTS_AXIS))
@@ -313,6 +314,9 @@ class RoundEngine:
       self._prepare = self._jit('prepare', self._prepare_fn, global_out=False)
       self._client = self._jit('client', self._client_at, global_out=False)
       self._finish = self._jit('finish', self._finish_fn, global_out=True)
+      # One device: the clients' results are stacked inside the server's program, one copy
+      # instead of a dispatched stack per leaf (BUILD_NOTES.md, "Client step on XLA CPU").
+      self._finish_list = self._jit('finish', self._finish_list_fn, global_out=True)
     else:
       self._round = self._jit('round', self._round_fn, global_out=True)
 
@@ -349,6 +353,11 @@ class RoundEngine:
     metrics = aggregation.weighted_mean(results.metrics, weights)
     return RoundState(server=server, clients=clients, round=state.round + 1), metrics
 
+  def _finish_list_fn(self, state: RoundState, results: list[ClientResult], weights, client_ids,
+                      rng):
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *results)
+    return self._finish_fn(state, stacked, weights, client_ids, rng)
+
   def _shard(self, tree, axis: int):
     if self.num_shards == 1:
       return tree
@@ -377,15 +386,21 @@ class RoundEngine:
     results = self._run_clients(client_input, private, data, client_ids, rng)
     return self._finish_fn(state, results, weights, client_ids, rng)
 
-  def _loop(self, run_client, n: int) -> list[ClientResult]:
-    """`run_client(i)` for i < n, in order, on up to `loop_threads` threads at once."""
+  def _loop(self, run_client, n: int, signature) -> list[ClientResult]:
+    """`run_client(i)` for i < n, in order, on up to `loop_threads` threads at once.
+
+    `signature` (hashable: the shapes the client program is called with) says when it compiles:
+    the first client of a signature not seen before runs alone on this thread, so no two threads
+    trace and compile it; otherwise every client starts on the pool.
+    """
     if self.loop_threads == 1 or n <= 1:
       return [run_client(i) for i in range(n)]
-    first = run_client(0)  # traces and compiles on this thread: no two threads compile it
+    first = [] if signature in self._compiled else [run_client(0)]
+    self._compiled.add(signature)
     # Each thread waits for its client, so at most `loop_threads` programs run at once.
     finish = lambda i: jax.block_until_ready(run_client(i))
-    with concurrent.futures.ThreadPoolExecutor(min(self.loop_threads, n - 1)) as pool:
-      return [first] + list(pool.map(finish, range(1, n)))
+    with concurrent.futures.ThreadPoolExecutor(min(self.loop_threads, n - len(first))) as pool:
+      return first + list(pool.map(finish, range(len(first), n)))
 
   # -- several devices and processes --------------------------------------------------------
 
@@ -470,8 +485,10 @@ class RoundEngine:
       return self._client(client_input.shared, client_input.per_client, private,
                           jax.tree.map(lambda x: x[i], data), np.int32(i), ids[i], rng)
 
-    results = self._loop(run_client, len(ids))
-    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *results)
-    if self.mesh is not None:
-      stacked = self._global_rows(stacked, m)
+    signature = tuple((x.shape, x.dtype) for x in jax.tree.leaves(
+        (client_input.per_client, private, data)))
+    results = self._loop(run_client, len(ids), signature)
+    if self.mesh is None:
+      return self._finish_list(state, results, weights, client_ids, rng)
+    stacked = self._global_rows(jax.tree.map(lambda *xs: jnp.stack(xs), *results), m)
     return self._finish(state, stacked, weights, client_ids, rng)

@@ -89,3 +89,54 @@ def conv_function(gradient: str):
   if gradient not in CONV_GRADIENTS:
     raise ValueError(f'conv gradient {gradient!r} is not one of {CONV_GRADIENTS}')
   return canonical_gradient_conv if gradient == 'canonical' else lax.conv_general_dilated
+
+
+# XLA CPU's convolution kernels are several times faster when the input channels are a multiple of
+# 4 (BUILD_NOTES.md, "Client step on XLA CPU": the 3-channel first layer of a small CNN).
+CHANNEL_MULTIPLE = 4
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def _channel_padded(x, kernel, conv, multiple):
+  extra = -x.shape[-1] % multiple
+  return conv(jnp.pad(x, ((0, 0),) * 3 + ((0, extra),)),
+              jnp.pad(kernel, ((0, 0),) * 2 + ((0, extra), (0, 0))))
+
+
+def _channel_padded_fwd(x, kernel, conv, multiple):
+  return _channel_padded(x, kernel, conv, multiple), (x, kernel)
+
+
+def _channel_padded_bwd(conv, multiple, residuals, g):
+  del multiple
+  x, kernel = residuals
+  return jax.vjp(conv, x, kernel)[1](g)   # the unpadded conv's gradients (no zero rows to drop)
+
+
+_channel_padded.defvjp(_channel_padded_fwd, _channel_padded_bwd)
+
+
+def channel_padded(conv_general_dilated):
+  """`conv_general_dilated` (either of `conv_function`'s) whose forward pass runs on input
+  channels zero-padded to a multiple of `CHANNEL_MULTIPLE`, for NHWC/HWIO convolutions of few
+  input channels (an RGB first layer). The padded channels multiply zero weights, so the outputs
+  equal the unpadded conv's up to float rounding (the kernel sums in another order); gradients are
+  the unpadded conv's own (a custom VJP), so no zero rows are computed or trained."""
+
+  def conv(lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilation=None,
+           dimension_numbers=None, feature_group_count=1, batch_group_count=1, precision=None,
+           preferred_element_type=None):
+    plain = functools.partial(
+        conv_general_dilated, window_strides=window_strides, padding=padding,
+        lhs_dilation=lhs_dilation, rhs_dilation=rhs_dilation,
+        dimension_numbers=dimension_numbers, feature_group_count=feature_group_count,
+        batch_group_count=batch_group_count, precision=precision,
+        preferred_element_type=preferred_element_type)
+    nhwc = (lhs.ndim == 4 and feature_group_count == 1 and batch_group_count == 1
+            and lax.conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers)
+            == lax.conv_dimension_numbers(lhs.shape, rhs.shape, _NHWC))
+    if not nhwc or lhs.shape[-1] % CHANNEL_MULTIPLE == 0:
+      return plain(lhs, rhs)
+    return _channel_padded(lhs, rhs, plain, CHANNEL_MULTIPLE)
+
+  return conv

@@ -126,7 +126,10 @@ def test_fedface_starts_a_new_client_from_its_mean_feature_once():
   features = np.asarray(model.apply(state.server['model'], preprocess.normalize(images),
                                     train=False), np.float64)
   mean = np.mean(features / np.linalg.norm(features, axis=1, keepdims=True), axis=0)
-  np.testing.assert_allclose(result.update['W'][0], mean / np.linalg.norm(mean), rtol=1e-5)
+  # Components of a unit vector: the jitted client and this eager model round differently (XLA
+  # fuses the pooling into the GroupNorm), by float32 steps of the norm, not of each component.
+  np.testing.assert_allclose(result.update['W'][0], mean / np.linalg.norm(mean), rtol=1e-5,
+                             atol=1e-6)
   assert not one.per_client['initialised']
   # Once initialised, the server's w_i is what it trains from.
   server = {**state.server, 'initialised': state.server['initialised'].at[3].set(True)}

@@ -1,7 +1,9 @@
 """Aggregation over the clients axis: exact weighted means, padding rows are inert."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from fedjax_face.core import aggregation
 
@@ -21,6 +23,19 @@ def test_weighted_mean_of_n_k_matches_fedavg_formula():
   expected = sum(n[k] / n.sum() * x[k] for k in range(5))   # FedGC Alg. 1 line 11
   np.testing.assert_allclose(aggregation.weighted_mean(jnp.asarray(x), jnp.asarray(n)), expected,
                              rtol=1e-5)
+
+
+@pytest.mark.parametrize('m', [1, 5, aggregation.CHAIN_MAX_CLIENTS + 3])
+def test_chain_and_contraction_both_give_the_fedavg_formula(m):
+  """Up to CHAIN_MAX_CLIENTS clients the sum is a chain of adds, beyond it a contraction."""
+  rng = np.random.default_rng(m)
+  x = rng.normal(size=(m, 4, 3)).astype(np.float32)
+  n = rng.integers(1, 9, m).astype(np.float32)
+  expected = (n[:, None, None] * x.astype(np.float64)).sum(0) / n.sum()
+  out = jax.jit(aggregation.weighted_mean)({'x': jnp.asarray(x), 'step': jnp.full(m, 4)},
+                                           jnp.asarray(n))
+  np.testing.assert_allclose(out['x'], expected, rtol=2e-6, atol=1e-6)
+  assert out['step'].dtype == jnp.int32 and int(out['step']) == 4
 
 
 def test_padding_rows_do_not_change_the_mean():

@@ -54,11 +54,11 @@ def test_loop_threads_give_the_same_round_on_several_threads(loop_results, monke
   monkeypatch.setattr(engine_lib.RoundEngine, '_client_at', recording_client_at)
   run_thread = set()
   real_loop = engine_lib.RoundEngine._loop
-  def recording_loop(self, run_client, n):
+  def recording_loop(self, run_client, n, signature):
     def run(i):
       run_thread.add(threading.get_ident())
       return run_client(i)
-    return real_loop(self, run, n)
+    return real_loop(self, run, n, signature)
   monkeypatch.setattr(engine_lib.RoundEngine, '_loop', recording_loop)
   state, eng = engine_cases.run_rounds('fedgc', 'loop', loop_threads=3)
   # Traced once per cohort size (5, then 3 clients: the client indexes the cohort's stacked

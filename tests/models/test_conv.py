@@ -1,4 +1,5 @@
-"""`models.conv.canonical_gradient_conv`: XLA's convolution with gradients restated as plain convs.
+"""`models.conv`: XLA's convolution with its gradients restated as plain convs ('canonical'), and
+with few input channels padded (`channel_padded`).
 
 The value and both gradients must equal `lax.conv_general_dilated`'s own, for every stride and
 padding the backbones use, under `lax.scan` and `vmap`, and for whole backbones.
@@ -26,6 +27,11 @@ def value_and_grads(conv_fn, x, kernel, strides, padding):
   return y, grads
 
 
+RESTATED = [conv.canonical_gradient_conv]
+
+
+@pytest.mark.parametrize('conv_fn', RESTATED + [conv.channel_padded(lax.conv_general_dilated),
+                                                conv.channel_padded(conv.canonical_gradient_conv)])
 @pytest.mark.parametrize('size,kernel_size,strides,padding', [
     (8, 3, (1, 1), ((1, 1), (1, 1))),     # the backbones' 3x3 convs
     (8, 3, (2, 2), ((1, 1), (1, 1))),     # IResNet's stride-2 3x3, even size
@@ -35,19 +41,20 @@ def value_and_grads(conv_fn, x, kernel, strides, padding):
     (8, 3, (2, 2), 'SAME'),
     (8, 3, (1, 1), 'VALID'),
 ])
-def test_gradients_equal_xla(size, kernel_size, strides, padding):
+def test_gradients_equal_xla(conv_fn, size, kernel_size, strides, padding):
   rng = np.random.RandomState(0)
-  x = jnp.asarray(rng.randn(3, size, size, 4), jnp.float32)
-  kernel = jnp.asarray(rng.randn(kernel_size, kernel_size, 4, 5), jnp.float32)
+  x = jnp.asarray(rng.randn(3, size, size, 3), jnp.float32)   # 3 channels: channel_padded pads
+  kernel = jnp.asarray(rng.randn(kernel_size, kernel_size, 3, 5), jnp.float32)
   y_ref, (dx_ref, dk_ref) = value_and_grads(lax.conv_general_dilated, x, kernel, strides, padding)
-  y, (dx, dk) = value_and_grads(conv.canonical_gradient_conv, x, kernel, strides, padding)
+  y, (dx, dk) = value_and_grads(conv_fn, x, kernel, strides, padding)
   np.testing.assert_allclose(y, y_ref, rtol=1e-6, atol=1e-6)
   assert dx.shape == x.shape and dk.shape == kernel.shape
   np.testing.assert_allclose(dx, dx_ref, rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(dk, dk_ref, rtol=1e-5, atol=1e-4)
 
 
-def test_gradients_equal_xla_inside_scan_and_vmap():
+@pytest.mark.parametrize('conv_fn', RESTATED)
+def test_gradients_equal_xla_inside_scan_and_vmap(conv_fn):
   """Per-client kernels under vmap (the engine's vmap backend) and steps under lax.scan."""
   rng = np.random.RandomState(1)
   xs = jnp.asarray(rng.randn(2, 3, 2, 6, 6, 4), jnp.float32)      # [clients, steps, B, H, W, C]
@@ -62,19 +69,37 @@ def test_gradients_equal_xla_inside_scan_and_vmap():
       return lax.scan(step, kernel, x_steps)[0]
     return jax.jit(jax.vmap(client))(kernels, xs)
 
-  np.testing.assert_allclose(train(conv.canonical_gradient_conv),
-                             train(lax.conv_general_dilated), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(train(conv_fn), train(lax.conv_general_dilated), rtol=1e-5,
+                             atol=1e-5)
 
 
-def test_unsupported_convs_fall_back_to_xla():
+@pytest.mark.parametrize('conv_fn', RESTATED + [conv.channel_padded(lax.conv_general_dilated)])
+def test_unsupported_convs_fall_back_to_xla(conv_fn):
   rng = np.random.RandomState(2)
   x = jnp.asarray(rng.randn(2, 8, 8, 4), jnp.float32)
   grouped = jnp.asarray(rng.randn(3, 3, 2, 4), jnp.float32)
   for kwargs in ({'feature_group_count': 2}, {'rhs_dilation': (2, 2)}):
     k = grouped if 'feature_group_count' in kwargs else grouped.reshape(3, 3, 4, 2)
     f = lambda fn, x: jnp.sum(fn(x, k, (1, 1), 'SAME', dimension_numbers=NHWC, **kwargs) ** 2)
-    np.testing.assert_allclose(jax.grad(lambda x: f(conv.canonical_gradient_conv, x))(x),
+    np.testing.assert_allclose(jax.grad(lambda x: f(conv_fn, x))(x),
                                jax.grad(lambda x: f(lax.conv_general_dilated, x))(x), rtol=1e-6)
+
+
+def test_channel_padded_pads_only_few_channel_inputs():
+  """The forward pass sees channels padded to a multiple of 4 (one extra zero channel for RGB),
+  inputs already a multiple of 4 go through untouched, and the kernel keeps its shape."""
+  seen = []
+  def spy(lhs, rhs, *args, **kwargs):
+    seen.append((lhs.shape[-1], rhs.shape[2]))
+    return lax.conv_general_dilated(lhs, rhs, *args, **kwargs)
+  padded = conv.channel_padded(spy)
+  for channels in (3, 4):
+    x = jnp.ones((1, 4, 4, channels))
+    k = jnp.ones((3, 3, channels, 2))
+    dk = jax.grad(lambda k: padded(x, k, (1, 1), 'SAME', dimension_numbers=NHWC).sum())(k)
+    assert dk.shape == k.shape
+  assert seen[0] == (4, 4) and seen[-1] == (4, 4)
+  assert (3, 3) in seen   # the gradient is the unpadded conv's own
 
 
 def _narrow_iresnet(conv_gradient):

@@ -114,6 +114,12 @@ def test_bench_json_has_every_section_and_combination(tiny_run):
   rows = saved['scaling']['rows']
   assert [r['devices'] for r in rows] == [1, 2]
   assert all(r['status'] == 'measured' for r in rows)
+  f = saved['fedavg_cnn']
+  assert [(r['name'], r['backend'], r['loop_threads']) for r in f['engine']] == (
+      [('auto', 'loop', stores.usable_cpus())] + [('loop', 'loop', t) for t in
+                                                  b.fedavg_cnn.loop_threads])
+  assert f['pytorch'] == [] and f['auto_over_best_pytorch'] is None   # torch off in runlocal
+  assert f['classes'] == b.fedavg_cnn.cohort.num_clients * b.fedavg_cnn.cohort.identities_per_client
 
 
 def test_skipped_and_measured_as_configured(tiny_run):
@@ -141,6 +147,12 @@ def test_every_throughput_is_positive_and_finite(tiny_run):
   rates.append(saved['eval']['verification']['seconds'])
   for r in saved['scaling']['rows']:
     rates += [r['images_per_s'], r['median_s']]
+  f = saved['fedavg_cnn']
+  rates += [f['client_flops'], f['peak_gflops'], f['matmul_gflops'], f['conv_gflops']]
+  for r in f['engine']:
+    rates += [r['images_per_s'], r['gflops'], r['share_of_peak'], r['median_s']]
+    assert r['gflops'] == pytest.approx(f['client_flops'] * f['cohort']['cohort_size']
+                                        / r['median_s'] / 1e9)
   for row in saved['regularizer']:
     rates += [row['blockwise_seconds'], row['dense_seconds']]
     assert row['blockwise_temp_bytes'] > 0 and row['dense_temp_bytes'] > 0
@@ -182,7 +194,7 @@ def test_markdown_lists_every_row(tiny_run):
     for row in res['backends']:
       assert f"| {row['name'].split('/', 1)[1]}" in text
   assert 'sequential loop of a jitted step' in text and 'centralized, batch' in text
-  for title in ('## (a)-(c)', '## (d)', '## (e)', '## (f)'):
+  for title in ('## (a)-(c)', '## (d)', '## (e)', '## (f)', '## (h)'):
     assert title in text
 
 

@@ -17,6 +17,9 @@ Sections (keys of bench.json; `bench.sections` picks them):
   scaling      (f) the best non-loop combination with the clients axis over 1, 2, 4, ... devices.
   one_per_client  (g) FedFV's run loop (8 of 1,000 one-identity clients) as rounds/s and host time
                between rounds, against one jitted loop over the same images (`one_per_client`).
+  fedavg_cnn   (h) plain FedAvg of a small classifier CNN on random data: images/s, GFLOP/s and
+               the share of this machine's measured peak, beside the same loop in PyTorch when
+               torch is installed (`fedavg_cnn`).
 
 How figures are taken (`timing.measure`): each call's result is blocked on (`jax.block_until_ready`);
 `warmup` untimed calls come first, the first of them traces and compiles; then up to `repeats`
@@ -30,7 +33,7 @@ Sizes and what is skipped live in `configs/bench.py`; skipped combinations appea
 `status: skipped` and the reason.
 
 Modules: `common` (names, checks, the synthetic problem), `rounds` (a-c), `server_step` (d),
-`evaluation` (e), `scaling` (f), `one_per_client` (g), `report` (the tables), `pipeline` (the real-data input pipeline,
+`evaluation` (e), `scaling` (f), `one_per_client` (g), `fedavg_cnn` (h), `report` (the tables), `pipeline` (the real-data input pipeline,
 its own command); `run` below runs the configured sections.
 """
 
@@ -42,6 +45,7 @@ from fedjax_face import models
 from fedjax_face.core import policy
 from fedjax_face.tools.bench.common import make_problem, platform_info, validate
 from fedjax_face.tools.bench.evaluation import bench_eval
+from fedjax_face.tools.bench.fedavg_cnn import bench_fedavg_cnn
 from fedjax_face.tools.bench.one_per_client import bench_one_per_client
 from fedjax_face.tools.bench.report import markdown
 from fedjax_face.tools.bench.rounds import bench_cohort
@@ -86,6 +90,8 @@ def run(config, out_dir: str, log=print) -> dict:
     results['scaling'] = bench_scaling(config, problem(b.scaling.cohort), combination, log)
   if 'one_per_client' in b.sections:
     results['one_per_client'] = bench_one_per_client(config, log)
+  if 'fedavg_cnn' in b.sections:
+    results['fedavg_cnn'] = bench_fedavg_cnn(config, log)
   results['total_s'] = time.perf_counter() - t_start
   results['platform']['load_average_1min_end'] = os.getloadavg()[0] if hasattr(
       os, 'getloadavg') else None

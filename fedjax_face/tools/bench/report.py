@@ -47,6 +47,32 @@ def summary_lines(rounds: dict) -> list[str]:
   return out
 
 
+def fedavg_cnn_lines(f: dict) -> list[str]:
+  """Section (h): the engine rows, then the PyTorch rows (or why they are missing)."""
+  c = f['cohort']
+  lines = [f"## (h) plain FedAvg of a classifier CNN: {c['cohort_size']} clients x "
+           f"{c['local_steps']} SGD steps x {c['batch_size']}, {f['image_size']}x"
+           f"{f['image_size']}, {f['classes']} classes",
+           f"peak {f['peak_gflops']:.0f} GFLOP/s (matmul {f['matmul_gflops']:.0f}, conv "
+           f"{f['conv_gflops']:.0f}); one client's update {f['client_flops'] / 1e9:.2f} GFLOP "
+           '(XLA cost analysis)',
+           '| how | compile s | s/round | images/s | GFLOP/s | share of peak |',
+           '| --- | ---: | ---: | ---: | ---: | ---: |']
+  for r in f['engine']:
+    lines.append(f"| engine {r['name']} ({r['backend']}, {r['loop_threads']} thread(s), "
+                 f"{r['step_mode']}) | {r['compile_s']:.2f} | {r['median_s']:.3f} | "
+                 f"{r['images_per_s']:,.0f} | {r['gflops']:.1f} | {100 * r['share_of_peak']:.0f}% |")
+  for r in f['pytorch']:
+    if r['status'] == 'skipped':
+      lines.append(f"| {r['name']}: skipped ({r['reason']}) | | | | | |")
+    else:
+      lines.append(f"| {r['name']} | | {r['median_s']:.3f} | {r['images_per_s']:,.0f} | "
+                   f"{r['gflops']:.1f} | {100 * r['gflops'] / f['peak_gflops']:.0f}% |")
+  if f['auto_over_best_pytorch'] is not None:
+    lines.append(f"engine auto / best PyTorch row: {f['auto_over_best_pytorch']:.2f}")
+  return lines
+
+
 def markdown(results: dict) -> str:
   """The whole report: platform line, then one table per section run."""
   p = results['platform']
@@ -93,5 +119,7 @@ def markdown(results: dict) -> str:
               'between rounds |',
               f"| one jitted loop ({single['best']}) | | {single['images_per_s']:,.0f} | |",
               f"run loop / one jitted loop: {o['run_vs_single']:.2f}"]
+  if 'fedavg_cnn' in results:
+    parts += fedavg_cnn_lines(results['fedavg_cnn'])
   parts.append(f"\ntotal {results['total_s']:.1f} s")
   return '\n'.join(parts)
