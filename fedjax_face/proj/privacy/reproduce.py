@@ -1,5 +1,5 @@
-r"""Utility against privacy on the embedded benchmarks: FedPE and FedGC at epsilon = 1, 4, 16,
-infinity; FedFV, FedAwS, FedUV, FedFace and FedFR at 16 and infinity (Table 1); FedPAD and FedGPAD
+r"""Utility against privacy on the embedded benchmarks: every method at epsilon = 1, 4, 16 and
+infinity: FedPE, FedGC, FedFV, FedAwS, FedUV, FedFace and FedFR (Table 1); FedPAD and FedGPAD
 (Table 2, HTER on the unseen domain).
 
     python -m fedjax_face.reproduce --table=privacy --out_dir=docs
@@ -43,11 +43,13 @@ def _rows(method: str, label: str) -> list[Row]:
 
 
 def _short_rows(label: str, run, columns=COLUMNS) -> list[Row]:
-  """Off, clipping alone and epsilon = 16 for a method whose `run(*overrides)` is its default."""
+  """Off, clipping alone and each of `EPSILONS` for a method whose `run(*overrides)` is its
+  default."""
   blank = (None,) * len(columns)
-  return [Row(f'{label} off', run(), blank),
-          Row(f'{label} eps=inf (clip only)', run(*DP, ('dp.noise_multiplier', '0.0')), blank),
-          Row(f'{label} eps=16.0', run(*DP, ('dp.target_epsilon', '16.0')), blank)]
+  return ([Row(f'{label} off', run(), blank),
+           Row(f'{label} eps=inf (clip only)', run(*DP, ('dp.noise_multiplier', '0.0')), blank)]
+          + [Row(f'{label} eps={eps}', run(*DP, ('dp.target_epsilon', eps)), blank)
+             for eps in reversed(EPSILONS)])
 
 
 def _fedfr_run(*overrides) -> Run:
@@ -66,7 +68,8 @@ def _fedfv_rows() -> list[Row]:
   blank = (None,) * len(COLUMNS)
   return [Row('FedFV off', run(), blank),
           Row('FedFV eps=inf (clip only)', run(*dp, ('dp.noise_multiplier', '0.0')), blank),
-          Row('FedFV eps=16.0, class rows private', run(*dp, ('dp.target_epsilon', '16.0')), blank),
+          *[Row(f'FedFV eps={eps}, class rows private', run(*dp, ('dp.target_epsilon', eps)),
+                blank) for eps in reversed(EPSILONS)],
           Row('FedFV eps=16.0, class rows unprotected (outside epsilon)',
               run(*dp, ('dp.class_rows', 'unprotected'), ('dp.target_epsilon', '16.0')), blank)]
 

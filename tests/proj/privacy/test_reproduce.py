@@ -27,3 +27,14 @@ def test_every_federated_family_is_in_the_tables():
   fedfr = [row.run for row in reproduce.TABLES[1].rows if row.label.startswith('FedFR')]
   assert all(run.init_from is not None and run.init_from.config == 'fedfr/pretrain'
              for run in fedfr)
+
+
+def test_every_family_has_every_epsilon_and_clipping_alone():
+  found = {}
+  for table in reproduce.TABLES.values():
+    for row in table.rows:
+      family, _, rest = row.label.partition(' ')
+      if rest.startswith('eps='):
+        found.setdefault(family, set()).add(rest[4:].split(' ')[0].rstrip(','))
+  expected = set(reproduce.EPSILONS) | {'inf'}
+  assert found and all(eps == expected for eps in found.values()), found
