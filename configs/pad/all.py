@@ -3,8 +3,11 @@ paper's upper bound, which gives up the data centers' privacy), tested on the pr
 
     python -m fedjax_face.main --config=configs/pad/all.py:protocol=OCI_M --workdir=/tmp/pad_all
 
-One client holds every data center's attack and live classes; each batch draws 8 frames of each
-of them (48 for three data centers): live and attack balanced, every data center equally.
+One client holds every data center's attack and live classes; each batch draws 16 frames of each
+of them (96 for three data centers): live and attack balanced, every data center equally, and as
+many images a step as the federation trains on (each data center's batch of 16 live + 16 attack).
+With 8 of each (48), All saw half the federation's images and lost to every method, in-domain
+too (BUILD_NOTES.md, session 15).
 
 Argument (comma separated): protocol=OCI_M|OMI_C|OCM_I|ICM_O (default OCI_M), paper, runlocal.
 """
@@ -22,6 +25,7 @@ def get_config(arg=None):
                          paper=bool(args.get('paper')))
   c.data.pad.pooled = True
   c.federated.num_clients = 1
-  c.federated.batch_size = (2 if runlocal else 8) * 2 * len(c.data.pad.sources)
+  # The federation's images per step: a data center's batch (live and attack) per data center.
+  c.federated.batch_size = (c.federated.batch_size // 2) * 2 * len(c.data.pad.sources)
   c.fedgpad = fedgpad.config_section()
   return c
