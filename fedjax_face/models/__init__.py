@@ -61,7 +61,8 @@ def build_backbone(config: Any, conv_gradient: str = 'xla') -> nn.Module:
   name = config.name
   if name == 'pad_net':   # PAD: a detector, not an embedding backbone (models/pad.py)
     return PadNet(width=config.width, image_size=config.image_size,
-                  disentangle=config.disentangle, dtype=_DTYPES[_get(config, 'dtype', 'float32')])
+                  disentangle=config.disentangle, dtype=_DTYPES[_get(config, 'dtype', 'float32')],
+                  conv_gradient=conv_gradient)
   if name not in BACKBONES:
     raise ValueError(f'Unknown backbone {name!r}; valid names: {sorted(BACKBONES)}')
   if conv_gradient not in conv_lib.CONV_GRADIENTS:

@@ -21,12 +21,14 @@ differences pooled vectors). `disentangle=False` builds EI, C and Dep only: FedP
 with the same depth head, so that the two methods differ in the disentanglement alone.
 """
 
+import functools
 from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from fedjax_face.models import conv as conv_lib
 from fedjax_face.models import pooling
 from fedjax_face.models.small_cnn import BN_EPSILON, BN_MOMENTUM, conv_kernel_init
 
@@ -35,11 +37,13 @@ PAD_CHANNELS = 6   # RGB + HSV (the authors' input)
 
 class _ConvBN(nn.Module):
   features: int
+  conv_gradient: str = 'xla'
 
   @nn.compact
   def __call__(self, x, train: bool):
     x = nn.Conv(self.features, (3, 3), padding='SAME', use_bias=False,
-                kernel_init=conv_kernel_init)(x)
+                kernel_init=conv_kernel_init,
+                conv_general_dilated=conv_lib.conv_function(self.conv_gradient))(x)
     x = nn.BatchNorm(use_running_average=not train, momentum=BN_MOMENTUM, epsilon=BN_EPSILON)(x)
     return nn.relu(x)
 
@@ -51,20 +55,22 @@ def _pool(x):
 class Extractor(nn.Module):
   """EI or ES: returns (conv1-13 features `[B, h, w, 8w]`, the three block outputs)."""
   width: int
+  conv_gradient: str = 'xla'
 
   @nn.compact
   def __call__(self, x, train: bool):
     w = self.width
-    x = _ConvBN(w)(x, train)
+    conv_bn = functools.partial(_ConvBN, conv_gradient=self.conv_gradient)
+    x = conv_bn(w)(x, train)
     blocks = []
     for _ in range(3):
       for channels in (2 * w, 3 * w, 2 * w):
-        x = _ConvBN(channels)(x, train)
+        x = conv_bn(channels)(x, train)
       x = _pool(x)
       blocks.append(x)
-    x = _pool(_ConvBN(2 * w)(x, train))
-    x = _pool(_ConvBN(4 * w)(x, train))
-    return _ConvBN(8 * w)(x, train), blocks
+    x = _pool(conv_bn(2 * w)(x, train))
+    x = _pool(conv_bn(4 * w)(x, train))
+    return conv_bn(8 * w)(x, train), blocks
 
 
 class Classifier(nn.Module):
@@ -77,15 +83,17 @@ class Classifier(nn.Module):
 
 class DepthEstimator(nn.Module):
   width: int
+  conv_gradient: str = 'xla'
 
   @nn.compact
   def __call__(self, blocks, train: bool):
     size = blocks[-1].shape[1:3]
     x = jnp.concatenate([jax.image.resize(b, b.shape[:1] + size + b.shape[3:], 'linear')
                          for b in blocks], axis=-1)
-    x = _ConvBN(2 * self.width)(x, train)
-    x = _ConvBN(self.width)(x, train)
-    return nn.Conv(1, (3, 3), padding='SAME')(x)[..., 0]
+    x = _ConvBN(2 * self.width, self.conv_gradient)(x, train)
+    x = _ConvBN(self.width, self.conv_gradient)(x, train)
+    return nn.Conv(1, (3, 3), padding='SAME',
+                   conv_general_dilated=conv_lib.conv_function(self.conv_gradient))(x)[..., 0]
 
 
 class Decoder(nn.Module):
@@ -110,18 +118,21 @@ class PadNet(nn.Module):
   """`__call__(x, train, disentangled=None)` -> dict with 'logit' `[B]`, 'depth' `[B, S/8, S/8]`
   and, with `disentangle` and `disentangled` (default: in training), 'z_invariant', 'z_specific'
   `[B, 8w]` and 'reconstruction' `[B, S, S, 6]`. Without them only EI, C and Dep run, so the
-  aggregated parts alone (FedGPAD's global model) score images."""
+  aggregated parts alone (FedGPAD's global model) score images. `conv_gradient`: 'xla' or
+  'canonical' (`models/conv.py`: the same gradients, fast inside `lax.scan` on XLA CPU); the
+  decoder's transposed convs keep XLA's own."""
   width: int = 8
   image_size: int = 64
   disentangle: bool = True
   dtype: Any = jnp.float32
+  conv_gradient: str = 'xla'
 
   def setup(self):
-    self.invariant = Extractor(self.width)
+    self.invariant = Extractor(self.width, self.conv_gradient)
     self.classifier = Classifier(self.width)
-    self.depth = DepthEstimator(self.width)
+    self.depth = DepthEstimator(self.width, self.conv_gradient)
     if self.disentangle:
-      self.specific = Extractor(self.width)
+      self.specific = Extractor(self.width, self.conv_gradient)
       self.decoder = Decoder(self.width, self.image_size)
 
   def __call__(self, x, train: bool, disentangled: bool | None = None):
