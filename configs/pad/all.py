@@ -7,7 +7,10 @@ One client holds every data center's attack and live classes; each batch draws 1
 of them (96 for three data centers): live and attack balanced, every data center equally, and as
 many images a step as the federation trains on (each data center's batch of 16 live + 16 attack).
 With 8 of each (48), All saw half the federation's images and lost to every method, in-domain
-too (BUILD_NOTES.md, session 15).
+too (BUILD_NOTES.md, session 15). Its Adam state persists from step to step
+(`federated.client_optimizer_state='keep'`), as centralized training has it: the data centers'
+optimizer is created afresh every round (the authors' code), which for one client would restart
+Adam at every step.
 
 Argument (comma separated): protocol=OCI_M|OMI_C|OCM_I|ICM_O (default OCI_M), paper, runlocal.
 """
@@ -27,5 +30,6 @@ def get_config(arg=None):
   c.federated.num_clients = 1
   # The federation's images per step: a data center's batch (live and attack) per data center.
   c.federated.batch_size = (c.federated.batch_size // 2) * 2 * len(c.data.pad.sources)
+  c.federated.client_optimizer_state = 'keep'   # centralized Adam: one state for the whole run
   c.fedgpad = fedgpad.config_section()
   return c

@@ -40,6 +40,9 @@ from fedjax_face.data import preprocess
 from fedjax_face.models import pad as pad_model
 
 ONE_CLIENT = False
+# `federated.client_optimizer_state='keep'`: a data center's Adam state persists between rounds
+# (All, one client holding every data center, is then plain centralized Adam: configs/pad/all.py).
+KEEPS_CLIENT_OPTIMIZER = True
 SHARED_PARTS = ('invariant', 'classifier', 'depth')   # Eq. 10: what the server averages
 PRIVATE_PARTS = ('specific', 'decoder')               # never leave the data center
 WEIGHTINGS = ('uniform', 'examples')
@@ -108,6 +111,7 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
   optimizer = common.make_optimizer(config.optimizer)
   lr_schedule = common.lr_scale_schedule(config)
   private_parts = PRIVATE_PARTS if model.disentangle else ()
+  keep_opt_state = common.keeps_client_optimizer(config)
   uniform = config.fedgpad.weighting == 'uniform'
   image_shape = (1, config.data.image_size, config.data.image_size, pad_model.PAD_CHANNELS)
 
@@ -115,8 +119,10 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     variables = dict(model.init(rng, jnp.zeros(image_shape), train=True))
     clients = {}
     if private_parts:   # every data center starts its own ES and Dec from the same draw
-      own = _parts(variables, private_parts)
-      clients = jax.tree.map(lambda x: jnp.broadcast_to(x, (fed.num_clients,) + x.shape), own)
+      clients = _parts(variables, private_parts)
+    if keep_opt_state:   # over every trained parameter, shared and own
+      clients = {**clients, 'opt_state': optimizer.init(variables['params'])}
+    clients = jax.tree.map(lambda x: jnp.broadcast_to(x, (fed.num_clients,) + x.shape), clients)
     return RoundState(server=_parts(variables, SHARED_PARTS), clients=clients,
                       round=jnp.zeros((), jnp.int32))
 
@@ -148,22 +154,26 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
   def client_update(client_input: ClientInput, private, data, rng) -> ClientResult:
     variables = _variables(client_input.shared['model'], private)
     params, batch_stats = variables['params'], variables.get('batch_stats', {})
-    carry = (params, batch_stats, optimizer.init(params))   # a fresh optimizer every round
+    # A fresh optimizer every round (the authors' code), or the data center's own kept one.
+    opt_state = private['opt_state'] if keep_opt_state else optimizer.init(params)
+    carry = (params, batch_stats, opt_state)
     num_steps = data['images'].shape[0]
     xs = {'images': data['images'], 'labels': data['labels'], 'mask': data['mask'],
           'depth': data['targets']['depth'], 'rng': jax.random.split(rng, num_steps)}
     lr_scale = client_input.shared.get('lr_scale')
     run = (lambda c, b: step(c, {**b, 'lr_scale': lr_scale}))
-    (params, batch_stats, _), terms = local.run_steps(local.skip_if_empty(run), carry, xs,
-                                                      mode=step_mode)
+    (params, batch_stats, opt_state), terms = local.run_steps(local.skip_if_empty(run), carry, xs,
+                                                              mode=step_mode)
     trained = {'params': params, 'batch_stats': batch_stats}
     active = jnp.any(data['mask'], axis=-1)
     mean = lambda x: jnp.sum(x * active) / jnp.maximum(active.sum(), 1)
     metrics = {f'loss_{k}': mean(v) for k, v in terms.items()}
     metrics['train_loss'] = sum(weights[k] * metrics[f'loss_{k}'] for k in terms)
+    kept = _parts(trained, private_parts) if private_parts else {}
+    if keep_opt_state:
+      kept['opt_state'] = opt_state
     return ClientResult(update=_parts(trained, SHARED_PARTS),              # Eq. 10's parts
-                        private=_parts(trained, private_parts) if private_parts else private,
-                        metrics=metrics)
+                        private=kept, metrics=metrics)
 
   def server_update(server, updates, client_weights, client_ids, round_index, rng):
     del client_ids, round_index, rng

@@ -85,3 +85,53 @@ def test_config_errors_name_the_field(field, value, match):
     config[section][key] = (not config[section][key]) if value is None else value
     with pytest.raises(ValueError, match=match):
       algorithms.check_config(config)
+
+
+@pytest.mark.parametrize('name', ['fedgpad', 'fedpad'])
+def test_kept_optimizer_makes_rounds_of_one_step_one_run_of_two(name, data):
+  """`federated.client_optimizer_state='keep'`: the data center's Adam state survives the round,
+  so two rounds of one step each (the second from the first's model and state) are the same
+  update as one round of both steps; with 'reset' (the default) they are not. Nothing of the
+  state crosses to the server."""
+  from fedjax_face.data import federated
+  config = load_config(f'pad/{name}')
+  config.federated.client_optimizer_state = 'keep'
+  config.federated.local_steps = 2
+  model = models.build_backbone(config.model)
+  batches = federated.sample_round(data, np.array([0]), round_index=0, seed=0, steps=2,
+                                   batch_size=config.federated.batch_size, balanced=True)
+  batches = jax.tree.map(lambda x: x[0], batches)
+  step = lambda s: jax.tree.map(lambda x: x[s:s + 1], batches)
+  rng = jax.random.PRNGKey(2)
+
+  def run(keep: bool):
+    config.federated.client_optimizer_state = 'keep' if keep else 'reset'
+    algorithm = algorithms.get(name).build(config, model, data, step_mode='unroll')
+    state = algorithm.init(jax.random.PRNGKey(0))
+    private = jax.tree.map(lambda x: x[0], state.clients)
+    shared = algorithm.broadcast(state.server, jnp.array([0]), state.round, rng)
+    both = algorithm.client_update(shared, private, batches, rng)
+    # The two step keys of the two-step run, one per one-step round.
+    keys = jax.random.split(rng, 2)
+    first = _one_step(algorithm, shared, private, step(0), keys[0])
+    second_input = shared._replace(shared={**shared.shared, 'model': first.update})
+    second = _one_step(algorithm, second_input, first.private, step(1), keys[1])
+    return both, second
+
+  both, second = run(keep=True)
+  assert 'opt_state' in both.private and 'opt_state' not in both.update
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+               second.update, both.update)
+  both, second = run(keep=False)
+  differs = jax.tree.map(lambda a, b: bool(np.any(np.abs(a - b) > 1e-4)), second.update['params'],
+                         both.update['params'])
+  assert any(jax.tree.leaves(differs))
+
+
+def _one_step(algorithm, client_input, private, batch, key):
+  """client_update on a one-step batch whose step key is `key` (the two-step run splits its rng
+  into one key per step; a one-step run splits its rng into one key, so it is handed `key`
+  through a wrapper that returns it)."""
+  import unittest.mock  # pylint: disable=g-import-not-at-top
+  with unittest.mock.patch.object(jax.random, 'split', lambda k, n: key[None]):
+    return algorithm.client_update(client_input, private, batch, key)
