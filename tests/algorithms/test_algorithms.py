@@ -190,5 +190,5 @@ def test_keeping_the_optimizer_is_refused_where_not_offered():
   config.federated.client_optimizer_state = 'keep'
   with pytest.raises(ValueError, match=r"client_optimizer_state='keep' is not offered by fedfv; "
                                        r"expected 'reset' \(methods that offer it: \['fedgc', "
-                                       r"'fedpe'\]\)"):
+                                       r"'fedgpad', 'fedpad', 'fedpe'\]\)"):
     algorithms.check_config(config)
