@@ -33,6 +33,7 @@ from fedjax_face.core import engine as engine_lib
 from fedjax_face.core import local
 from fedjax_face.core import policy
 from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, RoundState
+from fedjax_face.data import preprocess
 from fedjax_face.data import stores
 from fedjax_face.models import conv as conv_lib
 from fedjax_face.models import pooling
@@ -65,8 +66,7 @@ def fedavg_classifier(model: ClassifierCNN, identity_table: np.ndarray, image_si
   classes = jnp.asarray(identity_table)
 
   def loss_fn(params, batch, identities):
-    images = batch['images'].astype(jnp.float32) / 127.5 - 1.0
-    logits = model.apply({'params': params}, images)
+    logits = model.apply({'params': params}, preprocess.normalize(batch['images']))
     losses = optax.softmax_cross_entropy_with_integer_labels(logits, identities[batch['labels']])
     mask = batch['mask'].astype(jnp.float32)
     return (losses * mask).sum() / jnp.maximum(mask.sum(), 1.0)
