@@ -104,7 +104,7 @@ def accuracy_epsilon_figure(curves: Mapping[str, tuple[list[tuple[float, float]]
       infinite epsilon (clipping alone) is drawn at `infinite_at`, marked on the axis.
     infinite_at: where on the axis epsilon = inf goes.
   """
-  fig = Figure(figsize=(6, 4.2))
+  fig = Figure(figsize=(7, 5))
   ax = fig.add_subplot()
   for i, (name, (points, without)) in enumerate(curves.items()):
     color = f'C{i}'
@@ -119,5 +119,5 @@ def accuracy_epsilon_figure(curves: Mapping[str, tuple[list[tuple[float, float]]
   ax.set_xlabel('epsilon at delta = 1e-5')
   ax.set_ylabel('LFW-like accuracy (%)')
   ax.grid(True, which='both', alpha=0.3)
-  ax.legend(fontsize=8)
+  ax.legend(fontsize=7, ncol=2)
   return fig

@@ -86,6 +86,7 @@ class Table:
   setting: str = ''                 # ours against the paper's (data, backbone), for the footnote
   digits: int = 2                   # decimals of ours (3 for cosines)
   titles: tuple[str, ...] = ()      # column titles ('results' tables)
+  column_digits: tuple[int, ...] = ()   # decimals per column where they differ (0 for bytes)
 
 
 def parse_overrides(items: list[str]) -> tuple[tuple[str, str], ...]:
@@ -275,7 +276,9 @@ def markdown(table: Table, results: dict[tuple[Run, int], dict], command: str,
     failed = sum('failed' in results.get((row.run, seed), {}) for seed in seeds)
     for column, paper in zip(table.columns, row.paper):
       values = [] if row.run is None else row_values(table, row, column, results, seeds)
-      cell = summarize(values, len(seeds) - failed, table.digits) if values else 'failed'
+      digits = (table.column_digits[table.columns.index(column)] if table.column_digits
+                else table.digits)
+      cell = summarize(values, len(seeds) - failed, digits) if values else 'failed'
       if failed and values:
         cell += f' ({failed} failed)'
       cells.append('not built' if row.run is None else cell if values or failed else '—')

@@ -100,6 +100,16 @@ def test_markdown_diagnostics_columns_and_a_pair_set_a_run_lacks():
   assert '| FedPE | 75.00 | — | — | 80.42 |' in tables.markdown(verif, {(run, 0): result}, 'cmd')
 
 
+def test_markdown_results_columns_with_their_own_decimals():
+  run = Run('fedgc/fedpe', 'loss=softmax', (('dp.enabled', 'True'),))
+  result = {'privacy': {'epsilon': 3.99871},
+            'communication': {'bytes_per_client_round': {'up': 621504}}}
+  table = Table('P', 'results', ('privacy/epsilon', 'communication/bytes_per_client_round/up'),
+                (Row('FedPE', run, (None, None)),), 'none', titles=('epsilon', 'bytes up'),
+                column_digits=(2, 0))
+  assert '| FedPE | 4.00 | 621504 |' in tables.markdown(table, {(run, 0): result}, 'cmd')
+
+
 def test_a_row_not_built_keeps_the_papers_numbers_and_starts_nothing(tmp_path):
   run = Run('pad/fedpad', 'protocol=OCI_M')
   table = Table('T5', 'results', ('pad/hter',), (Row('FedAvg', run, (19.45,)),

@@ -82,7 +82,7 @@ TABLES = {
                       for row in _short_rows(label, lambda *o, n=name: Run(f'fedfv/{n}', '', o))]
                    + _short_rows('FedFR', _fedfr_run)),
              'none (no paper measures it); DP-FedAvg needs many clients per round',
-             SETTING, digits=2, titles=TITLES),
+             SETTING, titles=TITLES, column_digits=(2, 2, 2, 2, 0)),
     2: Table('Utility against client-level privacy: face anti-spoofing (O&C&I -> M)', 'results',
              PAD_COLUMNS,
              tuple(_short_rows('FedPAD', _pad_run('fedpad'), PAD_COLUMNS)
@@ -91,14 +91,16 @@ TABLES = {
              'amplification from sampling',
              'ours: the PAD setting of configs/pad/ (three data centers, 400 rounds), clip S = 1, '
              'delta = 1e-5, RDP accountant with replace-one neighbours; HTER and AUC in %.',
-             digits=2, titles=PAD_TITLES),
+             titles=PAD_TITLES, column_digits=(2, 2, 2, 2, 0)),
 }
 
 
 def accuracy_against_epsilon(root: str, extra: tuple, seeds: tuple[int, ...],
                              out_dir: str | None) -> str:
   """The picture of Table 1 (seed `seeds[0]`): LFW-like accuracy against epsilon per method;
-  the run without DP as a dotted line, clipping alone (epsilon infinite) drawn at the right."""
+  the run without DP as a dotted line, clipping alone (epsilon infinite) drawn at the right.
+  Runs that diverged have no point; FedFV's row with unprotected class rows is left out (its
+  epsilon does not cover what it sends)."""
   from fedjax_face.eval import plots  # pylint: disable=g-import-not-at-top
   from fedjax_face.io import artifacts, files  # pylint: disable=g-import-not-at-top
   from fedjax_face.tools import tables  # pylint: disable=g-import-not-at-top
@@ -106,12 +108,13 @@ def accuracy_against_epsilon(root: str, extra: tuple, seeds: tuple[int, ...],
   lines = ['## Accuracy against epsilon (picture: privacy_accuracy.png)', '',
            '| method | epsilon | LFW-like accuracy (%) |', '| --- | --- | --- |']
   curves = {}
-  for method, label in (('fedpe', 'FedPE'), ('fedgc', 'FedGC')):
-    without, points = None, []
-    for row in _rows(method, label):
-      path = files.join(tables.workdir(root, row.run, extra, seeds[0]), 'results.json')
-      if not files.exists(path):
-        continue
+  for row in TABLES[1].rows:
+    if 'unprotected' in row.label:
+      continue
+    label = row.label.split(' ')[0]
+    points, without = curves.get(label, ([], None))
+    path = files.join(tables.workdir(root, row.run, extra, seeds[0]), 'results.json')
+    if files.exists(path):
       result = files.read_json(path)
       accuracy = 100 * result['verification']['lfw']['accuracy']
       eps = result.get('privacy', {}).get('epsilon', float('inf'))
@@ -121,7 +124,8 @@ def accuracy_against_epsilon(root: str, extra: tuple, seeds: tuple[int, ...],
         points.append((eps, accuracy))
       lines.append(f"| {label} | {'off' if row.label.endswith(' off') else f'{eps:.3g}'} | "
                    f'{accuracy:.2f} |')
-    curves[label] = (sorted(points), without)
+    curves[label] = (points, without)
+  curves = {label: (sorted(points), without) for label, (points, without) in curves.items()}
   if out_dir and any(points for points, _ in curves.values()):
     artifacts.write_figure(files.join(out_dir, 'privacy_accuracy.png'),
                            plots.accuracy_epsilon_figure(curves))
