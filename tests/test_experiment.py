@@ -264,12 +264,15 @@ def test_fig4_fedface_and_fedfr_start_from_the_scenarios_pretraining(tmp_path, i
     experiment.validate(other)
 
 
-@pytest.mark.parametrize('name', ['all'])   # FedPAD's algorithm on the pooled client; FedGPAD's
-# own rounds are tests/algorithms/test_fedgpad.py's
-def test_pad_configs_run_end_to_end(tmp_path, name):
+# FedPAD's algorithm on the pooled client, its BatchNorm over the pooled batch or per data center;
+# FedGPAD's own rounds are tests/algorithms/test_fedgpad.py's.
+@pytest.mark.parametrize('name, arg', [('all', 'runlocal'),
+                                       ('all', 'batch_norm=per_center,runlocal')])
+def test_pad_configs_run_end_to_end(tmp_path, name, arg):
   # The data centers train on their own domains (all: pooled in one client); the detector is
   # scored on the unseen target.
-  config = load_config(f'pad/{name}')
+  config = load_config(f'pad/{name}', arg)
+  assert config.model.batch_norm_groups == (3 if 'per_center' in arg else 1)
   results = experiment.train_and_evaluate(config, str(tmp_path))
   pad = results['pad']
   assert (pad['sources'], pad['target'], pad['threshold_rule']) == (['O', 'C', 'I'], 'M', 'test')
@@ -298,6 +301,9 @@ def test_pad_configs_run_end_to_end(tmp_path, name):
     ('federated.num_clients', 4, r'num_clients=4; the PAD benchmark has one client per data '
                                  r'center \(one for all with data.pad.pooled\): expected 3'),
     ('evals.pad.threshold_rule', 'dev', r"threshold_rule='dev'; expected one of"),
+    ('model.batch_norm_groups', 3, r'batch_norm_groups=3 with data.pad.pooled=False, '
+                                   r'federated.balanced_classes=True and 3 data centers; '
+                                   r'expected 1, or \(pooled, balanced classes\) 3'),
 ])
 def test_pad_config_errors_name_the_field(field, value, match):
   config = load_config('pad/fedgpad')

@@ -12,7 +12,12 @@ too (BUILD_NOTES.md, session 15). Its Adam state persists from step to step
 optimizer is created afresh every round (the authors' code), which for one client would restart
 Adam at every step.
 
-Argument (comma separated): protocol=OCI_M|OMI_C|OCM_I|ICM_O (default OCI_M), paper, runlocal.
+`batch_norm=per_center` computes BatchNorm's training statistics over each data center's slice
+of the batch, as the federated data centers do, instead of over the pooled batch (the default):
+the test of whether pooled statistics are why All's in-domain error is above FedPAD's.
+
+Argument (comma separated): protocol=OCI_M|OMI_C|OCM_I|ICM_O (default OCI_M),
+batch_norm=pooled|per_center (default pooled), paper, runlocal.
 """
 
 from fedjax_face import config_lib
@@ -22,7 +27,8 @@ from fedjax_face.proj.pad import setting
 
 def get_config(arg=None):
   args = config_lib.parse_arg(arg, {'protocol': setting.PROTOCOLS, 'paper': (True,),
-                                    'runlocal': (True,)})
+                                    'runlocal': (True,),
+                                    'batch_norm': ('pooled', 'per_center')})
   runlocal = bool(args.get('runlocal'))
   c = setting.pad_config('fedpad', protocol=args.get('protocol', 'OCI_M'), runlocal=runlocal,
                          paper=bool(args.get('paper')))
@@ -31,5 +37,7 @@ def get_config(arg=None):
   # The federation's images per step: a data center's batch (live and attack) per data center.
   c.federated.batch_size = (c.federated.batch_size // 2) * 2 * len(c.data.pad.sources)
   c.federated.client_optimizer_state = 'keep'   # centralized Adam: one state for the whole run
+  if args.get('batch_norm') == 'per_center':
+    c.model.batch_norm_groups = len(c.data.pad.sources)
   c.fedgpad = fedgpad.config_section()
   return c

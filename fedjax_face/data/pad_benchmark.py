@@ -468,6 +468,13 @@ def check_config(config) -> None:
     raise ValueError(f'config.federated.num_clients={config.federated.num_clients}; the PAD '
                      f'benchmark has one client per data center (one for all with data.pad.pooled): '
                      f'expected {clients} (data.pad.sources={tuple(p.sources)}).')
+  groups = config.model.get('batch_norm_groups', 1)
+  if groups != 1 and not (p.pooled and config.federated.balanced_classes
+                          and groups == len(p.sources)):
+    raise ValueError(f'config.model.batch_norm_groups={groups} with data.pad.pooled={p.pooled}, '
+                     f'federated.balanced_classes={config.federated.balanced_classes} and '
+                     f'{len(p.sources)} data centers; expected 1, or (pooled, balanced classes) '
+                     f'{len(p.sources)}: one BatchNorm slice per data center of a pooled batch.')
   classes = 2 * len(p.sources) if p.pooled else 2
   if config.federated.balanced_classes and config.federated.batch_size % classes:
     raise ValueError(f'config.federated.batch_size={config.federated.batch_size} with balanced '

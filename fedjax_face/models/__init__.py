@@ -62,7 +62,8 @@ def build_backbone(config: Any, conv_gradient: str = 'xla') -> nn.Module:
   if name == 'pad_net':   # PAD: a detector, not an embedding backbone (models/pad.py)
     return PadNet(width=config.width, image_size=config.image_size,
                   disentangle=config.disentangle, dtype=_DTYPES[_get(config, 'dtype', 'float32')],
-                  conv_gradient=conv_gradient)
+                  conv_gradient=conv_gradient,
+                  batch_norm_groups=_get(config, 'batch_norm_groups', 1))
   if name not in BACKBONES:
     raise ValueError(f'Unknown backbone {name!r}; valid names: {sorted(BACKBONES)}')
   if conv_gradient not in conv_lib.CONV_GRADIENTS:

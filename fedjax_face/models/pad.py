@@ -35,16 +35,58 @@ from fedjax_face.models.small_cnn import BN_EPSILON, BN_MOMENTUM, conv_kernel_in
 PAD_CHANNELS = 6   # RGB + HSV (the authors' input)
 
 
+class GroupedBatchNorm(nn.Module):
+  """BatchNorm whose training statistics come from each of `groups` equal, contiguous slices of
+  the batch (a pooled batch's data centers, as each federated data center computes them over
+  its own frames); the running statistics move by the mean of the slices' statistics, as
+  FedAvg of the data centers' running statistics would. Variables and inference as
+  `nn.BatchNorm` (its names, so a checkpoint reads either way)."""
+  groups: int
+  momentum: float = BN_MOMENTUM
+  epsilon: float = BN_EPSILON
+
+  @nn.compact
+  def __call__(self, x, use_running_average: bool):
+    features = x.shape[-1]
+    ra_mean = self.variable('batch_stats', 'mean', jnp.zeros, (features,), jnp.float32)
+    ra_var = self.variable('batch_stats', 'var', jnp.ones, (features,), jnp.float32)
+    scale = self.param('scale', nn.initializers.ones, (features,), jnp.float32)
+    bias = self.param('bias', nn.initializers.zeros, (features,), jnp.float32)
+    if use_running_average or self.is_initializing():   # init: shapes only, any batch size
+      mean, var = ra_mean.value, ra_var.value
+    else:
+      if x.shape[0] % self.groups:
+        raise ValueError(f'GroupedBatchNorm: a batch of {x.shape[0]} cannot be split into '
+                         f'{self.groups} equal data-center slices.')
+      sliced = x.reshape((self.groups, -1) + x.shape[1:]).astype(jnp.float32)
+      axes = tuple(range(1, sliced.ndim - 1))
+      mean = jnp.mean(sliced, axis=axes, keepdims=True)
+      var = jnp.maximum(jnp.mean(jnp.square(sliced), axis=axes, keepdims=True)
+                        - jnp.square(mean), 0.0)
+      m = self.momentum
+      ra_mean.value = m * ra_mean.value + (1 - m) * jnp.mean(mean, axis=(0,) + axes)
+      ra_var.value = m * ra_var.value + (1 - m) * jnp.mean(var, axis=(0,) + axes)
+      y = (sliced - mean) * jax.lax.rsqrt(var + self.epsilon)
+      return (y.reshape(x.shape) * scale + bias).astype(x.dtype)
+    y = (x.astype(jnp.float32) - mean) * jax.lax.rsqrt(var + self.epsilon)
+    return (y * scale + bias).astype(x.dtype)
+
+
 class _ConvBN(nn.Module):
   features: int
   conv_gradient: str = 'xla'
+  batch_norm_groups: int = 1
 
   @nn.compact
   def __call__(self, x, train: bool):
     x = nn.Conv(self.features, (3, 3), padding='SAME', use_bias=False,
                 kernel_init=conv_kernel_init,
                 conv_general_dilated=conv_lib.conv_function(self.conv_gradient))(x)
-    x = nn.BatchNorm(use_running_average=not train, momentum=BN_MOMENTUM, epsilon=BN_EPSILON)(x)
+    if self.batch_norm_groups == 1:
+      x = nn.BatchNorm(use_running_average=not train, momentum=BN_MOMENTUM,
+                       epsilon=BN_EPSILON)(x)
+    else:
+      x = GroupedBatchNorm(self.batch_norm_groups, name='BatchNorm_0')(x, not train)
     return nn.relu(x)
 
 
@@ -56,11 +98,13 @@ class Extractor(nn.Module):
   """EI or ES: returns (conv1-13 features `[B, h, w, 8w]`, the three block outputs)."""
   width: int
   conv_gradient: str = 'xla'
+  batch_norm_groups: int = 1
 
   @nn.compact
   def __call__(self, x, train: bool):
     w = self.width
-    conv_bn = functools.partial(_ConvBN, conv_gradient=self.conv_gradient)
+    conv_bn = functools.partial(_ConvBN, conv_gradient=self.conv_gradient,
+                                batch_norm_groups=self.batch_norm_groups)
     x = conv_bn(w)(x, train)
     blocks = []
     for _ in range(3):
@@ -84,14 +128,15 @@ class Classifier(nn.Module):
 class DepthEstimator(nn.Module):
   width: int
   conv_gradient: str = 'xla'
+  batch_norm_groups: int = 1
 
   @nn.compact
   def __call__(self, blocks, train: bool):
     size = blocks[-1].shape[1:3]
     x = jnp.concatenate([jax.image.resize(b, b.shape[:1] + size + b.shape[3:], 'linear')
                          for b in blocks], axis=-1)
-    x = _ConvBN(2 * self.width, self.conv_gradient)(x, train)
-    x = _ConvBN(self.width, self.conv_gradient)(x, train)
+    x = _ConvBN(2 * self.width, self.conv_gradient, self.batch_norm_groups)(x, train)
+    x = _ConvBN(self.width, self.conv_gradient, self.batch_norm_groups)(x, train)
     return nn.Conv(1, (3, 3), padding='SAME',
                    conv_general_dilated=conv_lib.conv_function(self.conv_gradient))(x)[..., 0]
 
@@ -120,19 +165,22 @@ class PadNet(nn.Module):
   `[B, 8w]` and 'reconstruction' `[B, S, S, 6]`. Without them only EI, C and Dep run, so the
   aggregated parts alone (FedGPAD's global model) score images. `conv_gradient`: 'xla' or
   'canonical' (`models/conv.py`: the same gradients, fast inside `lax.scan` on XLA CPU); the
-  decoder's transposed convs keep XLA's own."""
+  decoder's transposed convs keep XLA's own. `batch_norm_groups` > 1: training statistics per
+  data-center slice of a pooled batch (`GroupedBatchNorm`; the 'All' baseline's switch)."""
   width: int = 8
   image_size: int = 64
   disentangle: bool = True
   dtype: Any = jnp.float32
   conv_gradient: str = 'xla'
+  batch_norm_groups: int = 1
 
   def setup(self):
-    self.invariant = Extractor(self.width, self.conv_gradient)
+    groups = self.batch_norm_groups
+    self.invariant = Extractor(self.width, self.conv_gradient, groups)
     self.classifier = Classifier(self.width)
-    self.depth = DepthEstimator(self.width, self.conv_gradient)
+    self.depth = DepthEstimator(self.width, self.conv_gradient, groups)
     if self.disentangle:
-      self.specific = Extractor(self.width, self.conv_gradient)
+      self.specific = Extractor(self.width, self.conv_gradient, groups)
       self.decoder = Decoder(self.width, self.image_size)
 
   def __call__(self, x, train: bool, disentangled: bool | None = None):

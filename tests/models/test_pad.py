@@ -64,3 +64,42 @@ def test_canonical_conv_gradient_gives_xla_s_gradients():
 
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5),
                grads(nets['canonical']), grads(nets['xla']))
+
+
+def test_grouped_batch_norm_normalizes_each_slice_and_averages_the_running_statistics():
+  """`GroupedBatchNorm` (All's `batch_norm=per_center`): each data center's slice of the batch is
+  normalized as `nn.BatchNorm` would normalize that slice alone; the running statistics move by
+  the mean of the slices' statistics; the variables are `nn.BatchNorm`'s."""
+  import flax.linen as nn  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(2)
+  # Three slices of 4 samples with different means and scales, as three domains would have.
+  x = jnp.asarray(np.concatenate([rng.normal(m, s, (4, 3, 3, 5)) for m, s in
+                                  ((0., 1.), (2., .5), (-1., 3.))]), jnp.float32)
+  grouped = pad.GroupedBatchNorm(groups=3)
+  plain = nn.BatchNorm(momentum=pad.BN_MOMENTUM, epsilon=pad.BN_EPSILON)
+  variables = grouped.init(jax.random.PRNGKey(0), x, use_running_average=False)
+  plain_vars = plain.init(jax.random.PRNGKey(0), x[:4], use_running_average=False)
+  assert jax.tree.map(jnp.shape, variables) == jax.tree.map(jnp.shape, plain_vars)
+  out, state = grouped.apply(variables, x, use_running_average=False, mutable=['batch_stats'])
+  slices = [plain.apply(plain_vars, x[4 * g:4 * g + 4], use_running_average=False,
+                        mutable=['batch_stats'])
+            for g in range(3)]
+  np.testing.assert_allclose(out, np.concatenate([o for o, _ in slices]), atol=2e-5)
+  for name in ('mean', 'var'):
+    np.testing.assert_allclose(
+        state['batch_stats'][name],
+        np.mean([s['batch_stats'][name] for _, s in slices], axis=0), rtol=1e-5, atol=1e-6)
+  # Inference uses the running statistics, as nn.BatchNorm does.
+  np.testing.assert_allclose(
+      grouped.apply({**variables, **state}, x, use_running_average=True),
+      plain.apply({**plain_vars, **state}, x, use_running_average=True), atol=1e-6)
+  with pytest.raises(ValueError, match=r'a batch of 10 cannot be split into 3 equal'):
+    grouped.apply(variables, x[:10], use_running_average=False, mutable=['batch_stats'])
+
+
+def test_per_center_batch_norm_keeps_the_network_s_variables():
+  x = jnp.zeros((6, 32, 32, pad.PAD_CHANNELS))
+  shapes = [jax.tree.map(jnp.shape, jax.eval_shape(
+      lambda g=g: pad.PadNet(width=2, image_size=32, batch_norm_groups=g).init(
+          jax.random.PRNGKey(0), x, train=True))) for g in (1, 3)]
+  assert shapes[0] == shapes[1]

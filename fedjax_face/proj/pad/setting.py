@@ -63,6 +63,7 @@ def pad_config(algorithm: str, protocol: str = 'OCI_M', runlocal: bool = False,
   c.model.width = 8                      # Table II at 1/8 width (paper: 64)
   c.model.image_size = c.data.image_size
   c.model.disentangle = algorithm == 'fedgpad'
+  c.model.batch_norm_groups = 1          # All's `batch_norm=per_center`: one per data center
   c.evals = ml_collections.ConfigDict()
   c.evals.pad = ml_collections.ConfigDict()
   c.evals.pad.threshold_rule = 'test'    # the authors' code; 'validation': the paper's text
