@@ -121,6 +121,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.engine.loop_threads = 0            # 'loop' clients run at once on host threads; 0 = the
                                        # usable CPUs on CPU, 1 on an accelerator
   c.engine.memory_fraction = 0.6       # share of free device memory the auto width plans for
+  c.engine.client_state = 'device'     # where per-client state lives between rounds: 'device' |
+                                       # 'host' (numpy; the cohort's rows go to the device)
   c.engine.num_devices = 0             # 0 = all visible devices (of every process)
   c.engine.distributed = 'auto'        # 'off' | 'auto' | 'on': jax.distributed.initialize() for
                                        # multi-host runs (core/distributed.py)
@@ -374,6 +376,7 @@ def _check_engine(c: ml_collections.ConfigDict) -> None:
   check_choice('engine.step_mode', e.step_mode, ('auto',) + local.STEP_MODES)
   check_choice('engine.conv_gradient', e.conv_gradient, ('auto',) + CONV_GRADIENTS)
   check_choice('engine.distributed', e.distributed, distributed.MODES)
+  check_choice('engine.client_state', e.client_state, engine.CLIENT_STATES)
   check_fraction('engine.memory_fraction', e.memory_fraction)
   for name in ('num_devices', 'map_width', 'loop_threads'):
     check_int(f'engine.{name}', e[name], allow_zero=True)

@@ -154,10 +154,12 @@ def plan_engine(config, algorithm, state, fed, cohort_size: int, backend: str, m
   if backend != 'loop' and not map_width:
     plan = engine_lib.plan_width(algorithm, state, cohort_size, one_client_data(fed, config),
                                  backend=backend, mesh=mesh,
-                                 memory_fraction=config.engine.memory_fraction, dp=dp)
+                                 memory_fraction=config.engine.memory_fraction, dp=dp,
+                                 client_state=config.engine.client_state)
     map_width = plan.map_width
   eng = engine_lib.RoundEngine(algorithm, backend=backend, map_width=map_width, mesh=mesh,
-                               loop_threads=loop_threads, dp=dp)
+                               loop_threads=loop_threads, dp=dp,
+                               client_state=config.engine.client_state)
   return eng, plan
 
 
@@ -223,10 +225,20 @@ def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start
   if backend != 'loop' or jax.process_count() > 1:   # several processes: the mesh spans them
     mesh = engine_lib.make_mesh(config.engine.num_devices or None)
   root_rng = jax.random.PRNGKey(config.seed)
-  state = algorithm.init(jax.random.fold_in(root_rng, 0))
+  on_host = config.engine.client_state == 'host'
+  if on_host and jax.process_count() > 1:
+    raise ValueError(f"engine.client_state='host' runs in one process ({jax.process_count()} "
+                     "here): each process would need every client's rows; use 'device'.")
+  # 'host': the per-client state is made in host memory (the CPU device), never whole on an
+  # accelerator, and kept as numpy arrays the engine updates in place.
+  with jax.default_device(jax.local_devices(backend='cpu')[0]) if on_host else (
+      contextlib.nullcontext()):
+    state = algorithm.init(jax.random.fold_in(root_rng, 0))
   if chief and ckpt.latest_round() is not None:
     state = ckpt.restore(state)
   state = distributed.process_zero_value(state, chief)   # only process 0 reads the workdir
+  if on_host:
+    state = state.replace(clients=engine_lib.host_clients(state.clients))
   start_round = int(state.round)
   if start_round:
     say(f'resumed from round {start_round} in {workdir}', flush=True)
@@ -302,6 +314,8 @@ def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start
         writer.write_scalars(done, {**scalars, **progress.update(done, scalars)})
     if chief and config.checkpoint_every and done % config.checkpoint_every == 0:
       ckpt.save(done, _for_checkpoint(checked_finite(state, done)))
+      if on_host:   # the next round writes the host arrays being saved
+        ckpt.wait()
     if config.eval.every_rounds and done % config.eval.every_rounds == 0 and done < config.num_rounds:
       mid = evaluate(evaluators, embed, algorithm, state)
       if chief:

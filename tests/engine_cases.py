@@ -32,7 +32,8 @@ def tiny_problem(num_clients: int = 5, seed: int = 0):
 def run_rounds(algorithm_name: str, backend: str, *, step_mode: str = 'scan',
                map_width: int | None = None,
                mesh=None, cohorts=((0, 1, 2, 3, 4), (1, 3, 4)), pad_to: int = 1,
-               reg_lambda: float | None = None, loop_threads: int = 1, dp=None):
+               reg_lambda: float | None = None, loop_threads: int = 1, dp=None,
+               client_state: str = 'device'):
   """Runs one round per cohort; returns the final RoundState as numpy and the engine.
 
   `map_width` None: chunks of 2 for 'map', the whole cohort at once for 'vmap'.
@@ -46,8 +47,10 @@ def run_rounds(algorithm_name: str, backend: str, *, step_mode: str = 'scan',
   model = models.build_backbone(config.model)
   algorithm = algorithms.get(algorithm_name).build(config, model, fed, step_mode=step_mode)
   eng = engine_lib.RoundEngine(algorithm, backend=backend, map_width=map_width, mesh=mesh,
-                               loop_threads=loop_threads, dp=dp)
+                               loop_threads=loop_threads, dp=dp, client_state=client_state)
   state = algorithm.init(jax.random.PRNGKey(0))
+  if client_state == 'host':
+    state = state.replace(clients=engine_lib.host_clients(state.clients))
   for r, cohort in enumerate(cohorts):
     multiple = int(np.lcm(eng.cohort_multiple(), pad_to))
     ids = federated.pad_cohort(np.asarray(cohort, np.int32), multiple, fed.num_clients)

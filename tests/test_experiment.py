@@ -96,6 +96,27 @@ def test_four_rounds_equal_two_plus_resume_plus_two(tmp_path):
   assert int(resumed['round']) == 4
 
 
+def test_client_state_on_the_host_trains_checkpoints_and_resumes_as_on_the_device(tmp_path):
+  """FedPE keeps each client's W_k: with engine.client_state='host' those rows live in numpy
+  between rounds, and a run resumed from a checkpoint saved that way ends where a straight run
+  with device state does."""
+  config = load_config('fedpe')
+  config.num_rounds = 4
+  config.checkpoint_every = 2
+  device = experiment.train_and_evaluate(config, str(tmp_path / 'device'))
+  config.engine.client_state = 'host'
+  config.num_rounds = 2
+  experiment.train_and_evaluate(config, str(tmp_path / 'host'))
+  config.num_rounds = 4
+  host = experiment.train_and_evaluate(config, str(tmp_path / 'host'))
+  assert host['timing']['resumed_from_round'] == 2
+  on_device = final_checkpoint(str(tmp_path / 'device'), 4)
+  on_host = final_checkpoint(str(tmp_path / 'host'), 4)
+  assert on_host['clients']['W'].shape[0] == config.federated.num_clients
+  jax.tree.map(np.testing.assert_array_equal, on_host, on_device)
+  assert host['verification'] == device['verification']
+
+
 def test_workdir_of_another_config_is_refused_and_left_intact(tmp_path):
   config = load_config('fedgc')
   config.num_rounds = 1
@@ -124,6 +145,8 @@ def test_workdir_of_another_config_is_refused_and_left_intact(tmp_path):
      r"fedgc.reg_implementation='fast'; expected one of \('dense', 'blockwise', 'auto'\)"),
     ('head.loss', 'positive_cosine',
      r"fedgc.reg_form='' takes the head's form, but head.loss='positive_cosine' has no logits"),
+    ('engine.client_state', 'disk', r"engine.client_state='disk'; expected one of "
+                                    r"\('device', 'host'\)"),
     ('federated.client_optimizer_state', 'carry',
      r"federated.client_optimizer_state='carry'; expected one of \('reset', 'keep'\)"),
     ('data.lookalike_spread', 0.0, r'data.lookalike_spread=0.0; expected a number in \(0, 1\]'),
@@ -239,6 +262,15 @@ def test_fedfr_starts_from_its_pretraining_run(tmp_path):
   assert results['personalized']['model'] == 'personalized'
   assert results['personalized']['clients'] == 4
   assert 'Personalized evaluation' in (tmp_path / 'fedfr' / 'report.md').read_text()
+  # Each client's local model and DFC branch kept in host memory (engine.client_state='host'):
+  # the same rounds, and the personalized evaluation reads them from there.
+  config.engine.client_state = 'host'
+  on_host = experiment.train_and_evaluate(config, str(tmp_path / 'fedfr_host'))
+  assert on_host['personalized'] == results['personalized']
+  rounds = config.num_rounds
+  jax.tree.map(np.testing.assert_array_equal,
+               final_checkpoint(str(tmp_path / 'fedfr_host'), rounds),
+               final_checkpoint(str(tmp_path / 'fedfr'), rounds))
 
 
 @pytest.mark.parametrize('ids', ['2'])

@@ -35,7 +35,8 @@ class RoundState:
     server: what the server holds (global model, server-side class embeddings, ...).
     clients: every client's persistent private state stacked on a leading axis of size
       num_clients (a simulation stores it centrally; the engine gathers the selected rows and
-      scatters them back). An empty dict when the method keeps nothing on clients.
+      scatters them back: on the device, or numpy arrays on the host with the engine's
+      `client_state='host'`). An empty dict when the method keeps nothing on clients.
     round: rounds completed so far (int32 scalar).
   """
   server: PyTree

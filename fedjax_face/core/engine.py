@@ -25,6 +25,12 @@ devices, ordered by process, so process p holds one contiguous block of cohort r
 `jax.make_array_from_process_local_data`. The loop backend runs each process's block on its own
 first device. The state is replicated on every device, so every process can read it.
 
+Per-client state (`RoundState.clients`: FedGC's W_k, FedFR's local models and DFC branches,
+FedGPAD's ES and Dec) stays in device memory by default, gathered and scattered inside the
+jitted round. With `client_state='host'` it stays in host memory between rounds: each round
+sends the cohort's rows to the device and writes the updated rows back (`run_round`), so the
+devices hold the cohort's share, not every client's.
+
 Each client's randomness is `fold_in(round_rng, client_id)`, so a round's result does not depend on
 the backend, the cohort padding, the chunking, the device count or the process count.
 """
@@ -47,6 +53,11 @@ from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, Rou
 
 BACKENDS = ('vmap', 'map', 'loop')
 CLIENTS_AXIS = 'clients'
+# Where `RoundState.clients` (every client's persistent private state) lives between rounds:
+# 'device' in device memory, gathered and scattered inside the jitted round; 'host' in host
+# memory (numpy), only the cohort's rows sent to the device each round, for per-client state
+# larger than the devices hold (FedFR's local models for 1,000 clients: BUILD_NOTES.md).
+CLIENT_STATES = ('device', 'host')
 # Share of a device's free memory a round may plan for: XLA's own workspace, fragmentation and the
 # buffers of evaluation are not in the compiled estimate (config.engine.memory_fraction).
 MEMORY_FRACTION = 0.6
@@ -74,6 +85,18 @@ def make_mesh(num_devices: int | None = None) -> Mesh:
     by_process[d.process_index].append(d)
   chosen = [d for p in sorted(by_process) for d in by_process[p][:per_process]]
   return Mesh(np.asarray(chosen), (CLIENTS_AXIS,))
+
+
+def num_rows(clients) -> int:
+  """The number of clients a `RoundState.clients` pytree holds (0 when it has no leaves)."""
+  leaves = jax.tree.leaves(clients)
+  return len(leaves[0]) if leaves else 0
+
+
+def host_clients(clients):
+  """`RoundState.clients` as writable numpy arrays (for `client_state='host'`), copying only
+  what is not already a writable host array."""
+  return jax.tree.map(lambda x: np.require(np.asarray(x), requirements=['W']), clients)
 
 
 def local_copy(tree):
@@ -164,10 +187,12 @@ def server_keys(round_rng: jax.Array) -> tuple[jax.Array, jax.Array]:
   return keys[0], keys[1]
 
 
-def _prepare(algorithm: Algorithm, state: RoundState, client_ids, rng):
-  """What the cohort receives (`broadcast`) and its private rows."""
+def _prepare(algorithm: Algorithm, state: RoundState, client_ids, positions, rng):
+  """What the cohort receives (`broadcast`) and its private rows, read at `positions` of
+  `state.clients` (the client ids themselves, or 0..m-1 when `state.clients` holds the
+  cohort's rows alone: `client_state='host'`)."""
   client_input = algorithm.broadcast(state.server, client_ids, state.round, server_keys(rng)[0])
-  private = aggregation.gather_clients(state.clients, client_ids)
+  private = aggregation.gather_clients(state.clients, positions)
   return client_input, private
 
 
@@ -191,7 +216,7 @@ def _one_client(algorithm: Algorithm, shared, per_client, private, data, client_
 def plan_width(algorithm: Algorithm, state: RoundState, cohort_size: int, client_data, *,
                backend: str, mesh: Mesh | None = None,
                memory_fraction: float = MEMORY_FRACTION,
-               dp: privacy.DpSpec | None = None) -> WidthPlan:
+               dp: privacy.DpSpec | None = None, client_state: str = 'device') -> WidthPlan:
   """The widest client chunk of a 'vmap' or 'map' round that fits the device memory.
 
   Compiles one client's update alone (`memory_analysis()`: temp + argument + output bytes, which
@@ -208,6 +233,8 @@ def plan_width(algorithm: Algorithm, state: RoundState, cohort_size: int, client
     mesh: the engine's mesh (None: one device).
     memory_fraction: share of the free device memory to plan for.
     dp: the engine's DP spec: the client update is measured with its clip, as it will run.
+    client_state: the engine's; with 'host' only the cohort's rows of `state.clients` are on
+      the device during a round.
   """
   if backend not in ('vmap', 'map'):
     raise ValueError(f'plan_width sizes vmap / map chunks, not backend {backend!r}.')
@@ -218,9 +245,13 @@ def plan_width(algorithm: Algorithm, state: RoundState, cohort_size: int, client
   spec = lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype)
   one_id = jax.ShapeDtypeStruct((1,), jnp.int32)
   state_spec = jax.tree.map(spec, state)
+  if client_state == 'host':
+    cohort_rows = arrays.round_up(cohort_size, num_shards)
+    state_spec = state_spec.replace(clients=jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct((cohort_rows,) + x.shape[1:], x.dtype), state_spec.clients))
   rng = jax.eval_shape(lambda: jax.random.PRNGKey(0))
   client_input, private = jax.eval_shape(functools.partial(_prepare, algorithm), state_spec,
-                                         one_id, rng)
+                                         one_id, one_id, rng)
   row = lambda x: jax.ShapeDtypeStruct((1,) + tuple(np.shape(x)), x.dtype)
   data = jax.tree.map(row, client_data)
   over_one = jax.vmap(functools.partial(_one_client, algorithm, dp=dp),
@@ -259,9 +290,11 @@ class RoundEngine:
 
   def __init__(self, algorithm: Algorithm, *, backend: str, map_width: int = 0,
                mesh: Mesh | None = None, loop_threads: int = 1,
-               dp: privacy.DpSpec | None = None):
+               dp: privacy.DpSpec | None = None, client_state: str = 'device'):
     if backend not in BACKENDS:
       raise ValueError(f'engine.backend={backend!r}; expected one of {BACKENDS}.')
+    if client_state not in CLIENT_STATES:
+      raise ValueError(f'engine.client_state={client_state!r}; expected one of {CLIENT_STATES}.')
     if not isinstance(map_width, (int, np.integer)) or map_width < 0:
       raise ValueError(f'engine.map_width={map_width!r}; expected a non-negative integer '
                        '(0 = sized from the device memory by plan_width).')
@@ -276,6 +309,7 @@ class RoundEngine:
                        'received (Algorithm.update_origin), so their updates cannot be clipped.')
     self.algorithm = algorithm
     self.dp = dp
+    self.client_state = client_state
     self.backend = backend
     self.map_width = int(map_width)
     self.loop_threads = int(loop_threads)
@@ -337,10 +371,11 @@ class RoundEngine:
     return self._one_client(shared, jax.tree.map(take, per_client), jax.tree.map(take, private),
                             data, client_id, rng)
 
-  def _prepare_fn(self, state: RoundState, client_ids, rng):
-    return _prepare(self.algorithm, state, client_ids, rng)
+  def _prepare_fn(self, state: RoundState, client_ids, positions, rng):
+    return _prepare(self.algorithm, state, client_ids, positions, rng)
 
-  def _finish_fn(self, state: RoundState, results: ClientResult, weights, client_ids, rng):
+  def _finish_fn(self, state: RoundState, results: ClientResult, weights, client_ids, positions,
+                 rng):
     updates, server_weights = results.update, weights
     if self.dp is not None:   # the noise is the server's, drawn inside this jitted step
       noise_rng = jax.random.fold_in(server_keys(rng)[1], privacy.NOISE_STREAM)
@@ -349,14 +384,14 @@ class RoundEngine:
                                           state.round, server_keys(rng)[1])
     if self.dp is not None:
       server = privacy.valid_statistics(server)
-    clients = aggregation.scatter_clients(state.clients, client_ids, results.private)
+    clients = aggregation.scatter_clients(state.clients, positions, results.private)
     metrics = aggregation.weighted_mean(results.metrics, weights)
     return RoundState(server=server, clients=clients, round=state.round + 1), metrics
 
   def _finish_list_fn(self, state: RoundState, results: list[ClientResult], weights, client_ids,
-                      rng):
+                      positions, rng):
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *results)
-    return self._finish_fn(state, stacked, weights, client_ids, rng)
+    return self._finish_fn(state, stacked, weights, client_ids, positions, rng)
 
   def _shard(self, tree, axis: int):
     if self.num_shards == 1:
@@ -381,10 +416,10 @@ class RoundEngine:
     results = jax.lax.map(run_chunk, chunks)
     return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1).reshape((-1,) + x.shape[2:]), results)
 
-  def _round_fn(self, state: RoundState, client_ids, weights, data, rng):
-    client_input, private = self._prepare_fn(state, client_ids, rng)
+  def _round_fn(self, state: RoundState, client_ids, positions, weights, data, rng):
+    client_input, private = self._prepare_fn(state, client_ids, positions, rng)
     results = self._run_clients(client_input, private, data, client_ids, rng)
-    return self._finish_fn(state, results, weights, client_ids, rng)
+    return self._finish_fn(state, results, weights, client_ids, positions, rng)
 
   def _loop(self, run_client, n: int, signature) -> list[ClientResult]:
     """`run_client(i)` for i < n, in order, on up to `loop_threads` threads at once.
@@ -468,17 +503,36 @@ class RoundEngine:
     client_ids = np.asarray(client_ids, np.int32)
     weights = np.asarray(weights, np.float32)
     data = self._local_rows(data, m)
+    if self.client_state == 'device':
+      return self._run(state, client_ids, client_ids, weights, data, rng)
+    # host: the device sees the cohort's rows alone, at positions 0..m-1; the updated rows are
+    # written back into the host arrays (padding clients' rows are dropped).
+    host = state.clients
+    rows = jax.tree.map(lambda x: np.take(x, client_ids, axis=0, mode='clip'), host)
+    state, metrics = self._run(state.replace(clients=rows), client_ids,
+                               np.arange(m, dtype=np.int32), weights, data, rng)
+    real = client_ids < num_rows(host)
+
+    def write_back(x, updated):
+      x[client_ids[real]] = np.asarray(local_copy(updated))[real]
+    jax.tree.map(write_back, host, state.clients)
+    return state.replace(clients=host), metrics
+
+  def _run(self, state: RoundState, client_ids: np.ndarray, positions: np.ndarray,
+           weights: np.ndarray, data, rng: jax.Array) -> tuple[RoundState, dict[str, Any]]:
+    """`run_round` with the cohort's private rows at `positions` of `state.clients`."""
+    m = len(client_ids)
     if self.mesh is not None:
       state = self._place(state)
     if self.backend != 'loop':
       if self.mesh is not None:
         data = self._global_rows(data, m)
-      return self._round(state, client_ids, weights, data, rng)
+      return self._round(state, client_ids, positions, weights, data, rng)
     # loop: this process runs its rows one by one on its first device, then all processes meet
     # in the jitted server step.
     rows = self.process_rows(m)
     ids = client_ids[rows]
-    client_input, private = self._prepare(local_copy(state), ids, rng)
+    client_input, private = self._prepare(local_copy(state), ids, positions[rows], rng)
 
     def run_client(i: int) -> ClientResult:
       # Host data is sliced on the host (free); device-resident rows are sliced in `_client_at`.
@@ -489,6 +543,6 @@ class RoundEngine:
         (client_input.per_client, private, data)))
     results = self._loop(run_client, len(ids), signature)
     if self.mesh is None:
-      return self._finish_list(state, results, weights, client_ids, rng)
+      return self._finish_list(state, results, weights, client_ids, positions, rng)
     stacked = self._global_rows(jax.tree.map(lambda *xs: jnp.stack(xs), *results), m)
-    return self._finish(state, stacked, weights, client_ids, rng)
+    return self._finish(state, stacked, weights, client_ids, positions, rng)

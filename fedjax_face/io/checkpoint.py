@@ -212,6 +212,12 @@ class Checkpointer:
       raise OSError(f'saving a checkpoint under {files.join(self.workdir, "checkpoints")} failed: '
                     f'{cause}') from None
 
+  def wait(self) -> None:
+    """Waits for the saves under way (host arrays about to change in place must be written
+    first: `engine.client_state='host'`)."""
+    with self._save_errors():
+      self._manager.wait_until_finished()
+
   def close(self) -> None:
     """Waits for the saves under way and closes; a second call does nothing."""
     if self._closed:

@@ -4,6 +4,8 @@ config errors."""
 
 import dataclasses
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -296,4 +298,7 @@ def test_memory_report_counts_the_state_init_builds():
   got = memory.state_bytes(config)
   nbytes = lambda tree: sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree))
   assert got['all clients'] == nbytes(state.clients)
+  cohort = math.ceil(config.federated.participation * config.federated.num_clients)
+  assert got["a round's cohort (on the device with client_state='host')"] == (
+      nbytes(state.clients) // config.federated.num_clients * cohort)
   assert got['server: total'] == nbytes(state.server)

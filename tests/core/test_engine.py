@@ -78,6 +78,49 @@ def test_round_counter_and_unselected_clients_untouched(loop_results):
   assert not np.allclose(two.clients['W'][1], one.clients['W'][1])
 
 
+@pytest.mark.parametrize('backend', ['loop', 'vmap', 'map'])
+def test_client_state_on_the_host_gives_the_same_rounds(loop_results, backend, monkeypatch):
+  """`client_state='host'`: every FedPE client's W_k stays in numpy between rounds, the device
+  sees the cohort's rows alone (padding included), and the rounds are the device-state rounds
+  bit for bit."""
+  seen = []
+  real_run = engine_lib.RoundEngine._run
+  def recording_run(self, state, client_ids, positions, *args):
+    seen.append((len(state.clients['W']), client_ids.tolist(), positions.tolist()))
+    return real_run(self, state, client_ids, positions, *args)
+  monkeypatch.setattr(engine_lib.RoundEngine, '_run', recording_run)
+  # Cohorts (0..4) and (1, 3, 4), padded with id 5 to multiples of 4: 8 and 4 rows.
+  device, _ = engine_cases.run_rounds('fedpe', backend, pad_to=4)
+  host, eng = engine_cases.run_rounds('fedpe', backend, client_state='host', pad_to=4)
+  assert eng.client_state == 'host'
+  # Device state: every client's rows go in, read at the ids; host state: the cohort's rows,
+  # read at 0..m-1.
+  assert [rows for rows, _, _ in seen] == [5, 5, 8, 4]
+  assert seen[0][2] == seen[0][1] == [0, 1, 2, 3, 4, 5, 5, 5]
+  assert seen[3][1] == [1, 3, 4, 5] and seen[3][2] == [0, 1, 2, 3]
+  jax.tree.map(np.testing.assert_array_equal, host, device)
+  if backend == 'loop':   # padding changes nothing in the loop
+    jax.tree.map(np.testing.assert_array_equal, host, loop_results['fedpe'])
+
+
+def test_host_client_state_is_written_in_place_and_padding_rows_are_dropped():
+  state, _ = engine_cases.run_rounds('fedpe', 'loop', client_state='host',
+                                     cohorts=((4, 1),), pad_to=4)   # ids 4, 1, 5, 5
+  fresh, _ = engine_cases.run_rounds('fedpe', 'loop', cohorts=((4, 1),), pad_to=4)
+  assert isinstance(state.clients['W'], np.ndarray) and state.clients['W'].shape[0] == 5
+  np.testing.assert_array_equal(state.clients['W'], fresh.clients['W'])
+
+
+def test_bad_client_state_is_named():
+  config = engine_cases.tiny_config('fedpe')
+  fed = engine_cases.tiny_problem()
+  algorithm = algorithms.get('fedpe').build(config, models.build_backbone(config.model), fed,
+                                            step_mode='scan')
+  with pytest.raises(ValueError, match=r"engine.client_state='disk'; expected one of "
+                                       r"\('device', 'host'\)"):
+    engine_lib.RoundEngine(algorithm, backend='loop', client_state='disk')
+
+
 def test_fedgc_without_regularizer_is_fedpe(loop_results):
   """lambda = 0 removes Alg. 1 lines 13-14: FedGC must then be FedPE exactly."""
   fedgc, _ = engine_cases.run_rounds('fedgc', 'loop', reg_lambda=0.0)

@@ -5,10 +5,15 @@ r"""Where FedFR's state lives and what it costs, from shapes alone (nothing is a
         --config.federated.num_clients=1000
 
 `RoundState.clients` holds, per client, its local model theta_l (the next round's f_prev and its
-personalized backbone), its class embeddings W_l, the DFC branch (Pi, Omega, b) and a flag; the
-engine gathers the cohort's rows onto the device for a round and scatters them back. The server
-holds theta_g, Phi and the public images (with their labels), which every round embeds.
+personalized backbone), its class embeddings W_l, the DFC branch (Pi, Omega, b) and a flag. With
+`engine.client_state='device'` (the default) all of it stays in device memory and the engine
+gathers the cohort's rows for a round and scatters them back; with 'host' it stays in host
+memory and only the cohort's rows reach the device each round. The server holds theta_g, Phi and
+the public images (with their labels), which every round embeds.
 """
+
+import math
+
 
 import jax
 import numpy as np
@@ -47,6 +52,8 @@ def state_bytes(config) -> dict[str, int]:
   out = {f'client: {k}': v for k, v in per_client.items()}
   out['client: total'] = sum(per_client.values())
   out['all clients'] = out['client: total'] * config.federated.num_clients
+  cohort = max(1, math.ceil(config.federated.participation * config.federated.num_clients))
+  out["a round's cohort (on the device with client_state='host')"] = out['client: total'] * cohort
   out.update({f'server: {k}': v for k, v in server.items()})
   out['server: total'] = sum(server.values())
   return out
@@ -58,7 +65,9 @@ def main(argv):
   print(f'FedFR state, {config.federated.num_clients} clients, {config.model.name} '
         f'{config.data.image_size}x{config.data.image_size}, d = {config.model.embedding_dim}:')
   for name, value in state_bytes(config).items():
-    print(f'  {name:40s} {value / 2**20:12.2f} MiB')
+    print(f'  {name:58s} {value / 2**20:12.2f} MiB')
+  print(f"every client's state lives in {config.engine.client_state} memory between rounds "
+        '(engine.client_state)')
 
 
 if __name__ == '__main__':
