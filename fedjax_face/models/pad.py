@@ -52,24 +52,25 @@ class GroupedBatchNorm(nn.Module):
     ra_var = self.variable('batch_stats', 'var', jnp.ones, (features,), jnp.float32)
     scale = self.param('scale', nn.initializers.ones, (features,), jnp.float32)
     bias = self.param('bias', nn.initializers.zeros, (features,), jnp.float32)
-    if use_running_average or self.is_initializing():   # init: shapes only, any batch size
-      mean, var = ra_mean.value, ra_var.value
-    else:
-      if x.shape[0] % self.groups:
-        raise ValueError(f'GroupedBatchNorm: a batch of {x.shape[0]} cannot be split into '
-                         f'{self.groups} equal data-center slices.')
-      sliced = x.reshape((self.groups, -1) + x.shape[1:]).astype(jnp.float32)
-      axes = tuple(range(1, sliced.ndim - 1))
+    # Training: one slice per group; inference (and init, shapes only): the batch as one slice
+    # normalized by the running statistics.
+    training = not (use_running_average or self.is_initializing())
+    if training and x.shape[0] % self.groups:
+      raise ValueError(f'GroupedBatchNorm: a batch of {x.shape[0]} cannot be split into '
+                       f'{self.groups} equal data-center slices.')
+    sliced = x.reshape((self.groups if training else 1, -1) + x.shape[1:]).astype(jnp.float32)
+    axes = tuple(range(1, sliced.ndim - 1))
+    if training:
       mean = jnp.mean(sliced, axis=axes, keepdims=True)
       var = jnp.maximum(jnp.mean(jnp.square(sliced), axis=axes, keepdims=True)
                         - jnp.square(mean), 0.0)
       m = self.momentum
       ra_mean.value = m * ra_mean.value + (1 - m) * jnp.mean(mean, axis=(0,) + axes)
       ra_var.value = m * ra_var.value + (1 - m) * jnp.mean(var, axis=(0,) + axes)
-      y = (sliced - mean) * jax.lax.rsqrt(var + self.epsilon)
-      return (y.reshape(x.shape) * scale + bias).astype(x.dtype)
-    y = (x.astype(jnp.float32) - mean) * jax.lax.rsqrt(var + self.epsilon)
-    return (y * scale + bias).astype(x.dtype)
+    else:
+      mean, var = ra_mean.value, ra_var.value
+    y = (sliced - mean) * jax.lax.rsqrt(var + self.epsilon)
+    return (y.reshape(x.shape) * scale + bias).astype(x.dtype)
 
 
 class _ConvBN(nn.Module):

@@ -4,7 +4,6 @@ config errors."""
 
 import dataclasses
 
-import math
 
 import jax
 import jax.numpy as jnp
@@ -298,7 +297,7 @@ def test_memory_report_counts_the_state_init_builds():
   got = memory.state_bytes(config)
   nbytes = lambda tree: sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree))
   assert got['all clients'] == nbytes(state.clients)
-  cohort = math.ceil(config.federated.participation * config.federated.num_clients)
+  cohort = federated.cohort_size(config.federated.num_clients, config.federated.participation)
   assert got["a round's cohort (on the device with client_state='host')"] == (
       nbytes(state.clients) // config.federated.num_clients * cohort)
   assert got['server: total'] == nbytes(state.server)

@@ -12,7 +12,6 @@ memory and only the cohort's rows reach the device each round. The server holds 
 the public images (with their labels), which every round embeds.
 """
 
-import math
 
 
 import jax
@@ -22,6 +21,7 @@ from ml_collections import config_flags
 
 from fedjax_face import models
 from fedjax_face.core import arrays
+from fedjax_face.data import federated
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'A configs/fedfr/ file.')
 
@@ -52,7 +52,7 @@ def state_bytes(config) -> dict[str, int]:
   out = {f'client: {k}': v for k, v in per_client.items()}
   out['client: total'] = sum(per_client.values())
   out['all clients'] = out['client: total'] * config.federated.num_clients
-  cohort = max(1, math.ceil(config.federated.participation * config.federated.num_clients))
+  cohort = federated.cohort_size(config.federated.num_clients, config.federated.participation)
   out["a round's cohort (on the device with client_state='host')"] = out['client: total'] * cohort
   out.update({f'server: {k}': v for k, v in server.items()})
   out['server: total'] = sum(server.values())
