@@ -4,7 +4,6 @@ config errors."""
 
 import dataclasses
 
-
 import jax
 import jax.numpy as jnp
 import numpy as np
