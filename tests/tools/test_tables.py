@@ -202,3 +202,63 @@ def test_a_run_that_starts_from_another_runs_it_first_with_the_same_seed(tmp_pat
   commands.clear()
   got = tables.run_all(table, str(tmp_path / 'failed_root'), (), seeds=(0,))
   assert commands == [] and got == {(run, 0): {'failed': 'boom'}}
+
+
+def ordered_table(**ordering):
+  a, b, c = Run('fedfr/fedfr'), Run('fedfr/fedface'), Run('fedfr/pretrain')
+  fields = dict(ahead=('A',), behind=('B',), column='lfw', claim='A above B') | ordering
+  table = Table('T', 'verification', ('lfw',), (Row('A', a, (None,)), Row('B', b, (None,)),
+                                                Row('C', c, (None,))), 'c',
+                orderings=(tables.Ordering(**fields),))
+  return table, (a, b, c)
+
+
+def test_an_ordering_is_checked_seed_by_seed():
+  table, (a, b, _) = ordered_table()
+  results = {(a, 0): fake_result(lfw=0.80), (b, 0): fake_result(lfw=0.75),
+             (a, 1): fake_result(lfw=0.70), (b, 1): fake_result(lfw=0.71),
+             (a, 2): fake_result(lfw=0.72), (b, 2): fake_result(lfw=0.72)}
+  margins = tables.ordering_margins(table, table.orderings[0], results, (0, 1, 2))
+  assert margins == pytest.approx({0: 5.0, 1: -1.0, 2: 0.0})
+  # A tie (seed 2) does not hold the ordering.
+  text = tables.markdown(table, results, 'cmd', seeds=(0, 1, 2))
+  assert ('- A above B (LFW): **partly reproduced**: holds in 1 of 3 seeds (by -1.00 to +5.00).'
+          in text)
+  one = tables.markdown(table, results, 'cmd', seeds=(0,))
+  assert '- A above B (LFW): **reproduced**: holds in 1 of 1 seed (by +5.00).' in one
+  never = tables.markdown(table, results, 'cmd', seeds=(1, 2))
+  assert '**not reproduced**: holds in 0 of 2 seeds (by -1.00 to +0.00).' in never
+
+
+def test_an_ordering_averages_rows_reads_lower_as_better_and_names_missing_seeds():
+  table, (a, b, c) = ordered_table(ahead=('A', 'C'), lower_is_better=True, claim='A, C below B')
+  results = {(a, 0): fake_result(lfw=0.10), (c, 0): fake_result(lfw=0.20),
+             (b, 0): fake_result(lfw=0.40), (a, 1): fake_result(lfw=0.10),
+             (b, 1): {'failed': 'FloatingPointError: round 2'}}
+  # Seed 0: mean(10, 20) = 15 lies 25 points below 40; seed 1 lacks C and B.
+  assert tables.ordering_margins(table, table.orderings[0], results, (0, 1)) == pytest.approx(
+      {0: 25.0})
+  text = tables.markdown(table, results, 'cmd', seeds=(0, 1))
+  assert ('- A, C below B (LFW): **reproduced**: holds in 1 of 1 seed (by +25.00; seed 1: no '
+          'value (not run or failed)).' in text)
+  assert tables.ordering_line(table, table.orderings[0], {}, (0,)).endswith('not measured yet.')
+
+
+@pytest.mark.parametrize('field, value, message', [
+    ('ahead', ('Z',), r"ordering 'A above B' names row 'Z'; expected one of \['A', 'B', 'C'\]"),
+    ('column', 'cfp_fp', r"ordering 'A above B' reads column 'cfp_fp'; expected one of \['lfw'\]"),
+])
+def test_an_ordering_must_name_the_tables_rows_and_columns(field, value, message):
+  with pytest.raises(ValueError, match=message):
+    ordered_table(**{field: value})
+
+
+def test_equal_measurements_tie_despite_the_percent_scaling():
+  table, (a, b, _) = ordered_table()
+  # 0.1 * 3 and 0.3 differ in the last bit; the same measurement must tie.
+  results = {(a, 0): fake_result(lfw=0.1 * 3), (b, 0): fake_result(lfw=0.3)}
+  assert 0.1 * 3 * 100 != 0.3 * 100
+  assert tables.ordering_margins(table, table.orderings[0], results, (0,)) == {0: 0.0}
+  # Either way round, and printed without a sign that suggests a loss.
+  swapped = {(a, 0): results[(b, 0)], (b, 0): results[(a, 0)]}
+  assert '(by +0.00).' in tables.markdown(table, swapped, 'cmd')

@@ -24,7 +24,7 @@ Dec), not its ResNet-18 FedPAD of Table III; the Table III rows quote that paper
 from fedjax_face.data import pad_benchmark
 from fedjax_face.io import files
 from fedjax_face.proj.pad import baselines
-from fedjax_face.tools.tables import Combined, Row, Run, Table
+from fedjax_face.tools.tables import Combined, Ordering, Row, Run, Table
 
 DOMAINS = pad_benchmark.DOMAIN_NAMES
 
@@ -128,8 +128,36 @@ def _table5_rows() -> tuple[Row, ...]:
   return tuple(rows)
 
 
+def _per_protocol(label: str) -> tuple[str, ...]:
+  """A method's rows over the four protocols (an ordering averages them, as the paper does)."""
+  return tuple(f'{label} {ARROW[p]}' for p in pad_benchmark.PROTOCOLS)
+
+
+SINGLE_ROWS = tuple(f'Single {c} -> {target}'
+                    for sources, target in pad_benchmark.PROTOCOLS.values() for c in sources)
+
+
+def _ahead(ahead, behind, claim: str, columns=('pad/hter',)) -> tuple[Ordering, ...]:
+  """Rows `ahead` (a label or several) beat rows `behind`: a lower HTER, a higher AUC."""
+  def labels(rows):
+    return (rows,) if isinstance(rows, str) else rows
+  return tuple(Ordering(labels(ahead), labels(behind), column, claim,
+                        lower_is_better=column != 'pad/auc') for column in columns)
+
+
+def _average_ahead(ahead: str, behind: str, claim: str = '',
+                   columns=('pad/hter', 'pad/auc')) -> tuple[Ordering, ...]:
+  """A method ahead of another on the average of the four protocols (Single: of its 12 rows)."""
+  rows = {label: SINGLE_ROWS if label == 'Single' else _per_protocol(label)
+          for label in (ahead, behind)}
+  return _ahead(rows[ahead], rows[behind],
+                (claim or f'{ahead} ahead of {behind}') + ', average of the four protocols',
+                columns)
+
+
 # Table X: I trains on print attacks only, O on video (screen) attacks only; M has both.
 _TABLE10_ATTACKS = (('I', 'print'), ('O', 'video'))
+_MIXED = 'I (print) & O (video) -> M'
 
 
 def _table10_rows() -> tuple[Row, ...]:
@@ -137,12 +165,17 @@ def _table10_rows() -> tuple[Row, ...]:
   federated = 'centers=IO,target=M,attacks=print-video'
   return (Row('Single I (print) -> M', _single_on('I', 'M', 'print'), PAPER_X['single_I']),
           Row('Single O (video) -> M', _single_on('O', 'M', 'video'), PAPER_X['single_O']),
-          Row('Fused I (print) & O (video) -> M', _fused(centers, 'M', attacks),
-              PAPER_X['fused']),
-          Row('FedPAD I (print) & O (video) -> M', Run('pad/fedpad', federated),
-              PAPER_X['fedpad']),
-          Row('FedGPAD I (print) & O (video) -> M', Run('pad/fedgpad', federated),
-              PAPER_X['fedgpad']))
+          Row(f'Fused {_MIXED}', _fused(centers, 'M', attacks), PAPER_X['fused']),
+          Row(f'FedPAD {_MIXED}', Run('pad/fedpad', federated), PAPER_X['fedpad']),
+          Row(f'FedGPAD {_MIXED}', Run('pad/fedgpad', federated), PAPER_X['fedgpad']))
+
+
+TABLE10_ORDERINGS = (_ahead(f'FedGPAD {_MIXED}', f'FedPAD {_MIXED}', 'FedGPAD ahead of FedPAD')
+                     + _ahead(f'FedPAD {_MIXED}', f'Fused {_MIXED}', 'FedPAD ahead of Fused')
+                     + _ahead(f'Fused {_MIXED}', 'Single I (print) -> M',
+                              'Fused ahead of Single I (print)')
+                     + _ahead(f'Fused {_MIXED}', 'Single O (video) -> M',
+                              'Fused ahead of Single O (video)'))
 
 
 def _ablation(**weights: str) -> Run:
@@ -169,6 +202,25 @@ PAPER_CENTERS = {
                       4: (9.72, 9.86, 96.37)}},
 }
 
+TABLE3_ORDERINGS = sum((_average_ahead(a, b) for a, b in (
+    ('FedGPAD', 'FedPAD'), ('FedPAD', 'Fused'), ('Fused', 'Single'), ('All', 'FedPAD'),
+    ('FedGPAD', 'All'))), ())
+
+
+def _centers_orderings(target: str, groups) -> tuple[Ordering, ...]:
+  """Tables VIII-IX: each added data center helps both methods, FedGPAD ahead at every count."""
+  def label(method, sources):
+    return f'{method} {"&".join(sources)} -> {target}'
+  more = sum((_ahead(label(m, bigger), label(m, smaller),
+                     f'{m}: {"&".join(bigger)} ahead of {"&".join(smaller)}')
+              for m in ('FedPAD', 'FedGPAD') for smaller, bigger in zip(groups, groups[1:])), ())
+  return more + sum((_ahead(label('FedGPAD', g), label('FedPAD', g),
+                            f'FedGPAD ahead of FedPAD on {"&".join(g)}') for g in groups), ())
+
+
+CENTER_GROUPS = {'C': (('O', 'I'), ('O', 'M', 'I'), ('O', 'M', 'I', 'S')),
+                 'S': (('I', 'M'), ('I', 'C', 'M'), ('I', 'C', 'M', 'O'))}
+
 CALIBRATION_COLUMNS = ('pad/in_domain/hter',) + tuple(f'pad/{d}/hter' for d in DOMAINS)
 
 TABLES = {
@@ -183,12 +235,14 @@ TABLES = {
              COLUMNS, _table3_rows(),
              'FedGPAD < FedPAD < Fused < Single in HTER on average (18.59, 32.17, 35.75, 36.43), '
              'FedGPAD even below All (27.26), which pools the data centers',
-             SETTING, titles=TITLES),
+             SETTING, titles=TITLES, orderings=TABLE3_ORDERINGS),
     5: Table('FedGPAD Table V: federated learning methods', 'results', COLUMNS, _table5_rows(),
              'FedGPAD < FedMA < FedAvg in average HTER (18.59, 29.15, 32.17); FedMA is not '
              'built here (the global network grows its width by matching, which the engine\'s '
              'fixed pytree does not hold), so its rows quote the paper alone',
-             SETTING, titles=TITLES),
+             SETTING, titles=TITLES,
+             orderings=_average_ahead('FedGPAD', 'FedAvg (our FedPAD)',
+                                      'FedGPAD ahead of FedAvg')),
     6: Table('FedGPAD Table VI: each loss term (O&C&M -> I)', 'results', COLUMNS,
              (Row('without Diff', _ablation(diff='0.0'), (None, None, None)),
               Row('without Rec', _ablation(rec='0.0'), (None, None, None)),
@@ -197,7 +251,10 @@ TABLES = {
                   PAPER_III['fedgpad']['OCM_I'])),
              'removing any of Diff, Rec and Dep raises the HTER (31.71, 40.29, 27.04 against '
              '10.97; the extracted text does not say which row drops which term)',
-             SETTING, titles=TITLES),
+             SETTING, titles=TITLES,
+             orderings=sum((_ahead('FedGPAD (all terms)', f'without {term}',
+                                   f'FedGPAD ahead of FedGPAD without {term}')
+                            for term in ('Diff', 'Rec', 'Dep')), ())),
     7: Table('FedGPAD Table VII: domain disentanglement', 'results', COLUMNS,
              tuple(Row(f'{label} {ARROW[p]}', Run(f'pad/{name}', f'protocol={p}'),
                        PAPER_VII_WITHOUT[p] if name == 'fedpad' else PAPER_III['fedgpad'][p])
@@ -205,17 +262,21 @@ TABLES = {
                                        ('fedgpad', 'FedGPAD'))
                    for p in pad_benchmark.PROTOCOLS),
              'disentanglement lowers the average HTER from 26.80 to 18.59', SETTING,
-             titles=TITLES),
+             titles=TITLES,
+             orderings=_average_ahead('FedGPAD', 'without disentanglement (our FedPAD)',
+                                      'FedGPAD ahead of the same network without '
+                                      'disentanglement', ('pad/hter',))),
     8: Table('FedGPAD Table VIII: more data centers, target C', 'results', COLUMNS,
-             _centers('C', (('O', 'I'), ('O', 'M', 'I'), ('O', 'M', 'I', 'S'))),
-             'more data centers help both methods', SETTING, titles=TITLES),
+             _centers('C', CENTER_GROUPS['C']), 'more data centers help both methods', SETTING,
+             titles=TITLES, orderings=_centers_orderings('C', CENTER_GROUPS['C'])),
     9: Table('FedGPAD Table IX: more data centers, target S', 'results', COLUMNS,
-             _centers('S', (('I', 'M'), ('I', 'C', 'M'), ('I', 'C', 'M', 'O'))),
-             'more data centers help both methods', SETTING, titles=TITLES),
+             _centers('S', CENTER_GROUPS['S']), 'more data centers help both methods', SETTING,
+             titles=TITLES, orderings=_centers_orderings('S', CENTER_GROUPS['S'])),
     10: Table('FedGPAD Table X: data centers with one attack type each (I print, O video; M has '
               'both)', 'results', COLUMNS, _table10_rows(),
               'FedGPAD <= FedPAD < Fused < Single in HTER (28.19, 30.51, 35.22; 38.82 and '
-              '35.76): training across attack types helps', SETTING, titles=TITLES),
+              '35.76): training across attack types helps', SETTING, titles=TITLES,
+              orderings=TABLE10_ORDERINGS),
     '_all_batch_norm': Table(
         'All: BatchNorm over the pooled batch or per data center, Adam kept or restarted (ours; '
         'why All is no upper bound)', 'results', ('pad/in_domain/hter',) + COLUMNS,
@@ -232,7 +293,9 @@ TABLES = {
               for p in pad_benchmark.PROTOCOLS),
         'All (27.26 average HTER) above FedPAD (32.17); no paper measures the BatchNorm choice',
         SETTING + ' In-domain: the data centers\' held-out subjects, threshold chosen on their '
-        'scores.', titles=('in-domain HTER',) + TITLES),
+        'scores.', titles=('in-domain HTER',) + TITLES,
+        orderings=_average_ahead('All, BatchNorm over the pooled batch', 'FedPAD',
+                                 'All ahead of FedPAD')),
 }
 
 

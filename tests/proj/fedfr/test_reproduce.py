@@ -48,3 +48,12 @@ def test_fig4_scenarios_train_on_the_identities_of_their_pretraining():
     fedface = config_files.load_config('fedfr/fedface', f'ids={ids}')
     assert fedface.federated.num_clients == setting.FIG4_CLIENTS
     assert fedface.head.loss == ('positive_cosine' if ids == '1' else 'cosface')
+
+
+def test_fig4_checks_the_papers_four_orderings_in_every_scenario():
+  table = reproduce.TABLES['_fig4']
+  assert [o.claim for o in table.orderings if o.claim.startswith('1 ID ')] == [
+      '1 ID per client: FedFR above pre-trained', '1 ID per client: FedFR above FedFace',
+      '1 ID per client: pre-trained above FedFace', '1 ID per client: centralized above FedFR']
+  assert len(table.orderings) == 4 * 4
+  assert {o.column for o in table.orderings} == {'verification/lfw/accuracy'}

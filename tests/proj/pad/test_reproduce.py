@@ -90,3 +90,24 @@ def test_figure5_draws_the_finished_runs_of_each_protocol(tmp_path):
   assert '| O&C&I -> M | FedGPAD | 100.00 |' in text
   assert 'FedPAD' not in text and 'O&M&I -> C |' not in text   # not run: not drawn
   assert (tmp_path / 'pad_fig5.png').stat().st_size > 0
+
+
+def test_table3_orderings_average_each_methods_protocols_as_the_paper_does():
+  table = reproduce.TABLES[3]
+  orderings = {(o.claim.split(',')[0], o.column): o for o in table.orderings}
+  assert [claim for claim, column in orderings if column == 'pad/hter'] == [
+      'FedGPAD ahead of FedPAD', 'FedPAD ahead of Fused', 'Fused ahead of Single',
+      'All ahead of FedPAD', 'FedGPAD ahead of All']
+  fused_single = orderings[('Fused ahead of Single', 'pad/hter')]
+  assert fused_single.ahead == tuple(f'Fused {arrow}' for arrow in reproduce.ARROW.values())
+  assert len(fused_single.behind) == 12 and fused_single.lower_is_better
+  assert not orderings[('Fused ahead of Single', 'pad/auc')].lower_is_better
+  # HTERs 10, 20, 30, 40 % (mean 25) against 20, 20, 40, 60 % (mean 35): FedGPAD leads by 10.
+  rows = {row.label: row.run for row in table.rows}
+  results = {}
+  hters = zip(reproduce.ARROW.values(), (0.1, 0.2, 0.3, 0.4), (0.2, 0.2, 0.4, 0.6))
+  for arrow, gpad, pad in hters:
+    results[(rows[f'FedGPAD {arrow}'], 0)] = {'pad': {'hter': gpad}}
+    results[(rows[f'FedPAD {arrow}'], 0)] = {'pad': {'hter': pad}}
+  ordering = orderings[('FedGPAD ahead of FedPAD', 'pad/hter')]
+  assert tables.ordering_margins(table, ordering, results, (0,)) == {0: 10.0}
