@@ -178,9 +178,19 @@ TABLE10_ORDERINGS = (_ahead(f'FedGPAD {_MIXED}', f'FedPAD {_MIXED}', 'FedGPAD ah
                               'Fused ahead of Single O (video)'))
 
 
-def _ablation(**weights: str) -> Run:
-  return Run('pad/fedgpad', 'protocol=OCM_I',
+def _ablation(protocol: str = 'OCM_I', **weights: str) -> Run:
+  return Run('pad/fedgpad', f'protocol={protocol}',
              tuple((f'fedgpad.loss_weights.{k}', v) for k, v in weights.items()))
+
+
+# Table VI's Diff and Rec rows on every protocol (ours): whether dropping a disentanglement term
+# helps beyond O&C&M -> I, where it did in every seed.
+_TERMS_RUNS = (('FedGPAD', lambda p: Run('pad/fedgpad', f'protocol={p}')),
+               ('FedGPAD without Diff', lambda p: _ablation(p, diff='0.0')),
+               ('FedGPAD without Rec', lambda p: _ablation(p, rec='0.0')),
+               ('FedPAD', lambda p: Run('pad/fedpad', f'protocol={p}')))
+_TERMS_ROWS = tuple(Row(f'{label} {ARROW[p]}', make(p), (None,) * 3)
+                    for label, make in _TERMS_RUNS for p in pad_benchmark.PROTOCOLS)
 
 
 def _centers(target: str, groups) -> tuple[Row, ...]:
@@ -277,6 +287,12 @@ TABLES = {
               'FedGPAD <= FedPAD < Fused < Single in HTER (28.19, 30.51, 35.22; 38.82 and '
               '35.76): training across attack types helps', SETTING, titles=TITLES,
               orderings=TABLE10_ORDERINGS),
+    '_terms': Table(
+        'FedGPAD without Diff or Rec on every protocol (ours; Table VI on O&C&M -> I only)',
+        'results', COLUMNS, _TERMS_ROWS,
+        'removing Diff or Rec raises the HTER (Table VI, O&C&M -> I)', SETTING, titles=TITLES,
+        orderings=sum((_average_ahead('FedGPAD', f'FedGPAD without {term}')
+                       for term in ('Diff', 'Rec')), ())),
     '_all_batch_norm': Table(
         'All: BatchNorm over the pooled batch or per data center, Adam kept or restarted (ours; '
         'why All is no upper bound)', 'results', ('pad/in_domain/hter',) + COLUMNS,

@@ -111,3 +111,13 @@ def test_table3_orderings_average_each_methods_protocols_as_the_paper_does():
     results[(rows[f'FedPAD {arrow}'], 0)] = {'pad': {'hter': pad}}
   ordering = orderings[('FedGPAD ahead of FedPAD', 'pad/hter')]
   assert tables.ordering_margins(table, ordering, results, (0,)) == {0: 10.0}
+
+
+def test_the_terms_table_drops_one_weight_on_each_protocol_and_shares_table_vi():
+  table = reproduce.TABLES['_terms']
+  runs = {row.label: row.run for row in table.rows}
+  table6 = {row.label: row.run for row in reproduce.TABLES[6].rows}
+  assert runs['FedGPAD without Diff O&C&M -> I'] == table6['without Diff']
+  assert runs['FedGPAD without Rec O&M&I -> C'].overrides == (('fedgpad.loss_weights.rec', '0.0'),)
+  assert runs['FedGPAD without Rec O&M&I -> C'].arg == 'protocol=OMI_C'
+  assert len(table.rows) == 4 * len(pad_benchmark.PROTOCOLS)
