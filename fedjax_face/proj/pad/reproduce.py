@@ -185,12 +185,17 @@ def _ablation(protocol: str = 'OCM_I', **weights: str) -> Run:
 
 # Table VI's Diff and Rec rows on every protocol (ours): whether dropping a disentanglement term
 # helps beyond O&C&M -> I, where it did in every seed.
-_TERMS_RUNS = (('FedGPAD', lambda p: Run('pad/fedgpad', f'protocol={p}')),
+_TERMS_RUNS = (('FedGPAD', lambda p: _method('fedgpad', p)),
                ('FedGPAD without Diff', lambda p: _ablation(p, diff='0.0')),
                ('FedGPAD without Rec', lambda p: _ablation(p, rec='0.0')),
-               ('FedPAD', lambda p: Run('pad/fedpad', f'protocol={p}')))
+               ('FedPAD', lambda p: _method('fedpad', p)))
 _TERMS_ROWS = tuple(Row(f'{label} {ARROW[p]}', make(p), (None,) * 3)
                     for label, make in _TERMS_RUNS for p in pad_benchmark.PROTOCOLS)
+
+
+def _centers_label(method: str, sources, target: str) -> str:
+  """A Tables VIII-IX row: 'FedGPAD O&M&I -> C'."""
+  return f'{method} {"&".join(sources)} -> {target}'
 
 
 def _centers(target: str, groups) -> tuple[Row, ...]:
@@ -198,8 +203,8 @@ def _centers(target: str, groups) -> tuple[Row, ...]:
   for method in ('fedpad', 'fedgpad'):
     for sources in groups:
       run = Run(f'pad/{method}', f'centers={"".join(sources)},target={target}')
-      rows.append(Row(f'{"FedPAD" if method == "fedpad" else "FedGPAD"} {"&".join(sources)} -> '
-                      f'{target}', run, PAPER_CENTERS[target][method][len(sources)]))
+      label = _centers_label('FedPAD' if method == 'fedpad' else 'FedGPAD', sources, target)
+      rows.append(Row(label, run, PAPER_CENTERS[target][method][len(sources)]))
   return tuple(rows)
 
 
@@ -220,7 +225,7 @@ TABLE3_ORDERINGS = sum((_average_ahead(a, b) for a, b in (
 def _centers_orderings(target: str, groups) -> tuple[Ordering, ...]:
   """Tables VIII-IX: each added data center helps both methods, FedGPAD ahead at every count."""
   def label(method, sources):
-    return f'{method} {"&".join(sources)} -> {target}'
+    return _centers_label(method, sources, target)
   more = sum((_ahead(label(m, bigger), label(m, smaller),
                      f'{m}: {"&".join(bigger)} ahead of {"&".join(smaller)}')
               for m in ('FedPAD', 'FedGPAD') for smaller, bigger in zip(groups, groups[1:])), ())
