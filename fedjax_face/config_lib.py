@@ -12,7 +12,9 @@ import math
 import ml_collections
 
 from fedjax_face.core import distributed, engine, local, privacy
-from fedjax_face.data import pad_benchmark, partition, sources, synthetic
+from fedjax_face.data import partition, sources
+from fedjax_face.data.synthetic import pad_benchmark
+from fedjax_face.data.synthetic import faces
 from fedjax_face.models import heads
 from fedjax_face.models.conv import CONV_GRADIENTS
 
@@ -44,7 +46,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.difficulty = 1.0
   c.data.lookalike_family_size = 1     # g: training identities in look-alike families of g
                                        # (1 = independent identities); synthetic only
-  c.data.lookalike_spread = synthetic.LOOKALIKE_SPREAD   # in (0, 1]: a member's distance from
+  c.data.lookalike_spread = faces.LOOKALIKE_SPREAD   # in (0, 1]: a member's distance from
                                        # its family centre (training families and sllfw's)
   # Public and private identities (FedFR; data/splits.py): the first K_g training identities are
   # public (the pre-training set, shared with every client), the rest are dealt to the clients.
@@ -145,7 +147,7 @@ def base_config() -> ml_collections.ConfigDict:
   # Evaluators by type (eval/__init__.py:EVALUATORS); each present section runs, with its settings.
   c.evals = ml_collections.ConfigDict()
   c.evals.verification = ml_collections.ConfigDict()    # 1:1, the insightface 10-fold protocol
-  c.evals.verification.pair_sets = synthetic.PAIR_SET_NAMES   # real data: <name>.bin / .txt stems
+  c.evals.verification.pair_sets = faces.PAIR_SET_NAMES   # real data: <name>.bin / .txt stems
   c.evals.verification.far_target = 1e-3
   # 1:N identification (MegaFace / IJB-C 1:N analogue, FedGC Tables 6-7) on held-out synthetic
   # identities (skipped for real data).

@@ -24,7 +24,8 @@ from absl import logging
 from fedjax_face import algorithms, config_lib, eval as eval_lib, models
 from fedjax_face.core import communication, distributed, policy, privacy
 from fedjax_face.core import engine as engine_lib
-from fedjax_face.data import federated, partition, pipeline, sources, splits, stores, synthetic
+from fedjax_face.data import federated, partition, pipeline, sources, splits, stores
+from fedjax_face.data.synthetic import faces
 from fedjax_face.eval import diagnostics
 from fedjax_face.eval.recognition import evaluators as recognition
 from fedjax_face.io import artifacts, checkpoint, files, metrics, report
@@ -207,13 +208,13 @@ def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start
       f'identities, pair sets {sorted(benchmark.pair_sets)} ({data_s:.1f} s)', flush=True)
   pictures = ['samples.png']
   if chief:
-    synthetic.save_sample_grid(
+    faces.save_sample_grid(
         benchmark.train_images[::max(1, len(benchmark.train_images) // 96)],
         files.join(workdir, 'samples.png'))
   if benchmark.train_families is not None and config.data.lookalike_family_size > 1:
     pictures.append('lookalikes.png')
     if chief:
-      synthetic.save_family_grid(benchmark.train_images, benchmark.train_labels,
+      faces.save_family_grid(benchmark.train_images, benchmark.train_labels,
                                  benchmark.train_families, files.join(workdir, 'lookalikes.png'))
 
   # Model, algorithm, engine.

@@ -11,7 +11,7 @@ from PIL import Image
 import pytest
 
 from fedjax_face import algorithms, experiment, models
-from fedjax_face.data import synthetic
+from fedjax_face.data.synthetic import faces
 from tests import config_files
 
 ROOT = config_files.ROOT
@@ -37,7 +37,7 @@ def test_train_and_evaluate_writes_every_output(tmp_path, name, algorithm):
   saved = json.loads((tmp_path / 'results.json').read_text())
   assert saved['algorithm'] == algorithm and saved['rounds'] == config.num_rounds
   # The FedGC paper's configs evaluate all six pair sets of the benchmark.
-  assert set(saved['verification']) == set(synthetic.ALL_PAIR_SET_NAMES)
+  assert set(saved['verification']) == set(faces.ALL_PAIR_SET_NAMES)
   for metrics in saved['verification'].values():
     assert 0.0 <= metrics['accuracy'] <= 1.0
     assert metrics['num_pairs'] == config.data.num_pairs

@@ -14,7 +14,7 @@ only: Table X), paper, runlocal.
 
 from fedjax_face import config_lib
 from fedjax_face.algorithms import fedgpad
-from fedjax_face.data import pad_benchmark
+from fedjax_face.data.synthetic import pad_benchmark
 from fedjax_face.proj.pad import setting
 
 

@@ -25,9 +25,14 @@ from typing import Sequence
 from absl import logging
 import numpy as np
 
-from fedjax_face.data import image_folder, pad_benchmark, recordio, stores, synthetic, tfds_source
-from fedjax_face.data import verification_bin
-from fedjax_face.data.synthetic import FaceBenchmark, PairSet
+from fedjax_face.data import stores
+from fedjax_face.data.formats import image_folder
+from fedjax_face.data.synthetic import pad_benchmark
+from fedjax_face.data.formats import recordio
+from fedjax_face.data.synthetic import faces
+from fedjax_face.data.formats import tfds_source
+from fedjax_face.data.formats import verification_bin
+from fedjax_face.data.types import FaceBenchmark, PairSet
 
 SOURCES = ('synthetic', 'insightface', 'image_folder', 'tfds', 'pad')
 
@@ -40,12 +45,12 @@ def load(config, pair_sets: tuple[str, ...] = ()) -> FaceBenchmark:
   """
   d = config.data
   if d.source == 'synthetic':
-    return synthetic.make_benchmark(
+    return faces.make_benchmark(
         seed=config.seed, num_identities=d.num_identities,
         images_per_identity=d.images_per_identity, image_size=d.image_size,
         num_test_identities=d.num_test_identities, num_pairs=d.num_pairs,
         difficulty=d.difficulty, images_per_identity_sigma=d.images_per_identity_sigma,
-        pair_sets=tuple(pair_sets) or synthetic.PAIR_SET_NAMES,
+        pair_sets=tuple(pair_sets) or faces.PAIR_SET_NAMES,
         lookalike_family_size=d.lookalike_family_size, lookalike_spread=d.lookalike_spread)
   if d.source == 'pad':
     return pad_benchmark.load(config)

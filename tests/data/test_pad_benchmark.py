@@ -6,8 +6,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from fedjax_face.data import pad_benchmark as pad
-from fedjax_face.data import synthetic
+from fedjax_face.data.synthetic import pad_benchmark as pad
+from fedjax_face.data.synthetic import faces
 from tests.config_files import load_config
 
 SMALL = dict(subjects=4, test_subjects=1, live_videos=1, attack_videos=3, frames=2,
@@ -36,7 +36,7 @@ def test_every_domain_has_its_frames_videos_and_splits(domains):
 
 
 def test_an_attack_photo_differs_from_the_live_scene_only_in_its_light():
-  nz = synthetic.sample_nuisance(np.random.default_rng(0), 5, 'lfw', 1.0)
+  nz = faces.sample_nuisance(np.random.default_rng(0), 5, 'lfw', 1.0)
   photo = pad.photo_nuisance(nz)
   changed = {k for k in nz if not np.array_equal(nz[k], photo[k])}
   assert changed == set(pad.PHOTO_LIGHT)
@@ -76,10 +76,10 @@ def test_live_frames_carry_depth_and_attacks_zero_maps(domains):
 
 def test_depth_follows_the_head_the_renderer_draws():
   rng = np.random.default_rng(3)
-  ip = synthetic.sample_identities(rng, 2)
-  nz = synthetic.sample_nuisance(rng, 2, 'lfw', 0.0)       # frontal, centred
+  ip = faces.sample_identities(rng, 2)
+  nz = faces.sample_nuisance(rng, 2, 'lfw', 0.0)       # frontal, centred
   nz['shift_x'] = np.array([0.0, 0.3], np.float32)         # the second moved right
-  depth = synthetic.face_depth(ip, nz, 32)
+  depth = faces.face_depth(ip, nz, 32)
   cols = [np.average(np.arange(32), weights=d.sum(axis=0)) for d in depth]
   assert abs(cols[0] - 15.5) < 1.0 and cols[1] - cols[0] > 3.0
 

@@ -1,4 +1,4 @@
-"""Tests for fedjax_face.data.recordio: the MXNet RecordIO / insightface training-set format.
+"""Tests for fedjax_face.data.formats.recordio: the MXNet RecordIO / insightface training-set format.
 
 The first fixture is assembled byte by byte from the format specification with struct.pack (not
 with the module's writer), so a reader and writer that agree with each other but not with the
@@ -15,8 +15,8 @@ import numpy as np
 from PIL import Image
 import pytest
 
-from fedjax_face.data import recordio
-from fedjax_face.data import synthetic
+from fedjax_face.data.formats import recordio
+from fedjax_face.data.synthetic import faces as synthetic
 
 MAGIC = 0xCED7230A
 H = W = 8

@@ -16,8 +16,11 @@ import pytest
 
 from fedjax_face import config_lib, experiment
 from tests import config_files
-from fedjax_face.data import federated, recordio, sources, stores, synthetic, tfds_source
-from fedjax_face.data import verification_bin
+from fedjax_face.data import federated, sources, stores
+from fedjax_face.data.formats import recordio
+from fedjax_face.data.synthetic import faces as synthetic
+from fedjax_face.data.formats import tfds_source
+from fedjax_face.data.formats import verification_bin
 
 
 def runlocal_config(**data):

@@ -1,4 +1,4 @@
-"""Tests for fedjax_face.data.verification_bin: insightface `.bin` pair sets, read safely."""
+"""Tests for fedjax_face.data.formats.verification_bin: insightface `.bin` pair sets, read safely."""
 
 import builtins
 import io
@@ -10,8 +10,8 @@ import numpy as np
 from PIL import Image
 import pytest
 
-from fedjax_face.data import verification_bin as vb
-from fedjax_face.data.synthetic import PairSet
+from fedjax_face.data.formats import verification_bin as vb
+from fedjax_face.data.types import PairSet
 
 
 def png(image):

@@ -5,7 +5,9 @@ and 'personalized' (FedFR's per-client 1:1 and 1:N), over the protocols of `veri
 import numpy as np
 
 from fedjax_face import config_lib
-from fedjax_face.data import identification_set, stores, synthetic
+from fedjax_face.data import stores
+from fedjax_face.data.synthetic import identification_set
+from fedjax_face.data.synthetic import faces
 from fedjax_face.eval import EvalOutput, Evaluator, plots
 from fedjax_face.eval.recognition import identification, personalized, verification
 from fedjax_face.io import report
@@ -24,7 +26,7 @@ def check_verification(config, section) -> None:
   for name in pair_sets:
     if config.data.source == 'synthetic':
       config_lib.check_choice('evals.verification.pair_sets[...]', name,
-                              synthetic.ALL_PAIR_SET_NAMES)
+                              faces.ALL_PAIR_SET_NAMES)
     elif not isinstance(name, str) or not name or any(ch in name for ch in ',/\\ '):
       raise ValueError(f'config.evals.verification.pair_sets has {name!r}; expected the file '
                        'stem of a <name>.bin or <name>.txt pair set, one name per tuple item, '

@@ -466,7 +466,7 @@ def identify(embed_fn: verification.EmbedFn,
 
   Args:
     embed_fn: see `verification.compute_embeddings`.
-    id_set: an `fedjax_face.data.identification_set.IdentificationSet` (anything with its
+    id_set: an `fedjax_face.data.synthetic.identification_set.IdentificationSet` (anything with its
       `gallery_images`, `gallery_labels`, `probe_images`, `probe_labels`, `probe_is_mated`; a
       `name` is copied into the result when present).
     batch_size: see `verification.compute_embeddings`.

@@ -15,11 +15,12 @@ one row per family (the spread in each tile's corner), two images per member.
 import numpy as np
 from absl import app, flags
 
-from fedjax_face.data import synthetic
+from fedjax_face.data.synthetic import faces
+from fedjax_face.data import types
 from fedjax_face.io import files
 
 
-def pixel_cosines(pair_set: synthetic.PairSet) -> np.ndarray:
+def pixel_cosines(pair_set: types.PairSet) -> np.ndarray:
   """Cosine of each pair's two images, each image centred on its own mean."""
   x = pair_set.images.reshape(pair_set.images.shape[0], -1).astype(np.float64)
   x -= x.mean(axis=1, keepdims=True)
@@ -29,7 +30,7 @@ def pixel_cosines(pair_set: synthetic.PairSet) -> np.ndarray:
 
 def calibration_row(seed: int, spread: float, difficulty: float, num_pairs: int) -> dict:
   """Mean pixel cosines of genuine, look-alike and random pairs at one spread."""
-  bench = synthetic.make_benchmark(
+  bench = faces.make_benchmark(
       seed=seed, num_identities=2, images_per_identity=2, num_test_identities=300,
       num_pairs=num_pairs, pair_sets=('lfw', 'sllfw'), lookalike_spread=spread,
       difficulty=difficulty)
@@ -46,12 +47,12 @@ def family_picture(seed: int, spreads: list[float], path: str, families: int = 3
   rng = np.random.default_rng([seed, 0x1a1])
   tiles, labels = [], []
   for spread in spreads:
-    params, family = synthetic.sample_families(rng, families * members, members, spread)
+    params, family = faces.sample_families(rng, families * members, members, spread)
     index = np.repeat(np.arange(families * members), images)
-    nuisance = synthetic.sample_nuisance(rng, len(index), 'lfw', 0.0)
-    tiles.append(synthetic.render_faces({k: v[index] for k, v in params.items()}, nuisance, 32))
+    nuisance = faces.sample_nuisance(rng, len(index), 'lfw', 0.0)
+    tiles.append(faces.render_faces({k: v[index] for k, v in params.items()}, nuisance, 32))
     labels += [f'{spread:g}'] * len(index)
-  synthetic.save_sample_grid(np.concatenate(tiles), path, rows=families * len(spreads),
+  faces.save_sample_grid(np.concatenate(tiles), path, rows=families * len(spreads),
                              cols=members * images, labels=labels)
 
 

@@ -21,7 +21,7 @@ Our FedPAD is the paper's "FedGPAD w/o Dis" (Table VII: the same EI, C and depth
 Dec), not its ResNet-18 FedPAD of Table III; the Table III rows quote that paper row anyway.
 """
 
-from fedjax_face.data import pad_benchmark
+from fedjax_face.data.synthetic import pad_benchmark
 from fedjax_face.io import files
 from fedjax_face.proj.pad import baselines
 from fedjax_face.tools.tables import Combined, Ordering, Row, Run, Table

@@ -2,7 +2,7 @@
 by configs/pad/.
 
 Data centers = the source domains of a leave-one-out protocol of the embedded PAD benchmark
-(`data/pad_benchmark.py`), every one in every round; one local step a round with a fresh Adam at
+(`data/synthetic/pad_benchmark.py`), every one in every round; one local step a round with a fresh Adam at
 lr 1e-2 and batches of 16 live + 16 attack frames; RGB + HSV input; HTER / EER / AUC on the
 target domain, frame scores averaged per video. The defaults run in minutes on 2 CPU cores:
 32x32 input (depth maps 4x4), the Table II network at 1/8 width, 400 rounds; `paper` puts back
@@ -16,7 +16,7 @@ import ml_collections
 
 from fedjax_face import config_lib
 from fedjax_face.algorithms import fedgpad
-from fedjax_face.data import pad_benchmark
+from fedjax_face.data.synthetic import pad_benchmark
 
 PROTOCOLS = tuple(pad_benchmark.PROTOCOLS)   # 'OCI_M', 'OMI_C', 'OCM_I', 'ICM_O'
 # `centers=OMIS` config arguments: the data centers in order (Tables VIII-IX).

@@ -5,7 +5,7 @@ import types
 
 import numpy as np
 
-from fedjax_face.data import pad_benchmark
+from fedjax_face.data.synthetic import pad_benchmark
 from fedjax_face.eval.pad import evaluators, metrics
 from tests.config_files import load_config
 

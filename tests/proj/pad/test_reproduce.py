@@ -7,7 +7,7 @@ import json
 import numpy as np
 
 from fedjax_face import experiment
-from fedjax_face.data import pad_benchmark
+from fedjax_face.data.synthetic import pad_benchmark
 from fedjax_face.eval.pad import evaluators, metrics
 from fedjax_face.proj.pad import reproduce
 from fedjax_face.tools import tables

@@ -24,8 +24,9 @@ import os
 
 import numpy as np
 
-from fedjax_face.data import recordio, stores
-from fedjax_face.data.synthetic import PairSet
+from fedjax_face.data import stores
+from fedjax_face.data.formats import recordio
+from fedjax_face.data.types import PairSet
 
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.bmp', '.webp')
 

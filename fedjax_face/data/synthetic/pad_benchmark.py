@@ -7,7 +7,7 @@ each is a capture setting with the traits the paper's Table I gives it (extra li
 backgrounds, its attack types and display devices) and a camera of its own. A frame is made in
 three steps, all pure functions of the seed:
 
-1. The scene: a subject of the domain rendered by `synthetic.render_faces` (pose, expression and
+1. The scene: a subject of the domain rendered by `faces.render_faces` (pose, expression and
    lighting of the domain's sessions; no camera effects yet), at twice the output size.
 2. For an attack, the medium: the same subject's source photo (same pose, even light) reproduced
    by a print (reduced gamut, paper tone, halftone dots, paper grain, bending, visible edges and
@@ -17,7 +17,7 @@ three steps, all pure functions of the seed:
 3. The capture: the domain's camera (colour response, resolution, blur, sensor noise, JPEG),
    the same for live and attack frames, so that only the medium separates them.
 
-Live frames carry a pseudo-depth map (`synthetic.face_depth`, min-max normalised, as the
+Live frames carry a pseudo-depth map (`faces.face_depth`, min-max normalised, as the
 authors' PRNet maps are); attack frames an all-zero map. A video is `frames` frames of one
 subject, one kind and one session (small pose and expression changes between frames); metrics
 average frame scores per video. Each domain has its own subjects, split into train and test
@@ -31,7 +31,8 @@ import ml_collections
 import numpy as np
 from PIL import Image
 
-from fedjax_face.data import synthetic
+from fedjax_face.data.synthetic import faces
+from fedjax_face.data import types
 
 ATTACKS = ('print', 'cut', 'display', 'replay')
 LIVE = -1                      # `attack` value of a live frame
@@ -283,7 +284,7 @@ def hold(medium: np.ndarray, scene: np.ndarray, frame_color: np.ndarray, held: n
 def _session_nuisance(rng: np.random.Generator, n: int, domain: Domain) -> dict:
   """Per-video scene draws: pose and expression of the benchmark's 'lfw' profile, the domain's
   lighting and backgrounds, no camera effects (the domain's camera adds its own)."""
-  nz = synthetic.sample_nuisance(rng, n, 'lfw', 1.0)
+  nz = faces.sample_nuisance(rng, n, 'lfw', 1.0)
   light = 1.3 if domain.extra_light else 0.45
   nz['light_strength'] = np.clip(nz['light_strength'] * light, 0.0, 0.9).astype(np.float32)
   nz['gain'] = np.exp(np.log(nz['gain']) * light).astype(np.float32)
@@ -295,7 +296,7 @@ def _session_nuisance(rng: np.random.Generator, n: int, domain: Domain) -> dict:
     nz['blob_r'] = np.zeros(n, np.float32)
   nz['blur'] = np.zeros(n, np.float32)
   nz['noise'] = np.zeros(n, np.float32)
-  nz['occluder'] = np.full(n, synthetic.OCC_NONE, np.int32)
+  nz['occluder'] = np.full(n, faces.OCC_NONE, np.int32)
   nz['saturation'] = np.maximum(nz['saturation'], 0.7).astype(np.float32)
   return nz
 
@@ -326,8 +327,8 @@ def _frames_of(nz: dict, frames: int, rng: np.random.Generator) -> dict:
 
 def _eye_holes(ip: dict, nz: dict, size: int) -> np.ndarray:
   """[N, S, S] masks of the two eye regions (the cut-photo attack's holes), placed with the
-  renderer's face transform (`synthetic.face_frame`)."""
-  x, y = synthetic.face_frame(nz, size)
+  renderer's face transform (`faces.face_frame`)."""
+  x, y = faces.face_frame(nz, size)
   yaw_shift = np.sin(nz['yaw'])[:, None, None] * ip['head_w'][:, None, None] * 0.8
   holes = np.zeros_like(x)
   for side in (-1.0, 1.0):
@@ -354,7 +355,7 @@ def make_domain(name: str, *, seed: int, image_size: int = 64, subjects: int = 2
                      'that the domain keeps training subjects.')
   domain = DOMAINS[name]
   rng = np.random.default_rng(np.random.SeedSequence([seed, _STREAM_OF[name]]))
-  people = synthetic.sample_identities(rng, subjects)
+  people = faces.sample_identities(rng, subjects)
   kinds = list(domain.attacks)
   shares = np.array([domain.attacks[k] for k in kinds])
   # Videos: every subject's live videos, then its attack videos (kinds by the domain's mix).
@@ -375,14 +376,14 @@ def make_domain(name: str, *, seed: int, image_size: int = 64, subjects: int = 2
   f_video = np.repeat(np.arange(num_videos), frames)
   ip = {k: v[f_subject] for k, v in people.items()}
   src = 2 * image_size
-  scene = synthetic.render_faces(ip, nz, src).astype(np.float32) / 255.0
+  scene = faces.render_faces(ip, nz, src).astype(np.float32) / 255.0
   images = scene.copy()
   spoof = f_attack != LIVE
   if spoof.any():
     idx = np.flatnonzero(spoof)
     photo_nz = photo_nuisance({k: v[idx] for k, v in nz.items()})
     photo_ip = {k: v[idx] for k, v in ip.items()}
-    photo = synthetic.render_faces(photo_ip, photo_nz, src).astype(np.float32) / 255.0
+    photo = faces.render_faces(photo_ip, photo_nz, src).astype(np.float32) / 255.0
     kind = f_attack[idx]
     medium = np.empty_like(photo)
     frame_color = np.empty((len(idx), 3), np.float32)
@@ -406,7 +407,7 @@ def make_domain(name: str, *, seed: int, image_size: int = 64, subjects: int = 2
     medium = np.clip(medium * light[:, None, None, :] ** 0.5, 0.0, 1.0)
     images[idx] = hold(medium, scene[idx], frame_color, held[f_video[idx]], rng)
   out = capture(images, domain.camera, image_size, rng)
-  depth = synthetic.face_depth(ip, nz, DEPTH_SIZE) * (~spoof)[:, None, None]
+  depth = faces.face_depth(ip, nz, DEPTH_SIZE) * (~spoof)[:, None, None]
   split = (f_subject >= subjects - test_subjects).astype(np.int8)
   return PadSet(domain=name, images=out, depth=depth.astype(np.float32), live=~spoof,
                 attack=f_attack.astype(np.int8), video=f_video.astype(np.int32),
@@ -526,7 +527,7 @@ def _concat(sets: list[PadSet], name: str) -> PadSet:
 
 
 def load(config):
-  """The benchmark as `synthetic.FaceBenchmark`: the data centers' training frames (train
+  """The benchmark as `types.FaceBenchmark`: the data centers' training frames (train
   subjects, the attacks of `train_attacks` and live), labelled 2k (attack) and 2k + 1 (live) for
   data center k, which holds exactly those two classes (`client_identities`; `pooled`: one
   client holds all, so that live = an odd class either way), their depth maps
@@ -542,7 +543,7 @@ def load(config):
     train.append(frames.take(keep))
   labels = np.concatenate([2 * k + t.live.astype(np.int32) for k, t in enumerate(train)])
   target = _frames(p.target, config)
-  return synthetic.FaceBenchmark(
+  return types.FaceBenchmark(
       train_images=np.concatenate([t.images for t in train]),
       train_labels=labels.astype(np.int32), num_identities=2 * len(train), pair_sets={},
       client_identities=([np.arange(2 * len(train), dtype=np.int32)] if p.pooled else

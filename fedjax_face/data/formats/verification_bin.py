@@ -37,8 +37,8 @@ from typing import Sequence
 
 import numpy as np
 
-from fedjax_face.data import recordio
-from fedjax_face.data.synthetic import PairSet
+from fedjax_face.data.formats import recordio
+from fedjax_face.data.types import PairSet
 
 _DTYPES = {'b1': np.dtype(np.bool_), 'u1': np.dtype(np.uint8)}
 

@@ -29,7 +29,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fedjax_face.data import recordio, stores
+from fedjax_face.data import stores
+from fedjax_face.data.formats import recordio
 
 # name -> (image feature, identity feature; '/' separates nested keys).
 KNOWN = {'lfw': ('image', 'label'), 'celeb_a': ('image', 'identity/Identity_No')}
