@@ -19,7 +19,8 @@ cohort, nothing skipped, more repeats, the server step up to 20,000 classes).
 import ml_collections
 
 from fedjax_face import config_lib
-from fedjax_face.algorithms import fedgc, fedpe
+from fedjax_face.algorithms import fedfv, fedgc, fedpe
+from fedjax_face.proj.fedfv import setting as fedfv_setting
 
 
 def cohort(num_clients: int, cohort_size: int, identities_per_client: int,
@@ -64,8 +65,8 @@ def get_config(arg=None):
   b.cohorts = ml_collections.ConfigDict()
   # FedGC-like: the default experiment (36 clients of 10 identities x 40 images, all selected).
   b.cohorts.fedgc = cohort(fl.num_clients, fl.num_clients,
-                           c.data.num_identities // fl.num_clients,
-                           c.data.images_per_identity, fl.local_steps, fl.batch_size)
+                           c.data.synthetic.num_identities // fl.num_clients,
+                           c.data.synthetic.images_per_identity, fl.local_steps, fl.batch_size)
   # FedFV-like: one identity per client, 8 clients selected out of 1000 per round.
   b.cohorts.fedfv = cohort(1000, 8, 1, 10, fl.local_steps, fl.batch_size)
   # Large: many clients of 32 images each (2 identities x 16), one local epoch of 2 x 16.
@@ -98,7 +99,7 @@ def get_config(arg=None):
   # same images: the rounds after the first (which compiles) give the steady-state round.
   b.one_per_client = ml_collections.ConfigDict()
   b.one_per_client.rounds = 150
-  b.one_per_client.runlocal = False   # True: the FedFV runlocal sizes (tests)
+  b.one_per_client.run = one_per_client_run(runlocal=False)   # the FedFV run it times
 
   # (h) plain FedAvg of a classifier CNN on random data (conv32-pool-conv64-pool-dense128-dense360),
   # the workload of the comparison with a PyTorch loop: 36 clients of 10 identities x 8 images,
@@ -114,6 +115,18 @@ def get_config(arg=None):
     runlocal(c)
   if args.get('full'):
     full(c)
+  return c
+
+
+def one_per_client_run(runlocal: bool) -> ml_collections.ConfigDict:
+  """Section (g)'s run: the FedFV default (or its runlocal size), without evaluation, checkpoints
+  or logging."""
+  c = fedfv_setting.one_per_client_config('fedfv', runlocal=runlocal)
+  c.fedfv = fedfv.config_section()
+  if runlocal:
+    c.fedfv.num_equivalent = 4
+  c.evals = ml_collections.ConfigDict()
+  c.checkpoint_every = 0
   return c
 
 
@@ -139,7 +152,7 @@ def runlocal(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   b.eval.batch_size = 32
   b.eval.num_pairs = 200
   b.one_per_client.rounds = 4
-  b.one_per_client.runlocal = True
+  b.one_per_client.run = one_per_client_run(runlocal=True)
   b.fedavg_cnn.cohort = cohort(4, 4, 2, 4, 2, 4)
   b.fedavg_cnn.image_size = 8
   b.fedavg_cnn.torch = False   # the tests never depend on an optional package

@@ -7,14 +7,12 @@ field that exists in neither is a typo, and `ml_collections.config_flags` reject
 the module that uses them and checked from there.
 """
 
-import math
-
 import ml_collections
 
 from fedjax_face.core import distributed, engine, local, privacy
+from fedjax_face.core.checks import (check_bool, check_choice, check_fraction, check_int,  # pylint: disable=unused-import
+                                     check_number, section)
 from fedjax_face.data import partition, sources
-from fedjax_face.data.synthetic import pad_benchmark
-from fedjax_face.data.synthetic import faces
 from fedjax_face.models import heads
 from fedjax_face.models.conv import CONV_GRADIENTS
 
@@ -22,8 +20,10 @@ from fedjax_face.models.conv import CONV_GRADIENTS
 SCHEDULES = ('constant', 'step')   # learning rate by round (algorithms/common.py:lr_scale_schedule)
 
 
-def base_config() -> ml_collections.ConfigDict:
-  """Defaults sized so one run finishes in a few minutes on 2 CPU cores (README)."""
+def base_config(task: str = 'recognition') -> ml_collections.ConfigDict:
+  """Defaults sized so one run finishes in a few minutes on 2 CPU cores (README), with the
+  sections of every data source of `task` ('recognition' | 'anti_spoofing'), so that
+  `--config.data.source=` moves a config between them."""
   c = ml_collections.ConfigDict()
   c.algorithm = ''                     # a key of algorithms.ALGORITHMS, set by each config
   c.seed = 0
@@ -35,19 +35,11 @@ def base_config() -> ml_collections.ConfigDict:
   c.divergence_factor = 1e3    # stop when a round's training loss exceeds this times the first
                                # round's (a finite blow-up); 0 = off. Non-finite always stops.
 
+  # The data every run shares; the source's own fields are in `c.data.<source>`
+  # (`data/sources/`: a task's configs carry every source of the task).
   c.data = ml_collections.ConfigDict()
-  c.data.source = 'synthetic'
-  c.data.num_identities = 360          # training identities (CASIA-WebFace has ~10,575)
-  c.data.images_per_identity = 40
-  c.data.images_per_identity_sigma = 0.0
+  c.data.source = 'synthetic'          # a key of data.sources.SOURCES
   c.data.image_size = 32
-  c.data.num_test_identities = 300     # held out: the pair sets are open-set
-  c.data.num_pairs = 6000
-  c.data.difficulty = 1.0
-  c.data.lookalike_family_size = 1     # g: training identities in look-alike families of g
-                                       # (1 = independent identities); synthetic only
-  c.data.lookalike_spread = faces.LOOKALIKE_SPREAD   # in (0, 1]: a member's distance from
-                                       # its family centre (training families and sllfw's)
   # Public and private identities (FedFR; data/splits.py): the first K_g training identities are
   # public (the pre-training set, shared with every client), the rest are dealt to the clients.
   c.data.public_identities = 0         # K_g; 0 = every identity is a client's
@@ -55,24 +47,9 @@ def base_config() -> ml_collections.ConfigDict:
                                        # personalized evaluation (FedFR: 40 of 100)
   c.data.centralized_on = 'all'        # a centralized run with public identities: 'public' (the
                                        # pre-training) | 'all' (public + private training images)
-  # Real data (README 'Training on real data'); the synthetic-only fields above are then unused.
-  c.data.root = ''                     # insightface: train.rec/.idx/property; image_folder:
-                                       # <root>/<identity>/*.jpg; tfds: the TFDS data_dir
-  c.data.verification_dir = ''         # <name>.bin / .txt of evals.verification.pair_sets; '' = root
-  c.data.center_crop = 1.0             # central square kept (share of the shorter side), then
-                                       # resized to image_size when the size differs
-  c.data.min_images_per_identity = 1   # identities with fewer images are dropped
-  c.data.max_identities = 0            # keep the first N identities (0 = all); quick runs
-  c.data.skip_bad_records = False      # True: mask out undecodable records, logged and counted
-  c.data.check_record_labels = True   # insightface: read every image record's header at load and
-                                       # check its label against its identity's key range (an .idx
-                                       # pointing at wrong records stops the run before round 1)
   c.data.prefetch = 1                  # rounds prepared ahead in a background thread; 0 = off
   c.data.decode_threads = 0            # image decode threads; 0 = every usable CPU
-  c.data.tfds_name = 'lfw'             # tfds: 'lfw' | 'celeb_a' | another with tfds_label_key
-  c.data.tfds_split = 'train'
-  c.data.tfds_label_key = ''           # identity feature; '' = known for lfw / celeb_a
-  c.data.tfds_manual_dir = ''          # prepare from these files if not prepared (no download)
+  sources.add_sections(c, task)
 
   c.federated = ml_collections.ConfigDict()
   c.federated.num_clients = 36         # FedGC splits CASIA-WebFace over 36 clients
@@ -147,7 +124,8 @@ def base_config() -> ml_collections.ConfigDict:
   # Evaluators by type (eval/__init__.py:EVALUATORS); each present section runs, with its settings.
   c.evals = ml_collections.ConfigDict()
   c.evals.verification = ml_collections.ConfigDict()    # 1:1, the insightface 10-fold protocol
-  c.evals.verification.pair_sets = faces.PAIR_SET_NAMES   # real data: <name>.bin / .txt stems
+  c.evals.verification.pair_sets = ('lfw', 'cfp_fp', 'agedb_30')   # the synthetic benchmark
+                                       # renders these; real data: <name>.bin / .txt stems
   c.evals.verification.far_target = 1e-3
   # 1:N identification (MegaFace / IJB-C 1:N analogue, FedGC Tables 6-7) on held-out synthetic
   # identities (skipped for real data).
@@ -167,10 +145,11 @@ def runlocal(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   c.num_rounds = 2
   c.checkpoint_every = 1
   c.log_every = 1
-  c.data.num_identities = 16
-  c.data.images_per_identity = 6
-  c.data.num_test_identities = 12
-  c.data.num_pairs = 100
+  if 'synthetic' in c.data:
+    c.data.synthetic.num_identities = 16
+    c.data.synthetic.images_per_identity = 6
+    c.data.synthetic.num_test_identities = 12
+    c.data.synthetic.num_pairs = 100
   c.data.image_size = 16
   c.federated.num_clients = 4
   c.federated.local_steps = 2
@@ -208,113 +187,24 @@ def parse_arg(arg: str | None, allowed: dict[str, tuple]) -> dict[str, str | boo
   return parsed
 
 
-def check_choice(name: str, value, choices) -> None:
-  """Raises ValueError unless `config.<name>` is one of `choices`."""
-  if value not in choices:
-    raise ValueError(f'config.{name}={value!r}; expected one of {tuple(choices)}.')
-
-
-def check_number(name: str, value, *, allow_zero: bool = False) -> None:
-  """Raises ValueError unless `config.<name>` is a finite positive (or, with allow_zero, >= 0)
-  number (nan and inf are refused: they would fail rounds later as a divergence)."""
-  if (not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value)
-      or value < 0 or (value == 0 and not allow_zero)):
-    expected = 'a finite non-negative number' if allow_zero else 'a finite positive number'
-    raise ValueError(f'config.{name}={value!r}; expected {expected}.')
-
-
-def check_int(name: str, value, *, allow_zero: bool = False) -> None:
-  """Raises ValueError unless `config.<name>` is a positive (or, with allow_zero, >= 0) integer."""
-  if not isinstance(value, int) or isinstance(value, bool) or value < (0 if allow_zero else 1):
-    expected = 'a non-negative integer' if allow_zero else 'a positive integer'
-    raise ValueError(f'config.{name}={value!r}; expected {expected}.')
-
-
-def check_bool(name: str, value) -> None:
-  if not isinstance(value, bool):
-    raise ValueError(f'config.{name}={value!r}; expected True or False.')
-
-
-def check_fraction(name: str, value, *, closed_below: bool = False) -> None:
-  """Raises ValueError unless `config.<name>` is in (0, 1] (or [0, 1] with closed_below)."""
-  ok = isinstance(value, (int, float)) and (0.0 <= value if closed_below else 0.0 < value)
-  if not (ok and value <= 1.0):
-    interval = '[0, 1]' if closed_below else '(0, 1]'
-    raise ValueError(f'config.{name}={value!r}; expected a fraction in {interval}.')
-
-
-def section(c: ml_collections.ConfigDict, name: str, added_by: str) -> ml_collections.ConfigDict:
-  """`c.<name>`, or a ValueError saying which config adds it (a method or evaluator section)."""
-  if name not in c:
-    raise ValueError(f'config.{name} is missing; {added_by} adds it (start from a file in '
-                     'configs/).')
-  return c[name]
-
-
 def _check_data(c: ml_collections.ConfigDict) -> None:
-  """The real-data fields of `c.data`."""
+  """The shared fields of `c.data`; the source's own section is checked by the source."""
   d = c.data
-  check_choice('data.source', d.source, sources.SOURCES)
-  if d.source == 'pad':
-    pad_benchmark.check_config(c)
-  if d.source in ('insightface', 'image_folder') and not d.root:
-    raise ValueError(f'config.data.root is empty; data.source={d.source!r} needs the data '
-                     'directory.')
-  if not isinstance(d.center_crop, (int, float)) or not 0.0 < d.center_crop <= 1.0:
-    raise ValueError(f'config.data.center_crop={d.center_crop!r}; expected a fraction in (0, 1].')
-  check_int('data.min_images_per_identity', d.min_images_per_identity)
-  for name in ('max_identities', 'prefetch', 'decode_threads'):
+  check_int('data.image_size', d.image_size)
+  for name in ('prefetch', 'decode_threads', 'public_identities'):
     check_int(f'data.{name}', d[name], allow_zero=True)
-  check_bool('data.skip_bad_records', d.skip_bad_records)
-  check_bool('data.check_record_labels', d.check_record_labels)
-  if d.source == 'tfds' and not d.tfds_name:
-    raise ValueError('config.data.tfds_name is empty; data.source=\'tfds\' needs a TFDS name '
-                     '(lfw, celeb_a).')
-  for name in ('num_identities', 'images_per_identity', 'image_size', 'num_test_identities',
-               'num_pairs'):
-    check_int(f'data.{name}', d[name])
-  check_number('data.difficulty', d.difficulty, allow_zero=True)
-  check_int('data.lookalike_family_size', d.lookalike_family_size)
-  if d.lookalike_family_size > 1 and d.source != 'synthetic':
-    raise ValueError(f'config.data.lookalike_family_size={d.lookalike_family_size} with '
-                     f'data.source={d.source!r}; look-alike families exist only in the synthetic '
-                     'benchmark: expected 1.')
-  spread = d.lookalike_spread
-  if isinstance(spread, bool) or not isinstance(spread, (int, float)) or not 0 < spread <= 1:
-    raise ValueError(f'config.data.lookalike_spread={spread!r}; expected a number in (0, 1] '
-                     '(1 = independent identities; 0 would make clones).')
-  if d.images_per_identity < 2:
-    raise ValueError('config.data.images_per_identity must be at least 2 (pairs need two images).')
-  _check_public_private(c)
-  if d.num_pairs % (2 * 10):
-    raise ValueError(f'config.data.num_pairs={d.num_pairs}; expected a multiple of 20 '
-                     '(10 folds, half genuine).')
-
-
-def _check_public_private(c: ml_collections.ConfigDict) -> None:
-  """`data.public_identities`, `data.private_test_fraction`, `data.centralized_on`, `init_from`."""
-  d = c.data
-  check_int('data.public_identities', d.public_identities, allow_zero=True)
   fraction = d.private_test_fraction
   if not (isinstance(fraction, (int, float)) and not isinstance(fraction, bool)
           and 0.0 <= fraction < 1.0):
     raise ValueError(f'config.data.private_test_fraction={fraction!r}; expected a fraction in '
                      '[0, 1).')
   check_choice('data.centralized_on', d.centralized_on, ('all', 'public'))
-  if d.public_identities:
-    if d.source == 'synthetic' and d.public_identities >= d.num_identities:
-      raise ValueError(f'config.data.public_identities={d.public_identities} of '
-                       f'data.num_identities={d.num_identities}; expected fewer, so that clients '
-                       'hold some identities.')
-    if d.lookalike_family_size > 1:
-      raise ValueError('config.data.public_identities > 0 with data.lookalike_family_size > 1: '
-                       'look-alike families would straddle the public / private boundary; use '
-                       'one or the other.')
-  elif d.centralized_on != 'all':
+  if not d.public_identities and d.centralized_on != 'all':
     raise ValueError(f'config.data.centralized_on={d.centralized_on!r} needs public identities '
                      '(data.public_identities > 0).')
   if not isinstance(c.init_from, str):
     raise ValueError(f'config.init_from={c.init_from!r}; expected a workdir path or \'\'.')
+  sources.check_config(c)
 
 
 def _check_federated(c: ml_collections.ConfigDict) -> None:
@@ -327,21 +217,6 @@ def _check_federated(c: ml_collections.ConfigDict) -> None:
       isinstance(fl.shared_group_size, int) and 2 <= fl.shared_group_size <= fl.num_clients):
     raise ValueError(f'config.federated.shared_group_size={fl.shared_group_size!r}; '
                      f'expected an integer from 2 to federated.num_clients ({fl.num_clients}).')
-  if c.data.lookalike_family_size > fl.num_clients and fl.partition != 'one_per_client':
-    raise ValueError(f'config.data.lookalike_family_size={c.data.lookalike_family_size} cannot '
-                     f'be spread over federated.num_clients={fl.num_clients}: expected a family '
-                     'size of at most the number of clients.')
-  if c.data.source == 'synthetic':   # real data: the identities are known only once loaded
-    private = c.data.num_identities - c.data.public_identities
-    if fl.num_clients > private:
-      raise ValueError(f'config.federated.num_clients={fl.num_clients} but there are only '
-                       f'{private} client identities (data.num_identities - '
-                       'data.public_identities): every client needs one. Expected at most '
-                       f'{private}.')
-    if fl.partition == 'one_per_client' and fl.num_clients != private:
-      raise ValueError(f"config.federated.partition='one_per_client' with "
-                       f'federated.num_clients={fl.num_clients}: expected one client per client '
-                       f'identity, {private}.')
   check_int('federated.local_steps', fl.local_steps)
   check_number('federated.local_epochs', fl.local_epochs, allow_zero=True)
   check_int('federated.batch_size', fl.batch_size)

@@ -13,7 +13,6 @@ and broadcasts it).
 """
 
 import contextlib
-import dataclasses
 import time
 
 import jax
@@ -24,21 +23,20 @@ from absl import logging
 from fedjax_face import algorithms, config_lib, eval as eval_lib, models
 from fedjax_face.core import communication, distributed, policy, privacy
 from fedjax_face.core import engine as engine_lib
-from fedjax_face.data import federated, partition, pipeline, sources, splits, stores
-from fedjax_face.data.synthetic import faces
+from fedjax_face.data import federated, pipeline, sources, stores
 from fedjax_face.eval import diagnostics
-from fedjax_face.eval.recognition import evaluators as recognition
-from fedjax_face.io import artifacts, checkpoint, files, metrics, report
+from fedjax_face.io import artifacts, checkpoint, files, metrics, provenance, report
 
 
 def validate(config) -> None:
-  """Every check of a config: the shared sections, the method's, each evaluator's, and that a
-  run it starts from (`init_from`) exists and trained on the same data."""
+  """Every check of a config: the shared sections and the data source's, the method's, each
+  evaluator's, and that a run it starts from (`init_from`) exists and trained on the same data
+  (the source's `data_fields`)."""
   config_lib.validate(config)
   algorithms.check_config(config)
   eval_lib.check_config(config)
   if config.init_from:
-    checkpoint.check_init_data(config.init_from, config.to_dict())
+    checkpoint.check_init_data(config.init_from, config.to_dict(), sources.data_fields(config))
 
 
 def one_client_data(fed, config):
@@ -51,74 +49,10 @@ def one_client_data(fed, config):
   return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), data)
 
 
-def load_data(config):
-  """The data source named by config.data.source: training images/labels and the pair sets.
-
-  For real data (`data/sources.py`) `train_images` is a store that decodes on demand and the
-  pair sets are the `<name>.bin` / `<name>.txt` files the verification evaluator names.
-  """
-  return sources.load(config, recognition.pair_set_names(config))
-
-
-def client_partition(config, num_identities: int, first: int = 0) -> list[np.ndarray]:
-  """The partition of identities first..num_identities-1 over the clients: exclusive, with
-  look-alike families spread over different clients (`data.lookalike_family_size` > 1), plus
-  shared identities when `federated.shared_fraction` > 0 (the FedGC general case). `first` > 0
-  leaves the public identities 0..first-1 out (`data.public_identities`)."""
-  rng = np.random.default_rng([config.seed, 0xc11e47])
-  clients = partition.identity_exclusive(num_identities - first, config.federated.num_clients,
-                                         config.federated.partition, rng)
-  clients = [ids + first for ids in clients]
-  family_size = config.data.lookalike_family_size   # families: label // g (data/synthetic.py)
-  if family_size > 1 and len(clients) > 1:
-    clients = partition.spread_families(clients, np.arange(num_identities) // family_size, rng)
-  return partition.share_identities(clients, config.federated.shared_fraction,
-                                    config.federated.shared_group_size, rng)
-
-
-def training_views(config, benchmark, one_client: bool):
-  """(the federated view, what the method trains on): the clients' partition, which the
-  evaluators read, and either the same or, for a centralized method, one client holding its
-  identities.
-
-  With `data.public_identities` = K_g > 0 (`data/splits.py`), clients deal out only the private
-  identities' training images and every client shares the public identities' images
-  (`FederatedData.public_indices`); a centralized run trains on the public identities alone
-  (`data.centralized_on='public'`: FedFR's pre-training) or on the public and private training
-  images ('all': its upper bound). The private identities' held-out images
-  (`data.private_test_fraction`) are in no view.
-  """
-  images, labels = benchmark.train_images, benchmark.train_labels
-  if getattr(benchmark, 'client_identities', None) is not None:   # the data's own clients (PAD)
-    fed_view = federated.build(images, labels, benchmark.client_identities,
-                               benchmark.train_targets)
-    if not one_client:
-      return fed_view, fed_view
-    return fed_view, federated.build(images, labels,
-                                     partition.single_client(benchmark.num_identities),
-                                     benchmark.train_targets)
-  num_public = config.data.public_identities
-  if not num_public and not config.data.private_test_fraction:
-    fed_view = federated.build(images, labels, client_partition(config, benchmark.num_identities))
-    if not one_client:
-      return fed_view, fed_view
-    return fed_view, federated.build(images, labels,
-                                     partition.single_client(benchmark.num_identities))
-  split = splits.split_identities(labels, num_public, config.data.private_test_fraction,
-                                  config.seed)
-  private = federated.build(images, split.training_labels(labels, split.private_train),
-                            client_partition(config, benchmark.num_identities, first=num_public))
-  public = {} if not num_public else {'public_indices': split.public,
-                                       'public_labels': labels[split.public]}
-  fed_view = dataclasses.replace(private, test_indices=split.private_test, **public)
-  if not one_client:
-    return fed_view, fed_view
-  if config.data.centralized_on == 'public':
-    keep, num_trained = split.public, num_public
-  else:
-    keep, num_trained = np.concatenate([split.public, split.private_train]), benchmark.num_identities
-  return fed_view, federated.build(images, split.training_labels(labels, keep),
-                                   partition.single_client(num_trained))
+def warm_start(config):
+  """The final state of the finished run `config.init_from` names (what `Algorithm.init` starts
+  from), or None. The one place a run reads another run's checkpoint."""
+  return checkpoint.load_final_state(config.init_from) if config.init_from else None
 
 
 def class_embedding_norms(algorithm, state) -> dict:
@@ -183,7 +117,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
         files.makedirs(workdir)
         cleanup.enter_context(files.workdir_lock(workdir))   # released on every exit path
         ckpt = checkpoint.Checkpointer(workdir, config.to_dict(),
-                                       defaults=config_lib.base_config().to_dict())
+                                       defaults=config_lib.base_config(
+                                           sources.get(config.data.source).TASK).to_dict())
         # On every exit path, finished checkpoints are waited for before an error propagates,
         # so the error is the last thing printed and no save is cut off.
         cleanup.push(lambda kind, error, trace: ckpt.finish(failing=error is not None))
@@ -200,22 +135,16 @@ def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start
   say = print if chief else (lambda *args, **kwargs: None)
   # Data and partition.
   t0 = time.perf_counter()
-  benchmark = load_data(config)
-  fed_view, fed = training_views(config, benchmark, method.ONE_CLIENT)
-  evaluators = eval_lib.make_evaluators(config, eval_lib.EvalSetup(config, benchmark, fed_view))
+  source = sources.get(config.data.source)
+  data = source.load(config)
+  fed_view, fed = source.training_views(config, data, method.ONE_CLIENT)
+  evaluators = eval_lib.make_evaluators(config, eval_lib.EvalSetup(config, data, fed_view))
   data_s = time.perf_counter() - t0
-  say(f'data: {len(benchmark.train_images)} training images of {benchmark.num_identities} '
-      f'identities, pair sets {sorted(benchmark.pair_sets)} ({data_s:.1f} s)', flush=True)
-  pictures = ['samples.png']
-  if chief:
-    faces.save_sample_grid(
-        benchmark.train_images[::max(1, len(benchmark.train_images) // 96)],
-        files.join(workdir, 'samples.png'))
-  if benchmark.train_families is not None and config.data.lookalike_family_size > 1:
-    pictures.append('lookalikes.png')
-    if chief:
-      faces.save_family_grid(benchmark.train_images, benchmark.train_labels,
-                                 benchmark.train_families, files.join(workdir, 'lookalikes.png'))
+  say(f'data ({config.data.source}): {source.describe(data)}; evaluators '
+      f'{[e.type for e in evaluators]} ({data_s:.1f} s)', flush=True)
+  pictures = []
+  if chief and hasattr(source, 'pictures'):
+    pictures = source.pictures(config, data, workdir)
 
   # Model, algorithm, engine.
   backend, step_mode, loop_threads, conv_gradient = policy.resolve_engine(config)
@@ -234,7 +163,7 @@ def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start
   # accelerator, and kept as numpy arrays the engine updates in place.
   with jax.default_device(jax.local_devices(backend='cpu')[0]) if on_host else (
       contextlib.nullcontext()):
-    state = algorithm.init(jax.random.fold_in(root_rng, 0))
+    state = algorithm.init(jax.random.fold_in(root_rng, 0), warm_start(config))
   if chief and ckpt.latest_round() is not None:
     state = ckpt.restore(state)
   state = distributed.process_zero_value(state, chief)   # only process 0 reads the workdir
@@ -365,12 +294,14 @@ def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start
            for r in range(config.num_rounds)], fed.num_clients),
       **{kind: out.results for kind, out in outputs.items()},
       'plots': plots,
+      'provenance': provenance.collect(),
   }
   if not chief:
     return results
   writer.write_scalars(config.num_rounds, eval_scalars(outputs))
   writer.close()
-  text = report.write(workdir, results)
+  text = report.write(workdir, results,
+                      [line for out in outputs.values() for line in out.markdown])
   print(text, flush=True)
   logging.info('results written to %s', workdir)
   return results

@@ -8,6 +8,8 @@ Tables are named after the paper and their number there (fedgc1-7: `proj/fedgc/r
 fedfv1-3: `proj/fedfv/reproduce.py`); a paper's name alone runs all of its tables. Runs whose
 workdir under `--root` already holds results.json are read, not run again (`tools/tables.py`).
 `--out_dir` writes `<paper>_table<N>.md` per table, and a paper's extras (FedFV's Fig. 5) beside.
+Each table names the commits its runs came from; a table whose runs came from several commits is
+refused (one line naming them) unless `--allow_mixed_commits`.
 """
 
 import importlib
@@ -65,6 +67,8 @@ def define_flags():
   flags.DEFINE_multi_string('set', [], 'field=value override applied to every run.')
   flags.DEFINE_bool('dry_run', False, 'Print the commands and the table of what exists.')
   flags.DEFINE_list('seeds', ['0'], 'config.seed values; several: mean ± std over them.')
+  flags.DEFINE_bool('allow_mixed_commits', False, 'Make a table whose runs came from several '
+                    'commits (the table names them) instead of refusing it.')
 
 
 def main(argv):
@@ -90,7 +94,12 @@ def main(argv):
     module = paper_module(paper)
     table = module.TABLES[tid]
     results = tables.run_all(table, f.root, extra, f.dry_run, seeds)
-    text = tables.markdown(table, results, command, seeds)
+    counts = tables.commit_counts(tables.finished_workdirs(table, f.root, extra, seeds))
+    try:
+      commits = tables.commits_line(counts, f.allow_mixed_commits)
+    except tables.MixedCommitsError as e:
+      sys.exit(f'--table={paper}{tid}: {e}')   # one line on stderr, exit status 1
+    text = tables.markdown(table, results, command, seeds, commits)
     print(text, flush=True)
     out = f.out or (os.path.join(f.out_dir, out_name(paper, tid)) if f.out_dir else None)
     if out:

@@ -8,8 +8,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def config_path(name: str) -> str:
-  """configs/<paper>/<name>.py (or configs/<name>.py): the one config file named `name`; a name
-  several papers use ('centralized') takes its paper: 'fedgc/centralized'."""
+  """configs/<name>.py when it exists (a top-level config such as bench.py or fedgc.py, which
+  loads the paper's configs/fedgc/fedgc.py; or a paper's config named with its folder,
+  'fedgc/centralized'), else the one configs/<paper>/<name>.py; a name several papers use
+  ('centralized') takes its paper."""
+  exact = os.path.join(ROOT, 'configs', f'{name}.py')
+  if os.path.isfile(exact):
+    return exact
   found = sorted(glob.glob(os.path.join(ROOT, 'configs', '**', f'{name}.py'), recursive=True))
   if len(found) != 1:
     raise ValueError(f'config {name!r}: expected one file configs/**/{name}.py, found {found}.')

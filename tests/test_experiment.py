@@ -11,6 +11,7 @@ from PIL import Image
 import pytest
 
 from fedjax_face import algorithms, experiment, models
+from fedjax_face.data import sources, views
 from fedjax_face.data.synthetic import faces
 from tests import config_files
 
@@ -40,7 +41,7 @@ def test_train_and_evaluate_writes_every_output(tmp_path, name, algorithm):
   assert set(saved['verification']) == set(faces.ALL_PAIR_SET_NAMES)
   for metrics in saved['verification'].values():
     assert 0.0 <= metrics['accuracy'] <= 1.0
-    assert metrics['num_pairs'] == config.data.num_pairs
+    assert metrics['num_pairs'] == config.data.synthetic.num_pairs
     assert metrics['protocol'].startswith('insightface 10-fold')
   assert results['verification']['lfw']['accuracy'] == saved['verification']['lfw']['accuracy']
   ident, id_config = saved['identification'], config.evals.identification
@@ -58,9 +59,9 @@ def test_train_and_evaluate_writes_every_output(tmp_path, name, algorithm):
 
 def test_lookalike_run_spreads_families_and_measures_them(tmp_path):
   config = load_config('fedgc/fedpe', 'lookalikes,runlocal')
-  assert config.data.lookalike_family_size == 4
-  benchmark = experiment.load_data(config)
-  clients = experiment.client_partition(config, benchmark.num_identities)
+  assert config.data.synthetic.lookalike_family_size == 4
+  benchmark = sources.load(config)
+  clients = views.client_partition(config, benchmark.num_identities, benchmark.train_families)
   for ids in clients:                      # every family member on a different client
     families = benchmark.train_families[ids]
     assert len(set(families.tolist())) == len(ids)
@@ -149,10 +150,10 @@ def test_workdir_of_another_config_is_refused_and_left_intact(tmp_path):
                                     r"\('device', 'host'\)"),
     ('federated.client_optimizer_state', 'carry',
      r"federated.client_optimizer_state='carry'; expected one of \('reset', 'keep'\)"),
-    ('data.lookalike_spread', 0.0, r'data.lookalike_spread=0.0; expected a number in \(0, 1\]'),
-    ('data.lookalike_family_size', 0,
-     r'data.lookalike_family_size=0; expected a positive integer'),
-    ('data.lookalike_family_size', 99,
+    ('data.synthetic.lookalike_spread', 0.0, r'data.synthetic.lookalike_spread=0.0; expected a number in \(0, 1\]'),
+    ('data.synthetic.lookalike_family_size', 0,
+     r'data.synthetic.lookalike_family_size=0; expected a positive integer'),
+    ('data.synthetic.lookalike_family_size', 99,
      r'lookalike_family_size=99 cannot be spread over federated.num_clients=\d+'),
     ('evals.verification.pair_sets', ('lfw', 'ijbc'),
      r"evals.verification.pair_sets\[...\]='ijbc'; expected one of \('lfw', 'cfp_fp', 'agedb_30', "
@@ -248,10 +249,10 @@ def test_fedfr_starts_from_its_pretraining_run(tmp_path):
   assert pre_state['server']['W'].shape[0] == 8   # K_g public identities
   config = load_config('fedfr')
   config.init_from = str(tmp_path / 'pre')
-  _, fed = experiment.training_views(config, experiment.load_data(config), one_client=False)
+  _, fed = sources.training_views(config, sources.load(config), one_client=False)
   model = models.build_backbone(config.model)
   start = algorithms.get('fedfr').build(config, model, fed, step_mode='scan').init(
-      jax.random.PRNGKey(0))
+      jax.random.PRNGKey(0), experiment.warm_start(config))
   jax.tree.map(np.testing.assert_array_equal, start.server['model'], pre_state['server']['model'])
   np.testing.assert_array_equal(start.server['Phi'], pre_state['server']['W'])
   results = experiment.train_and_evaluate(config, str(tmp_path / 'fedfr'))
@@ -292,7 +293,7 @@ def test_fig4_fedface_and_fedfr_start_from_the_scenarios_pretraining(tmp_path, i
   # A scenario's run cannot start from another scenario's pre-training.
   other = load_config('fedfr/fedface', 'ids=8,runlocal')
   other.init_from = str(tmp_path / 'pre')
-  with pytest.raises(ValueError, match=r'data.num_identities: \d+ there, 40 here'):
+  with pytest.raises(ValueError, match=r'data.synthetic.num_identities: \d+ there, 40 here'):
     experiment.validate(other)
 
 
@@ -372,8 +373,8 @@ def test_fedfr_init_from_errors_name_the_run(tmp_path):
   # Another seed or training-set size draws other identities: the class matrix would name others.
   config.model.embedding_dim = 8
   config.seed = 1
-  config.data.num_identities = 20
+  config.data.synthetic.num_identities = 20
   with pytest.raises(ValueError, match=r"init_from=.*pre8.* was trained on other data \(seed: 0 "
-                     r"there, 1 here; data.num_identities: 16 there, 20 here\)"):
+                     r"there, 1 here; data.synthetic.num_identities: 16 there, 20 here\)"):
     experiment.train_and_evaluate(config, str(tmp_path / 'c'))
   assert not (tmp_path / 'c').exists()   # refused before anything is written

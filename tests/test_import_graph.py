@@ -1,4 +1,5 @@
-"""The package's import graph: no cycles, and the shared config never reaches a method."""
+"""The package's import graph: the layers in their order (WORKSPACE.md, "Layers"), no cycles, and
+the shared config never reaches a method."""
 
 import ast
 import os
@@ -6,6 +7,21 @@ import os
 import fedjax_face
 
 PACKAGE_DIR = os.path.dirname(fedjax_face.__file__)
+
+# The package's layers, lowest first: a module imports only from its own layer or below. Within a
+# layer, imports must not cycle (`test_no_import_cycles`).
+LAYERS = (
+    ('fedjax_face.core',),                            # the engine, its contract, checks
+    ('fedjax_face.io',),                              # workdir files, checkpoints, reports
+    ('fedjax_face.data', 'fedjax_face.models'),       # data sources and formats; backbones, heads
+    ('fedjax_face.config_lib',),                      # the sections every run shares
+    ('fedjax_face.algorithms',),                      # the methods
+    ('fedjax_face.eval',),                            # evaluators and their metrics
+    ('fedjax_face.experiment', 'fedjax_face.main'),   # the driver and its command line
+    ('fedjax_face.tools',),                           # bench, tables, compare
+    ('fedjax_face.proj',),                            # what belongs to one paper
+    ('fedjax_face.reproduce',),                       # every paper's tables
+)
 
 
 def module_files() -> dict[str, str]:
@@ -96,6 +112,23 @@ def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
   return seen
 
 
+def layer_of(module: str) -> int:
+  """The index in LAYERS of `module`'s layer; KeyError for a module no layer names. The package
+  itself (its __init__, which imports nothing of it) is below every layer."""
+  if module == 'fedjax_face':
+    return -1
+  for index, prefixes in enumerate(LAYERS):
+    if any(module == p or module.startswith(p + '.') for p in prefixes):
+      return index
+  raise KeyError(f'{module} is in no layer of LAYERS; add it there and to WORKSPACE.md.')
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+  """'a -> b' for every import of a module from a higher layer than the importer's."""
+  return [f'{a} -> {b}' for a, edges in sorted(graph.items()) for b in sorted(edges)
+          if layer_of(b) > layer_of(a)]
+
+
 def test_the_graph_is_read_correctly():
   graph = import_graph()
   assert 'fedjax_face.algorithms.fedgc.regularizer' in graph['fedjax_face.algorithms.fedgc.streamed']
@@ -103,6 +136,21 @@ def test_the_graph_is_read_correctly():
   assert len(graph) > 50
   assert find_cycle({'a': {'b'}, 'b': {'c'}, 'c': {'a'}}) == ['a', 'b', 'c', 'a']
   assert find_cycle({'a': {'b'}, 'b': set()}) is None
+
+
+def test_every_module_has_a_layer():
+  for module in import_graph():
+    layer_of(module)
+
+
+def test_no_module_imports_from_a_higher_layer():
+  assert upward_imports(import_graph()) == []
+
+
+def test_an_upward_import_is_found():
+  graph = {'fedjax_face.core.engine': {'fedjax_face.data.stores'},
+           'fedjax_face.data.stores': {'fedjax_face.core.arrays'}, 'fedjax_face.core.arrays': set()}
+  assert upward_imports(graph) == ['fedjax_face.core.engine -> fedjax_face.data.stores']
 
 
 def test_no_import_cycles():

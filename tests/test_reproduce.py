@@ -46,6 +46,8 @@ def test_command_line_dry_run_with_seeds(tmp_path):
   assert '| FedPE | 85.00 ± 7.07 | 94.77 |' in text and '| FedGC | — | 98.40 |' in text
   assert 'Made by `python -m fedjax_face.reproduce --table=fedgc4' in text
   assert '--dry_run' not in text   # the footnote names the command that makes the table
+  # Runs archived before provenance was recorded are one label, and the table says so.
+  assert '\ncommit: unrecorded (runs made before provenance was recorded)\n' in text
   for args, message in ((['--table=fedgc13'], '--table=fedgc13; expected one of'),
                         (['--table=fedfv', f'--out={out_file}'], '--out names one file but '
                          '--table=fedfv is 4 tables'),
@@ -53,3 +55,27 @@ def test_command_line_dry_run_with_seeds(tmp_path):
     bad = subprocess.run(cmd[:3] + args + [f'--root={tmp_path}', '--dry_run'],
                          cwd=config_files.ROOT, capture_output=True, text=True)
     assert bad.returncode != 0 and message in bad.stderr + bad.stdout, args
+
+
+def test_command_line_refuses_a_table_of_mixed_commits_unless_allowed(tmp_path):
+  fedpe = fedgc_tables._fedpe()  # pylint: disable=protected-access
+  for seed, commit in ((0, 'a'), (1, 'b'), (2, 'b')):
+    workdir = tmp_path / fedpe.name(tables.seed_overrides((), seed))
+    workdir.mkdir()
+    result = {'verification': {'lfw': {'accuracy': 0.8}},
+              'provenance': {'git': {'commit': commit * 40, 'dirty': False, 'version': None}}}
+    (workdir / 'results.json').write_text(json.dumps(result))
+  out_file = tmp_path / 'table4.md'
+  cmd = [sys.executable, '-m', 'fedjax_face.reproduce', '--table=fedgc4', f'--root={tmp_path}',
+         '--seeds=0,1,2', '--dry_run', f'--out={out_file}']
+  refused = subprocess.run(cmd, cwd=config_files.ROOT, capture_output=True, text=True)
+  assert refused.returncode == 1 and not out_file.exists()
+  assert refused.stderr.strip().splitlines()[-1] == (
+      '--table=fedgc4: the runs come from 2 commits: bbbbbbbbbbbb (2 runs), aaaaaaaaaaaa (1 run); '
+      'rerun them at one commit, or pass --allow_mixed_commits to make the table anyway.')
+  allowed = subprocess.run(cmd + ['--allow_mixed_commits'], cwd=config_files.ROOT,
+                           capture_output=True, text=True, check=True)
+  text = out_file.read_text()
+  assert text in allowed.stdout and '| FedPE | 80.00 ± 0.00 | 94.77 |' in text
+  assert ('\ncommits (mixed, --allow_mixed_commits): bbbbbbbbbbbb (2 runs), aaaaaaaaaaaa (1 run)\n'
+          in text)

@@ -25,6 +25,7 @@ def get_config(arg=None):
                                       paper=bool(args.get('paper')))
   # As many epochs as the pre-training over the public + private training images.
   d = c.data
-  seen = d.public_identities + (d.num_identities - d.public_identities) * (1 - d.private_test_fraction)
+  private = d.synthetic.num_identities - d.public_identities
+  seen = d.public_identities + private * (1 - d.private_test_fraction)
   c.num_rounds = int(round(c.num_rounds * seen / d.public_identities))
   return c

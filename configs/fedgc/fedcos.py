@@ -9,7 +9,8 @@ FedGC's (`--config.fedgc.reg_lambda`) with the regularizer averaged over its row
 (`fedgc.reg_reduction='mean'`): Eq. 5's softmax weights a row's pushes by probabilities that sum to
 at most 1, the cosine form by 1 per cross-client class, so summed over rows its step is ~C times
 larger (C = all other clients' classes) and diverged here (λ = 20: class-embedding norms inf by
-round 10 of the default run; BUILD_NOTES). Averaged, each class embedding is pushed with total weight ~1, as in
+round 10 of the default run; docs/fedgc.md, "Readings of the paper"). Averaged, each class
+embedding is pushed with total weight ~1, as in
 the softmax form. `--config.fedgc.reg_reduction=sum` is the literal alternative.
 
 Argument (comma separated): loss=softmax|cosface|arcface, partition=balanced|lognormal, lookalikes

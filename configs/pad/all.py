@@ -7,7 +7,8 @@ One client holds every data center's attack and live classes; each batch draws 1
 of them (96 for three data centers): live and attack balanced, every data center equally, and as
 many images a step as the federation trains on (each data center's batch of 16 live + 16 attack).
 With 8 of each (48), All saw half the federation's images and lost to every method, in-domain
-too (BUILD_NOTES.md, session 15). Its Adam state persists from step to step
+too (docs/pad.md, "Why All came last at first, and why FedPAD beats it"). Its Adam state
+persists from step to step
 (`federated.client_optimizer_state='keep'`), as centralized training has it: the data centers'
 optimizer is created afresh every round (the authors' code), which for one client would restart
 Adam at every step.

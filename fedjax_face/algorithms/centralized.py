@@ -40,9 +40,11 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
   lr_schedule = common.lr_scale_schedule(config)
   image_shape = fed.images.shape[1:]
 
-  def init(rng):
+  def init(rng, start=None):
     backbone_rng, w_rng = jax.random.split(rng)
     variables = common.init_backbone(model, backbone_rng, image_shape)
+    if start is not None:
+      variables, _ = common.start_from(start, variables, method=config.algorithm)
     w = heads.init_class_embeddings(w_rng, fed.max_classes, config.model.embedding_dim,
                                     config.head.loss, config.head.init_std)
     server = {'model': variables, 'W': w, 'opt_state': train.init_opt_state(variables, w)}

@@ -203,23 +203,23 @@ def init_client_class_embeddings(rng: jax.Array, class_mask: np.ndarray, dim: in
   return w * jnp.asarray(class_mask, w.dtype)[..., None]
 
 
-def start_from(config, variables, public_classes=None, *, method: str):
-  """(backbone variables, public class matrix) of a run that starts from the finished run
-  `config.init_from` (FedFR's pre-training, configs/fedfr/pretrain.py): its final model and, when
-  `public_classes` (the template `[K_g, d]`) is given, its class matrix. Without init_from the
-  templates come back unchanged (random weights) and the run says so.
+def start_from(start, variables, public_classes=None, *, method: str):
+  """(backbone variables, public class matrix) of a run that starts from `start`, the final state
+  of the finished run `config.init_from` names (FedFR's pre-training, configs/fedfr/pretrain.py;
+  nested dicts, read by the driver): its final model and, when `public_classes` (the template
+  `[K_g, d]`) is given, its class matrix. With `start` None (no init_from) the templates come
+  back unchanged (random weights) and the run says so.
 
   The run must have trained on this run's data, which `experiment.validate` checks
   (`checkpoint.check_init_data`): the synthetic benchmark draws other identities for another seed
   or size, and an inherited class matrix would then name other people.
   """
-  if not config.init_from:
+  if start is None:
     print(f'{method}: no init_from: starting from random weights (the paper starts from '
           "configs/fedfr/pretrain.py's model)", flush=True)
     return variables, public_classes
-  state = checkpoint.load_final_state(config.init_from)
-  name = f'init_from={config.init_from}: server'
-  server = state['server']
+  name = 'config.init_from: server'
+  server = start['server']
   if 'model' not in server or 'W' not in server:
     raise ValueError(f"{name} holds {sorted(server)}; expected a centralized run's 'model' and "
                      "'W' (configs/fedfr/pretrain.py).")

@@ -26,8 +26,8 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from fedjax_face.algorithms import class_tables, common, spreadout
-from fedjax_face.core import aggregation
+from fedjax_face.algorithms import common, spreadout
+from fedjax_face.core import aggregation, class_tables
 from fedjax_face.core.algorithm import (Algorithm, ClientInput, ClientResult, RoundState,
                                         origin_by_key)
 from fedjax_face.data import preprocess
@@ -110,10 +110,10 @@ def build_spreadout_method(config, model, fed, *, step_mode: str, name: str,
   spread_kwargs = spreadout.kwargs_from_config(section)
   valid = jnp.asarray(fed.class_mask).reshape(-1)   # the real class-embedding rows
 
-  def init(rng):
+  def init(rng, start=None):
     variables, w = common.init_federated(config, model, fed, rng)
-    if config.init_from:
-      variables, _ = common.start_from(config, variables, method=name)
+    if start is not None:
+      variables, _ = common.start_from(start, variables, method=name)
     server = {'model': variables, 'W': w}
     if init_from_features:
       server['initialised'] = jnp.zeros(num_clients, bool)

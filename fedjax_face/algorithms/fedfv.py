@@ -29,8 +29,8 @@ import ml_collections
 import numpy as np
 
 from fedjax_face import config_lib
-from fedjax_face.algorithms import class_tables, common
-from fedjax_face.core import aggregation, arrays
+from fedjax_face.algorithms import common
+from fedjax_face.core import aggregation, arrays, class_tables
 from fedjax_face.core.algorithm import (Algorithm, ClientInput, ClientResult, RoundState,
                                         origin_by_key)
 from fedjax_face.data import federated
@@ -118,8 +118,10 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
   identity_table = np.asarray(fed.identity_table)
   num_clients = fed.num_clients
 
-  def init(rng):
+  def init(rng, start=None):
     variables, w = common.init_federated(config, model, fed, rng)
+    if start is not None:
+      variables, _ = common.start_from(start, variables, method='fedfv')
     server = {'model': variables, 'W': w}
     return RoundState(server=server, clients={}, round=jnp.zeros((), jnp.int32))
 

@@ -115,7 +115,11 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
   uniform = config.fedgpad.weighting == 'uniform'
   image_shape = (1, config.data.image_size, config.data.image_size, pad_model.PAD_CHANNELS)
 
-  def init(rng):
+  def init(rng, start=None):
+    if start is not None:
+      raise ValueError(f'config.init_from={config.init_from!r}: {config.algorithm} starts from '
+                       'random weights (its data centers keep parts of the network the server '
+                       "never holds); expected ''.")
     variables = dict(model.init(rng, jnp.zeros(image_shape), train=True))
     clients = {}
     if private_parts:   # every data center starts its own ES and Dec from the same draw
@@ -140,7 +144,7 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
   def step(carry, batch):
     params, batch_stats, opt_state = carry
     images = preprocess.random_flip(batch['rng'], batch['images'])
-    inputs = pad_model.rgb_hsv(images)
+    inputs = preprocess.rgb_hsv(images)
     depth = preprocess.random_flip(batch['rng'], batch['depth'][..., None])[..., 0]
     full = {'inputs': inputs, 'depth': depth, 'live': batch['labels'] % 2 == 1,
             'mask': batch['mask']}

@@ -13,8 +13,8 @@ import ml_collections
 import numpy as np
 
 from fedjax_face import config_lib
-from fedjax_face.algorithms import class_tables, common
-from fedjax_face.core import aggregation
+from fedjax_face.algorithms import common
+from fedjax_face.core import aggregation, class_tables
 from fedjax_face.core.algorithm import (Algorithm, ClientInput, ClientResult, RoundState,
                                         origin_by_key)
 
@@ -51,8 +51,10 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
 
   keep_opt_state = common.keeps_client_optimizer(config)
 
-  def init(rng):
+  def init(rng, start=None):
     variables, w = common.init_federated(config, model, fed, rng)
+    if start is not None:
+      variables, _ = common.start_from(start, variables, method=config.algorithm)
     clients = {'W': w}
     if keep_opt_state:
       clients['opt_state'] = common.client_opt_states(train, variables, w)

@@ -26,7 +26,7 @@ Readings:
   * `feduv.codeword_scale` 'inverse_squared_norm' is Eq. 4 as printed (1/||v||^2 = 1/n). The
     switch 'inverse_norm' (1/||v||) is not the paper's: it takes out the code length's scale,
     which otherwise shrinks the class embedding W'^T v / n to about 1/sqrt(n) at init and W''s
-    gradient v g^T / n to 1/n (BUILD_NOTES: the FedUV investigation).
+    gradient v g^T / n to 1/n (docs/fedfv.md, "FedUV's order by code length").
   * The pair sets are verified on the backbone's features g_theta(x), like every other method;
     `class_embeddings` (for the diagnostics and Fig. 5) is W'^T v_i / ||v_i||^2 per client, read
     by the simulator for evaluation: the server never holds v.
@@ -40,8 +40,8 @@ import ml_collections
 import numpy as np
 
 from fedjax_face import config_lib
-from fedjax_face.algorithms import class_tables, common
-from fedjax_face.core import aggregation
+from fedjax_face.algorithms import common
+from fedjax_face.core import aggregation, class_tables
 from fedjax_face.core.algorithm import (Algorithm, ClientInput, ClientResult, RoundState,
                                         origin_by_key)
 from fedjax_face.data import preprocess
@@ -188,9 +188,11 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
   identity_table = np.asarray(fed.identity_table)
   num_clients, dim = fed.num_clients, config.model.embedding_dim
 
-  def init(rng):
+  def init(rng, start=None):
     backbone_rng, projection_rng = jax.random.split(rng)
     variables = common.init_backbone(model, backbone_rng, fed.images.shape[1:])
+    if start is not None:
+      variables, _ = common.start_from(start, variables, method='feduv')
     # W' as a linear layer's usual init (std 1/sqrt(d)).
     projection = jax.random.normal(projection_rng, (n, dim), jnp.float32) / np.sqrt(dim)
     # Each client's secret message, from the run's seed on the host: galois is not traceable.

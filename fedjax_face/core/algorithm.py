@@ -72,7 +72,10 @@ class Algorithm(NamedTuple):
 
   Attributes:
     name: registry name.
-    init: rng -> RoundState.
+    init: (rng, start) -> RoundState. `start` is the final state of a finished run that
+      `config.init_from` names, read by the driver (nested dicts: 'server', 'clients', 'round'),
+      or None; the method takes from it what it starts from (the backbone, FedFR's public class
+      matrix) or refuses it. No method reads a checkpoint itself.
     broadcast: (server, client_ids [m], round (int32: rounds completed), server_rng) ->
       ClientInput.
     client_update: (ClientInput for one client, private, data, rng) -> ClientResult. `data` is a
@@ -96,7 +99,7 @@ class Algorithm(NamedTuple):
       public images), counted once per client by `core/communication.py`.
   """
   name: str
-  init: Callable[[jax.Array], RoundState]
+  init: Callable[..., RoundState]   # (rng, start=None)
   broadcast: Callable[[PyTree, jax.Array], ClientInput]
   client_update: Callable[[ClientInput, PyTree, dict, jax.Array], ClientResult]
   server_update: Callable[[PyTree, PyTree, jax.Array, jax.Array], PyTree]

@@ -56,7 +56,7 @@ CLIENTS_AXIS = 'clients'
 # Where `RoundState.clients` (every client's persistent private state) lives between rounds:
 # 'device' in device memory, gathered and scattered inside the jitted round; 'host' in host
 # memory (numpy), only the cohort's rows sent to the device each round, for per-client state
-# larger than the devices hold (FedFR's local models for 1,000 clients: BUILD_NOTES.md).
+# larger than the devices hold (FedFR's local models for 1,000 clients: BUILD_NOTES.md, "Memory").
 CLIENT_STATES = ('device', 'host')
 # Share of a device's free memory a round may plan for: XLA's own workspace, fragmentation and the
 # buffers of evaluation are not in the compiled estimate (config.engine.memory_fraction).

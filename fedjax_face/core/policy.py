@@ -5,9 +5,10 @@ come from `python -m fedjax_face.tools.bench`; the measurements behind each one 
 BUILD_NOTES.md ("Round engine throughput", "Known XLA quirks").
 """
 
+import os
+
 import jax
 
-from fedjax_face.data import stores
 
 # On XLA CPU unrolled local steps beat scanned ones only for a few steps, and their compile time
 # grows with the step count (BUILD_NOTES "Known XLA quirks").
@@ -32,7 +33,7 @@ def resolve_engine(config, platform: str | None = None) -> tuple[str, str, int, 
   if step_mode == 'auto':
     step_mode = 'unroll' if on_cpu and config.federated.local_steps <= UNROLL_MAX_STEPS else 'scan'
   # One accelerator runs one program at a time: more threads would only queue on it.
-  loop_threads = config.engine.loop_threads or (stores.usable_cpus() if on_cpu else 1)
+  loop_threads = config.engine.loop_threads or (usable_cpus() if on_cpu else 1)
   return backend, step_mode, loop_threads, conv_gradient_for(config, backend, step_mode, platform)
 
 
@@ -44,3 +45,11 @@ def conv_gradient_for(config, backend: str, step_mode: str, platform: str | None
     return config.engine.conv_gradient
   in_loops = step_mode == 'scan' or backend == 'map'
   return 'canonical' if (platform or jax.default_backend()) == 'cpu' and in_loops else 'xla'
+
+
+def usable_cpus() -> int:
+  """CPUs this process may run on (the affinity mask, not the machine's count)."""
+  try:
+    return max(1, len(os.sched_getaffinity(0)))
+  except AttributeError:  # not Linux
+    return max(1, os.cpu_count() or 1)

@@ -31,13 +31,13 @@ def client_sizes(num_identities: int, num_clients: int, kind: str,
     raise ValueError(
         f'federated.num_clients={num_clients} but there are only {num_identities} training '
         'identities: an identity-exclusive partition needs at least one identity per client. '
-        'Lower federated.num_clients or raise data.num_identities.')
+        'Lower federated.num_clients or raise data.synthetic.num_identities.')
   if kind == 'one_per_client':
     if num_clients != num_identities:
       raise ValueError(
           f'federated.partition=\'one_per_client\' needs one client per training identity: '
           f'federated.num_clients={num_clients} but there are {num_identities} identities. Set '
-          'federated.num_clients to data.num_identities (real data: the identities kept).')
+          'federated.num_clients to data.synthetic.num_identities (real data: the identities kept).')
     return np.ones(num_clients, np.int64)
   if kind == 'balanced':
     shares = np.ones(num_clients)
@@ -65,7 +65,7 @@ def spread_families(client_identities: list[np.ndarray], family: np.ndarray,
                     rng: np.random.Generator) -> list[np.ndarray]:
   """Swaps identities between clients until no client holds two members of one family.
 
-  Look-alike families (`data.lookalike_family_size`) are meant to sit on different clients, the
+  Look-alike families (`data.synthetic.lookalike_family_size`) are meant to sit on different clients, the
   case FedGC targets. Each swap moves a surplus member to a client without its family in
   exchange for an identity whose family the first client lacks, so client sizes are kept. A
   partition that needs no swap is returned unchanged, without consuming `rng`.
@@ -75,7 +75,7 @@ def spread_families(client_identities: list[np.ndarray], family: np.ndarray,
   largest = int(np.bincount(family).max()) if len(family) else 0
   if largest > len(clients):
     raise ValueError(f'a look-alike family of {largest} cannot be spread over '
-                     f'{len(clients)} clients; expected data.lookalike_family_size <= '
+                     f'{len(clients)} clients; expected data.synthetic.lookalike_family_size <= '
                      'federated.num_clients.')
   held = [collections.Counter(family[ids].tolist()) for ids in clients]
   for k, ids in enumerate(clients):

@@ -22,7 +22,6 @@ counted (`bad`, `num_masked`), never dropped silently.
 from __future__ import annotations
 
 import concurrent.futures
-import os
 import threading
 from typing import Callable
 
@@ -30,6 +29,7 @@ from absl import logging
 import numpy as np
 
 from fedjax_face.core import arrays
+from fedjax_face.core.policy import usable_cpus  # re-exported: decode pools are sized by it
 
 # Bad records logged one by one; later ones only in the per-call summary line.
 _MAX_LOGGED = 10
@@ -40,14 +40,6 @@ _MIN_TASK = 16
 
 class BadRecordError(ValueError):
   """One training image that cannot be used; the message names the file / record and why."""
-
-
-def usable_cpus() -> int:
-  """CPUs this process may run on (the affinity mask, not the machine's count)."""
-  try:
-    return max(1, len(os.sched_getaffinity(0)))
-  except AttributeError:  # not Linux
-    return max(1, os.cpu_count() or 1)
 
 
 def take(store, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -5,11 +5,14 @@ An evaluator module defines, for its type:
 
   check_<type>(config, section) -> None          ValueError naming a wrong field of the section
   make_<type>(config, section, setup) -> Evaluator | None   None: nothing to evaluate here
-                                                   (e.g. 1:N needs the synthetic benchmark)
+                                                   (e.g. 1:N on a source with no gallery)
 
-An `Evaluator` is built once per run (its data prepared, its functions jitted once) and
-called with an `EvalInputs` at every evaluation; it returns an `EvalOutput`. `evaluate` runs them
-all; `io/artifacts.py` writes their figures and arrays, `io/report.py` their results.
+An evaluator loads what it evaluates on, through the data source's views (`data/sources/`: pair
+sets, a 1:N gallery, anti-spoofing videos); its check names the view it needs. It is built once
+per run (its data prepared, its functions jitted once) and called with an `EvalInputs` at every
+evaluation; it returns an `EvalOutput`: its results, scalars, figures, arrays and its section of
+report.md. `evaluate` runs them all; `io/artifacts.py` writes the figures and arrays,
+`io/report.py` the results and the sections as given.
 
 Adding a task (face anti-spoofing: HTER / EER / AUC) is a module under `eval/<task>/` and one
 line here (WORKSPACE.md, "How to add a task").
@@ -21,7 +24,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import numpy as np
 
-EVALUATORS = {   # type -> module defining check_<type> and make_<type>
+EVALUATORS = {   # type -> module defining check_<type> and make_<type> (a dotted path, or a module)
     'verification': 'fedjax_face.eval.recognition.evaluators',
     'identification': 'fedjax_face.eval.recognition.evaluators',
     'personalized': 'fedjax_face.eval.recognition.evaluators',
@@ -33,7 +36,7 @@ EVALUATORS = {   # type -> module defining check_<type> and make_<type>
 class EvalSetup(NamedTuple):
   """What evaluators may prepare from once per run."""
   config: Any
-  benchmark: Any        # data.synthetic.FaceBenchmark (training data, pair sets)
+  benchmark: Any        # data.types.FaceBenchmark: what the data source loaded
   fed_view: Any         # data.federated.FederatedData of the clients (identity / class tables)
 
 
@@ -50,6 +53,7 @@ class EvalOutput(NamedTuple):
   scalars: dict[str, float]                      # TensorBoard, under eval/<type>/...
   figures: dict[str, Any]                        # file name -> matplotlib Figure
   arrays: dict[str, dict[str, np.ndarray]]       # file name (.npz) -> arrays
+  markdown: tuple[str, ...] | list[str] = ()     # its section of report.md, as lines
 
 
 class Evaluator(NamedTuple):
@@ -61,7 +65,8 @@ def _module(kind: str):
   if kind not in EVALUATORS:
     raise ValueError(f'config.evals.{kind} is not an evaluator type; expected one of '
                      f'{sorted(EVALUATORS)}.')
-  return importlib.import_module(EVALUATORS[kind])
+  module = EVALUATORS[kind]
+  return importlib.import_module(module) if isinstance(module, str) else module
 
 
 def evaluator_types(config) -> list[str]:

@@ -6,7 +6,7 @@ class embeddings away from other clients', so cross-client cosine similarities s
 within-client ones are driven apart by the softmax; FedGC's correction closes that gap. The two
 similarity distributions computed here are what the paper's histograms compare.
 
-With look-alike families in the training set (`data.lookalike_family_size` > 1) it also measures
+With look-alike families in the training set (`FaceBenchmark.train_families`) it also measures
 what the FedGC paper's Fig. 3 says breaks in FedPE: for every pair of family members held by
 different clients, the cosine of their class embeddings and the mean cosine of their images'
 features, beside the same for as many random cross-client strangers and, for features, for two
@@ -17,8 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from fedjax_face.algorithms import class_tables
-from fedjax_face.core import arrays
+from fedjax_face.core import arrays, class_tables
 from fedjax_face.data import stores
 from fedjax_face.eval import EvalOutput, Evaluator, plots
 from fedjax_face.eval.recognition import verification
@@ -116,7 +115,7 @@ def class_embedding_norms(class_embeddings) -> dict[str, float]:
   """Mean / max L2 norm of the class embeddings `[num_identities, d]`.
 
   With the unnormalised softmax their scale sets the sharpness of every client's local loss, and
-  FedGC's server step changes it (BUILD_NOTES, "FedGC on the embedded benchmark").
+  FedGC's server step changes it (docs/fedgc.md, "How the non-reproduction was traced").
   """
   norms = np.linalg.norm(np.asarray(class_embeddings), axis=-1)
   return {'norm_mean': float(np.mean(norms)), 'norm_max': float(np.max(norms))}
@@ -241,6 +240,35 @@ def make_diagnostics(config, section, setup) -> Evaluator:
       saved['class_embedding_similarity.npz'] = {'within': within, 'cross': cross}
     if not results:
       return None
-    return EvalOutput(results=results, scalars=scalars, figures=figures, arrays=saved)
+    return EvalOutput(results=results, scalars=scalars, figures=figures, arrays=saved,
+                      markdown=markdown(results))
 
   return Evaluator('diagnostics', evaluate)
+
+
+def markdown(results: dict) -> list[str]:
+  """The report's sections: class-embedding cosines within / across clients, and the
+  look-alike pairs' cosines against strangers'."""
+  lines = []
+  sim = results.get('class_embedding_similarity')
+  if sim:
+    lines += ['Class-embedding cosine similarity (FedGC Fig. 3 diagnostic):', '',
+              '| pairs | mean | std | 99th pct | max |', '| --- | --- | --- | --- | --- |']
+    for kind in ('within', 'cross'):
+      if sim.get(f'{kind}_mean') is None:
+        continue
+      lines.append(f"| {kind}-client | {sim[f'{kind}_mean']:.3f} | {sim[f'{kind}_std']:.3f} | "
+                   f"{sim[f'{kind}_p99']:.3f} | {sim[f'{kind}_max']:.3f} |")
+    lines.append('')
+  look = results.get('lookalikes')
+  if look:
+    fmt = lambda v: '—' if v is None else f'{v:.3f}'
+    lines += [f"Cross-client look-alike pairs ({look['pairs']}) vs as many strangers, mean "
+              'cosine:', '', '| of | look-alikes | strangers | same identity |',
+              '| --- | --- | --- | --- |',
+              f"| class embeddings | {fmt(look.get('class_cos_lookalike'))} | "
+              f"{fmt(look.get('class_cos_stranger'))} | |",
+              f"| features | {fmt(look['feature_cos_lookalike'])} | "
+              f"{fmt(look['feature_cos_stranger'])} | {fmt(look['feature_cos_same_identity'])} |",
+              '']
+  return lines

@@ -4,6 +4,11 @@ A workdir belongs to one experiment: `config.json` records the config that wrote
 and resuming with a different config is refused with the differing fields named. Fields that do
 not change the trained model (`RESUMABLE_FIELDS`) may differ, so a run can be extended
 (`num_rounds`) or moved to another backend.
+
+`config.json` also records where the run came from (`provenance`, beside the config's fields):
+the code, library versions and machine of its first start, and of each resume after it, so a
+run trained across commits says so. Provenance is never compared: a run resumes on another
+machine or at another commit, and its record tells.
 """
 
 import contextlib
@@ -19,15 +24,25 @@ import orbax.checkpoint as ocp
 from flax import serialization
 
 from fedjax_face.io import files
+from fedjax_face.io import provenance
 
-RESUMABLE_FIELDS = ('num_rounds', 'checkpoint_every', 'log_every', 'eval.', 'engine.', 'data.prefetch',
-                    'data.decode_threads', 'data.skip_bad_records', 'data.check_record_labels')
+RESUMABLE_FIELDS = ('num_rounds', 'checkpoint_every', 'log_every', 'eval.', 'evals.', 'engine.',
+                    'data.prefetch', 'data.decode_threads')
+# Fields of a data source's section that change how records are read, not which: resumable too.
+RESUMABLE_SOURCE_FIELDS = ('skip_bad_records', 'check_record_labels')
+
+
+PROVENANCE_KEY = 'provenance'   # config.json's record of where the run came from; no config field
 
 
 def flatten(tree: dict, prefix: str = '') -> dict[str, object]:
-  """{'a': {'b': 1}} -> {'a.b': 1} (tuples become lists, as in JSON)."""
+  """{'a': {'b': 1}} -> {'a.b': 1} (tuples become lists, as in JSON). A config.json's top-level
+  `provenance` record is left out: it describes the run, not its config, so the resume guard, the
+  `init_from` check and readers that rebuild a config from config.json never see it."""
   out = {}
   for key, value in tree.items():
+    if not prefix and key == PROVENANCE_KEY:
+      continue
     if isinstance(value, dict):
       out.update(flatten(value, f'{prefix}{key}.'))
     else:
@@ -44,7 +59,8 @@ def config_differences(old: dict, new: dict, defaults: dict | None = None) -> li
   default_flat = flatten(defaults or {})
   diffs = []
   for key in sorted(set(old_flat) | set(new_flat)):
-    if key.startswith(RESUMABLE_FIELDS) or key in RESUMABLE_FIELDS:
+    if (key.startswith(RESUMABLE_FIELDS) or key in RESUMABLE_FIELDS
+        or (key.startswith('data.') and key.rsplit('.', 1)[-1] in RESUMABLE_SOURCE_FIELDS)):
       continue
     if (key not in old_flat and key in default_flat and
         new_flat.get(key) == default_flat[key]):
@@ -93,7 +109,14 @@ class Checkpointer:
                     'writable directory.') from e
 
   def _check_config(self, config_dict: dict, defaults: dict | None) -> None:
+    """Refuses to resume checkpoints written by another config, then writes config.json with the
+    run's provenance record (`run_provenance`)."""
     path = files.join(self.workdir, 'config.json')
+    config_dict = dict(config_dict)
+    # A caller handing back a saved config.json (a tool reopening a finished run to read it) does
+    # not resume training: its record is kept as it is.
+    reopened = config_dict.pop(PROVENANCE_KEY, None)
+    old = None
     if self._manager.latest_step() is not None and files.exists(path):
       try:
         old = json.loads(files.read_text(path))
@@ -110,7 +133,12 @@ class Checkpointer:
     elif self._manager.latest_step() is not None:
       raise ValueError(f'--workdir={self.workdir} has checkpoints but no config.json, so it is '
                        'unknown which config wrote them. Use a new --workdir.')
-    files.write_json_atomic(path, config_dict)
+    if reopened is not None:
+      record = (old or {}).get(PROVENANCE_KEY, reopened)
+    else:
+      record = run_provenance(None if old is None else old.get(PROVENANCE_KEY),
+                              self._manager.latest_step(), provenance.collect())
+    files.write_json_atomic(path, config_dict | {PROVENANCE_KEY: record})
 
   def latest_round(self) -> int | None:
     return self._manager.latest_step()
@@ -238,6 +266,29 @@ class Checkpointer:
       logging.warning('closing the checkpoints after the error below also failed: %s', e)
 
 
+def run_provenance(record: dict | None, resumed_from: int | None, now: dict) -> dict:
+  """config.json's `provenance` after this start: {'start': the first start's
+  `provenance.collect()`, 'resumed': [each resume's, with the round it resumed from]}.
+
+  `resumed_from` None is a fresh start (no checkpoint yet: whatever was recorded before is
+  replaced, as no round of it survives). A run started before provenance was recorded (`record`
+  None) has an unknown start (None), and its resumes are recorded from now on.
+  """
+  if resumed_from is None:
+    return {'start': now, 'resumed': []}
+  record = record or {'start': None, 'resumed': []}
+  return {'start': record.get('start'),
+          'resumed': list(record.get('resumed', [])) + [now | {'from_round': resumed_from}]}
+
+
+def config_commits(config_json: dict | None) -> list[str]:
+  """The commit labels (`provenance.commit_label`) a run was trained at, in order: its start's,
+  then each resume's; ['unrecorded'] for a run whose config.json predates provenance."""
+  record = (config_json or {}).get(PROVENANCE_KEY) or {'start': None, 'resumed': []}
+  return [provenance.commit_label(record.get('start'))] + [
+      provenance.commit_label(resume) for resume in record.get('resumed', [])]
+
+
 def array_digests(tree) -> dict[str, dict]:
   """Per array of a state tree (keyed by its path): the SHA-256 of its bytes, dtype, shape and
   whether it is finite. Recorded beside each checkpoint and checked on restore."""
@@ -279,26 +330,18 @@ def load_final_state(workdir: str) -> dict:
     manager.close()
 
 
-# What decides a run's training identities and their images: a run started from another
-# (`config.init_from`) must agree on every one, or the class matrix it inherits names other people.
-INIT_DATA_FIELDS = ('seed', 'data.source', 'data.num_identities', 'data.images_per_identity',
-                    'data.images_per_identity_sigma', 'data.image_size', 'data.difficulty',
-                    'data.lookalike_family_size', 'data.lookalike_spread',
-                    'data.public_identities', 'data.root', 'data.center_crop',
-                    'data.min_images_per_identity', 'data.max_identities', 'data.tfds_name',
-                    'data.tfds_split', 'data.tfds_label_key')
-
-
-def check_init_data(workdir: str, config_dict: dict) -> None:
+def check_init_data(workdir: str, config_dict: dict, fields: tuple[str, ...]) -> None:
   """Raises ValueError when the run in `workdir` (`config.init_from`) was trained on other data
-  than `config_dict` describes (`INIT_DATA_FIELDS`), naming the fields (the synthetic benchmark
-  draws different identities for another seed or training-set size), and FileNotFoundError when
-  it is no finished run. `experiment.validate` calls it, before anything is written."""
+  than `config_dict` describes, naming the `fields` that differ (the data source's
+  `data_fields`: what decides the training identities and their images; the synthetic benchmark
+  draws different identities for another seed or training-set size, and an inherited class
+  matrix would then name other people), and FileNotFoundError when it is no finished run.
+  `experiment.validate` calls it, before anything is written."""
   _init_run_file(workdir, 'checkpoints')
   old = flatten(files.read_json(_init_run_file(workdir, 'config.json')))
   new = flatten(config_dict)
   diffs = [f'{key}: {old.get(key, "<absent>")!r} there, {new.get(key, "<absent>")!r} here'
-           for key in INIT_DATA_FIELDS if old.get(key, '<absent>') != new.get(key, '<absent>')]
+           for key in fields if old.get(key, '<absent>') != new.get(key, '<absent>')]
   if diffs:
     raise ValueError(f'config.init_from={workdir!r} was trained on other data ({"; ".join(diffs)}): '
                      'its identities are not this run\'s. Expected the same seed and data '

@@ -199,20 +199,3 @@ class PadNet(nn.Module):
       out['z_specific'] = z_specific.astype(jnp.float32)
       out['reconstruction'] = self.decoder(z_invariant + z_specific).astype(jnp.float32)
     return out
-
-
-def rgb_hsv(images: jax.Array) -> jax.Array:
-  """uint8 RGB `[..., 3]` -> float32 `[..., 6]`: RGB and HSV, each in [-1, 1] (the authors' six
-  input channels). Hue of a grey pixel is 0."""
-  rgb = images.astype(jnp.float32) / 255.0
-  r, g, b = rgb[..., 0], rgb[..., 1], rgb[..., 2]
-  value = jnp.max(rgb, axis=-1)
-  low = jnp.min(rgb, axis=-1)
-  chroma = value - low
-  saturation = jnp.where(value > 0, chroma / jnp.where(value > 0, value, 1.0), 0.0)
-  safe = jnp.where(chroma > 0, chroma, 1.0)
-  hue = jnp.where(value == r, ((g - b) / safe) % 6.0,
-                  jnp.where(value == g, (b - r) / safe + 2.0, (r - g) / safe + 4.0))
-  hue = jnp.where(chroma > 0, hue / 6.0, 0.0)
-  hsv = jnp.stack([hue, saturation, value], axis=-1)
-  return jnp.concatenate([rgb, hsv], axis=-1) * 2.0 - 1.0

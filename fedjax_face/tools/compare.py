@@ -8,8 +8,8 @@ import os
 
 from absl import app, flags
 
-from fedjax_face.io import files, report
-
+from fedjax_face.eval.recognition import report
+from fedjax_face.io import files
 
 
 def load(workdir: str) -> dict:

@@ -6,6 +6,10 @@ and the paper's numbers. `run_all` starts, one subprocess at a time, the runs wh
 no `results.json` yet (so a sweep can be stopped and resumed, and runs shared by several tables
 are trained once); `markdown` prints ours beside the paper's, as mean ± std over seeds.
 `python -m fedjax_face.reproduce` is the command (`main`).
+
+Each table says which commits its runs came from (`commit_counts`, from each run's provenance),
+and one made of runs from several commits is refused unless asked for (`commits_line`): seeds
+trained by different code are no mean ± std of one method.
 """
 
 import dataclasses
@@ -16,7 +20,9 @@ import sys
 import time
 from typing import Callable
 
+from fedjax_face.io import checkpoint
 from fedjax_face.io import files
+from fedjax_face.io import provenance
 
 PERCENT_SECTIONS = ('verification', 'identification', 'personalized', 'pad')   # rates, shown in %
 PAIR_TITLES = {'lfw': 'LFW', 'cfp_fp': 'CFP-FP', 'agedb_30': 'AgeDB-30', 'sllfw': 'SLLFW',
@@ -230,6 +236,76 @@ def failure(run: Run, root: str, extra: tuple, seed: int) -> str | None:
   return None if run.init_from is None else failure(run.init_from, root, extra, seed)
 
 
+def finished_workdirs(table: Table, root: str, extra: tuple,
+                      seeds: tuple[int, ...]) -> list[str]:
+  """The workdirs (each once) of the finished runs a table is made of: its rows' runs, the runs a
+  `Combined` row combines, and the runs each of them started from (`init_from`: a fine-tuned
+  model is the pre-training's code too)."""
+  out = []
+
+  def add(run: Run, seed: int):
+    run_dir = workdir(root, run, extra, seed)
+    if files.exists(files.join(run_dir, 'results.json')) and run_dir not in out:
+      out.append(run_dir)
+    if run.init_from is not None:
+      add(run.init_from, seed)
+
+  for row in table.rows:
+    for seed in seeds:
+      for run in (() if row.run is None else row.run.runs if isinstance(row.run, Combined)
+                  else (row.run,)):
+        add(run, seed)
+  return out
+
+
+def run_commits(run_dir: str) -> list[str]:
+  """The commit labels (`provenance.commit_label`) a finished run was trained at: its
+  config.json's record of its start and resumes when it has one (results.json's provenance is
+  that of the last of them), else its results.json's ('unrecorded' for archived runs made before
+  provenance was recorded)."""
+  config_path = files.join(run_dir, 'config.json')
+  config = files.read_json(config_path) if files.exists(config_path) else {}
+  if checkpoint.PROVENANCE_KEY in config:
+    return list(dict.fromkeys(checkpoint.config_commits(config)))
+  result = files.read_json(files.join(run_dir, 'results.json'))
+  return [provenance.commit_label(result.get(checkpoint.PROVENANCE_KEY))]
+
+
+def commit_counts(run_dirs: list[str]) -> dict[str, int]:
+  """How many runs each commit label made; a run resumed across commits counts for each."""
+  counts = {}
+  for run_dir in run_dirs:
+    for label in run_commits(run_dir):
+      counts[label] = counts.get(label, 0) + 1
+  return counts
+
+
+class MixedCommitsError(ValueError):
+  """A table's runs came from more than one commit (and mixing was not allowed)."""
+
+
+def commits_line(counts: dict[str, int], allow_mixed: bool = False) -> str:
+  """The table's line saying which commits its runs came from ('' without finished runs).
+
+  Raises MixedCommitsError, in one line naming each commit and its number of runs, when there
+  are several (a dirty tree and 'unrecorded' are labels of their own) and `allow_mixed` is False.
+  """
+  if not counts:
+    return ''
+  runs = lambda n: f'{n} run{"" if n == 1 else "s"}'
+  if list(counts) == ['unrecorded']:
+    return 'commit: unrecorded (runs made before provenance was recorded)'
+  if len(counts) == 1:
+    (label, n), = counts.items()
+    return f'commit: {label} ({runs(n)})'
+  named = ', '.join(f'{label} ({runs(n)})' for label, n in
+                    sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+  if not allow_mixed:
+    raise MixedCommitsError(f'the runs come from {len(counts)} commits: {named}; rerun them at '
+                            'one commit, or pass --allow_mixed_commits to make the table anyway.')
+  return f'commits (mixed, --allow_mixed_commits): {named}'
+
+
 def _ours(result: dict | None, table: Table, column: str) -> float | None:
   """The run's value for one column (None when the run has no such value, e.g. a pair set it
   did not evaluate)."""
@@ -328,9 +404,9 @@ def ordering_line(table: Table, ordering: Ordering, results: dict,
 
 
 def markdown(table: Table, results: dict[tuple[Run, int], dict], command: str,
-             seeds: tuple[int, ...] = (0,)) -> str:
+             seeds: tuple[int, ...] = (0,), commits: str = '') -> str:
   """The table with ours and the paper's value side by side per column (ours alone when the
-  paper has no number anywhere in it)."""
+  paper has no number anywhere in it); `commits` (`commits_line`) goes under the footnote."""
   has_paper = any(v is not None for row in table.rows for v in row.paper)
   header = ['method']
   for column in table.columns:
@@ -360,6 +436,8 @@ def markdown(table: Table, results: dict[tuple[Run, int], dict], command: str,
               "per seed, in the column's unit):", '']
     lines += [ordering_line(table, ordering, results, seeds) for ordering in table.orderings]
   lines += ['', f'Made by `{command}`; {table.setting}' + spread, '']
+  if commits:
+    lines += [commits, '']
   if errors:
     lines += ['Failed runs ended with: ' + '; '.join(f'`{e}`' for e in errors), '']
   return '\n'.join(lines)

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from fedjax_face import algorithms, models
-from fedjax_face.algorithms import class_tables, common, pairwise
+from fedjax_face.algorithms import common, pairwise
+from fedjax_face.core import aggregation, class_tables
 from fedjax_face.algorithms.fedgc import correction, regularizer
-from fedjax_face.core import aggregation
 from fedjax_face.core.algorithm import RoundState
 from fedjax_face.data import federated
 from tests import engine_cases

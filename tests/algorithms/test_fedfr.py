@@ -291,8 +291,8 @@ def test_adaptation_round_trains_locally_and_keeps_the_global_model(row):
 def test_memory_report_counts_the_state_init_builds():
   from fedjax_face.proj.fedfr import memory
   config, fed, algorithm, state = _setup()
-  config.data.num_identities = NUM_PUBLIC + 2 * NUM_CLIENTS
-  config.data.images_per_identity = 3
+  config.data.synthetic.num_identities = NUM_PUBLIC + 2 * NUM_CLIENTS
+  config.data.synthetic.images_per_identity = 3
   got = memory.state_bytes(config)
   nbytes = lambda tree: sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree))
   assert got['all clients'] == nbytes(state.clients)

@@ -6,14 +6,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_face import algorithms, experiment, models
+from fedjax_face import algorithms, models
+from fedjax_face.data import sources
 from tests.config_files import load_config
 
 
 @pytest.fixture(scope='module')
 def data():
   config = load_config('pad/fedgpad')
-  fed, _ = experiment.training_views(config, experiment.load_data(config), one_client=False)
+  fed, _ = sources.training_views(config, sources.load(config), one_client=False)
   return fed   # the same frames for both methods (the data section is shared)
 
 

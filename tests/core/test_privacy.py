@@ -12,7 +12,7 @@ from dp_accounting import rdp
 from fedjax_face import algorithms, config_lib, experiment, models
 from fedjax_face.core import communication, privacy
 from fedjax_face.core.algorithm import ClientInput
-from fedjax_face.data import federated
+from fedjax_face.data import federated, sources
 from tests import config_files, engine_cases
 
 
@@ -155,7 +155,7 @@ FEDERATED = [('fedpe', {'model'}), ('fedgc', {'model', 'W'}), ('fedfv', {'model'
 def test_every_federated_method_says_what_its_clients_received(name, sent):
   """Shapes only (eval_shape): the origin of each method's update has the update's structure."""
   config = config_files.load_config(name)
-  fed, _ = experiment.training_views(config, experiment.load_data(config), one_client=False)
+  fed, _ = sources.training_views(config, sources.load(config), one_client=False)
   algorithm = algorithms.get(config.algorithm).build(config, models.build_backbone(config.model),
                                                      fed, step_mode='scan')
   data = experiment.one_client_data(fed, config)

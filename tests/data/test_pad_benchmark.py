@@ -6,6 +6,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from fedjax_face.data.sources import pad as pad_source
 from fedjax_face.data.synthetic import pad_benchmark as pad
 from fedjax_face.data.synthetic import faces
 from tests.config_files import load_config
@@ -125,11 +126,11 @@ def test_each_data_center_trains_on_its_own_attack_types_only():
   # Table X: I keeps its print attacks, O its screen ones; every live frame stays.
   config = load_config('pad/fedpad', 'centers=IO,target=M,attacks=print-video,runlocal')
   assert tuple(config.data.pad.center_attacks) == ('print+cut', 'display+replay')
-  assert pad.train_attacks(config.data.pad) == [('print',), ('display', 'replay')]
-  bench = pad.load(config)
+  assert pad_source.train_attacks(config.data.pad) == [('print',), ('display', 'replay')]
+  bench = pad_source.load(config)
   kept = []
   for name, kinds in (('I', ('print',)), ('O', ('display', 'replay'))):
-    frames = pad._frames(name, config)
+    frames = pad_source._frames(name, config)
     keep = (frames.split == 0) & (frames.live | np.isin(frames.attack,
                                                         [pad.ATTACKS.index(k) for k in kinds]))
     assert (~frames.live[keep]).any() and (frames.live[keep]).sum() == (
@@ -142,13 +143,13 @@ def test_extra_targets_are_scored_on_their_test_subjects():
   config = load_config('pad/single', 'center=C,runlocal')
   assert (tuple(config.data.pad.sources), config.data.pad.target) == (('C',), 'O')
   assert tuple(config.data.pad.extra_targets) == ('I', 'M', 'S')
-  bench = pad.load(config)
+  bench = pad_source.load(config)
   assert sorted(bench.eval_sets) == ['test', 'test:I', 'test:M', 'test:S', 'validation']
   for name in ('I', 'M', 'S'):
-    frames = pad._frames(name, config)
+    frames = pad_source._frames(name, config)
     np.testing.assert_array_equal(bench.eval_sets[f'test:{name}'].images,
                                   frames.images[frames.split == 1])
   config.data.pad.extra_targets = ('C', 'I')
   with pytest.raises(ValueError, match=r"extra_targets=\('C', 'I'\) with sources=\('C',\) and "
                                        r"target='O'; expected distinct domains"):
-    pad.check_config(config)
+    pad_source.check_config(config)

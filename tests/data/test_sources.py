@@ -2,6 +2,7 @@
 and read back must give the same arrays, the same rounds and the same trained model as the
 in-memory path; bad input is named; TFDS works without TensorFlow where TFDS does."""
 
+import dataclasses
 import gc
 import glob
 import io
@@ -16,25 +17,47 @@ import pytest
 
 from fedjax_face import config_lib, experiment
 from tests import config_files
-from fedjax_face.data import federated, sources, stores
+from fedjax_face.data import federated, sources, stores, views
+from fedjax_face.data.sources import files as source_files
 from fedjax_face.data.formats import recordio
 from fedjax_face.data.synthetic import faces as synthetic
 from fedjax_face.data.formats import tfds_source
 from fedjax_face.data.formats import verification_bin
 
 
+# The fields every source shares (`config.data.<field>`); a source's own are in
+# `config.data.<source>.<field>`.
+SHARED_DATA_FIELDS = ('source', 'image_size', 'public_identities', 'private_test_fraction',
+                      'centralized_on', 'prefetch', 'decode_threads')
+
+
 def runlocal_config(**data):
+  """FedPE runlocal on `data['source']` (default synthetic): the shared fields set in
+  `config.data`, the others in the source's section."""
   config = config_files.load_config('fedpe')
   del config.evals.identification
   config.evals.verification.pair_sets = synthetic.PAIR_SET_NAMES   # the three real .bin analogues
   for key, value in data.items():
-    config.data[key] = value
+    if key in SHARED_DATA_FIELDS:
+      config.data[key] = value
+  for key, value in data.items():
+    if key not in SHARED_DATA_FIELDS:
+      config.data[config.data.source][key] = value
   return config
+
+
+def with_pair_sets(config, data):
+  """`data` with the pair sets of `evals.verification.pair_sets`, as the verification evaluator
+  gets them from the source (a loaded `FaceBenchmark` carries none)."""
+  names = tuple(config.evals.verification.pair_sets)
+  return dataclasses.replace(
+      data, pair_sets=sources.get(config.data.source).pair_sets(config, data, names))
 
 
 @pytest.fixture(scope='module')
 def bench():
-  return experiment.load_data(runlocal_config())
+  config = runlocal_config()
+  return with_pair_sets(config, sources.load(config))
 
 
 def export_insightface(root, bench, image_format='png'):
@@ -59,8 +82,10 @@ def assert_same_rounds(fed_a, fed_b, rounds=3):
       np.testing.assert_array_equal(a[key], b[key], err_msg=f'round {r} {key}')
 
 
-def assert_same_benchmark(got, bench):
+def assert_same_benchmark(config, got, bench):
+  """`got`, loaded with `config`, and its pair sets as the source gives them equal `bench`."""
   assert isinstance(got.train_images, stores.DecodedImageStore)
+  got = with_pair_sets(config, got)
   assert got.num_identities == bench.num_identities
   np.testing.assert_array_equal(got.train_labels, bench.train_labels)
   np.testing.assert_array_equal(got.train_images[:], bench.train_images)
@@ -79,9 +104,9 @@ def assert_same_benchmark(got, bench):
 def test_insightface_round_trip_gives_the_same_arrays_and_client_batches(bench, rec_root):
   config = runlocal_config(source='insightface', root=rec_root)
   config_lib.validate(config)
-  got = experiment.load_data(config)
-  assert_same_benchmark(got, bench)
-  clients = experiment.client_partition(config, got.num_identities)
+  got = sources.load(config)
+  assert_same_benchmark(config, got, bench)
+  clients = views.client_partition(config, got.num_identities)
   fed_mem = federated.build(bench.train_images, bench.train_labels, clients)
   fed_rec = federated.build(got.train_images, got.train_labels, clients)
   for k in range(fed_mem.num_clients):
@@ -116,7 +141,8 @@ def test_identity_ranges_give_labels_without_reading_images(rec_root, bench, mon
     return original(self, key, limit)
 
   monkeypatch.setattr(recordio.RecordFile, '_read', counting)
-  store, labels = sources.insightface_store(rec_root, image_size=16, check_labels=check_labels)
+  store, labels = source_files.insightface_store(rec_root, image_size=16,
+                                                 check_labels=check_labels)
   np.testing.assert_array_equal(labels, bench.train_labels)
   n = len(bench.train_labels)
   # Record 0 (meta), the identity records and, checked, every image record: header prefixes
@@ -150,24 +176,23 @@ def test_an_index_pointing_at_another_identitys_record_is_found_at_load(bench, t
   with pytest.raises(recordio.RecordIOError,
                      match=rf"train\.rec: record {first_of_1 - 1}: record lies in identity 0's key "
                      rf"range \[1, {first_of_1}\) but its label is 1"):
-    experiment.load_data(config)
+    sources.load(config)
   # Skipping bad records drops both at load, each logged; the rest load as written.
-  config.data.skip_bad_records = True
+  config.data.insightface.skip_bad_records = True
   with caplog.at_level('WARNING'):
-    got = experiment.load_data(config)
+    got = sources.load(config)
   keep = np.ones(len(bench.train_labels), bool)
   keep[[first_of_1 - 2, first_of_1 - 1]] = False
   np.testing.assert_array_equal(got.train_labels, bench.train_labels[keep])
   assert f'record {first_of_1 - 1}:' in caplog.text and f'record {first_of_1}:' in caplog.text
   # Unchecked, the labels come from the key ranges and the swap is met only when decoded.
-  config.data.skip_bad_records = False
-  config.data.check_record_labels = False
-  np.testing.assert_array_equal(experiment.load_data(config).train_labels, bench.train_labels)
+  config.data.insightface.skip_bad_records = False
+  config.data.insightface.check_record_labels = False
+  np.testing.assert_array_equal(sources.load(config).train_labels, bench.train_labels)
 
 
 def test_max_identities_keeps_the_first_identities(bench, rec_root):
-  got = experiment.load_data(runlocal_config(source='insightface', root=rec_root,
-                                             max_identities=5))
+  got = sources.load(runlocal_config(source='insightface', root=rec_root, max_identities=5))
   keep = bench.train_labels < 5
   gc.collect()  # the subset store must keep the record file open
   assert got.num_identities == 5
@@ -179,7 +204,7 @@ def test_insightface_jpeg_and_resize_to_image_size(bench, tmp_path):
   root = str(tmp_path)
   recordio.write_insightface(root, bench.train_images, bench.train_labels,
                              image_format='jpeg', quality=95)
-  store, _ = sources.insightface_store(root, image_size=8)
+  store, _ = source_files.insightface_store(root, image_size=8)
   assert store.shape == (len(bench.train_labels), 8, 8, 3)
   expected = np.asarray(Image.fromarray(bench.train_images[5]).resize(
       (8, 8), Image.Resampling.BILINEAR)).astype(int)
@@ -199,16 +224,16 @@ def test_bad_record_is_named_or_skipped_with_a_count(bench, tmp_path, caplog):
   root = export_insightface(str(tmp_path), bench)
   _corrupt_image_record(root, 7)  # image index 6, identity 1
   config = runlocal_config(source='insightface', root=root)
-  got = experiment.load_data(config)  # opening reads no image: nothing to notice yet
-  clients = experiment.client_partition(config, got.num_identities)
+  got = sources.load(config)  # opening reads no image: nothing to notice yet
+  clients = views.client_partition(config, got.num_identities)
   fed = federated.build(got.train_images, got.train_labels, clients)
   owner = next(k for k in range(fed.num_clients) if 6 in fed.client_indices[k])
   cohort = np.array([owner], np.int32)
   with pytest.raises(stores.BadRecordError, match=r'train\.rec: record 7: cannot decode image'):
     federated.sample_round(fed, cohort, round_index=0, seed=0, steps=4, batch_size=8)
 
-  config.data.skip_bad_records = True
-  got = experiment.load_data(config)
+  config.data.insightface.skip_bad_records = True
+  got = sources.load(config)
   fed = federated.build(got.train_images, got.train_labels, clients)
   ref = federated.build(bench.train_images, bench.train_labels, clients)
   with caplog.at_level('WARNING'):
@@ -226,13 +251,13 @@ def test_truncated_bin_and_missing_pair_set_are_named(rec_root, tmp_path):
   with pytest.raises(FileNotFoundError,
                      match=r"names 'calfw' but neither .*calfw.bin nor .*calfw.txt exists "
                      r"\(pair-set files in .*: \['agedb_30.bin', 'cfp_fp.bin', 'lfw.bin'\]\)"):
-    sources.load_pair_sets(('lfw', 'calfw'), rec_root, image_size=16)
+    source_files.load_pair_sets(('lfw', 'calfw'), rec_root, image_size=16)
   with open(os.path.join(rec_root, 'lfw.bin'), 'rb') as f:
     data = f.read()
   with open(tmp_path / 'lfw.bin', 'wb') as f:
     f.write(data[:len(data) // 2])
   with pytest.raises(verification_bin.BinFormatError, match=r'lfw.bin: not a readable pickle'):
-    sources.load_pair_set('lfw', str(tmp_path), image_size=16)
+    source_files.load_pair_set('lfw', str(tmp_path), image_size=16)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -268,9 +293,9 @@ def test_image_folder_round_trip(bench, tmp_path):
   config = runlocal_config(source='image_folder', root=str(tmp_path / 'train'),
                            verification_dir=str(tmp_path / 'pairs'))
   config_lib.validate(config)
-  got = experiment.load_data(config)
-  assert_same_benchmark(got, bench)
-  clients = experiment.client_partition(config, got.num_identities)
+  got = sources.load(config)
+  assert_same_benchmark(config, got, bench)
+  clients = views.client_partition(config, got.num_identities)
   assert_same_rounds(federated.build(bench.train_images, bench.train_labels, clients),
                      federated.build(got.train_images, got.train_labels, clients))
 
@@ -285,7 +310,7 @@ def test_lfw_pairs_txt_layout(tmp_path):
       # PNG bytes under LFW's .jpg names (decoders look at the content): an exact comparison.
       Image.fromarray(faces[name, i]).save(tmp_path / name / f'{name}_{i:04d}.jpg', format='PNG')
   (tmp_path / 'lfw.txt').write_text('1\t2\nAnn_Lee\t1\t3\nAnn_Lee\t2\tBo_Chen\t1\n')
-  pairs = sources.load_pair_set('lfw', str(tmp_path), image_size=12)
+  pairs = source_files.load_pair_set('lfw', str(tmp_path), image_size=12)
   np.testing.assert_array_equal(pairs.issame, [True, False])
   assert pairs.images.shape == (4, 12, 12, 3)
   for got, key in zip(pairs.images, [('Ann_Lee', 1), ('Ann_Lee', 3), ('Ann_Lee', 2),
@@ -293,7 +318,7 @@ def test_lfw_pairs_txt_layout(tmp_path):
     np.testing.assert_array_equal(got, faces[key])
   (tmp_path / 'lfw.txt').write_text('1\t2\nAnn_Lee\t1\nAnn_Lee\t2\tBo_Chen\t1\n')
   with pytest.raises(ValueError, match=r"lfw.txt: line 2 is 'Ann_Lee 1'; expected .*LFW"):
-    sources.load_pair_set('lfw', str(tmp_path), image_size=12)
+    source_files.load_pair_set('lfw', str(tmp_path), image_size=12)
 
 
 def test_image_folder_errors_name_the_file(tmp_path):
@@ -303,7 +328,7 @@ def test_image_folder_errors_name_the_file(tmp_path):
   (tmp_path / 'a' / 'x.jpg').write_bytes(b'not a jpeg')
   (tmp_path / 'lfw.txt').write_text('a/x.jpg a/x.jpg 1\n')
   with pytest.raises(stores.BadRecordError, match=r'a/x.jpg: cannot decode image'):
-    sources.load_pair_set('lfw', str(tmp_path), image_size=8)
+    source_files.load_pair_set('lfw', str(tmp_path), image_size=8)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -323,11 +348,18 @@ def test_config_data_section_checks():
     experiment.validate(rendered)  # ... but the synthetic benchmark renders only its six
   cases = [
       ({'source': 'mxnet'}, r"data.source='mxnet'; expected one of \('synthetic', 'insightface'"),
-      ({'source': 'insightface', 'root': ''}, r'data.root is empty'),
-      ({'source': 'image_folder', 'root': '/x', 'center_crop': 0.0}, r'center_crop=0.0'),
+      ({'source': 'insightface', 'root': ''},
+       r"config.data.insightface.root is empty; data.source='insightface' needs the data "
+       r'directory\.'),
+      ({'source': 'image_folder', 'root': '/x', 'center_crop': 0.0},
+       r'config.data.image_folder.center_crop=0.0; expected a fraction in \(0, 1\]\.'),
       ({'prefetch': -1}, r'data.prefetch=-1; expected a non-negative integer'),
-      ({'min_images_per_identity': 0}, r'min_images_per_identity=0'),
-      ({'max_identities': -2}, r'data.max_identities=-2; expected a non-negative integer'),
+      ({'source': 'image_folder', 'root': '/x', 'min_images_per_identity': 0},
+       r'config.data.image_folder.min_images_per_identity=0; expected a positive integer\.'),
+      ({'source': 'insightface', 'root': '/x', 'max_identities': -2},
+       r'config.data.insightface.max_identities=-2; expected a non-negative integer\.'),
+      ({'source': 'tfds', 'name': ''},
+       r"config.data.tfds.name is empty; data.source='tfds' needs a TFDS name \(lfw, celeb_a\)\."),
   ]
   for fields, match in cases:
     with pytest.raises(ValueError, match=match):
@@ -340,15 +372,15 @@ def test_config_data_section_checks():
 
 def test_select_identities():
   labels = np.array([0, 0, 1, 2, 2, 2, 3, 3])
-  index, new, m = sources.select_identities(labels, min_images=2)
+  index, new, m = source_files.select_identities(labels, min_images=2)
   np.testing.assert_array_equal(index, [0, 1, 3, 4, 5, 6, 7])
   np.testing.assert_array_equal(new, [0, 0, 1, 1, 1, 2, 2])
   assert m == 3
-  index, new, m = sources.select_identities(labels, min_images=2, max_identities=2)
+  index, new, m = source_files.select_identities(labels, min_images=2, max_identities=2)
   np.testing.assert_array_equal(index, [0, 1, 3, 4, 5])
   assert m == 2
-  with pytest.raises(ValueError, match=r'no identity has data.min_images_per_identity=4'):
-    sources.select_identities(labels, min_images=4)
+  with pytest.raises(ValueError, match=r'no identity has min_images_per_identity=4'):
+    source_files.select_identities(labels, min_images=4)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -398,10 +430,10 @@ def prepare_test_faces(bench, data_dir: str, file_format: str) -> str:
 
 def load_test_faces(data_dir: str, rec_root: str):
   """The run's data from a prepared copy, and each example's original index (TFDS shuffles)."""
-  config = runlocal_config(source='tfds', root=data_dir, tfds_name='fedjax_face_test_faces',
-                           tfds_label_key='label', verification_dir=rec_root)
+  config = runlocal_config(source='tfds', root=data_dir, name='fedjax_face_test_faces',
+                           label_key='label', verification_dir=rec_root)
   config_lib.validate(config)
-  data = experiment.load_data(config)
+  data = with_pair_sets(config, sources.load(config))
   source = tfds_source.open_split('fedjax_face_test_faces', split='train', data_dir=data_dir)
   return data, np.array([source[i]['index'] for i in range(len(source))])
 
@@ -420,7 +452,7 @@ def test_tfds_array_record_reads_without_tensorflow(bench, rec_root, tfds_dir):
   np.testing.assert_array_equal(got.train_labels, bench.train_labels[order])
   assert got.num_identities == bench.num_identities
   np.testing.assert_array_equal(got.pair_sets['lfw'].images, bench.pair_sets['lfw'].images)
-  clients = experiment.client_partition(runlocal_config(source='tfds'), got.num_identities)
+  clients = views.client_partition(runlocal_config(source='tfds'), got.num_identities)
   fed = federated.build(got.train_images, got.train_labels, clients)
   ref = federated.build(bench.train_images, bench.train_labels, clients)
   for k in range(fed.num_clients):  # same samples per client, in TFDS order
@@ -444,8 +476,9 @@ def test_tfds_mock_lfw_and_celeb_a_features(bench):
 
   with tfds.testing.mock_data(as_data_source_fn=as_data_source):
     for name, expected in (('lfw', [2, 0, 2, 1]), ('celeb_a', [2, 0, 0, 1])):
-      config = runlocal_config(source='tfds', tfds_name=name, image_size=32, center_crop=0.5)
-      store, labels = sources._TRAINING['tfds'](config.data)  # pylint: disable=protected-access
+      config = runlocal_config(source='tfds', name=name, image_size=32, center_crop=0.5)
+      data = sources.get('tfds').load(config)
+      store, labels = data.train_images, data.train_labels
       np.testing.assert_array_equal(labels, expected)
       assert store.shape == (4, 32, 32, 3)
       image = recordio.decode_image(examples[name][1]['image'])
@@ -505,7 +538,7 @@ def test_tfds_random_mock_data(monkeypatch):
   monkeypatch.setattr(mocking, '_getitems', lambda record_keys, generator, serialized=False:
                       [generator[k] for k in record_keys])
   with tfds.testing.mock_data(num_examples=12):
-    store, labels = sources._TRAINING['tfds'](  # pylint: disable=protected-access
-        runlocal_config(source='tfds', tfds_name='lfw').data)
+    data = sources.get('tfds').load(runlocal_config(source='tfds', name='lfw'))
+    store, labels = data.train_images, data.train_labels
     assert store.shape == (12, 16, 16, 3) and len(labels) == 12
     store.take(np.arange(12))

@@ -1,11 +1,10 @@
 """Public / private identities and the private identities' held-out images (data/splits.py), and
-the views a run trains on (experiment.training_views)."""
+the views a run trains on (sources.training_views: views.identity_views)."""
 
 import numpy as np
 import pytest
 
-from fedjax_face import experiment
-from fedjax_face.data import splits
+from fedjax_face.data import sources, splits
 from tests.config_files import load_config
 
 
@@ -36,21 +35,22 @@ class _Benchmark:
     self.train_labels = labels
     self.train_images = np.zeros((len(labels), 2, 2, 3), np.uint8)
     self.num_identities = int(labels.max()) + 1
+    self.train_families = None   # every identity its own family
 
 
 def test_training_views_deal_private_training_images_and_share_public_ones():
   config = load_config('fedfr')   # runlocal: 8 public of 16 identities, 4 clients, 0.4 held out
   labels = np.repeat(np.arange(16), 5)
-  fed_view, fed = experiment.training_views(config, _Benchmark(labels), one_client=False)
+  fed_view, fed = sources.training_views(config, _Benchmark(labels), one_client=False)
   assert fed is fed_view and fed.num_clients == 4 and fed.num_public == 8
   np.testing.assert_array_equal(fed.public_indices, np.arange(40))
   held = sorted(int(i) for ids in fed.client_indices for i in ids)
   assert all(labels[i] >= 8 for i in held) and len(held) == 8 * 3   # 3 of 5 images trained on
   assert sorted(fed.identity_table.reshape(-1).tolist()) == list(range(8, 16))
   pretrain = load_config('pretrain')
-  _, public_only = experiment.training_views(pretrain, _Benchmark(labels), one_client=True)
+  _, public_only = sources.training_views(pretrain, _Benchmark(labels), one_client=True)
   assert public_only.num_clients == 1 and public_only.num_identities == 8
   np.testing.assert_array_equal(np.sort(public_only.client_indices[0]), np.arange(40))
   pretrain.data.centralized_on = 'all'
-  _, upper = experiment.training_views(pretrain, _Benchmark(labels), one_client=True)
+  _, upper = sources.training_views(pretrain, _Benchmark(labels), one_client=True)
   assert upper.num_identities == 16 and len(upper.client_indices[0]) == 40 + 8 * 3

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from fedjax_face.data import preprocess
 from fedjax_face.models import pad
 
 
@@ -39,7 +40,7 @@ def test_rgb_hsv_matches_colorsys():
   rng = np.random.default_rng(0)
   pixels = np.concatenate([rng.integers(0, 256, (60, 3)),
                            [[0, 0, 0], [255, 255, 255], [90, 90, 90], [255, 0, 0], [0, 0, 255]]])
-  out = np.asarray(pad.rgb_hsv(jnp.asarray(pixels, jnp.uint8)))
+  out = np.asarray(preprocess.rgb_hsv(jnp.asarray(pixels, jnp.uint8)))
   for p, o in zip(pixels, out):
     rgb = p / 255.0
     np.testing.assert_allclose(o[:3], rgb * 2 - 1, atol=1e-6)

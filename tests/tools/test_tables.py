@@ -262,3 +262,95 @@ def test_equal_measurements_tie_despite_the_percent_scaling():
   # Either way round, and printed without a sign that suggests a loss.
   swapped = {(a, 0): results[(b, 0)], (b, 0): results[(a, 0)]}
   assert '(by +0.00).' in tables.markdown(table, swapped, 'cmd')
+
+
+def write_run(root, run: Run, seed: int, result: dict, config: dict | None = None) -> str:
+  """A finished run's workdir under `root`: results.json, and config.json when given."""
+  run_dir = root / run.name(tables.seed_overrides((), seed))
+  run_dir.mkdir(parents=True)
+  (run_dir / 'results.json').write_text(json.dumps(result))
+  if config is not None:
+    (run_dir / 'config.json').write_text(json.dumps(config))
+  return str(run_dir)
+
+
+def at(commit: str, dirty: bool = False) -> dict:
+  """A provenance record (`io/provenance.collect()`) at the commit `commit * 40`."""
+  return {'git': {'commit': commit * 40, 'dirty': dirty, 'version': None}}
+
+
+def two_row_table():
+  a, b = Run('fedgc/fedpe', 'loss=softmax'), Run('fedgc/fedgc', 'loss=softmax')
+  return Table('T', 'verification', ('lfw',), (Row('A', a, (1.0,)), Row('B', b, (1.0,))), 'c'), a, b
+
+
+def test_runs_made_before_provenance_are_unrecorded_and_accepted(tmp_path):
+  table, a, b = two_row_table()
+  write_run(tmp_path, a, 0, fake_result(lfw=0.5), config={'seed': 0})
+  write_run(tmp_path, b, 0, fake_result(lfw=0.6))
+  dirs = tables.finished_workdirs(table, str(tmp_path), (), (0, 1))
+  assert dirs == [str(tmp_path / a.name()), str(tmp_path / b.name())]
+  assert tables.commit_counts(dirs) == {'unrecorded': 2}
+  line = tables.commits_line({'unrecorded': 2})
+  assert line == 'commit: unrecorded (runs made before provenance was recorded)'
+  results = tables.run_all(table, str(tmp_path), (), dry_run=True)
+  assert line + '\n' in tables.markdown(table, results, 'cmd', commits=line)
+  assert tables.commits_line({}) == ''   # nothing finished yet: nothing to say
+
+
+def test_runs_of_one_commit_name_it():
+  assert tables.commits_line({'aaaaaaaaaaaa': 3}) == 'commit: aaaaaaaaaaaa (3 runs)'
+  assert tables.commits_line({'aaaaaaaaaaaa+dirty': 1}) == 'commit: aaaaaaaaaaaa+dirty (1 run)'
+
+
+def test_a_table_of_mixed_commits_is_refused_unless_allowed(tmp_path):
+  table, a, b = two_row_table()
+  write_run(tmp_path, a, 0, fake_result(lfw=0.5) | {'provenance': at('a')})
+  write_run(tmp_path, a, 1, fake_result(lfw=0.5) | {'provenance': at('a')})
+  write_run(tmp_path, b, 0, fake_result(lfw=0.6) | {'provenance': at('a', dirty=True)})
+  write_run(tmp_path, b, 1, fake_result(lfw=0.6))   # archived before provenance
+  counts = tables.commit_counts(tables.finished_workdirs(table, str(tmp_path), (), (0, 1)))
+  assert counts == {'aaaaaaaaaaaa': 2, 'aaaaaaaaaaaa+dirty': 1, 'unrecorded': 1}
+  with pytest.raises(tables.MixedCommitsError) as refused:
+    tables.commits_line(counts)
+  assert str(refused.value) == (
+      'the runs come from 3 commits: aaaaaaaaaaaa (2 runs), aaaaaaaaaaaa+dirty (1 run), '
+      'unrecorded (1 run); rerun them at one commit, or pass --allow_mixed_commits to make the '
+      'table anyway.')
+  line = tables.commits_line(counts, allow_mixed=True)
+  assert line == ('commits (mixed, --allow_mixed_commits): aaaaaaaaaaaa (2 runs), '
+                  'aaaaaaaaaaaa+dirty (1 run), unrecorded (1 run)')
+  # Seed 0 alone is one commit per run but still two labels (a dirty tree is code of its own).
+  with pytest.raises(tables.MixedCommitsError, match=r'2 commits: aaaaaaaaaaaa \(1 run\), '
+                     r'aaaaaaaaaaaa\+dirty \(1 run\)'):
+    tables.commits_line(tables.commit_counts(
+        tables.finished_workdirs(table, str(tmp_path), (), (0,))))
+
+
+def test_a_run_resumed_across_commits_counts_for_each_of_them(tmp_path):
+  table, a, b = two_row_table()
+  # config.json's record (start, then resumes) is read over results.json's (the last of them).
+  resumed = {'seed': 0, 'provenance': {'start': at('a'), 'resumed': [
+      at('b') | {'from_round': 2}, at('a') | {'from_round': 4}]}}
+  write_run(tmp_path, a, 0, fake_result(lfw=0.5) | {'provenance': at('a')}, config=resumed)
+  write_run(tmp_path, b, 0, fake_result(lfw=0.6) | {'provenance': at('a')},
+            config={'seed': 0, 'provenance': {'start': at('a'), 'resumed': []}})
+  assert tables.run_commits(str(tmp_path / a.name())) == ['aaaaaaaaaaaa', 'bbbbbbbbbbbb']
+  counts = tables.commit_counts(tables.finished_workdirs(table, str(tmp_path), (), (0,)))
+  assert counts == {'aaaaaaaaaaaa': 2, 'bbbbbbbbbbbb': 1}
+  with pytest.raises(tables.MixedCommitsError):
+    tables.commits_line(counts)
+
+
+def test_the_commits_include_the_runs_a_table_combines_or_starts_from(tmp_path):
+  start = Run('fedfr/pretrain')
+  run = Run('fedfr/fedfr', 'row=hn', init_from=start)
+  single = Run('pad/single', 'channel=rgb')
+  fused = tables.Combined('fused', (single,), lambda dirs: {})
+  table = Table('T', 'results', ('x',), (Row('A', run, (None,)), Row('F', fused, (None,)),
+                                         Row('S', single, (None,))), 'c')
+  for each, commit in ((start, 'a'), (run, 'b'), (single, 'c')):
+    write_run(tmp_path, each, 0, {'provenance': at(commit)})
+  dirs = tables.finished_workdirs(table, str(tmp_path), (), (0,))
+  assert dirs == [str(tmp_path / name) for name in (run.name(), start.name(), single.name())]
+  assert tables.commit_counts(dirs) == {'aaaaaaaaaaaa': 1, 'bbbbbbbbbbbb': 1, 'cccccccccccc': 1}

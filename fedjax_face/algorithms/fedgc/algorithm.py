@@ -25,9 +25,9 @@ import ml_collections
 import numpy as np
 
 from fedjax_face import config_lib
-from fedjax_face.algorithms import class_tables, common, pairwise
+from fedjax_face.algorithms import common, pairwise
+from fedjax_face.core import aggregation, class_tables
 from fedjax_face.algorithms.fedgc import correction, regularizer
-from fedjax_face.core import aggregation
 from fedjax_face.core.algorithm import (Algorithm, ClientInput, ClientResult, RoundState,
                                         origin_by_key)
 
@@ -101,8 +101,10 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
 
   keep_opt_state = common.keeps_client_optimizer(config)
 
-  def init(rng):
+  def init(rng, start=None):
     variables, w = common.init_federated(config, model, fed, rng)
+    if start is not None:
+      variables, _ = common.start_from(start, variables, method=config.algorithm)
     server = {'model': variables, 'W': w}
     clients = ({'opt_state': common.client_opt_states(train, variables, w)} if keep_opt_state
                else {})

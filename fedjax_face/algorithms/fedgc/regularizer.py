@@ -55,8 +55,8 @@ default) and `True` (Eq. 5 with the prime semantics); `config.fedgc.reg_self_gra
 
 Why False is the default. Two textual facts: Eq. 12, the paper's gradient of its objective, has
 no self term; and Table 2's text says a too large lambda "makes within-client class embeddings
-collapse to one point", with an interior optimum at lambda = 20. Measured (BUILD_NOTES, session
-10; `python -m fedjax_face.reproduce --table=fedgc10` and `fedgc11`, look-alike identities, seed
+collapse to one point", with an interior optimum at lambda = 20. Measured (docs/fedgc.md,
+"The two readings of Eq. 5's self term, and the default"; `python -m fedjax_face.reproduce --table=fedgc10` and `fedgc11`, look-alike identities, seed
 0), lambda = 1, 10, 20, 30, 50: without the self-gradient the mean cosine between a client's own
 class embeddings goes -0.11, -0.07, 0.44, then the step turns unstable (lambda·eta > 2: norms
 96 and 66,000 at 30 and 50), and LFW-like accuracy is 83.4, 83.8, 84.1, 54.5, 50.0: an optimum at

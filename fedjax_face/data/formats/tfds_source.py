@@ -15,7 +15,7 @@ What tensorflow-datasets 4.9.10 does without TensorFlow (checked on this project
 
 TFDS (REFERENCE_NOTES §7): `lfw` has 13,233 unaligned 250x250 images with person-name labels (no
 pairs); `celeb_a` has aligned 218x178 images with `identity/Identity_No`. Both are cropped to the
-central square (`data.center_crop` of the shorter side) and resized to `data.image_size`. The
+central square (`data.tfds.center_crop` of the shorter side) and resized to `data.image_size`. The
 identities are numbered in sorted order of their label values.
 """
 
@@ -60,7 +60,7 @@ def feature_keys(name: str, label_key: str = '') -> tuple[str, str]:
   if label_key:
     return KNOWN.get(base, ('image', ''))[0], label_key
   if base not in KNOWN:
-    raise ValueError(f'data.tfds_name={name!r}: set data.tfds_label_key to its identity feature '
+    raise ValueError(f'data.tfds.name={name!r}: set data.tfds.label_key to its identity feature '
                      f'(known without it: {sorted(KNOWN)})')
   return KNOWN[base]
 
@@ -88,7 +88,7 @@ def _prepare_from_manual_dir(tfds, builder, manual_dir: str) -> None:
   missing = [f for f in _manual_files(builder) if not os.path.exists(os.path.join(manual_dir, f))]
   if missing:
     raise FileNotFoundError(
-        f'data.tfds_manual_dir={manual_dir!r} lacks {missing} for {builder.name}; nothing is '
+        f'data.tfds.manual_dir={manual_dir!r} lacks {missing} for {builder.name}; nothing is '
         'downloaded at run time: put the files there (the names of its checksums.tsv)')
   try:
     builder.download_and_prepare(
@@ -97,7 +97,7 @@ def _prepare_from_manual_dir(tfds, builder, manual_dir: str) -> None:
   except ModuleNotFoundError as e:
     if 'tensorflow' in str(e) and not has_tensorflow():
       raise MissingTensorflowError(
-          f'install tensorflow to prepare data.tfds_name={builder.name!r} (its TFDS builder '
+          f'install tensorflow to prepare data.tfds.name={builder.name!r} (its TFDS builder '
           'needs TensorFlow to prepare the data); once prepared as array_record, reading it for '
           f'data.source=tfds needs no TensorFlow ({e})') from None
     raise
@@ -134,8 +134,8 @@ def open_split(name: str, *, split: str, data_dir: str = '', manual_dir: str = '
     if not builder.is_prepared():
       raise FileNotFoundError(
           f'TFDS data set {name!r} is not prepared in {builder.data_dir} and nothing is '
-          f'downloaded at run time: prepare it once (tfds build {name} --data_dir=<data.root> '
-          '--manual_dir=<dir> --file_format=array_record) or set data.tfds_manual_dir '
+          f'downloaded at run time: prepare it once (tfds build {name} --data_dir=<data.tfds.root> '
+          '--manual_dir=<dir> --file_format=array_record) or set data.tfds.manual_dir '
           f'({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ""})') from None
     if isinstance(e, NotImplementedError):  # prepared only in a format without random access
       return _read_tfrecord(tfds, builder, split, image_key)

@@ -36,14 +36,14 @@ def state_bytes(config) -> dict[str, int]:
                                                np.zeros((1, size, size, 3), np.float32),
                                                train=False))
   dim = config.model.embedding_dim
-  num_private = d.num_identities - d.public_identities
+  num_private = d.synthetic.num_identities - d.public_identities
   max_classes = -(-num_private // config.federated.num_clients)   # balanced partition
   per_client = {'local model (theta_l)': arrays.tree_bytes(backbone),
                 'class embeddings (W_l)': max_classes * dim * 4}
   if c.dfc:
     per_client['DFC branch (Pi, Omega, b)'] = (dim * dim + dim + max_classes * dim + max_classes) * 4
   per_client['flag'] = 1
-  public_images = d.public_identities * d.images_per_identity
+  public_images = d.public_identities * d.synthetic.images_per_identity
   server = {'global model (theta_g)': arrays.tree_bytes(backbone)}
   if c.public_data:
     server['public class matrix (Phi)'] = d.public_identities * dim * 4

@@ -29,8 +29,8 @@ def fedfr_config(algorithm: str, runlocal: bool = False,
   c.log_every = 5
   c.checkpoint_every = 10
   c.data.public_identities = 100         # K_g (paper 6,000)
-  c.data.num_identities = 200            # K_g + 10 clients x 10 private identities
-  c.data.images_per_identity = 20        # paper 100
+  c.data.synthetic.num_identities = 200            # K_g + 10 clients x 10 private identities
+  c.data.synthetic.images_per_identity = 20        # paper 100
   c.data.private_test_fraction = 0.4     # 40 of 100: personalized evaluation
   c.federated.num_clients = 10           # paper 40
   c.federated.participation = 1.0        # every client every round
@@ -49,8 +49,8 @@ def fedfr_config(algorithm: str, runlocal: bool = False,
   c.evals.personalized.fpirs = personalized.FPIRS
   if paper:
     c.data.public_identities = 6000
-    c.data.num_identities = 10000
-    c.data.images_per_identity = 100
+    c.data.synthetic.num_identities = 10000
+    c.data.synthetic.images_per_identity = 100
     c.data.image_size = 112
     c.federated.num_clients = 40
     c.federated.local_epochs = 4.0
@@ -60,8 +60,8 @@ def fedfr_config(algorithm: str, runlocal: bool = False,
   if runlocal:
     config_lib.runlocal(c)
     c.data.public_identities = 8
-    c.data.num_identities = 16           # 8 public, 4 clients x 2 private
-    c.data.images_per_identity = 5
+    c.data.synthetic.num_identities = 16           # 8 public, 4 clients x 2 private
+    c.data.synthetic.images_per_identity = 5
     c.federated.num_clients = 4
     c.federated.batch_size = 4
     c.federated.local_steps = 2          # ceil(2 x 3 / 4)
@@ -93,10 +93,10 @@ def set_identities_per_client(c: ml_collections.ConfigDict, ids_per_client: int,
   clients = (c.federated.num_clients if runlocal else
              PAPER_FIG4_CLIENTS if paper else FIG4_CLIENTS)
   c.federated.num_clients = clients
-  c.data.num_identities = c.data.public_identities + clients * ids_per_client
+  c.data.synthetic.num_identities = c.data.public_identities + clients * ids_per_client
   c.federated.partition = 'one_per_client' if ids_per_client == 1 else 'balanced'
-  train_images = c.data.images_per_identity - math.floor(
-      c.data.private_test_fraction * c.data.images_per_identity)   # data/splits.py
+  train_images = c.data.synthetic.images_per_identity - math.floor(
+      c.data.private_test_fraction * c.data.synthetic.images_per_identity)   # data/splits.py
   if c.algorithm != 'centralized':
     c.federated.local_steps = math.ceil(c.federated.local_epochs * ids_per_client * train_images
                                         / c.federated.batch_size)

@@ -62,9 +62,9 @@ TABLES = {
         'CFP-FP and AgeDB-30', SETTING),
 }
 
-# Why FedUV's order by code length does not reproduce (BUILD_NOTES, session 10): Eq. 4 as
-# printed, the same with 1/||v|| in place of 1/||v||^2 (`feduv.codeword_scale`), and Eq. 4 at the
-# paper's embedding width d = 512 >= n.
+# Why FedUV's order by code length does not reproduce (docs/fedfv.md, "FedUV's order by code
+# length"): Eq. 4 as printed, the same with 1/||v|| in place of 1/||v||^2
+# (`feduv.codeword_scale`), and Eq. 4 at the paper's embedding width d = 512 >= n.
 _UV_PAPER = {127: (78.83, 56.35, 68.03), 255: (79.42, 57.23, 68.41), 511: (81.60, 58.93, 68.63)}
 TABLES[4] = Table(
     "FedUV's code length: Eq. 4 as printed, with 1/‖v‖ instead of 1/‖v‖², and at d = 512",

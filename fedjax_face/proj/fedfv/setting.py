@@ -22,8 +22,8 @@ def one_per_client_config(algorithm: str, runlocal: bool = False,
   c.num_rounds = 1500
   c.log_every = 100
   c.checkpoint_every = 500
-  c.data.num_identities = 1000           # Sec. 4.1: 1,000 identities, 30 images each
-  c.data.images_per_identity = 30
+  c.data.synthetic.num_identities = 1000           # Sec. 4.1: 1,000 identities, 30 images each
+  c.data.synthetic.images_per_identity = 30
   c.data.image_size = 32
   c.federated.num_clients = 1000         # one client per identity
   c.federated.partition = 'one_per_client'
@@ -52,8 +52,8 @@ def one_per_client_config(algorithm: str, runlocal: bool = False,
   if runlocal:
     config_lib.runlocal(c)
     c.num_rounds = 6
-    c.data.num_identities = 16
-    c.data.images_per_identity = 6
+    c.data.synthetic.num_identities = 16
+    c.data.synthetic.images_per_identity = 6
     c.federated.num_clients = 16
     c.federated.participation = 0.25     # 4 per round, 12 left to build equivalents from
     c.federated.batch_size = 3

@@ -1,5 +1,5 @@
 r"""How alike the benchmark's look-alike families are, per spread: the calibration of
-`data.lookalike_spread`.
+`data.synthetic.lookalike_spread`.
 
     python -m fedjax_face.proj.fedgc.lookalikes --out=docs/lookalike_families.png
 

@@ -5,7 +5,7 @@ r"""The FedGC paper's tables, scaled down to the embedded benchmark, with the pa
 
 `--seeds=0,1,2` repeats every run with `--config.seed=S` (which redraws the benchmark and the
 training randomness) and reports mean ± standard deviation over the seeds: single runs differ by a
-few points from seed to seed on the embedded benchmark (BUILD_NOTES.md), so a gap smaller than that
+few points from seed to seed on the embedded benchmark (docs/fedgc.md), so a gap smaller than that
 is not an ordering. Runs shared by several tables (FedGC with the defaults is in Tables 1-5) are
 trained once (`tools/tables.py`).
 

@@ -3,7 +3,7 @@ of the embedded benchmark, evaluated on all six pair sets.
 
 The paper tests on seven sets; the benchmark renders six analogues (LFW, CFP-FP, AgeDB-30 and the
 look-alike, cross-pose and cross-age sets SLLFW, CPLFW, CALFW). The `lookalikes` argument puts the
-training identities in look-alike families (`data.lookalike_family_size`), spread over different
+training identities in look-alike families (`data.synthetic.lookalike_family_size`), spread over different
 clients: the condition FedGC's Fig. 3 says breaks FedPE.
 """
 
@@ -37,5 +37,5 @@ def config(algorithm: str, arg: str | None,
   if args.get('runlocal'):
     config_lib.runlocal(c)
   if args.get('lookalikes'):
-    c.data.lookalike_family_size = LOOKALIKE_FAMILY_SIZE
+    c.data.synthetic.lookalike_family_size = LOOKALIKE_FAMILY_SIZE
   return c

@@ -22,9 +22,9 @@ import jax
 import numpy as np
 from absl import app, flags
 
-from fedjax_face import algorithms, config_lib, eval as eval_lib, experiment, models
+from fedjax_face import algorithms, config_lib, eval as eval_lib, models
 from fedjax_face.core import arrays, xla_flags
-from fedjax_face.data import federated, stores
+from fedjax_face.data import federated, sources, stores, views
 from fedjax_face.eval.recognition import verification
 from fedjax_face.io import artifacts, checkpoint, files
 
@@ -49,9 +49,10 @@ def load_run(workdir: str):
       {k: tuple(v) if isinstance(v, list) else v for k, v in checkpoint.flatten(saved).items()})
   if method.ONE_CLIENT:
     raise ValueError(f'{workdir}: a {config.algorithm} run has no clients; expected a federated run.')
-  benchmark = experiment.load_data(config)
+  benchmark = sources.load(config)
   fed = federated.build(benchmark.train_images, benchmark.train_labels,
-                        experiment.client_partition(config, benchmark.num_identities))
+                        views.client_partition(config, benchmark.num_identities,
+                                               benchmark.train_families))
   model = models.build_backbone(config.model)
   algorithm = algorithms.get(config.algorithm).build(config, model, fed, step_mode='unroll')
   ckpt = checkpoint.Checkpointer(workdir, saved)

@@ -15,7 +15,7 @@ HTER at the threshold chosen on the target's scores (the authors' code), EER and
 A Single run (`configs/pad/single.py:center=X`) scores every domain, so the Single rows and
 Fused of all protocols come from five runs per seed. FedMA (Table V) is not built: its layer-wise
 matching grows the global network's width each round, which the engine's fixed pytree does not
-hold; README's face anti-spoofing section says what is missing.
+hold; docs/pad.md says what is missing.
 
 Our FedPAD is the paper's "FedGPAD w/o Dis" (Table VII: the same EI, C and depth head, no ES or
 Dec), not its ResNet-18 FedPAD of Table III; the Table III rows quote that paper row anyway.

@@ -7,7 +7,7 @@ lr 1e-2 and batches of 16 live + 16 attack frames; RGB + HSV input; HTER / EER /
 target domain, frame scores averaged per video. The defaults run in minutes on 2 CPU cores:
 32x32 input (depth maps 4x4), the Table II network at 1/8 width, 400 rounds; `paper` puts back
 256x256 and the full width. (XLA CPU spends about a second on one 64x64 batch's gradient of
-this network on 2 cores, against ~0.1 s forward: BUILD_NOTES.)
+this network on 2 cores, against ~0.1 s forward: BUILD_NOTES.md, "Known XLA quirks".)
 """
 
 import itertools
@@ -16,6 +16,7 @@ import ml_collections
 
 from fedjax_face import config_lib
 from fedjax_face.algorithms import fedgpad
+from fedjax_face.data.sources import pad as pad_source
 from fedjax_face.data.synthetic import pad_benchmark
 
 PROTOCOLS = tuple(pad_benchmark.PROTOCOLS)   # 'OCI_M', 'OMI_C', 'OCM_I', 'ICM_O'
@@ -42,14 +43,14 @@ def pad_config(algorithm: str, protocol: str = 'OCI_M', runlocal: bool = False,
   sources, protocol_target = pad_benchmark.PROTOCOLS[protocol]
   sources = tuple(centers) if centers else sources
   target = target or protocol_target
-  c = config_lib.base_config()
+  c = config_lib.base_config('anti_spoofing')
   c.algorithm = algorithm
   c.num_rounds = 400
   c.log_every = 50
   c.checkpoint_every = 200
   c.data.source = 'pad'
   c.data.image_size = 32
-  c.data.pad = pad_benchmark.config_section(sources, target)
+  c.data.pad = pad_source.config_section(sources, target)
   c.federated.num_clients = len(sources)
   c.federated.participation = 1.0
   c.federated.local_steps = 1            # one local step per round (the authors' code)

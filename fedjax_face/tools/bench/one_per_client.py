@@ -22,24 +22,20 @@ import tempfile
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 
 from fedjax_face import experiment, models
-from fedjax_face.algorithms import common, fedfv
+from fedjax_face.algorithms import common
 from fedjax_face.data import federated
-from fedjax_face.proj.fedfv import setting
 from fedjax_face.tools import timing
 from fedjax_face.tools.bench.common import per_second
 
 
-def fedfv_config(section, runlocal: bool):
-  """The FedFV default run (or its runlocal size) without evaluation, checkpoints or logging."""
-  c = setting.one_per_client_config('fedfv', runlocal=runlocal)
-  c.fedfv = fedfv.config_section()
-  if runlocal:
-    c.fedfv.num_equivalent = 4
-  c.evals = {}
-  c.checkpoint_every = 0
+def fedfv_config(section):
+  """The run the section times (`configs/bench.py:one_per_client_run`: the FedFV default run, or
+  its runlocal size, without evaluation or checkpoints), logging only at its end."""
+  c = ml_collections.ConfigDict(section.run.to_dict())
   c.log_every = section.rounds
   return c
 
@@ -96,7 +92,7 @@ def bench_single_loop(config, warmup: int, repeats: int) -> dict:
 def bench_one_per_client(config, log=print) -> dict:
   """Section (g): the FedFV run loop against one jitted loop over the same images."""
   section = config.bench.one_per_client
-  fedfv_cfg = fedfv_config(section, section.runlocal)
+  fedfv_cfg = fedfv_config(section)
   log('(g) one identity per client: FedFV run loop vs one jitted loop')
   single = bench_single_loop(fedfv_cfg, config.bench.warmup, config.bench.repeats)
   run = bench_run(fedfv_cfg, section.rounds, log)

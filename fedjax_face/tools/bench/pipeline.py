@@ -22,7 +22,8 @@ from absl import app, flags
 import numpy as np
 
 from fedjax_face.core import xla_flags
-from fedjax_face.data import federated, partition, pipeline, sources, stores
+from fedjax_face.data import federated, partition, pipeline, stores
+from fedjax_face.data.sources import files as source_files
 from fedjax_face.data.formats import recordio
 from fedjax_face.data.synthetic import faces
 
@@ -65,7 +66,7 @@ def main(argv):
     print(f'train.rec: {rec_mb:.1f} MB ({rec_mb * 2**20 / len(bench.train_labels) / 1024:.1f} '
           'KB per image)')
     for threads in (int(t) for t in flags.FLAGS.threads):
-      store, labels = sources.insightface_store(root, image_size=size, num_threads=threads)
+      store, labels = source_files.insightface_store(root, image_size=size, num_threads=threads)
       total = flags.FLAGS.epochs * len(store)
       rng = np.random.default_rng(0)
       batches = [b for _ in range(flags.FLAGS.epochs)
@@ -74,7 +75,7 @@ def main(argv):
       store.take(batches[0])  # starts the pool
       decode = _rate(lambda: [store.take(b) for b in batches], total)
       # Decode and augment together in each worker (one host thread per part of a batch).
-      single, _ = sources.insightface_store(root, image_size=size, num_threads=1)
+      single, _ = source_files.insightface_store(root, image_size=size, num_threads=1)
       rngs = [np.random.default_rng(i) for i in range(threads)]
       with concurrent.futures.ThreadPoolExecutor(threads) as pool:
         augment = _rate(lambda: [list(pool.map(

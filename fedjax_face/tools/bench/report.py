@@ -1,7 +1,7 @@
 """The bench's markdown tables (bench.md and the printed summary).
 """
 
-from fedjax_face.proj.fedgc import bench_regularizer
+from fedjax_face.tools.bench import regularizer as bench_regularizer
 
 
 def _num(x, fmt: str = ',.0f') -> str:

@@ -1,9 +1,9 @@
 """Section `regularizer`: FedGC's server step vs the number of classes
-(`proj/fedgc/bench_regularizer.py`).
+(`tools/bench/regularizer.py`).
 """
 
 from fedjax_face.algorithms import fedgc
-from fedjax_face.proj.fedgc import bench_regularizer
+from fedjax_face.tools.bench import regularizer as bench_regularizer
 
 
 def bench_regularizer_section(config, log=print) -> list[dict]:

@@ -5,7 +5,7 @@ import types
 
 import numpy as np
 
-from fedjax_face.data.synthetic import pad_benchmark
+from fedjax_face.data.sources import pad as pad_source
 from fedjax_face.eval.pad import evaluators, metrics
 from tests.config_files import load_config
 
@@ -17,7 +17,7 @@ def _embed(images):
 
 def test_target_in_domain_and_extra_domains_are_each_measured_on_their_own_videos():
   config = load_config('pad/single', 'center=I,runlocal')
-  bench = pad_benchmark.load(config)
+  bench = pad_source.load(config)
   evaluator = evaluators.make_pad(config, config.evals.pad,
                                   types.SimpleNamespace(benchmark=bench))
   out = evaluator.evaluate(types.SimpleNamespace(embed=_embed))

@@ -2,6 +2,7 @@
 the one pre-training run."""
 
 from fedjax_face import experiment
+from fedjax_face.data import sources
 from fedjax_face.io import checkpoint
 from fedjax_face.proj.fedfr import reproduce, setting
 from tests import config_files
@@ -40,11 +41,14 @@ def test_fig4_scenarios_train_on_the_identities_of_their_pretraining():
     runs = [row.run for row in rows if row.run.arg == f'ids={ids}']
     assert [run.config for run in runs] == ['fedfr/pretrain', 'fedfr/fedface', 'fedfr/fedfr',
                                             'fedfr/centralized']
-    data = [checkpoint.flatten(config_files.load_config(run.config, run.arg).to_dict())
-            for run in runs]
-    for field in checkpoint.INIT_DATA_FIELDS:
+    configs = [config_files.load_config(run.config, run.arg) for run in runs]
+    data = [checkpoint.flatten(config.to_dict()) for config in configs]
+    fields = sources.data_fields(configs[0])
+    assert 'data.synthetic.num_identities' in fields
+    assert all(sources.data_fields(config) == fields for config in configs)
+    for field in fields:
       assert len({repr(d.get(field)) for d in data}) == 1, (ids, field)
-    assert data[0]['data.num_identities'] == 100 + setting.FIG4_CLIENTS * int(ids)
+    assert data[0]['data.synthetic.num_identities'] == 100 + setting.FIG4_CLIENTS * int(ids)
     fedface = config_files.load_config('fedfr/fedface', f'ids={ids}')
     assert fedface.federated.num_clients == setting.FIG4_CLIENTS
     assert fedface.head.loss == ('positive_cosine' if ids == '1' else 'cosface')

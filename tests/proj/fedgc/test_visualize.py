@@ -32,6 +32,7 @@ def test_pca_keeps_the_leading_directions():
 
 
 def test_runs_on_different_data_are_refused():
-  with pytest.raises(ValueError, match=r'b: data.num_identities=20 but a has 10'):
-    visualize.check_same_data([{'data': {'num_identities': 10}}, {'data': {'num_identities': 20}}],
+  with pytest.raises(ValueError, match=r'b: data.synthetic.num_identities=20 but a has 10'):
+    visualize.check_same_data([{'data': {'synthetic': {'num_identities': 10}}},
+                               {'data': {'synthetic': {'num_identities': 20}}}],
                               ['a', 'b'])

@@ -1,9 +1,9 @@
-"""algorithms/class_tables.py: class tables per client <-> per identity, and who holds what."""
+"""core/class_tables.py: class tables per client <-> per identity, and who holds what."""
 
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_face.algorithms import class_tables
+from fedjax_face.core import class_tables
 
 # Client 0 holds identities 2, 0; client 1 holds 1; client 2 holds 3, 4 (a padding slot at [1, 1]).
 TABLE = np.array([[2, 0], [1, -1], [3, 4]], np.int32)

@@ -1,6 +1,6 @@
 r"""Memory and time of FedGC's gradient correction (Alg. 1 line 14, Eq. 5): dense vs blockwise.
 
-`python -m fedjax_face.proj.fedgc.bench_regularizer --classes=1000,10000,100000 --dim=512 --block=4096`
+`python -m fedjax_face.tools.bench.regularizer --classes=1000,10000,100000 --dim=512 --block=4096`
 
 For each number of classes R (split over clients of `--classes_per_client` classes, the
 `[K, C_max, d]` layout fedgc uses) prints one markdown row: the compiled temporary memory of one
@@ -23,22 +23,6 @@ from jax.sharding import Mesh
 from fedjax_face.core import arrays, xla_flags
 from fedjax_face.tools import timing
 from fedjax_face.algorithms.fedgc import correction, regularizer
-
-_CLASSES = flags.DEFINE_list('classes', ['1000', '10000'], 'Numbers of classes R to measure.')
-_DIM = flags.DEFINE_integer('dim', 512, 'Embedding dimension d.')
-_BLOCK = flags.DEFINE_integer('block', 4096, 'Blockwise tile size.')
-_CLASSES_PER_CLIENT = flags.DEFINE_integer('classes_per_client', 100, 'C_max of the layout.')
-_FORM = flags.DEFINE_enum('form', 'softmax', list(regularizer.FORMS), 'Regularizer form.')
-_KIND = flags.DEFINE_enum('kind', 'softmax', list(regularizer.KINDS), 'Regularizer kind.')
-_REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed runs per R (after one warm-up).')
-_TIME_MAX = flags.DEFINE_integer('time_max_classes', 50_000,
-                                 'Above this R only compile (no timed runs).')
-_DENSE_MAX = flags.DEFINE_integer('dense_max_classes', 100_000,
-                                  'Above this R the dense version is not even compiled.')
-_TIME_DENSE = flags.DEFINE_boolean('time_dense', False, 'Also time the dense step (small R).')
-_DEVICES = flags.DEFINE_boolean('devices', False, 'Shard the rows over all local devices.')
-_JSON = flags.DEFINE_string('json', None, 'Also write the rows to this JSON file.')
-
 
 def problem_shapes(num_classes: int, dim: int, classes_per_client: int):
   """`[K, C_max, d]` and `[K, C_max]` shapes holding `num_classes` rows (last client partial)."""
@@ -122,25 +106,44 @@ def markdown_table(rows: list[dict]) -> str:
   return '\n'.join(lines)
 
 
+def define_flags():
+  """The command's flags, defined only when run as a program: the bench package imports this
+  module (section (d)), and absl refuses a flag defined twice in one process."""
+  flags.DEFINE_list('classes', ['1000', '10000'], 'Numbers of classes R to measure.')
+  flags.DEFINE_integer('dim', 512, 'Embedding dimension d.')
+  flags.DEFINE_integer('block', 4096, 'Blockwise tile size.')
+  flags.DEFINE_integer('classes_per_client', 100, 'C_max of the layout.')
+  flags.DEFINE_enum('form', 'softmax', list(regularizer.FORMS), 'Regularizer form.')
+  flags.DEFINE_enum('kind', 'softmax', list(regularizer.KINDS), 'Regularizer kind.')
+  flags.DEFINE_integer('repeats', 3, 'Timed runs per R (after one warm-up).')
+  flags.DEFINE_integer('time_max_classes', 50_000, 'Above this R only compile (no timed runs).')
+  flags.DEFINE_integer('dense_max_classes', 100_000,
+                       'Above this R the dense version is not even compiled.')
+  flags.DEFINE_boolean('time_dense', False, 'Also time the dense step (small R).')
+  flags.DEFINE_boolean('devices', False, 'Shard the rows over all local devices.')
+  flags.DEFINE_string('json', None, 'Also write the rows to this JSON file.')
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  mesh = Mesh(np.asarray(jax.devices()), ('clients',)) if _DEVICES.value else None
+  f = flags.FLAGS
+  mesh = Mesh(np.asarray(jax.devices()), ('clients',)) if f.devices else None
   rows = []
-  for num_classes in (int(c) for c in _CLASSES.value):
-    rows.append(bench_row(num_classes, _DIM.value, _BLOCK.value,
-                          classes_per_client=_CLASSES_PER_CLIENT.value,
-                          repeats=_REPEATS.value, time_max_classes=_TIME_MAX.value,
-                          dense_max_classes=_DENSE_MAX.value, time_dense=_TIME_DENSE.value,
-                          mesh=mesh, kind=_KIND.value, form=_FORM.value))
+  for num_classes in (int(c) for c in f.classes):
+    rows.append(bench_row(num_classes, f.dim, f.block, classes_per_client=f.classes_per_client,
+                          repeats=f.repeats, time_max_classes=f.time_max_classes,
+                          dense_max_classes=f.dense_max_classes, time_dense=f.time_dense,
+                          mesh=mesh, kind=f.kind, form=f.form))
     print(f'R={num_classes} done', flush=True)
   table = markdown_table(rows)
   print(table)
-  if _JSON.value:
-    with open(_JSON.value, 'w') as f:
-      json.dump(rows, f, indent=2)
+  if f.json:
+    with open(f.json, 'w') as out:
+      json.dump(rows, out, indent=2)
 
 
 if __name__ == '__main__':
   xla_flags.apply_cpu_defaults()   # before JAX starts its CPU backend
+  define_flags()
   app.run(main)

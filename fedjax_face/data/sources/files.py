@@ -1,18 +1,13 @@
-"""`config.data.source` -> a `FaceBenchmark`: the training images, their identities, the pair sets.
+"""What the file sources (`insightface`, `image_folder`, `tfds`) share: their common fields, the
+identity selection, the verification pair sets from `<name>.bin` / `<name>.txt` files, and the
+insightface RecordIO store.
 
-| source | training set | pair sets (`config.evals.verification.pair_sets` names) |
-| --- | --- | --- |
-| `synthetic` | rendered from the seed, in memory | rendered: `lfw`, `cfp_fp`, `agedb_30`, `sllfw`, `cplfw`, `calfw` |
-| `insightface` | `<root>/{train.rec, train.idx, property}`, streamed | `<name>.bin` |
-| `image_folder` | `<root>/<identity>/*.jpg`, streamed | `<name>.bin` or a `<name>.txt` list |
-| `tfds` | TFDS `data.tfds_name` in data_dir `<root>`, streamed | `<name>.bin` or `<name>.txt` |
-
-Pair-set files are looked up in `data.verification_dir` (default `data.root`). For the real
-sources `FaceBenchmark.train_images` is a `stores.DecodedImageStore`: only record keys / file
-paths and labels are in memory, and the identity -> client partition works from the labels
+For these sources `FaceBenchmark.train_images` is a `stores.DecodedImageStore`: only record keys /
+file paths and labels are in memory, and the identity -> client partition works from the labels
 (for RecordIO, from the identity records' key ranges, without reading an image). Images are
-cropped to the central square (`data.center_crop`) and resized to `data.image_size` when they
-have another size; the insightface 112x112 crops at `image_size=112` are used as stored.
+cropped to the central square (`center_crop`) and resized to `data.image_size` when they have
+another size; the insightface 112x112 crops at `image_size=112` are used as stored. Pair-set files
+are looked up in the section's `verification_dir` (default its `root`).
 """
 
 from __future__ import annotations
@@ -25,52 +20,100 @@ from typing import Sequence
 from absl import logging
 import numpy as np
 
-from fedjax_face.data import stores
-from fedjax_face.data.formats import image_folder
-from fedjax_face.data.synthetic import pad_benchmark
-from fedjax_face.data.formats import recordio
-from fedjax_face.data.synthetic import faces
-from fedjax_face.data.formats import tfds_source
-from fedjax_face.data.formats import verification_bin
+import ml_collections
+
+from fedjax_face.core import checks
+from fedjax_face.data import stores, views
+from fedjax_face.data.formats import image_folder, recordio, verification_bin
 from fedjax_face.data.types import FaceBenchmark, PairSet
 
-SOURCES = ('synthetic', 'insightface', 'image_folder', 'tfds', 'pad')
+TASK = 'recognition'
+
+def file_section(**own) -> ml_collections.ConfigDict:
+  """The fields every file source has, then its `own` (name -> default)."""
+  c = ml_collections.ConfigDict()
+  c.root = ''                      # the data directory (its layout: the source's docstring)
+  c.verification_dir = ''          # <name>.bin / .txt of evals.verification.pair_sets; '' = root
+  c.center_crop = 1.0              # central square kept (share of the shorter side), then
+                                   # resized to data.image_size when the size differs
+  c.min_images_per_identity = 1    # identities with fewer images are dropped
+  c.max_identities = 0             # keep the first N identities (0 = all); quick runs
+  c.skip_bad_records = False       # True: mask out undecodable records, logged and counted
+  for name, value in own.items():
+    c[name] = value
+  return c
 
 
-def load(config, pair_sets: tuple[str, ...] = ()) -> FaceBenchmark:
-  """The benchmark named by `config.data.source` (see the module docstring).
+def check_file_section(config, *, needs_root: bool = True) -> None:
+  """The fields of `file_section` in `config.data.<source>`."""
+  name = config.data.source
+  d = config.data[name]
+  if needs_root and (not isinstance(d.root, str) or not d.root):
+    raise ValueError(f'config.data.{name}.root is empty; data.source={name!r} needs the data '
+                     'directory.')
+  if not isinstance(d.center_crop, (int, float)) or not 0.0 < d.center_crop <= 1.0:
+    raise ValueError(f'config.data.{name}.center_crop={d.center_crop!r}; expected a fraction in '
+                     '(0, 1].')
+  checks.check_int(f'data.{name}.min_images_per_identity', d.min_images_per_identity)
+  checks.check_int(f'data.{name}.max_identities', d.max_identities, allow_zero=True)
+  checks.check_bool(f'data.{name}.skip_bad_records', d.skip_bad_records)
 
-  `pair_sets`: the pair sets to render (synthetic; its three by default) or to read from
-  `<name>.bin` / `<name>.txt` (real data).
-  """
-  d = config.data
-  if d.source == 'synthetic':
-    return faces.make_benchmark(
-        seed=config.seed, num_identities=d.num_identities,
-        images_per_identity=d.images_per_identity, image_size=d.image_size,
-        num_test_identities=d.num_test_identities, num_pairs=d.num_pairs,
-        difficulty=d.difficulty, images_per_identity_sigma=d.images_per_identity_sigma,
-        pair_sets=tuple(pair_sets) or faces.PAIR_SET_NAMES,
-        lookalike_family_size=d.lookalike_family_size, lookalike_spread=d.lookalike_spread)
-  if d.source == 'pad':
-    return pad_benchmark.load(config)
-  if d.source not in SOURCES:
-    raise ValueError(f'config.data.source={d.source!r}; expected one of {SOURCES}.')
-  store, labels = _TRAINING[d.source](d)
-  index, labels, num_identities = select_identities(labels, d.min_images_per_identity,
-                                                    d.max_identities)
+
+FILE_DATA_FIELDS = ('root', 'center_crop', 'min_images_per_identity', 'max_identities')
+
+
+def data_fields(config, own: tuple[str, ...] = ()) -> tuple[str, ...]:
+  """The fields that decide a file source's identities (the shared ones, then the source's `own`):
+  `init_from` runs must agree on them."""
+  name = config.data.source
+  return ('data.public_identities',) + tuple(f'data.{name}.{f}' for f in FILE_DATA_FIELDS + own)
+
+
+def labelled(store: stores.DecodedImageStore, labels: np.ndarray, config) -> FaceBenchmark:
+  """The training data of a file source: the identities its section keeps, renumbered 0..M-1."""
+  name = config.data.source
+  d = config.data[name]
+  index, labels, num_identities = select_identities(
+      labels, d.min_images_per_identity, d.max_identities,
+      field=f'data.{name}.min_images_per_identity')
   if len(index) != len(store):
     store = store.subset(index)
-  pair_sets = load_pair_sets(tuple(pair_sets), d.verification_dir or d.root,
-                             image_size=d.image_size, center_crop=d.center_crop,
-                             num_threads=d.decode_threads)
   return FaceBenchmark(train_images=store, train_labels=labels.astype(np.int32),
-                       num_identities=num_identities, pair_sets=pair_sets)
+                       num_identities=num_identities, pair_sets={})
 
 
-def select_identities(labels: np.ndarray, min_images: int = 1, max_identities: int = 0
+def training_views(config, data, one_client: bool):
+  return views.identity_views(config, data, one_client)
+
+
+def describe(data) -> str:
+  return (f'{len(data.train_images)} training images of {data.num_identities} identities '
+          f'({data.train_images.description})')
+
+
+PAIR_SET_NAMES = None   # any <name>.bin / <name>.txt stem
+
+
+def pair_set_title(name: str) -> str:
+  """Real pair sets keep their own name ('lfw')."""
+  return name
+
+
+def pair_sets(config, data, names: Sequence[str]) -> dict[str, PairSet]:
+  """`<verification_dir or root>/<name>.bin` or `.txt` for each name (see load_pair_set)."""
+  del data
+  d = config.data[config.data.source]
+  return load_pair_sets(tuple(names), d.verification_dir or d.root,
+                        image_size=config.data.image_size, center_crop=d.center_crop,
+                        num_threads=config.data.decode_threads)
+
+
+
+def select_identities(labels: np.ndarray, min_images: int = 1, max_identities: int = 0, *,
+                      field: str = 'min_images_per_identity'
                       ) -> tuple[np.ndarray, np.ndarray, int]:
-  """Keeps the identities with >= min_images images, the first max_identities of them (0 = all).
+  """Keeps the identities with >= min_images images, the first max_identities of them (0 = all);
+  `field` names `min_images` in the error when none is left.
 
   Returns:
     (int64 indices of the kept samples in their original order, their labels renumbered
@@ -82,7 +125,7 @@ def select_identities(labels: np.ndarray, min_images: int = 1, max_identities: i
   if max_identities:
     kept = kept[:max_identities]
   if not len(kept):
-    raise ValueError(f'no identity has data.min_images_per_identity={min_images} images '
+    raise ValueError(f'no identity has {field}={min_images} images '
                      f'(the largest has {counts.max() if len(counts) else 0})')
   new_id = np.full(len(counts), -1, np.int64)
   new_id[kept] = np.arange(len(kept))
@@ -154,35 +197,6 @@ def insightface_store(root: str, *, image_size: int, center_crop: float = 1.0,
   return store, labels
 
 
-def _insightface(d) -> tuple[stores.DecodedImageStore, np.ndarray]:
-  return insightface_store(d.root, image_size=d.image_size, center_crop=d.center_crop,
-                           skip_bad_records=d.skip_bad_records, num_threads=d.decode_threads,
-                           check_labels=d.check_record_labels)
-
-
-def _image_folder(d) -> tuple[stores.DecodedImageStore, np.ndarray]:
-  paths, labels, _ = image_folder.scan(d.root)
-  return image_folder.image_store(d.root, paths, image_size=d.image_size,
-                                  center_crop=d.center_crop,
-                                  skip_bad_records=d.skip_bad_records,
-                                  num_threads=d.decode_threads), labels
-
-
-def _tfds(d) -> tuple[stores.DecodedImageStore, np.ndarray]:
-  image_key, label_key = tfds_source.feature_keys(d.tfds_name, d.tfds_label_key)
-  source = tfds_source.open_split(d.tfds_name, split=d.tfds_split, data_dir=d.root,
-                                  manual_dir=d.tfds_manual_dir, image_key=image_key)
-  where = f'tfds {d.tfds_name} {d.tfds_split}'
-  labels, _ = tfds_source.read_labels(source, label_key, where=where)
-  return tfds_source.image_store(source, image_key=image_key, where=where,
-                                 image_size=d.image_size, center_crop=d.center_crop,
-                                 skip_bad_records=d.skip_bad_records,
-                                 num_threads=d.decode_threads), labels
-
-
-_TRAINING = {'insightface': _insightface, 'image_folder': _image_folder, 'tfds': _tfds}
-
-
 # ------------------------------------------------------------------------------------------------
 # Verification pair sets.
 # ------------------------------------------------------------------------------------------------
@@ -217,8 +231,8 @@ def load_pair_set(name: str, directory: str, *, image_size: int, center_crop: fl
                      ) if os.path.isdir(directory) else []
     raise FileNotFoundError(
         f'config.evals.verification.pair_sets names {name!r} but neither {path_bin} nor {path_txt} exists '
-        f'(pair-set files in {directory}: {present or "none"}); set data.verification_dir or '
-        'evals.verification.pair_sets')
+        f'(pair-set files in {directory}: {present or "none"}); set data.<source>.verification_dir '
+        'or evals.verification.pair_sets')
   return _fit_pairs(pairs, image_size, center_crop)
 
 

@@ -1,0 +1,109 @@
+"""Data sources: `config.data.source` names one, as `config.algorithm` names a method.
+
+| source | task | training set | its section |
+| --- | --- | --- | --- |
+| `synthetic` | recognition | rendered from the seed, in memory (`data/synthetic/faces.py`) | `data.synthetic` |
+| `insightface` | recognition | `<root>/{train.rec, train.idx, property}`, streamed | `data.insightface` |
+| `image_folder` | recognition | `<root>/<identity>/*.jpg`, streamed | `data.image_folder` |
+| `tfds` | recognition | a TFDS data set prepared in `data_dir`, streamed | `data.tfds` |
+| `pad` | anti_spoofing | the five-domain PAD benchmark (`data/synthetic/pad_benchmark.py`) | `data.pad` |
+
+A source module defines:
+
+  TASK                                   the task its data serve; a task's configs carry the
+                                         sections of every source of that task (`add_sections`),
+                                         so `--config.data.source=` switches between them
+  config_section() -> ConfigDict         its fields, at `config.data.<name>`
+  check_config(config) -> None           ValueError naming a wrong field (its own and what it
+                                         implies elsewhere, e.g. how many clients fit)
+  load(config) -> types.FaceBenchmark    the training data
+  training_views(config, data, one_client) -> (federated view, what the method trains on)
+  data_fields(config) -> tuple[str, ...]  the fields that decide the training identities: a run
+                                         started from another (`init_from`) must agree on them
+  describe(data) -> str                  one line for the log
+
+and, for the evaluators that read them (each evaluator's check says which it needs):
+
+  pair_sets(config, data, names) -> {name: types.PairSet}     1:1 verification
+  PAIR_SET_NAMES                          the names it can render (None: any file stem)
+  pair_set_title(name) -> str             how reports title a pair set
+  identification_gallery(config, section) -> IdentificationSet   1:N identification
+  pad_sets(config, data) -> PadSets                            anti-spoofing scoring
+  pictures(config, data, workdir) -> [file names]            pictures of the data, written
+
+`SOURCES` maps a name to its module (a dotted path, imported when used, or a module object: a
+test registers one of its own).
+"""
+
+import importlib
+from types import ModuleType
+
+SOURCES = {
+    'synthetic': 'fedjax_face.data.sources.synthetic',
+    'insightface': 'fedjax_face.data.sources.insightface',
+    'image_folder': 'fedjax_face.data.sources.image_folder',
+    'tfds': 'fedjax_face.data.sources.tfds',
+    'pad': 'fedjax_face.data.sources.pad',
+}
+
+
+def get(name: str) -> ModuleType:
+  """The module of source `name`, or a ValueError naming `config.data.source` and the choices."""
+  if name not in SOURCES:
+    raise ValueError(f'config.data.source={name!r}; expected one of {tuple(SOURCES)}.')
+  module = SOURCES[name]
+  return importlib.import_module(module) if isinstance(module, str) else module
+
+
+def of_task(task: str) -> tuple[str, ...]:
+  """The sources whose data serve `task` ('recognition', 'anti_spoofing')."""
+  return tuple(name for name in SOURCES if get(name).TASK == task)
+
+
+def add_sections(config, task: str) -> None:
+  """Adds `config.data.<name>` for every source of `task`, with its defaults."""
+  for name in of_task(task):
+    config.data[name] = get(name).config_section()
+
+
+def section(config):
+  """`config.data.<source>`, or a ValueError saying how to add it."""
+  name = config.data.source
+  if name not in config.data:
+    raise ValueError(f'config.data.{name} is missing; data.source={name!r} reads its settings '
+                     f'there (a config of a {get(name).TASK} task carries it; or add '
+                     f'`c.data.{name} = sources.get({name!r}).config_section()`).')
+  return config.data[name]
+
+
+def check_config(config) -> None:
+  """The source's own checks, after its section is found."""
+  section(config)
+  get(config.data.source).check_config(config)
+
+
+def load(config):
+  """The training data of `config.data.source`."""
+  return get(config.data.source).load(config)
+
+
+def training_views(config, data, one_client: bool):
+  """(federated view, what the method trains on): see `views.identity_views`."""
+  return get(config.data.source).training_views(config, data, one_client)
+
+
+def data_fields(config) -> tuple[str, ...]:
+  """The config fields that decide a run's training identities and their images."""
+  return ('seed', 'data.source', 'data.image_size') + tuple(
+      get(config.data.source).data_fields(config))
+
+
+def require(config, capability: str, needed_by: str) -> ModuleType:
+  """The source's module when it provides `capability` (e.g. 'pair_sets'), else a ValueError
+  naming who needs it."""
+  module = get(config.data.source)
+  if not hasattr(module, capability):
+    raise ValueError(f'{needed_by} with data.source={config.data.source!r}: that source has no '
+                     f'{capability}; expected a source that has ('
+                     f'{", ".join(n for n in SOURCES if hasattr(get(n), capability))}).')
+  return module

@@ -1,0 +1,177 @@
+"""`data.source='pad'`: the embedded face anti-spoofing benchmark (`data/synthetic/pad_benchmark.py`)
+as a data source. The data centers are the data's own clients (each holds its attack and live
+classes), depth maps are per-sample targets, and the PAD evaluator scores the unseen target's
+test videos and the data centers' held-out ones (`pad_sets`)."""
+
+import dataclasses
+from typing import NamedTuple
+
+import ml_collections
+import numpy as np
+
+from fedjax_face.data import types, views
+from fedjax_face.data.synthetic import pad_benchmark
+from fedjax_face.data.synthetic.pad_benchmark import ATTACKS, DOMAINS, DOMAIN_NAMES, PadSet
+
+TASK = 'anti_spoofing'
+DATA_FIELDS = ('sources', 'target', 'center_attacks', 'pooled', 'subjects', 'test_subjects',
+               'live_videos', 'attack_videos', 'frames')
+
+
+class PadSets(NamedTuple):
+  """What the PAD evaluator scores: the data centers (`sources`), the unseen `target`, each scored
+  domain's test frames (`test`: the target first, then `data.pad.extra_targets`) and the data
+  centers' held-out frames (`validation`: the paper's threshold, and the in-domain error)."""
+  sources: tuple[str, ...]
+  target: str
+  test: dict[str, PadSet]
+  validation: PadSet
+
+
+def config_section(sources=('O', 'C', 'I'), target='M') -> ml_collections.ConfigDict:
+  """`config.data.pad`: which domains are the data centers and which the unseen target, and the
+  benchmark's sizes."""
+  c = ml_collections.ConfigDict()
+  c.sources = tuple(sources)   # the data centers (clients), in client order
+  c.target = target            # the users' domain, never trained on (leave-one-out)
+  c.center_attacks = ()        # () = every data center trains on all its attacks; else one
+                               # '+'-joined set of kinds per data center, in `sources` order
+                               # (Table X: ('print+cut', 'display+replay'))
+  c.extra_targets = ()         # other unseen domains scored too, e.g. a Single run scored on
+                               # every other domain (the benchmark's calibration, Table I)
+  c.pooled = False             # True: one client holding every data center's frames (the
+                               # paper's 'All' baseline: centralized, privacy broken)
+  c.subjects = 48              # per domain (the real sets have 35-165; with 20, i.e. 12 to train
+                               # on, a detector barely learned its own domain: docs/pad.md)
+  c.test_subjects = 8          # of them held out (the target's test set; the sources' validation)
+  c.live_videos = 2            # per subject
+  c.attack_videos = 4
+  c.frames = 4                 # per video
+  return c
+def check_config(config) -> None:
+  """The `data.pad` section of a `data.source='pad'` config, and what it implies elsewhere."""
+  p = config.data.pad
+  unknown = [d for d in tuple(p.sources) + (p.target,) if d not in DOMAINS]
+  if unknown:
+    raise ValueError(f'config.data.pad names domains {unknown}; expected names from '
+                     f'{DOMAIN_NAMES}.')
+  if not p.sources or len(set(p.sources)) != len(p.sources) or p.target in p.sources:
+    raise ValueError(f'config.data.pad.sources={tuple(p.sources)} with target={p.target!r}; '
+                     'expected distinct data centers, none of them the target (leave-one-out).')
+  extra = tuple(p.extra_targets)
+  if any(d not in DOMAINS for d in extra) or set(extra) & (set(p.sources) | {p.target}) or (
+      len(set(extra)) != len(extra)):
+    raise ValueError(f'config.data.pad.extra_targets={extra} with sources={tuple(p.sources)} and '
+                     f'target={p.target!r}; expected distinct domains from {DOMAIN_NAMES}, '
+                     'none of them a data center or the target.')
+  train_attacks(p)
+  clients = 1 if p.pooled else len(p.sources)
+  if config.federated.num_clients != clients:
+    raise ValueError(f'config.federated.num_clients={config.federated.num_clients}; the PAD '
+                     f'benchmark has one client per data center (one for all with data.pad.pooled): '
+                     f'expected {clients} (data.pad.sources={tuple(p.sources)}).')
+  groups = config.model.get('batch_norm_groups', 1)
+  if groups != 1 and not (p.pooled and config.federated.balanced_classes
+                          and groups == len(p.sources)):
+    raise ValueError(f'config.model.batch_norm_groups={groups} with data.pad.pooled={p.pooled}, '
+                     f'federated.balanced_classes={config.federated.balanced_classes} and '
+                     f'{len(p.sources)} data centers; expected 1, or (pooled, balanced classes) '
+                     f'{len(p.sources)}: one BatchNorm slice per data center of a pooled batch.')
+  classes = 2 * len(p.sources) if p.pooled else 2
+  if config.federated.balanced_classes and config.federated.batch_size % classes:
+    raise ValueError(f'config.federated.batch_size={config.federated.batch_size} with balanced '
+                     f'classes; a client holds {classes} classes (attack and live of each of its '
+                     f'data centers): expected a multiple of {classes}.')
+
+
+def train_attacks(p) -> list[tuple[str, ...]]:
+  """The attack kinds each data center of `config.data.pad` trains on, in `sources` order."""
+  if not p.center_attacks:
+    return [tuple(DOMAINS[source].attacks) for source in p.sources]
+  if len(p.center_attacks) != len(p.sources):
+    raise ValueError(f'config.data.pad.center_attacks={tuple(p.center_attacks)} has '
+                     f'{len(p.center_attacks)} entries for {len(p.sources)} data centers '
+                     f'{tuple(p.sources)}; expected one per data center, or ().')
+  kinds = []
+  for source, entry in zip(p.sources, p.center_attacks):
+    entry_kinds = tuple(str(entry).split('+'))
+    if any(k not in ATTACKS for k in entry_kinds):
+      raise ValueError(f'config.data.pad.center_attacks entry {entry!r} (data center {source}); '
+                       f"expected '+'-joined kinds from {ATTACKS}.")
+    kept = tuple(k for k in entry_kinds if k in DOMAINS[source].attacks)
+    if not kept:
+      raise ValueError(f'config.data.pad.center_attacks entry {entry!r} leaves data center '
+                       f'{source} no attack (it has {tuple(DOMAINS[source].attacks)}).')
+    kinds.append(kept)
+  return kinds
+
+
+def _frames(name: str, config) -> PadSet:
+  p = config.data.pad
+  return pad_benchmark.make_domain(name, seed=config.seed, image_size=config.data.image_size,
+                     subjects=p.subjects, test_subjects=p.test_subjects,
+                     live_videos=p.live_videos, attack_videos=p.attack_videos, frames=p.frames)
+
+
+def _held_out(frames: PadSet) -> PadSet:
+  """A domain's test subjects (a data center's validation subjects)."""
+  return frames.take(frames.split == 1)
+
+
+def _concat(sets: list[PadSet], name: str) -> PadSet:
+  """Several domains' frames as one set (video ids made unique across them)."""
+  offsets = np.cumsum([0] + [int(s.video.max()) + 1 for s in sets[:-1]])
+  fields = {f.name: np.concatenate([getattr(s, f.name) for s in sets])
+            for f in dataclasses.fields(PadSet) if f.name not in ('domain', 'video')}
+  video = np.concatenate([s.video + o for s, o in zip(sets, offsets)])
+  return PadSet(domain=name, video=video, **fields)
+
+
+def load(config):
+  """The benchmark as `types.FaceBenchmark`: the data centers' training frames (train
+  subjects, the attacks of `train_attacks` and live), labelled 2k (attack) and 2k + 1 (live) for
+  data center k, which holds exactly those two classes (`client_identities`; `pooled`: one
+  client holds all, so that live = an odd class either way), their depth maps
+  (`train_targets`), and `eval_sets`: 'test' = the target's test subjects, 'validation' = the data
+  centers' held-out subjects (the paper's threshold from the data centers' data; also the
+  in-domain error), and 'test:<X>' for each of `extra_targets`."""
+  p = config.data.pad
+  sources = [_frames(name, config) for name in p.sources]
+  train = []
+  for frames, kinds in zip(sources, train_attacks(p)):
+    kept = [ATTACKS.index(a) for a in kinds]
+    keep = (frames.split == 0) & (frames.live | np.isin(frames.attack, kept))
+    train.append(frames.take(keep))
+  labels = np.concatenate([2 * k + t.live.astype(np.int32) for k, t in enumerate(train)])
+  target = _frames(p.target, config)
+  return types.FaceBenchmark(
+      train_images=np.concatenate([t.images for t in train]),
+      train_labels=labels.astype(np.int32), num_identities=2 * len(train), pair_sets={},
+      client_identities=([np.arange(2 * len(train), dtype=np.int32)] if p.pooled else
+                         [np.array([2 * k, 2 * k + 1], np.int32) for k in range(len(train))]),
+      train_targets={'depth': np.concatenate([t.depth for t in train])},
+      eval_sets={'test': _held_out(target),
+                 'validation': _concat([_held_out(s) for s in sources], 'sources'),
+                 **{f'test:{name}': _held_out(_frames(name, config)) for name in p.extra_targets}})
+
+
+def training_views(config, data, one_client: bool):
+  del config
+  return views.own_client_views(data, one_client)
+
+
+def data_fields(config) -> tuple[str, ...]:
+  del config
+  return tuple(f'data.pad.{f}' for f in DATA_FIELDS)
+
+
+def describe(data) -> str:
+  return (f'{len(data.train_images)} training frames of {len(data.client_identities)} data '
+          'center(s)')
+
+
+def pad_sets(config, data) -> PadSets:
+  p, sets = config.data.pad, data.eval_sets
+  return PadSets(sources=tuple(p.sources), target=p.target,
+                 test={p.target: sets['test'], **{d: sets[f'test:{d}'] for d in p.extra_targets}},
+                 validation=sets['validation'])

@@ -1,0 +1,146 @@
+"""`data.source='synthetic'`: the embedded face benchmark, rendered from the seed in memory
+(`data/synthetic/faces.py`): training identities (optionally in look-alike families), six
+verification pair sets of held-out identities, and a 1:N gallery of other held-out identities
+(`data/synthetic/identification_set.py`)."""
+
+import ml_collections
+import numpy as np
+
+from fedjax_face.core import checks
+from fedjax_face.data import views
+from fedjax_face.data.synthetic import faces, identification_set
+from fedjax_face.io import files
+
+TASK = 'recognition'
+PAIR_SET_NAMES = faces.ALL_PAIR_SET_NAMES
+PAIR_SET_TITLES = {'lfw': 'LFW-like', 'cfp_fp': 'CFP-FP-like', 'agedb_30': 'AgeDB-30-like',
+                   'sllfw': 'SLLFW-like', 'cplfw': 'CPLFW-like', 'calfw': 'CALFW-like'}
+# The fields that decide the training identities and their images (`init_from` must agree);
+# the held-out sets' sizes do not.
+DATA_FIELDS = ('num_identities', 'images_per_identity', 'images_per_identity_sigma',
+               'difficulty', 'lookalike_family_size', 'lookalike_spread')
+
+
+def config_section() -> ml_collections.ConfigDict:
+  """`config.data.synthetic`: the benchmark's sizes (the defaults run in a minute on 2 cores)."""
+  c = ml_collections.ConfigDict()
+  c.num_identities = 360          # training identities (CASIA-WebFace has ~10,575)
+  c.images_per_identity = 40
+  c.images_per_identity_sigma = 0.0   # > 0: lognormal images per identity
+  c.num_test_identities = 300     # held out: the pair sets are open-set
+  c.num_pairs = 6000              # per pair set, 10 folds
+  c.difficulty = 1.0              # scales every nuisance
+  c.lookalike_family_size = 1     # g: training identities in look-alike families of g
+                                  # (1 = independent identities)
+  c.lookalike_spread = faces.LOOKALIKE_SPREAD   # in (0, 1]: a member's distance from its family
+                                  # centre (training families and sllfw's)
+  return c
+
+
+def check_config(config) -> None:
+  d, fl = config.data.synthetic, config.federated
+  for name in ('num_identities', 'images_per_identity', 'num_test_identities', 'num_pairs'):
+    checks.check_int(f'data.synthetic.{name}', d[name])
+  checks.check_number('data.synthetic.images_per_identity_sigma', d.images_per_identity_sigma,
+                      allow_zero=True)
+  checks.check_number('data.synthetic.difficulty', d.difficulty, allow_zero=True)
+  checks.check_int('data.synthetic.lookalike_family_size', d.lookalike_family_size)
+  spread = d.lookalike_spread
+  if isinstance(spread, bool) or not isinstance(spread, (int, float)) or not 0 < spread <= 1:
+    raise ValueError(f'config.data.synthetic.lookalike_spread={spread!r}; expected a number in '
+                     '(0, 1] (1 = independent identities; 0 would make clones).')
+  if d.images_per_identity < 2:
+    raise ValueError('config.data.synthetic.images_per_identity must be at least 2 (pairs need '
+                     'two images).')
+  if d.num_pairs % (2 * 10):
+    raise ValueError(f'config.data.synthetic.num_pairs={d.num_pairs}; expected a multiple of 20 '
+                     '(10 folds, half genuine).')
+  num_public = config.data.public_identities
+  if num_public and num_public >= d.num_identities:
+    raise ValueError(f'config.data.public_identities={num_public} of '
+                     f'data.synthetic.num_identities={d.num_identities}; expected fewer, so that '
+                     'clients hold some identities.')
+  if num_public and d.lookalike_family_size > 1:
+    raise ValueError('config.data.public_identities > 0 with data.synthetic.lookalike_family_size '
+                     '> 1: look-alike families would straddle the public / private boundary; use '
+                     'one or the other.')
+  if d.lookalike_family_size > fl.num_clients and fl.partition != 'one_per_client':
+    raise ValueError(f'config.data.synthetic.lookalike_family_size={d.lookalike_family_size} '
+                     f'cannot be spread over federated.num_clients={fl.num_clients}: expected a '
+                     'family size of at most the number of clients.')
+  private = d.num_identities - num_public
+  if fl.num_clients > private:
+    raise ValueError(f'config.federated.num_clients={fl.num_clients} but there are only '
+                     f'{private} client identities (data.synthetic.num_identities - '
+                     'data.public_identities): every client needs one. Expected at most '
+                     f'{private}.')
+  if fl.partition == 'one_per_client' and fl.num_clients != private:
+    raise ValueError(f"config.federated.partition='one_per_client' with "
+                     f'federated.num_clients={fl.num_clients}: expected one client per client '
+                     f'identity, {private}.')
+
+
+def data_fields(config) -> tuple[str, ...]:
+  del config
+  return ('data.public_identities',) + tuple(f'data.synthetic.{f}' for f in DATA_FIELDS)
+
+
+def load(config):
+  """The training set (no pair set: the verification evaluator asks for those)."""
+  d = config.data.synthetic
+  return faces.make_benchmark(
+      seed=config.seed, num_identities=d.num_identities,
+      images_per_identity=d.images_per_identity, image_size=config.data.image_size,
+      num_test_identities=d.num_test_identities, num_pairs=d.num_pairs,
+      difficulty=d.difficulty, images_per_identity_sigma=d.images_per_identity_sigma,
+      pair_sets=(), lookalike_family_size=d.lookalike_family_size,
+      lookalike_spread=d.lookalike_spread)
+
+
+def training_views(config, data, one_client: bool):
+  return views.identity_views(config, data, one_client)
+
+
+def describe(data) -> str:
+  families = np.bincount(data.train_families).max() if data.train_families is not None else 1
+  return (f'{len(data.train_images)} training images of {data.num_identities} identities'
+          + (f' in look-alike families of {families}' if families > 1 else ''))
+
+
+def pair_sets(config, data, names):
+  """The named pair sets, rendered from the seed (each from its own streams: the same whichever
+  others are asked for)."""
+  del data
+  d = config.data.synthetic
+  rendered, _ = faces.make_pair_sets(
+      seed=config.seed, names=tuple(names), num_test_identities=d.num_test_identities,
+      num_pairs=d.num_pairs, num_folds=10, image_size=config.data.image_size,
+      difficulty=d.difficulty, lookalike_spread=d.lookalike_spread)
+  return rendered
+
+
+def pair_set_title(name: str) -> str:
+  """'LFW-like': the benchmark's sets are analogues, not the real ones."""
+  return PAIR_SET_TITLES.get(name, name)
+
+
+def identification_gallery(config, section):
+  """The 1:N gallery (enrolled + distractors) and probes of other held-out identities."""
+  return identification_set.make_identification_set(
+      config.seed, image_size=config.data.image_size, num_enrolled=section.num_enrolled,
+      num_distractors=section.num_distractors, num_non_mated=section.num_non_mated,
+      probes_per_identity=section.probes_per_identity, difficulty=config.data.synthetic.difficulty)
+
+
+def pictures(config, data, workdir: str) -> list[str]:
+  """Writes samples.png (a grid of training faces) and, with look-alike families, lookalikes.png
+  into `workdir`; returns their names."""
+  del config
+  written = ['samples.png']
+  faces.save_sample_grid(data.train_images[::max(1, len(data.train_images) // 96)],
+                         files.join(workdir, 'samples.png'))
+  if views.has_families(data.train_families):
+    written.append('lookalikes.png')
+    faces.save_family_grid(data.train_images, data.train_labels, data.train_families,
+                           files.join(workdir, 'lookalikes.png'))
+  return written
