@@ -13,17 +13,32 @@ launch/tpu_pod.sh); elsewhere name them, e.g. on one machine:
       --coordinator_address=127.0.0.1:12345 --num_processes=2 --process_id=0 &
   python -m fedjax_face.main --config=configs/fedgc/fedgc.py:runlocal --workdir=/tmp/run \
       --coordinator_address=127.0.0.1:12345 --num_processes=2 --process_id=1
+
+Exit status: 0 when the run finished. 2 when the command line cannot work as written, said in one
+line on stderr naming the flag, config field, file or path and what was expected: an unknown or
+missing flag, a value of the wrong type, a config file that is missing or refuses its argument, a
+config value `experiment.validate` refuses (or an `init_from` run that is not there), a process
+setting, and a `--workdir` that is a file or cannot be made (`io/files.py:check_workdir`: the
+same command cannot succeed on a rerun, so it is a usage error too). All are found before data is
+made or anything compiled. `-v 1` or FEDJAX_FACE_TRACEBACK=1 prints the traceback before the
+line. Anything that fails later (a diverged run, a full disk, a workdir in use by another run)
+ends with its traceback, message last, and status 1.
 """
 
 import difflib
+import importlib.machinery
 import importlib.util
+import os
+import re
 import sys
+import traceback
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
 from fedjax_face import experiment
 from fedjax_face.core import distributed, xla_flags
+from fedjax_face.io import files
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment config file (configs/*.py).',
                                           lock_config=True)
@@ -38,20 +53,106 @@ _PROCESS_ID = flags.DEFINE_integer('process_id', None,
                                    'This process, 0..num_processes-1 (default: JAX_PROCESS_ID).')
 flags.mark_flags_as_required(['config', 'workdir'])
 
+USAGE_EXIT = 2                          # the command line cannot work as written
+TRACEBACK_ENV = 'FEDJAX_FACE_TRACEBACK'  # '1': usage errors print their traceback too
+_REQUIRED = {  # what a missing required flag expects
+    'config': 'a config file, e.g. --config=configs/fedgc/fedgc.py:runlocal',
+    'workdir': "the run's directory, e.g. --workdir=/tmp/fedgc (a local path or a URI such as "
+               'gs://bucket/run)',
+}
+_EXPECTED = {bool: 'true or false', int: 'an integer', float: 'a number', str: 'a string',
+             tuple: 'a tuple, e.g. (1, 2)', list: 'a list, e.g. [1, 2]'}
+
+
+def verbosity(argv: list[str]) -> int:
+  """The last `-v` / `--verbosity` level of `argv` in any of absl's spellings (0 when none), read
+  by hand: it is wanted when absl's own parsing has failed."""
+  level = 0
+  for i, item in enumerate(argv[1:], start=1):
+    if item == '--':
+      break
+    name, equals, value = item.partition('=')
+    if name in ('-v', '--v', '-verbosity', '--verbosity'):
+      value = value if equals else (argv[i + 1] if i + 1 < len(argv) else '')
+      level = int(value) if re.fullmatch(r'-?\d+', value) else level
+  return level
+
+
+def wants_traceback(argv: list[str], environ=None) -> bool:
+  """True with FEDJAX_FACE_TRACEBACK set (other than 0) or `-v 1` and above."""
+  environ = os.environ if environ is None else environ
+  return environ.get(TRACEBACK_ENV, '').strip() not in ('', '0') or verbosity(argv) >= 1
+
+
+def exit_usage(message: str, error: BaseException | None = None, argv: list[str] | None = None):
+  """Ends the process with exit status 2 and `message` as one line on stderr, after the
+  traceback of `error` when it is wanted (`wants_traceback` of `argv`, default sys.argv)."""
+  argv = sys.argv if argv is None else argv
+  if error is not None and wants_traceback(argv):
+    traceback.print_exception(error)
+  line = ' '.join(part.strip() for part in message.splitlines() if part.strip())
+  print(f'{argv[0]}: {line}', file=sys.stderr, flush=True)
+  sys.exit(USAGE_EXIT)
+
+
+def config_spec(argv: list[str]) -> str | None:
+  """The `--config` value of `argv` ('path[:argument]'), or None."""
+  spec = None
+  for i, item in enumerate(argv[1:], start=1):
+    if item.startswith('--config='):
+      spec = item.split('=', 1)[1]
+    elif item == '--config' and i + 1 < len(argv):
+      spec = argv[i + 1]
+  return spec
+
+
+def load_config_file(spec: str):
+  """`get_config(argument)` of the config file `spec` names, loaded as config_flags loads it."""
+  path, _, arg = spec.partition(':')
+  loader = importlib.machinery.SourceFileLoader('fedjax_face_config', path)
+  module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+  loader.exec_module(module)
+  return module.get_config(arg or None)
+
+
+def missing_config_file(spec: str, error: OSError) -> str:
+  """One line for a config file that cannot be read, with the closest file beside it."""
+  path = spec.partition(':')[0]
+  if os.path.exists(path):
+    return (f'--config={spec}: cannot read {path} ({error.strerror or error}); expected a config '
+            'file (configs/*.py).')
+  folder = os.path.dirname(path) or '.'
+  beside = ([os.path.join(os.path.dirname(path), name) for name in sorted(os.listdir(folder))
+             if name.endswith('.py')] if os.path.isdir(folder) else [])
+  close = difflib.get_close_matches(path, beside, n=1, cutoff=0.8)
+  hint = f" Did you mean '{close[0]}'?" if close else ''
+  return (f'--config={spec}: no file {path} (relative to {os.getcwd()}); expected a config file, '
+          f'e.g. configs/fedgc/fedgc.py.{hint}')
+
+
+def check_config_file(argv: list[str]) -> None:
+  """Exits with one line when the `--config` file is missing or its `get_config` refuses the
+  argument (config_flags would defer the first and bury the second in a chained traceback)."""
+  spec = config_spec(argv)
+  if spec is None:
+    return
+  try:
+    load_config_file(spec)
+  except OSError as error:
+    exit_usage(missing_config_file(spec, error), error, argv)
+  except ValueError as error:
+    exit_usage(f'--config={spec}: {error}', error, argv)
+
 
 def unknown_override(argv: list[str]) -> str | None:
   """The first `--config.<path>=...` of `argv` that names no field of the `--config` file's
   config, as one line with the closest names and the section's fields; None if all exist (or the
   config file cannot be read: absl's own error then stands)."""
-  spec = next((a.split('=', 1)[1] for a in argv if a.startswith('--config=')), None)
+  spec = config_spec(argv)
   if spec is None:
     return None
-  path, _, arg = spec.partition(':')
   try:
-    module_spec = importlib.util.spec_from_file_location('fedjax_face_config', path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    config = module.get_config(arg or None)
+    config = load_config_file(spec)
   except Exception:   # pylint: disable=broad-except
     return None
   for item in argv:
@@ -70,30 +171,78 @@ def unknown_override(argv: list[str]) -> str | None:
   return None
 
 
+def wrong_type(argv: list[str], field: str, value: str) -> str | None:
+  """One line for `--config.<field>=value` of the wrong type: the type expected and the field's
+  value in the config file; None when the field's type is not one of `_EXPECTED`."""
+  spec = config_spec(argv)
+  try:
+    section = load_config_file(spec)
+    *parents, name = field.split('.')
+    for parent in parents:
+      section = section[parent]
+    expected = _EXPECTED.get(section.get_type(name))
+  except Exception:   # pylint: disable=broad-except
+    return None
+  if expected is None:
+    return None
+  return (f'--config.{field}={value}: expected {expected} (config.{field} is '
+          f'{section[name]!r} in {spec}).')
+
+
+def flag_error(argv: list[str], error: Exception) -> str:
+  """One line for an error of absl's flag parsing: an unknown flag, missing required flags, a
+  config override of the wrong type; else the last line of absl's own message."""
+  text = str(error)
+  if isinstance(error, flags.UnrecognizedFlagError):
+    close = difflib.get_close_matches(error.flagname, list(flags.FLAGS), n=1)
+    hint = f' Did you mean --{close[0]}?' if close else ''
+    return f'--{error.flagname}: no such flag.{hint} --help lists the flags.'
+  missing = re.findall(r'Flag --(\S+) must have a value other than None', text)
+  if missing:
+    verb = 'is' if len(missing) == 1 else 'are'
+    return (f'{" and ".join(f"--{name}" for name in missing)} {verb} required; expected '
+            f'{"; and ".join(_REQUIRED.get(name, "a value") for name in missing)}.')
+  override = re.match(r'flag --config\.([\w.]+)=(.*?): ', text)
+  message = override and wrong_type(argv, *override.groups())
+  return message or ([line for line in text.splitlines() if line.strip()] or [repr(error)])[-1]
+
+
 def parse_flags(argv: list[str]) -> list[str]:
-  """absl's flag parsing; an override naming no config field is one line, not a traceback."""
+  """absl's flag parsing; every error in it is one line and exit status 2, not a traceback."""
+  check_config_file(argv)
   try:
     return flags.FLAGS(argv)
-  except (AttributeError, KeyError, flags.Error):
-    message = unknown_override(argv)
-    if message is None:
-      raise
-    print(f'{argv[0]}: {message}', file=sys.stderr)
-    sys.exit(2)
+  except (AttributeError, KeyError, flags.Error) as error:
+    exit_usage(unknown_override(argv) or flag_error(argv, error), error, argv)
+
+
+def start(config) -> None:
+  """JAX's distributed runtime (first: before anything touches a device), then every check of
+  the config (`train_and_evaluate` checks again, for runs started from Python). A ValueError from
+  either, or a FileNotFoundError (an `init_from` run that is not there), is a usage error, found
+  before data is made or anything compiled."""
+  try:
+    distributed.initialize_distributed(config.engine.distributed,
+                                       coordinator_address=_COORDINATOR.value,
+                                       num_processes=_NUM_PROCESSES.value,
+                                       process_id=_PROCESS_ID.value)
+    experiment.validate(config)
+  except (ValueError, FileNotFoundError) as error:
+    exit_usage(str(error), error)
 
 
 def main(argv):
   if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+    exit_usage(f'unexpected arguments {argv[1:]}; expected only flags, e.g. '
+               '--config=configs/fedgc/fedgc.py --workdir=/tmp/fedgc.')
   if not flags.FLAGS['verbosity'].present:
     # Orbax logs every checkpoint step at INFO; the progress line is the run's log. `-v 0` restores it.
     logging.set_verbosity(logging.WARNING)
-  # Before anything touches a device: jax.distributed must start first.
-  distributed.initialize_distributed(_CONFIG.value.engine.distributed,
-                                     coordinator_address=_COORDINATOR.value,
-                                     num_processes=_NUM_PROCESSES.value,
-                                     process_id=_PROCESS_ID.value)
-  experiment.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  start(_CONFIG.value)
+  try:
+    experiment.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  except files.WorkdirError as error:   # raised before the workdir is used
+    exit_usage(str(error), error)
 
 
 if __name__ == '__main__':

@@ -12,6 +12,7 @@ atomic one).
 """
 
 import contextlib
+import errno
 import fcntl
 import io
 import json
@@ -46,11 +47,37 @@ def exists(path: str) -> bool:
   return epath.Path(path).exists()
 
 
+class WorkdirError(ValueError):
+  """A `--workdir` that cannot hold a run (main.py prints it as one line, exit status 2)."""
+
+
 def check_workdir(path: str) -> None:
-  """ValueError unless `path` is a directory or does not exist yet."""
+  """Makes `path` (parents included) unless it is a directory already; WorkdirError, naming the
+  path and why, when it is something else or cannot be made."""
   if exists(path) and not epath.Path(path).is_dir():
-    raise ValueError(f'--workdir={path} exists and is not a directory; expected a directory '
-                     '(it is created when missing).')
+    raise WorkdirError(f'--workdir={path} exists and is not a directory; expected a directory '
+                       '(it is created when missing).')
+  try:
+    makedirs(path)
+  except OSError as error:
+    raise WorkdirError(f'--workdir={path} cannot be created: {_refusal(path, error)}; expected '
+                       'a directory that exists or can be made.') from error
+
+
+def _refusal(path: str, error: OSError) -> str:
+  """Why a directory could not be made, said of its nearest existing ancestor: mkdir in /proc
+  fails with 'No such file or directory' although /proc exists, which misleads."""
+  reason = error.strerror or str(error)
+  if is_uri(path):
+    return reason
+  parent = os.path.dirname(os.path.abspath(path))
+  while not os.path.lexists(parent):
+    parent = os.path.dirname(parent)
+  if not os.path.isdir(parent):
+    return f'{parent} is not a directory'
+  # ENOENT here is the misleading message; any other reason (permissions, read-only) is kept.
+  return f'{parent} takes no new directory' + (
+      '' if error.errno == errno.ENOENT else f' ({reason})')
 
 
 @contextlib.contextmanager
