@@ -1,14 +1,25 @@
 """The 'pad' evaluator (`config.evals.pad`): the detector on the unseen target domain.
 
-Frames are scored by the global model (the probability of live, sigmoid of the logit), averaged
-per video, and reported as HTER, EER and AUC (`metrics.pad_metrics`) with the threshold rule the
-section names: 'test' (chosen on the target's own scores, the authors' code) or 'validation'
-(chosen on the data centers' held-out subjects, the paper's text). The ROC goes to pad_roc.png.
+Frames are scored by the global model (the probability of live, sigmoid of the logit) and
+reported as HTER, EER and AUC (`metrics.pad_metrics`) in the section's scoring unit and under its
+threshold rule:
+
+  scoring_unit    'video': frame scores averaged per video, one score a video (SSDG, FLIP);
+                  'frame': every frame scored on its own (the FedGPAD code's .h5 scores).
+  threshold_rule  'test': chosen on the target's own scores, exactly, over every distinct score;
+                  'authors': the FedGPAD code's rule exactly, on the target's own scores over
+                  sklearn's default ROC (`metrics.authors_threshold`); 'validation': chosen on the
+                  data centers' held-out subjects (the paper's text).
+
+The ROC goes to pad_roc.png. results.json names the unit ('scoring_unit') and counts what was
+scored ('num_live' and 'num_spoof' in that unit; 'num_videos' and 'num_frames' both).
 
 Two more measurements calibrate the benchmark (how far apart its domains are): 'in_domain', the
-same detector on the data centers' own held-out subjects (threshold on those scores), and
-'domains', one entry per unseen domain scored (the target and `data.pad.extra_targets`), each with
-its per-video scores in `pad_video_scores_<X>.npz` beside the target's `VIDEO_SCORES`.
+same detector on the data centers' own held-out subjects (threshold on those scores, by 'test',
+or by 'authors' under that rule), and 'domains', one entry per unseen domain scored (the target
+and `data.pad.extra_targets`). Whatever the unit, the per-video scores of each go to
+`pad_video_scores_<X>.npz` beside the target's `VIDEO_SCORES` (for Fused); with unit 'frame' the
+per-frame scores, labels and video ids also go to `pad_frame_scores_<X>.npz` / `FRAME_SCORES`.
 """
 
 import numpy as np
@@ -18,8 +29,10 @@ from fedjax_face.data import preprocess, sources
 from fedjax_face.eval import EvalOutput, Evaluator, plots
 from fedjax_face.eval.pad import metrics
 
-RULES = ('test', 'validation')
+RULES = ('test', 'validation', 'authors')
+UNITS = ('video', 'frame')
 VIDEO_SCORES = 'pad_video_scores.npz'   # the target's per-video scores, in every run's workdir
+FRAME_SCORES = 'pad_frame_scores.npz'   # the target's per-frame scores, with scoring_unit 'frame'
 METRIC_KEYS = ('hter', 'eer', 'auc')
 
 
@@ -28,20 +41,45 @@ def video_scores_file(domain: str | None = None) -> str:
   return VIDEO_SCORES if domain is None else f'pad_video_scores_{domain}.npz'
 
 
+def frame_scores_file(domain: str | None = None) -> str:
+  """The per-frame scores of the target (None) or of one scored domain (unit 'frame' only)."""
+  return FRAME_SCORES if domain is None else f'pad_frame_scores_{domain}.npz'
+
+
 def check_pad(config, section) -> None:
-  config_lib.check_choice('evals.pad.threshold_rule', section.threshold_rule, RULES)
+  config_lib.check_choice('evals.pad.threshold_rule', section.get('threshold_rule'), RULES)
+  config_lib.check_choice('evals.pad.scoring_unit', section.get('scoring_unit'), UNITS)
   sources.require(config, 'pad_sets', 'config.evals.pad')
 
 
-def video_level(embed, frames, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
-  """(per-video mean live probability, per-video label) of a `PadSet` under `embed`."""
+def frame_level(embed, frames, batch_size: int) -> np.ndarray:
+  """`[F]` float64 live probabilities, one per frame of a `PadSet` under `embed`."""
   scores = []
   for start in range(0, len(frames.images), batch_size):
     out = embed(preprocess.rgb_hsv(frames.images[start:start + batch_size]))
     # The sigmoid in float64: in float32 every logit above ~17 is exactly 1.0, and a detector
     # that has fit its data centers would score whole sets of videos as ties.
     scores.append(1.0 / (1.0 + np.exp(-np.asarray(out['logit'], np.float64))))
-  return metrics.video_scores(np.concatenate(scores), frames.video, frames.live.astype(np.int64))
+  return np.concatenate(scores)
+
+
+def video_level(embed, frames, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+  """(per-video mean live probability, per-video label) of a `PadSet` under `embed`."""
+  return metrics.video_scores(frame_level(embed, frames, batch_size), frames.video,
+                              frames.live.astype(np.int64))
+
+
+def scored(embed, frames, batch_size: int, unit: str) -> dict[str, np.ndarray]:
+  """A `PadSet` scored once: 'video' and 'video_labels' (per-video means, whatever the unit),
+  'scores' and 'labels' in `unit`, and with unit 'frame' 'frame_video' (each frame's video)."""
+  frame_scores = frame_level(embed, frames, batch_size)
+  frame_labels = frames.live.astype(np.int64)
+  # Also checks one label per video, in either unit.
+  video, video_labels = metrics.video_scores(frame_scores, frames.video, frame_labels)
+  out = {'video': video, 'video_labels': video_labels}
+  if unit == 'video':
+    return dict(out, scores=video, labels=video_labels)
+  return dict(out, scores=frame_scores, labels=frame_labels, frame_video=np.asarray(frames.video))
 
 
 def make_pad(config, section, setup) -> Evaluator:
@@ -49,27 +87,37 @@ def make_pad(config, section, setup) -> Evaluator:
   targets = sets.test
   batch = config.eval.batch_size
   centers = '&'.join(sets.sources)
+  rule, unit = section.threshold_rule, section.scoring_unit
+  # In-domain: the threshold on the held-out subjects' own scores, as the rule picks it there.
+  in_domain_rule = 'authors' if rule == 'authors' else 'test'
 
   def evaluate(inputs) -> EvalOutput:
-    val_scores, val_labels = video_level(inputs.embed, sets.validation, batch)
-    kwargs = ({'val_scores': val_scores, 'val_labels': val_labels}
-              if section.threshold_rule == 'validation' else {})
+    val = scored(inputs.embed, sets.validation, batch, unit)
+    kwargs = ({'val_scores': val['scores'], 'val_labels': val['labels']}
+              if rule == 'validation' else {})
     domains, arrays, curves = {}, {}, {}
     for domain, frames in targets.items():
-      scores, labels = video_level(inputs.embed, frames, batch)
-      domains[domain] = metrics.pad_metrics(scores, labels, rule=section.threshold_rule, **kwargs)
-      domains[domain]['num_videos'] = len(scores)
+      test = scored(inputs.embed, frames, batch, unit)
+      domains[domain] = metrics.pad_metrics(test['scores'], test['labels'], rule=rule, **kwargs)
+      domains[domain].update(scoring_unit=unit, num_videos=len(test['video']),
+                             num_frames=len(frames.images))
       # The per-video scores, for baselines that combine runs (the paper's Fused: the mean of
       # the Single models' scores, `baselines.fused_metrics`).
-      scored = {'scores': scores, 'labels': labels}
-      arrays[video_scores_file(domain)] = scored
+      videos = {'scores': test['video'], 'labels': test['video_labels']}
+      arrays[video_scores_file(domain)] = videos
       if domain == sets.target:
-        arrays[VIDEO_SCORES] = scored
-      fpr, tpr, _ = metrics.roc(scores, labels)
+        arrays[VIDEO_SCORES] = videos
+      if unit == 'frame':
+        framewise = {'scores': test['scores'], 'labels': test['labels'],
+                     'video': test['frame_video']}
+        arrays[frame_scores_file(domain)] = framewise
+        if domain == sets.target:
+          arrays[FRAME_SCORES] = framewise
+      fpr, tpr, _ = metrics.roc(test['scores'], test['labels'])
       curves[f'{centers} -> {domain}'] = (fpr, tpr)
     res = dict(domains[sets.target], target=sets.target, sources=list(sets.sources))
-    res['in_domain'] = {k: v for k, v in metrics.pad_metrics(val_scores, val_labels).items()
-                        if k in METRIC_KEYS}
+    res['in_domain'] = {k: v for k, v in metrics.pad_metrics(
+        val['scores'], val['labels'], rule=in_domain_rule).items() if k in METRIC_KEYS}
     res['domains'] = {d: {k: m[k] for k in METRIC_KEYS} for d, m in domains.items()}
     scalars = {k: res[k] for k in METRIC_KEYS}
     scalars.update({f'in_domain/{k}': res['in_domain'][k] for k in METRIC_KEYS})
@@ -86,16 +134,31 @@ def _percent(value) -> str:
 
 def markdown(pad: dict) -> list[str]:
   """The report's presentation-attack table: HTER at the named threshold rule, EER, AUC, and the
-  same per scored domain."""
-  rule = {'test': "chosen on the target's own scores", 'fixed': 'fixed',
-          'validation': "chosen on the data centers' held-out subjects"}[pad['threshold_rule']]
+  same per scored domain, saying the scoring unit, how many units were scored, and the rule."""
+  rule = {'test': "chosen on the target's own scores",
+          'authors': "minimising |TPR + FPR - 1| on sklearn's default ROC of the target's own "
+                     "scores, the FedGPAD code's rule",
+          'validation': "chosen on the data centers' held-out subjects",
+          'fixed': 'fixed'}[pad['threshold_rule']]
+  # Results written before the scoring unit existed were all per video.
+  unit = pad.get('scoring_unit', 'video')
+  if unit == 'frame':
+    scored = (f"scoring unit: frame, {pad['num_live'] + pad['num_spoof']} frames of "
+              f"{pad['num_videos']} videos: {pad['num_live']} live, {pad['num_spoof']} attack; "
+              'every frame scored on its own')
+  else:
+    frames = f" of {pad['num_frames']} frames" if 'num_frames' in pad else ''
+    scored = (f"scoring unit: video, {pad['num_videos']} videos{frames}: {pad['num_live']} live, "
+              f"{pad['num_spoof']} attack; frame scores averaged per video")
+  in_domain = ('by the same rule' if pad['threshold_rule'] == 'authors'
+               else 'threshold on their scores')
   return [f"Presentation-attack detection, {' & '.join(pad['sources'])} -> {pad['target']} "
-          f"({pad['num_videos']} videos: {pad['num_live']} live, {pad['num_spoof']} attack; "
-          f"scores averaged per video; threshold {pad['threshold']:.4f} {rule}):", '',
+          f"({scored}; threshold rule '{pad['threshold_rule']}': {pad['threshold']:.4f} "
+          f"{rule}):", '',
           '| HTER (%) | EER (%) | AUC (%) | FAR (%) | FRR (%) |', '| --- | --- | --- | --- | --- |',
           '| ' + ' | '.join(_percent(pad[k]) for k in ('hter', 'eer', 'auc', 'far', 'frr'))
           + ' |', '',
-          'By domain (in-domain: the data centers\' held-out subjects, threshold on their scores):',
+          f"By domain, per {unit} (in-domain: the data centers' held-out subjects, {in_domain}):",
           '', '| domain | HTER (%) | EER (%) | AUC (%) |', '| --- | --- | --- | --- |',
           *(f'| {name} | ' + ' | '.join(_percent(m[k]) for k in ('hter', 'eer', 'auc')) + ' |'
             for name, m in [(f"in-domain ({' & '.join(pad['sources'])})", pad['in_domain']),

@@ -1,12 +1,15 @@
 """Face presentation-attack detection (PAD, anti-spoofing) metrics: AUC, EER and HTER.
 
 The reading of FedGPAD (Shao et al., TNNLS 2022, Sec. IV-A3) and of its authors' code
-(rshaojimmy/FedGPAD, `misc/metrics_utils.py`; REFERENCE_NOTES.md section 6):
+(rshaojimmy/FedGPAD, `misc/metrics_utils.py`; REFERENCE_NOTES.md sections 6 and 10):
 
 - A score is the probability of LIVE (the sigmoid of the classifier's logit). Label 1 = live
   (bona fide), 0 = spoof (presentation attack). A sample is accepted as live when
   `score >= threshold`, as in sklearn's `roc_curve`, which the authors' code calls.
-- Frame scores are averaged per video before any metric (`video_scores`).
+- The scoring unit is the caller's: every function here takes one score per unit. SSDG and FLIP
+  average frame scores per video first (`video_scores`); the FedGPAD code scores every frame on
+  its own (per-frame sigmoid scores written to .h5). The 'pad' evaluator's
+  `evals.pad.scoring_unit` picks one.
 - FAR (false acceptance rate) = fraction of spoof accepted (score >= t) = FPR;
   FRR (false rejection rate) = fraction of live rejected (score < t) = 1 - TPR.
 - AUC: area under the ROC with live as the positive class, ties between a live and a spoof score
@@ -14,18 +17,25 @@ The reading of FedGPAD (Shao et al., TNNLS 2022, Sec. IV-A3) and of its authors'
   to sklearn's `roc_auc_score`), computed from integer counts so it is exact.
 - EER: the error rate where FAR = FRR, interpolated linearly on the ROC segment that crosses
   FAR = FRR (`eer`).
-- HTER = (FAR + FRR) / 2 at one threshold, which is where the paper and the code part ways. Both
-  rules pick the threshold where |TPR + FPR - 1| (= |FAR - FRR|) is smallest, but on different
-  scores:
-    'test'       the authors' code (`performances_ZeroShot`): chosen on the test scores themselves,
-                 i.e. the EER-like point of the test ROC;
+- HTER = (FAR + FRR) / 2 at one threshold, which is where the paper and the code part ways. The
+  rules:
+    'test'       chosen on the test scores themselves where |TPR + FPR - 1| (= |FAR - FRR|) is
+                 smallest over EVERY distinct score, in exact integer arithmetic, ties to the
+                 lower threshold (`balanced_threshold`): the EER-like point of the test ROC;
+    'authors'    the authors' code exactly (`performances_ZeroShot`, `get_err_threhold`): the
+                 same criterion on the test scores, but over sklearn's DEFAULT ROC
+                 (`drop_intermediate=True` drops collinear intermediate points, so the
+                 minimiser inside a vertical or horizontal run is not a candidate) in float64,
+                 the first minimiser of `np.argmin` in descending threshold order
+                 (`authors_threshold`, `sklearn_roc`);
     'validation' the paper's text ("thresholds ... are determined based on the data in all data
-                 centers", following Liu et al. CVPR 2019): chosen on validation scores from the
-                 training data centers, then applied to the test scores;
+                 centers", following Liu et al. CVPR 2019): `balanced_threshold` of validation
+                 scores from the training data centers, then applied to the test scores;
     'fixed'      an explicit number.
   A table must name its rule; `pad_metrics` records it as 'threshold_rule'.
 
-Everything is numpy on host arrays: a PAD test set is a few thousand videos.
+Everything is numpy on host arrays: a PAD test set is a few thousand videos (a few hundred
+thousand frames).
 """
 
 from typing import Any, Optional
@@ -34,7 +44,7 @@ import numpy as np
 import numpy.typing as npt
 
 LIVE, SPOOF = 1, 0
-RULES = ('test', 'validation', 'fixed')
+RULES = ('test', 'validation', 'fixed', 'authors')
 # Offending values or ids quoted in an error message, at most.
 _MAX_QUOTED = 5
 
@@ -240,15 +250,86 @@ def balanced_threshold(scores: npt.ArrayLike, labels: npt.ArrayLike) -> float:
   The candidates are the distinct scores (and +inf); on a tie the FIRST minimiser in ascending
   threshold order, i.e. the lowest threshold, is returned. Since FAR - FRR rises strictly as the
   threshold falls, a tie is between the two points on either side of FAR = FRR, and this picks the
-  one with FAR > FRR. (The authors' code takes `np.argmin` over sklearn's `roc_curve`, whose
-  thresholds DEscend, so on such a tie it picks the higher threshold, FAR < FRR; sklearn's
-  `drop_intermediate` may also remove points. Ties need exact equality of the distances, which
-  continuous scores rarely give.)
+  one with FAR > FRR. (The authors' code, `authors_threshold`, computes the distances in float64
+  over sklearn's default ROC, where rounding, not the order, decides most such ties, and where
+  `drop_intermediate` removes candidates.)
 
   Raises:
     ValueError: see `pad_metrics`.
   """
   return _balanced_threshold(*_checked(scores, labels))
+
+
+def _sklearn_roc(scores: np.ndarray,
+                 labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  thresholds, true_accepts, false_accepts, _, _ = _operating_points(scores, labels)
+  # sklearn's `_binary_clf_curve`: one point per distinct score, descending (no +inf point).
+  thresholds, tps, fps = thresholds[1:], true_accepts[1:], false_accepts[1:]
+  if fps.size > 2:
+    # `drop_intermediate`: keep a point only where the curve bends (a non-zero second difference
+    # of either count), and both ends; the counts are integers, so this is sklearn's test on its
+    # integer-valued float counts.
+    keep = np.r_[True, np.logical_or(np.diff(fps, 2), np.diff(tps, 2)), True]
+    thresholds, tps, fps = thresholds[keep], tps[keep], fps[keep]
+  # The extra (0, 0) point; its threshold is `max(score) + 1` before sklearn 1.3, np.inf since.
+  tps = np.r_[0, tps].astype(np.float64)
+  fps = np.r_[0, fps].astype(np.float64)
+  thresholds = np.r_[thresholds[0] + 1, thresholds]
+  # The float64 divisions sklearn does, so the rates are bit for bit its own.
+  return fps / fps[-1], tps / tps[-1], thresholds
+
+
+def sklearn_roc(scores: npt.ArrayLike,
+                labels: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """`sklearn.metrics.roc_curve(labels, scores)` with its defaults, as the authors' code calls it.
+
+  sklearn's algorithm in numpy (scikit-learn is not a dependency): the points of `roc` at the
+  distinct scores, descending; then, with more than two of them, `drop_intermediate=True` keeps
+  point i only where `np.r_[True, np.logical_or(np.diff(fps, 2), np.diff(tps, 2)), True]` holds
+  (fps, tps the spoof and live counts accepted): the two ends and every bend, so the inner points
+  of a straight run (only live, or only spoof, accepted one distinct score after another, or
+  several equal diagonal steps) are dropped; then the extra first point (0, 0).
+
+  The extra point's threshold: sklearn before 1.3 writes `thresholds[0] + 1` (the highest score
+  + 1), 1.3 and later `np.inf` (scikit-learn#26194). The FedGPAD code targets Python 3.6 and
+  PyTorch 1.2 (its README), whose newest sklearn is 0.24, and REFERENCE_NOTES records no
+  version, so this reads it as `max(score) + 1`. It only matters when that point is chosen, i.e.
+  when every score is equal: both thresholds then accept nothing (FAR 0, FRR 1, HTER 1/2), and
+  this one stays finite in results.json. fpr and tpr are sklearn's bit for bit, the thresholds
+  after the first are the scores themselves.
+
+  Returns:
+    `(fpr, tpr, thresholds)`, float64, thresholds descending.
+
+  Raises:
+    ValueError: see `pad_metrics`.
+  """
+  return _sklearn_roc(*_checked(scores, labels))
+
+
+def _authors_threshold(scores: np.ndarray, labels: np.ndarray) -> float:
+  fpr, tpr, thresholds = _sklearn_roc(scores, labels)
+  # `get_err_threhold`: `differ_tpr_fpr_1 = tpr + fpr - 1.0`, `np.argmin(np.abs(...))`, in float64
+  # in this order (rounding decides ties that exact arithmetic would call equal).
+  return float(thresholds[np.argmin(np.abs(tpr + fpr - 1.0))])
+
+
+def authors_threshold(scores: npt.ArrayLike, labels: npt.ArrayLike) -> float:
+  """The FedGPAD code's HTER threshold: where |TPR + FPR - 1| is smallest on `sklearn_roc`.
+
+  `misc/metrics_utils.py` (`performances_ZeroShot`, `get_err_threhold`) takes
+  `roc_curve(labels, scores)`, `d = tpr + fpr - 1.0` and the threshold at `np.argmin(np.abs(d))`
+  (the first minimiser, thresholds descending), and reports the HTER of that ROC point,
+  `(fpr + (1 - tpr)) / 2`, which is the HTER at this threshold with `score >= threshold`
+  accepted (`pad_metrics` computes it as (FAR + FRR) / 2 there, equal to the last bit or one
+  rounding away). It differs from `balanced_threshold` in three ways: the candidates are the
+  points sklearn keeps (`drop_intermediate`), the distances are float64 not exact, and a float tie
+  goes to the higher threshold.
+
+  Raises:
+    ValueError: see `pad_metrics`.
+  """
+  return _authors_threshold(*_checked(scores, labels))
 
 
 def _checked_threshold(threshold: Any) -> float:
@@ -292,9 +373,10 @@ def choose_threshold(rule: str,
   """The HTER threshold under a named rule (module docstring).
 
   Args:
-    rule: 'test' (the authors' code): `balanced_threshold` of the test scores. 'validation' (the
-      paper's text): `balanced_threshold` of `val_scores` / `val_labels`, scores of the training
-      data centers' data. 'fixed': `threshold`.
+    rule: 'test': `balanced_threshold` of the test scores. 'authors' (the authors' code
+      exactly): `authors_threshold` of the test scores. 'validation' (the paper's text):
+      `balanced_threshold` of `val_scores` / `val_labels`, scores of the training data centers'
+      data. 'fixed': `threshold`.
     test_scores, test_labels: the test set (checked under every rule).
     val_scores, val_labels: only with rule 'validation', where both are required.
     threshold: only with rule 'fixed', where it is required.
@@ -323,6 +405,8 @@ def choose_threshold(rule: str,
   test_scores, test_labels = _checked(test_scores, test_labels, 'test ')
   if rule == 'test':
     return _balanced_threshold(test_scores, test_labels)
+  if rule == 'authors':
+    return _authors_threshold(test_scores, test_labels)
   if rule == 'validation':
     return _balanced_threshold(*_checked(val_scores, val_labels, 'validation '))
   return _checked_threshold(threshold)
@@ -337,8 +421,9 @@ def pad_metrics(test_scores: npt.ArrayLike,
                 threshold: Optional[float] = None) -> dict[str, Any]:
   """HTER, EER and AUC of one test set (a table cell of FedGPAD Tables III-X).
 
-  Scores are per video (`video_scores` first when they are per frame). EER and AUC depend on the
-  test scores only; the HTER threshold comes from `rule` (`choose_threshold`).
+  One score per scoring unit: per video (`video_scores` of the frame scores first), or per frame.
+  EER and AUC depend on the test scores only; the HTER threshold comes from `rule`
+  (`choose_threshold`).
 
   Returns:
     A JSON-able dict of plain Python values: 'hter', 'eer', 'auc' (fractions, not percent),

@@ -67,7 +67,10 @@ def pad_config(algorithm: str, protocol: str = 'OCI_M', runlocal: bool = False,
   c.model.batch_norm_groups = 1          # All's `batch_norm=per_center`: one per data center
   c.evals = ml_collections.ConfigDict()
   c.evals.pad = ml_collections.ConfigDict()
-  c.evals.pad.threshold_rule = 'test'    # the authors' code; 'validation': the paper's text
+  c.evals.pad.threshold_rule = 'test'    # on the target's scores; 'authors': the authors' code
+                                         # exactly; 'validation': the paper's text
+  c.evals.pad.scoring_unit = 'video'     # frame scores averaged per video (SSDG, FLIP);
+                                         # 'frame': each frame alone (the FedGPAD code)
   if paper:
     c.data.image_size = c.model.image_size = 256
     c.model.width = 64

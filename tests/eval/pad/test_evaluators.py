@@ -1,9 +1,12 @@
 """The 'pad' evaluator: the target's HTER / EER / AUC, the in-domain error on the data centers'
-held-out subjects, and every other scored domain, each from its own per-video scores."""
+held-out subjects, and every other scored domain, each from its own per-video (or, with
+`scoring_unit='frame'`, per-frame) scores, under the threshold rule the section names."""
 
 import types
 
+import ml_collections
 import numpy as np
+import pytest
 
 from fedjax_face.data.sources import pad as pad_source
 from fedjax_face.eval.pad import evaluators, metrics
@@ -46,3 +49,113 @@ def test_target_in_domain_and_extra_domains_are_each_measured_on_their_own_video
   assert set(np.unique(bench.eval_sets['validation'].subject)) == set(
       range(config.data.pad.subjects - config.data.pad.test_subjects, config.data.pad.subjects))
   assert out.scalars['in_domain/hter'] == res['in_domain']['hter']
+
+
+def _evaluate(threshold_rule='test', scoring_unit='video'):
+  config = load_config('pad/single', 'center=I,runlocal')
+  config.evals.pad.threshold_rule = threshold_rule
+  config.evals.pad.scoring_unit = scoring_unit
+  bench = pad_source.load(config)
+  evaluator = evaluators.make_pad(config, config.evals.pad,
+                                  types.SimpleNamespace(benchmark=bench))
+  return config, bench, evaluator.evaluate(types.SimpleNamespace(embed=_embed))
+
+
+def test_default_unit_is_the_video_and_the_report_says_so():
+  config, bench, out = _evaluate()
+  assert config.evals.pad.scoring_unit == 'video'
+  res = out.results
+  frames = bench.eval_sets['test']
+  num_videos = len(np.unique(frames.video))
+  assert (res['scoring_unit'], res['num_videos'], res['num_frames']) == (
+      'video', num_videos, len(frames.images))
+  assert res['num_live'] + res['num_spoof'] == num_videos < len(frames.images)
+  assert evaluators.FRAME_SCORES not in out.arrays
+  text = '\n'.join(out.markdown)
+  assert (f"(scoring unit: video, {num_videos} videos of {len(frames.images)} frames: "
+          f"{res['num_live']} live, {res['num_spoof']} attack; frame scores averaged per video; "
+          f"threshold rule 'test': {res['threshold']:.4f} chosen on the target's own scores)"
+          in text)
+  assert 'By domain, per video' in text
+
+
+def test_frame_unit_scores_every_frame_on_its_own():
+  config, bench, out = _evaluate(scoring_unit='frame')
+  _, _, by_video = _evaluate(scoring_unit='video')
+  batch = config.eval.batch_size
+  res = out.results
+  assert res['scoring_unit'] == 'frame'
+  for domain in res['domains']:
+    frames = bench.eval_sets['test' if domain == 'O' else f'test:{domain}']
+    scores = evaluators.frame_level(_embed, frames, batch)
+    labels = frames.live.astype(np.int64)
+    expected = metrics.pad_metrics(scores, labels)
+    assert res['domains'][domain] == {k: expected[k] for k in ('hter', 'eer', 'auc')}
+    saved = out.arrays[evaluators.frame_scores_file(domain)]
+    np.testing.assert_array_equal(saved['scores'], scores)
+    np.testing.assert_array_equal(saved['labels'], labels)
+    np.testing.assert_array_equal(saved['video'], frames.video)
+    # The per-video files (Fused reads them) are the same whatever the unit.
+    for name in ('scores', 'labels'):
+      np.testing.assert_array_equal(out.arrays[evaluators.video_scores_file(domain)][name],
+                                    by_video.arrays[evaluators.video_scores_file(domain)][name])
+  frames = bench.eval_sets['test']
+  assert res['num_live'] + res['num_spoof'] == res['num_frames'] == len(frames.images)
+  assert res['num_live'] == int(frames.live.sum())
+  assert res['num_videos'] == len(np.unique(frames.video))
+  np.testing.assert_array_equal(out.arrays[evaluators.FRAME_SCORES]['scores'],
+                                out.arrays[evaluators.frame_scores_file('O')]['scores'])
+  # In-domain in frames too, threshold on their own scores.
+  val = bench.eval_sets['validation']
+  expected = metrics.pad_metrics(evaluators.frame_level(_embed, val, batch),
+                                 val.live.astype(np.int64))
+  assert res['in_domain'] == {k: expected[k] for k in ('hter', 'eer', 'auc')}
+  text = '\n'.join(out.markdown)
+  assert (f"(scoring unit: frame, {len(frames.images)} frames of {res['num_videos']} videos: "
+          f"{res['num_live']} live, {res['num_spoof']} attack; every frame scored on its own;"
+          in text)
+  assert 'By domain, per frame' in text
+
+
+@pytest.mark.parametrize('unit', ['video', 'frame'])
+def test_authors_rule_takes_the_threshold_on_sklearns_default_roc(unit):
+  config, bench, out = _evaluate(threshold_rule='authors', scoring_unit=unit)
+  batch = config.eval.batch_size
+  res = out.results
+
+  def unit_scores(frames):
+    if unit == 'video':
+      return evaluators.video_level(_embed, frames, batch)
+    return evaluators.frame_level(_embed, frames, batch), frames.live.astype(np.int64)
+
+  scores, labels = unit_scores(bench.eval_sets['test'])
+  assert res['threshold'] == metrics.authors_threshold(scores, labels)
+  expected = metrics.pad_metrics(scores, labels, rule='authors')
+  assert {k: res[k] for k in expected} == expected
+  assert res['threshold_rule'] == 'authors'
+  # In-domain by the same rule, on the held-out subjects' own scores.
+  expected = metrics.pad_metrics(*unit_scores(bench.eval_sets['validation']), rule='authors')
+  assert res['in_domain'] == {k: expected[k] for k in ('hter', 'eer', 'auc')}
+  text = '\n'.join(out.markdown)
+  assert (f"threshold rule 'authors': {res['threshold']:.4f} minimising |TPR + FPR - 1| on "
+          "sklearn's default ROC of the target's own scores, the FedGPAD code's rule)" in text)
+  assert f'By domain, per {unit} (in-domain: ' in text and 'by the same rule' in text
+
+
+@pytest.mark.parametrize('field, value, match', [
+    ('threshold_rule', 'dev', r"config.evals.pad.threshold_rule='dev'; expected one of \('test', "
+                              r"'validation', 'authors'\)"),
+    ('scoring_unit', 'clip', r"config.evals.pad.scoring_unit='clip'; expected one of \('video', "
+                             r"'frame'\)"),
+    ('scoring_unit', None, r'config.evals.pad.scoring_unit=None; expected one of'),
+])
+def test_check_pad_names_the_field(field, value, match):
+  config = load_config('pad/fedgpad', 'runlocal')
+  evaluators.check_pad(config, config.evals.pad)   # the defaults pass
+  section = ml_collections.ConfigDict(config.evals.pad.to_dict())
+  if value is None:
+    del section[field]
+  else:
+    section[field] = value
+  with pytest.raises(ValueError, match=match):
+    evaluators.check_pad(config, section)

@@ -142,7 +142,8 @@ def test_balanced_threshold_tie_goes_to_the_lower_threshold():
   # Live 0.9, 0.7, 0.4, 0.3; spoof 0.8, 0.5, 0.2 (P = 4, N = 3). TPR + FPR - 1:
   #   0.5: 2/4 + 2/3 - 1 = +1/6;   0.7: 2/4 + 1/3 - 1 = -1/6: an exact tie in |.|.
   # The first minimiser in ascending order is 0.5: FAR = 2/3, FRR = 2/4, HTER = 7/12.
-  # (The authors' argmin over sklearn's descending thresholds would take 0.7: HTER = 5/12.)
+  # (The authors' float64 argmin over sklearn's descending thresholds also takes 0.5, by rounding:
+  # test_authors_rule_float_rounding_decides_an_exact_tie.)
   scores, labels = _scores_labels([0.9, 0.7, 0.4, 0.3], [0.8, 0.5, 0.2])
   assert metrics.balanced_threshold(scores, labels) == 0.5
   result = metrics.pad_metrics(scores, labels)
@@ -189,6 +190,126 @@ def test_pad_metrics_is_json_able():
     assert type(result[key]) is float, key
   assert type(result['num_live']) is int and type(result['num_spoof']) is int
   assert json.loads(json.dumps(result)) == result
+
+
+# ------------------------------------------------------------------- the authors' rule (sklearn)
+
+
+def test_sklearn_roc_drops_the_inner_points_of_a_vertical_run():
+  # Spoof 0.95 on top, then four live 0.9 > 0.8 > 0.7 > 0.6, then spoof 0.3 > 0.2 > 0.1 (P = N = 4).
+  # (spoof, live) accepted at each distinct score, descending: 0.95 (1, 0), 0.9 (1, 1), 0.8 (1, 2),
+  # 0.7 (1, 3), 0.6 (1, 4), 0.3 (2, 4), 0.2 (3, 4), 0.1 (4, 4). Second differences are non-zero
+  # only at 0.6 (the bend from the vertical run into the horizontal one), so sklearn keeps 0.95,
+  # 0.6 and 0.1, and prepends (0, 0) at threshold 0.95 + 1.
+  scores, labels = [0.95, 0.9, 0.8, 0.7, 0.6, 0.3, 0.2, 0.1], [0, 1, 1, 1, 1, 0, 0, 0]
+  fpr, tpr, thresholds = metrics.sklearn_roc(scores, labels)
+  np.testing.assert_array_equal(thresholds, [0.95 + 1, 0.95, 0.6, 0.1])
+  np.testing.assert_array_equal(fpr, [0, 0.25, 0.25, 1])
+  np.testing.assert_array_equal(tpr, [0, 0, 1, 1])
+  # |TPR + FPR - 1| on those points: 1, 3/4, 1/4, 1 -> 0.6: FAR 1/4, FRR 0, HTER 1/8.
+  assert metrics.authors_threshold(scores, labels) == 0.6
+  authors = metrics.pad_metrics(scores, labels, rule='authors')
+  assert (authors['threshold'], authors['far'], authors['frr'], authors['hter']) == (
+      0.6, 0.25, 0.0, 0.125)
+  assert authors['threshold_rule'] == 'authors'
+  # Over every point, 0.7 (inside the dropped run) reaches 0: FAR = FRR = 1/4, HTER 1/4.
+  test = metrics.pad_metrics(scores, labels, rule='test')
+  assert (test['threshold'], test['far'], test['frr'], test['hter']) == (0.7, 0.25, 0.25, 0.25)
+  # EER and AUC do not depend on the rule.
+  assert (authors['eer'], authors['auc']) == (test['eer'], test['auc'])
+
+
+def test_sklearn_roc_drops_a_point_between_equal_diagonal_steps():
+  # Live 0.9, 0.6, 0.6, 0.5, 0.5; spoof 0.6, 0.5, 0.1 (P = 5, N = 3); live and spoof tie at 0.6
+  # and 0.5. (spoof, live) accepted: 0.9 (0, 1), 0.6 (1, 3), 0.5 (2, 5), 0.1 (3, 5): the steps into
+  # and out of 0.6 are both (+1, +2), so 0.6 lies on a straight line and is dropped.
+  scores, labels = _scores_labels([0.9, 0.6, 0.6, 0.5, 0.5], [0.6, 0.5, 0.1])
+  fpr, tpr, thresholds = metrics.sklearn_roc(scores, labels)
+  np.testing.assert_array_equal(thresholds, [0.9 + 1, 0.9, 0.5, 0.1])
+  np.testing.assert_array_equal(fpr, [0, 0, 2 / 3, 1])
+  np.testing.assert_array_equal(tpr, [0, 1 / 5, 1, 1])
+  # |TPR + FPR - 1|: 1, 4/5, 2/3, 1 -> 0.5: FAR 2/3, FRR 0, HTER 1/3.
+  authors = metrics.pad_metrics(scores, labels, rule='authors')
+  assert (authors['threshold'], authors['far'], authors['frr']) == (0.5, 2 / 3, 0.0)
+  assert authors['hter'] == pytest.approx(1 / 3, rel=0, abs=1e-15)
+  # The dropped 0.6 was the best point: 3/5 + 1/3 - 1 = -1/15. FAR 1/3, FRR 2/5, HTER 11/30.
+  test = metrics.pad_metrics(scores, labels, rule='test')
+  assert (test['threshold'], test['far'], test['frr']) == (0.6, 1 / 3, 2 / 5)
+  assert test['hter'] == pytest.approx(11 / 30, rel=0, abs=1e-15)
+
+
+def test_authors_rule_float_rounding_decides_an_exact_tie():
+  # test_balanced_threshold_tie_goes_to_the_lower_threshold's set: live 0.9, 0.7, 0.4, 0.3; spoof
+  # 0.8, 0.5, 0.2. sklearn drops 0.4 (inside the vertical run 0.5 -> 0.3) and keeps the rest.
+  scores, labels = _scores_labels([0.9, 0.7, 0.4, 0.3], [0.8, 0.5, 0.2])
+  fpr, tpr, thresholds = metrics.sklearn_roc(scores, labels)
+  np.testing.assert_array_equal(thresholds, [0.9 + 1, 0.9, 0.8, 0.7, 0.5, 0.3, 0.2])
+  np.testing.assert_array_equal(fpr, [0, 0, 1 / 3, 1 / 3, 2 / 3, 2 / 3, 1])
+  np.testing.assert_array_equal(tpr, [0, 1 / 4, 1 / 4, 2 / 4, 2 / 4, 1, 1])
+  # Exactly, 0.7 and 0.5 are both at distance 1/6. In float64 (tpr + fpr) - 1.0 is
+  # -0.16666666666666674 at 0.7 and +0.16666666666666652 at 0.5, so argmin takes 0.5, not the
+  # first (higher) threshold an exact tie would give it.
+  assert (0.5 + 1 / 3) - 1.0 == -0.16666666666666674
+  assert (0.5 + 2 / 3) - 1.0 == 0.16666666666666652
+  assert metrics.authors_threshold(scores, labels) == 0.5
+  assert metrics.choose_threshold('authors', scores, labels) == 0.5
+
+
+def test_authors_rule_with_one_distinct_score_takes_the_extra_point():
+  # One distinct score: no point to drop, (0, 0) at 0.5 + 1 and (1, 1) at 0.5, both at distance
+  # 1; argmin takes the first, which accepts nothing: FAR 0, FRR 1. (The 'test' rule takes the
+  # lower, accepting everything: FAR 1, FRR 0; the HTER is 1/2 either way.)
+  scores, labels = [0.5] * 4, [1, 0, 1, 0]
+  fpr, tpr, thresholds = metrics.sklearn_roc(scores, labels)
+  np.testing.assert_array_equal(thresholds, [1.5, 0.5])
+  np.testing.assert_array_equal(fpr, [0, 1])
+  np.testing.assert_array_equal(tpr, [0, 1])
+  authors = metrics.pad_metrics(scores, labels, rule='authors')
+  assert (authors['threshold'], authors['far'], authors['frr'], authors['hter']) == (
+      1.5, 0.0, 1.0, 0.5)
+  assert json.loads(json.dumps(authors)) == authors   # finite: results.json stays strict JSON
+  test = metrics.pad_metrics(scores, labels, rule='test')
+  assert (test['threshold'], test['far'], test['frr'], test['hter']) == (0.5, 1.0, 0.0, 0.5)
+
+
+def test_sklearn_roc_keeps_every_point_of_two():
+  # Two distinct scores: nothing is dropped (sklearn only drops with more than two).
+  fpr, tpr, thresholds = metrics.sklearn_roc([0.8, 0.2, 0.8], [1, 0, 0])
+  np.testing.assert_array_equal(thresholds, [1.8, 0.8, 0.2])
+  np.testing.assert_array_equal(fpr, [0, 0.5, 1])
+  np.testing.assert_array_equal(tpr, [0, 1, 1])
+
+
+def _random_tied_sets(count, seed=0):
+  """`count` (scores, labels): 500-2,000 scores rounded to 2 or 3 decimals (ties within and
+  across classes), live scoring higher by a random margin."""
+  rng = np.random.default_rng(seed)
+  for _ in range(count):
+    n = int(rng.integers(500, 2001))
+    labels = (rng.random(n) < rng.uniform(0.2, 0.8)).astype(np.int64)
+    labels[:2] = [0, 1]
+    logits = rng.normal(rng.uniform(0.0, 3.0) * labels, 1.0)
+    yield np.round(1 / (1 + np.exp(-logits)), int(rng.integers(2, 4))), labels
+
+
+def test_authors_rule_equals_sklearn_on_random_tied_sets():
+  sklearn_metrics = pytest.importorskip('sklearn.metrics')
+  for scores, labels in _random_tied_sets(200):
+    fpr, tpr, thresholds = sklearn_metrics.roc_curve(labels, scores)
+    ours_fpr, ours_tpr, ours_thresholds = metrics.sklearn_roc(scores, labels)
+    np.testing.assert_array_equal(ours_fpr, fpr)
+    np.testing.assert_array_equal(ours_tpr, tpr)
+    np.testing.assert_array_equal(ours_thresholds[1:], thresholds[1:])
+    # sklearn >= 1.3 writes +inf first, older max + 1 (what ours keeps).
+    assert thresholds[0] in (np.inf, scores.max() + 1)
+    assert ours_thresholds[0] == scores.max() + 1
+    # The authors' `get_err_threhold` and HTER[right_index] on sklearn's own arrays.
+    index = int(np.argmin(np.abs(tpr + fpr - 1.0)))
+    assert index > 0
+    result = metrics.pad_metrics(scores, labels, rule='authors')
+    assert result['threshold'] == thresholds[index]
+    assert result['far'] == fpr[index]
+    assert result['hter'] == pytest.approx((fpr[index] + (1 - tpr[index])) / 2, rel=0, abs=1e-15)
 
 
 # --------------------------------------------------------------------------------------- videos
