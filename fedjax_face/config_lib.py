@@ -29,6 +29,9 @@ def base_config(task: str = 'recognition') -> ml_collections.ConfigDict:
   c.seed = 0
   c.num_rounds = 60
   c.checkpoint_every = 20      # rounds; 0 = only at the end
+  c.checkpoint_keep = 2        # newest checkpoints kept (older ones are deleted as rounds go on)
+  c.trust_unverified_checkpoints = False   # resume from a checkpoint whose digests are missing
+                               # (checkpoint_digests/ deleted, or saved before they existed)
   c.init_from = ''             # a finished run's workdir whose final model starts this one
                                # (FedFR starts from its pre-training run); '' = random init
   c.log_every = 5              # rounds
@@ -283,6 +286,8 @@ def validate(c: ml_collections.ConfigDict) -> None:
   for name in ('checkpoint_every', 'log_every'):
     check_int(name, c[name], allow_zero=True)
   check_number('divergence_factor', c.divergence_factor, allow_zero=True)
+  check_int('checkpoint_keep', c.checkpoint_keep)
+  check_bool('trust_unverified_checkpoints', c.trust_unverified_checkpoints)
   _check_data(c)
   _check_federated(c)
   _check_model_and_head(c)

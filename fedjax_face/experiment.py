@@ -1,9 +1,12 @@
 """`train_and_evaluate(config, workdir)`: data -> partition -> algorithm -> rounds -> evaluation.
 
 Everything a run does lives here so tests can call it directly; `main.py` only parses flags.
-Outputs in the workdir: config.json, checkpoints/ (resumed automatically), tensorboard/,
-results.json, report.md and the evaluators' plots (data samples, ROC curves, class-embedding
-similarity).
+Outputs in the workdir: config.json, checkpoints/ (resumed automatically; beside each, the run
+record of `run_record`: the noise each round ran at, the divergence guard's reference, the
+learning-rate decay rounds of the start), tensorboard/, results.json, report.md and the
+evaluators' plots (data samples, ROC curves, class-embedding similarity); stopped.json when the
+divergence guard stopped the run (its rerun is refused until something that could fix it
+changes: io/checkpoint.py).
 
 Multi-host (`core/distributed.py`, `launch/tpu_pod.sh`, `launch/slurm_gpu.sh`): every process
 runs this same function. Each samples and loads only the cohort rows of its own devices
@@ -13,6 +16,8 @@ and broadcasts it).
 """
 
 import contextlib
+import functools
+import json
 import time
 
 import jax
@@ -116,9 +121,11 @@ def train_and_evaluate(config, workdir: str) -> dict:
         files.check_workdir(workdir)
         files.makedirs(workdir)
         cleanup.enter_context(files.workdir_lock(workdir))   # released on every exit path
-        ckpt = checkpoint.Checkpointer(workdir, config.to_dict(),
-                                       defaults=config_lib.base_config(
-                                           sources.get(config.data.source).TASK).to_dict())
+        ckpt = checkpoint.Checkpointer(
+            workdir, config.to_dict(), max_to_keep=config.checkpoint_keep,
+            defaults=config_lib.base_config(sources.get(config.data.source).TASK).to_dict(),
+            trust_unverified=config.trust_unverified_checkpoints,
+            check_resume=functools.partial(check_budget_left, config))
         # On every exit path, finished checkpoints are waited for before an error propagates,
         # so the error is the last thing printed and no save is cut off.
         cleanup.push(lambda kind, error, trace: ckpt.finish(failing=error is not None))
@@ -149,7 +156,12 @@ def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start
   # Model, algorithm, engine.
   backend, step_mode, loop_threads, conv_gradient = policy.resolve_engine(config)
   model = models.build_backbone(config.model, conv_gradient=conv_gradient)
-  algorithm = method.build(config, model, fed, step_mode=step_mode)
+  # The learning-rate decay rounds of the run's start, kept when it is extended.
+  prior = shared_json(ckpt.latest_run_record() if chief else None, chief)
+  build_config, kept = with_start_decay_rounds(config, prior)
+  if kept:
+    say(kept, flush=True)
+  algorithm = method.build(build_config, model, fed, step_mode=step_mode)
   embed = eval_lib.make_embed(model)
   mesh = None
   if backend != 'loop' or jax.process_count() > 1:   # several processes: the mesh spans them
@@ -164,9 +176,12 @@ def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start
   with jax.default_device(jax.local_devices(backend='cpu')[0]) if on_host else (
       contextlib.nullcontext()):
     state = algorithm.init(jax.random.fold_in(root_rng, 0), warm_start(config))
+  record = None   # what the checkpoint resumed from records of the rounds before it
   if chief and ckpt.latest_round() is not None:
     state = ckpt.restore(state)
+    record = ckpt.run_record
   state = distributed.process_zero_value(state, chief)   # only process 0 reads the workdir
+  record = shared_json(record, chief)
   if on_host:
     state = state.replace(clients=engine_lib.host_clients(state.clients))
   start_round = int(state.round)
@@ -177,15 +192,26 @@ def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start
   fl = config.federated
   num_examples = fed.num_examples.astype(np.float32)
   cohort_size = len(federated.select_clients(fed.num_clients, fl.participation, 0, config.seed))
-  dp = privacy.spec_from_config(config, algorithm.client_rows, fed.num_clients, cohort_size)
+  history, planned = noise_history(config, record, start_round, algorithm.client_rows,
+                                   fed.num_clients, cohort_size, say)
+  dp = privacy.spec_from_config(config, algorithm.client_rows, fed.num_clients, cohort_size,
+                                history, planned)
   eng, plan = plan_engine(config, algorithm, state, fed, cohort_size, backend, mesh, loop_threads,
                           dp)
+  # The noise of every round of the run: those already run, then this start's.
+  total_history = [] if dp is None else privacy.extended(
+      history, config.num_rounds - start_round, dp.noise_multiplier)
   if dp is not None:
-    say(f'dp: clip {dp.clip_norm:g}, noise multiplier {dp.noise_multiplier:.4g}', flush=True)
-  # ε after each round, for TensorBoard's dp/epsilon curve (one accountant call for the run).
-  epsilons = [] if dp is None else privacy.epsilon_curve(
-      fed.num_clients, cohort_size, dp.noise_multiplier, config.num_rounds,
-      config.dp.target_delta, privacy.amplified(dp))
+    say(describe_noise(dp, history, start_round, config.num_rounds), flush=True)
+  # ε after each round, for TensorBoard's dp/epsilon curve (one accountant pass for the run),
+  # composed over the noise each round ran at.
+  epsilons = [] if dp is None else privacy.history_epsilon_curve(
+      fed.num_clients, cohort_size, total_history, config.dp.target_delta, privacy.amplified(dp))
+  # What each checkpoint records beside it (`run_record`).
+  guard = (record or {}).get('guard')
+  recorded = functools.partial(
+      run_record, config, dp, history, start_round, epsilons,
+      (prior or {}).get('lr_schedule') if kept else decay_record(config))
   if plan is not None:
     say(f'engine: {plan.describe()}', flush=True)
   cohort_of = lambda r: federated.pad_cohort(
@@ -212,56 +238,66 @@ def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start
   # (the host's work between rounds: cohort, prefetched data, logging, checkpoints, evaluation).
   in_rounds_s = first_round_s = 0.0
   last_logged = {}   # the training metrics of the last logged round (results.json)
-  first_loss = None  # the divergence guard's reference (`check_divergence`)
-  for r in range(start_round, config.num_rounds):
-    cohort = cohort_of(r)
-    weights = np.where(cohort < fed.num_clients,
-                       num_examples[np.minimum(cohort, fed.num_clients - 1)], 0.0)
-    data = round_data.get(r)
-    t_round = time.perf_counter()
-    state, round_metrics = eng.run_round(state, cohort, weights, data,
-                                         jax.random.fold_in(root_rng, r + 1))
-    in_rounds_s += time.perf_counter() - t_round
-    done = r + 1
-    if r == start_round:
-      first_round_s = time.perf_counter() - t_train   # compiles: steady state is the rest
-    first_loss = check_divergence(config, done, round_metrics, first_loss)
+  # The divergence guard's reference (`check_divergence`): the run's first round, recorded in
+  # its checkpoints so that a rerun does not take a blown-up loss as its reference.
+  first_loss = guard['loss'] if guard else None
+  done = start_round
+  with stop_recorded(workdir, config, chief, lambda: done):
+    for r in range(start_round, config.num_rounds):
+      cohort = cohort_of(r)
+      weights = np.where(cohort < fed.num_clients,
+                         num_examples[np.minimum(cohort, fed.num_clients - 1)], 0.0)
+      data = round_data.get(r)
+      t_round = time.perf_counter()
+      state, round_metrics = eng.run_round(state, cohort, weights, data,
+                                           jax.random.fold_in(root_rng, r + 1))
+      in_rounds_s += time.perf_counter() - t_round
+      done = r + 1
+      if r == start_round:
+        first_round_s = time.perf_counter() - t_train   # compiles: steady state is the rest
+      first_loss = check_divergence(config, done, round_metrics, first_loss)
+      if guard is None and first_loss is not None:
+        guard = {'round': done, 'loss': first_loss}
+      if chief:
+        ckpt.check()   # a failed background save stops the run now, not at the next save
+      logged = (done % config.log_every == 0 or done == config.num_rounds
+                or done == start_round + 1)
+      if chief and epsilons and not logged:
+        writer.write_scalars(done, {'dp/epsilon': epsilons[r]})
+      if logged:
+        scalars = {k: float(v) for k, v in round_metrics.items()}
+        scalars.update(class_embedding_norms(algorithm, state))
+        if not np.all(np.isfinite(list(scalars.values()))):
+          raise FloatingPointError(f'round {done}: non-finite training metrics {scalars}; the '
+                                   'run diverged (lower optimizer.learning_rate or '
+                                   'fedgc.reg_lambda).')
+        if dp is not None:   # inf without noise: a value, not a divergence
+          scalars['dp/epsilon'] = epsilons[r]
+        last_logged = {'round': done, **scalars}
+        if chief:
+          writer.write_scalars(done, {**scalars, **progress.update(done, scalars)})
+      if chief and config.checkpoint_every and done % config.checkpoint_every == 0:
+        ckpt.save(done, _for_checkpoint(checked_finite(state, done)), recorded(done, guard))
+        if on_host:   # the next round writes the host arrays being saved
+          ckpt.wait()
+      if (config.eval.every_rounds and done % config.eval.every_rounds == 0
+          and done < config.num_rounds):
+        mid = evaluate(evaluators, embed, algorithm, state)
+        if chief:
+          artifacts.write_eval_outputs(workdir, mid)
+          writer.write_scalars(done, eval_scalars(mid))
+    round_data.close()
+    if isinstance(fed.images, stores.DecodedImageStore):
+      say(f'input pipeline: waited {round_data.wait_s:.1f} s for round data; '
+          f'{len(fed.images.bad)} bad records skipped ({fed.images.num_masked} samples masked)',
+          flush=True)
+    jax.block_until_ready(state)
+    train_s = time.perf_counter() - t_train
     if chief:
-      ckpt.check()   # a failed background save stops the run now, not at the next save
-    logged = done % config.log_every == 0 or done == config.num_rounds or done == start_round + 1
-    if chief and epsilons and not logged:
-      writer.write_scalars(done, {'dp/epsilon': epsilons[r]})
-    if logged:
-      scalars = {k: float(v) for k, v in round_metrics.items()}
-      scalars.update(class_embedding_norms(algorithm, state))
-      if not np.all(np.isfinite(list(scalars.values()))):
-        raise FloatingPointError(f'round {done}: non-finite training metrics {scalars}; the run '
-                                 'diverged (lower optimizer.learning_rate or fedgc.reg_lambda).')
-      if dp is not None:   # inf without noise: a value, not a divergence
-        scalars['dp/epsilon'] = epsilons[r]
-      last_logged = {'round': done, **scalars}
-      if chief:
-        writer.write_scalars(done, {**scalars, **progress.update(done, scalars)})
-    if chief and config.checkpoint_every and done % config.checkpoint_every == 0:
-      ckpt.save(done, _for_checkpoint(checked_finite(state, done)))
-      if on_host:   # the next round writes the host arrays being saved
-        ckpt.wait()
-    if config.eval.every_rounds and done % config.eval.every_rounds == 0 and done < config.num_rounds:
-      mid = evaluate(evaluators, embed, algorithm, state)
-      if chief:
-        artifacts.write_eval_outputs(workdir, mid)
-        writer.write_scalars(done, eval_scalars(mid))
-  round_data.close()
-  if isinstance(fed.images, stores.DecodedImageStore):
-    say(f'input pipeline: waited {round_data.wait_s:.1f} s for round data; '
-        f'{len(fed.images.bad)} bad records skipped ({fed.images.num_masked} samples masked)',
-        flush=True)
-  jax.block_until_ready(state)
-  train_s = time.perf_counter() - t_train
-  if chief:
-    if ckpt.latest_round() != config.num_rounds:
-      ckpt.save(config.num_rounds, _for_checkpoint(checked_finite(state, config.num_rounds)))
-    ckpt.close()
+      if ckpt.latest_round() != config.num_rounds:
+        ckpt.save(config.num_rounds, _for_checkpoint(checked_finite(state, config.num_rounds)),
+                  recorded(config.num_rounds, guard))
+      ckpt.close()
 
   # Evaluation and outputs.
   t0 = time.perf_counter()
@@ -286,7 +322,8 @@ def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start
                  'resumed_from_round': start_round,
                  'total_s': time.perf_counter() - t_start},
       'last_logged_round': last_logged,
-      'privacy': (privacy.ledger(config, dp, fed.num_clients, cohort_size, config.num_rounds)
+      'privacy': (privacy.ledger(config, dp, fed.num_clients, cohort_size, config.num_rounds,
+                                 total_history)
                   if dp is not None else {'enabled': False}),
       'communication': None if method.ONE_CLIENT else communication.ledger(
           algorithm, state, one_client_data(fed, config),
@@ -305,6 +342,127 @@ def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start
   print(text, flush=True)
   logging.info('results written to %s', workdir)
   return results
+
+
+def check_budget_left(config, record: dict | None) -> None:
+  """What the Checkpointer runs on the newest checkpoint's run record before a resume writes
+  anything: a `dp.target_epsilon` the rounds already run have spent is refused, naming the ε
+  spent (core/privacy.py:check_budget), and a DP run whose checkpoint records no noise history
+  is refused unless `trust_unverified_checkpoints` (its ε could not be accounted)."""
+  if not config.dp.enabled:
+    return
+  spent = (record or {}).get('privacy')
+  if not spent:
+    if not config.trust_unverified_checkpoints:
+      raise ValueError(no_history_line(config))
+    return
+  privacy.check_budget(config.dp.target_epsilon, spent['epsilon'], spent['rounds'],
+                       config.dp.target_delta)
+
+
+def no_history_line(config, start_round: int | None = None) -> str:
+  at = f'of round {start_round} ' if start_round else ''
+  return (f'dp: the checkpoint {at}records no noise history (saved before it was recorded, or '
+          'its checkpoint_digests/ file is missing), so the epsilon of its rounds cannot be '
+          'accounted; expected a checkpoint with its digest file, or '
+          '--config.trust_unverified_checkpoints=True to assume every round ran at this '
+          f'config\'s noise multiplier (config.dp.target_epsilon={config.dp.target_epsilon:g}).')
+
+
+def noise_history(config, record: dict | None, start_round: int, client_rows, num_clients: int,
+                  cohort_size: int, say) -> tuple[list, dict | None]:
+  """(the [rounds, noise multiplier] segments that rounds 1..`start_round` ran at, the plan they
+  ran under) from the resumed checkpoint's record; ([], None) for a fresh start or without DP.
+  A record that is missing is refused (`no_history_line`) unless the config trusts unverified
+  checkpoints; then every round is assumed to have run at this config's noise, and it is said."""
+  if not config.dp.enabled or not start_round:
+    return [], None
+  spent = (record or {}).get('privacy')
+  if spent and privacy.rounds_of(spent['noise_history']) == start_round:
+    return spent['noise_history'], spent.get('plan')
+  if not config.trust_unverified_checkpoints:
+    raise ValueError(no_history_line(config, start_round))
+  sigma = privacy.spec_from_config(config, client_rows, num_clients, cohort_size).noise_multiplier
+  say(f'dp: the checkpoint of round {start_round} records no noise history; assuming rounds '
+      f'1-{start_round} ran at noise multiplier {sigma:.4g} '
+      '(config.trust_unverified_checkpoints=True)', flush=True)
+  return privacy.extended([], start_round, sigma), privacy.plan_record(config, sigma)
+
+
+def describe_noise(dp: privacy.DpSpec, history, start_round: int, num_rounds: int) -> str:
+  """The run's 'dp:' line: the clip and noise, and the noise of the rounds already run when it
+  differs."""
+  line = f'dp: clip {dp.clip_norm:g}, noise multiplier {dp.noise_multiplier:.4g}'
+  if history and history != privacy.extended([], start_round, dp.noise_multiplier):
+    ran = ', '.join(f'{n} at {s:.4g}' for n, s in history)
+    line += f' for rounds {start_round + 1}-{num_rounds} (rounds 1-{start_round} ran: {ran})'
+  return line
+
+
+def run_record(config, dp: privacy.DpSpec | None, history, start_round: int, epsilons,
+               lr_schedule: dict | None, done: int, guard: dict | None) -> dict:
+  """What the checkpoint of round `done` records beside it (io/checkpoint.py): the noise each
+  round 1..`done` ran at, the ε they spent and the plan this start runs under (a resume or an
+  extension accounts them: core/privacy.py); the divergence guard's reference (round and loss);
+  the learning-rate decay of the run's start (`with_start_decay_rounds`)."""
+  spent = None
+  if dp is not None:
+    spent = {'noise_history': privacy.extended(history, done - start_round, dp.noise_multiplier),
+             'rounds': done, 'epsilon': epsilons[done - 1], 'delta': config.dp.target_delta,
+             'plan': privacy.plan_record(config, dp.noise_multiplier)}
+  return {'privacy': spent, 'guard': guard, 'lr_schedule': lr_schedule}
+
+
+def decay_record(config) -> dict | None:
+  """The learning-rate decay of `config` as a checkpoint records it: the fractions and the rounds
+  they fall on (`algorithms/common.py:lr_scale_schedule`), or None for a constant rate."""
+  opt = config.optimizer
+  if opt.schedule != 'step':
+    return None
+  return {'decay_at': [float(f) for f in opt.decay_at],
+          'decay_rounds': [int(round(f * config.num_rounds)) for f in opt.decay_at]}
+
+
+def with_start_decay_rounds(config, prior: dict | None):
+  """(the config the method is built with, a line saying what was kept, or ''). `decay_at` is a
+  fraction of num_rounds, so extending a `optimizer.schedule='step'` run would move its decays
+  (and raise the rate 10x mid-run); the decay rounds its start recorded are kept instead, by
+  refitting decay_at to them for the build, and said. Not when decay_at itself changed (a
+  stopped run may change optimizer fields: io/checkpoint.py)."""
+  now, start = decay_record(config), (prior or {}).get('lr_schedule')
+  if (now is None or not start or start['decay_at'] != now['decay_at']
+      or start['decay_rounds'] == now['decay_rounds']):
+    return config, ''
+  build = config.copy_and_resolve_references()
+  # round(r / N * N) == r: lr_scale_schedule puts the decays back on exactly these rounds.
+  build.optimizer.decay_at = tuple(r / config.num_rounds for r in start['decay_rounds'])
+  kept = ', '.join(map(str, start['decay_rounds']))
+  moved = ', '.join(map(str, now['decay_rounds']))
+  return build, (f'optimizer.schedule=step: keeping the decay rounds of the run\'s start ({kept}); '
+                 f'decay_at of num_rounds={config.num_rounds} would move them to ({moved}).')
+
+
+def shared_json(value, chief: bool):
+  """Process 0's JSON-able `value` on every process (the run record only process 0 reads): its
+  length, then its bytes (identity with one process)."""
+  if jax.process_count() == 1:
+    return value
+  data = np.frombuffer(json.dumps(value).encode(), np.uint8) if chief else None
+  size = int(distributed.process_zero_value(np.int32(len(data) if chief else 0), chief))
+  data = distributed.process_zero_value(data if chief else np.zeros(size, np.uint8), chief)
+  return json.loads(bytes(np.asarray(data, np.uint8)).decode())
+
+
+@contextlib.contextmanager
+def stop_recorded(workdir: str, config, chief: bool, round_now):
+  """Records a run the divergence guard (or a non-finite state) stops in `<workdir>/stopped.json`
+  (`checkpoint.write_stopped`), so that rerunning it says so instead of repeating it."""
+  try:
+    yield
+  except FloatingPointError as e:
+    if chief:
+      checkpoint.write_stopped(workdir, round_now(), str(e), config.to_dict())
+    raise
 
 
 def check_divergence(config, done: int, round_metrics: dict, first_loss):

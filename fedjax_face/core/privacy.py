@@ -70,9 +70,12 @@ class DpSpec(NamedTuple):
 
 
 def spec_from_config(config, client_rows: tuple[str, ...], num_clients: int = 0,
-                     cohort_size: int = 0) -> DpSpec | None:
+                     cohort_size: int = 0, history: tuple = (), planned: dict | None = None
+                     ) -> DpSpec | None:
   """The DpSpec of `config.dp`, or None when it is off. With `dp.target_epsilon` > 0 the noise
-  multiplier is the one that reaches it after `num_rounds` (`noise_for_epsilon`)."""
+  multiplier is the one that makes the run's whole history reach it after `num_rounds`
+  (`target_noise`): `history` holds the (rounds, noise multiplier) segments already run (a resumed
+  or extended run), `planned` the plan they were run under (`plan_record`)."""
   dp = config.dp
   if not dp.enabled:
     return None
@@ -80,9 +83,64 @@ def spec_from_config(config, client_rows: tuple[str, ...], num_clients: int = 0,
                 class_rows=dp.class_rows)
   sigma = float(dp.noise_multiplier)
   if dp.target_epsilon:
-    sigma = noise_for_epsilon(dp.target_epsilon, num_clients, cohort_size, config.num_rounds,
-                              dp.target_delta, amplified(spec))
+    sigma = target_noise(dp.target_epsilon, num_clients, cohort_size, config.num_rounds,
+                         dp.target_delta, amplified(spec), history, planned)
   return spec._replace(noise_std=sigma * spec.clip_norm, noise_multiplier=sigma)
+
+
+def rounds_of(history) -> int:
+  """Rounds covered by a noise history [(rounds, noise multiplier), ...]."""
+  return sum(int(n) for n, _ in history)
+
+
+def extended(history, rounds: int, noise_multiplier: float) -> list[list]:
+  """`history` followed by `rounds` rounds at `noise_multiplier`, as [[rounds, sigma], ...] (the
+  JSON a checkpoint records), a segment at the same sigma as the last one joined to it so that a
+  run resumed many times keeps a short record. Empty segments are dropped."""
+  out = [[int(n), float(s)] for n, s in history if int(n) > 0]
+  if rounds > 0:
+    if out and out[-1][1] == float(noise_multiplier):
+      out[-1][0] += int(rounds)
+    else:
+      out.append([int(rounds), float(noise_multiplier)])
+  return out
+
+
+def plan_record(config, noise_multiplier: float) -> dict:
+  """What a checkpoint records of the plan its rounds ran under: a resume with the same
+  `num_rounds` and `dp.target_epsilon` keeps this noise multiplier (bit for bit the uninterrupted
+  run; recalibrating over the remaining rounds would reach the same target only to 0.1 %)."""
+  return {'num_rounds': int(config.num_rounds),
+          'target_epsilon': float(config.dp.target_epsilon),
+          'noise_multiplier': float(noise_multiplier)}
+
+
+def check_budget(target: float, spent: float, rounds_done: int, delta: float) -> None:
+  """ValueError when `target` (dp.target_epsilon) is not above the epsilon the `rounds_done`
+  rounds already run have spent: no noise on the rounds left can bring it back."""
+  if target and spent >= target:
+    raise ValueError(f'config.dp.target_epsilon={target:g} cannot be met: the {rounds_done} '
+                     f'rounds already run spent epsilon={spent:.4g} (delta={delta:g}); expected a '
+                     'target above it, or a new --workdir.')
+
+
+def target_noise(target: float, num_clients: int, cohort_size: int, num_rounds: int,
+                 delta: float, amplified_: bool = True, history=(), planned: dict | None = None
+                 ) -> float:
+  """The noise multiplier for rounds `rounds_of(history)`+1..`num_rounds` that makes the whole
+  history reach `target`: the planned one when `planned` was made for this `num_rounds` and
+  `target`, else solved over the remaining rounds only (the rounds run keep the sigma each used).
+  Refuses a target the history has already spent (`check_budget`)."""
+  done = rounds_of(history)
+  if planned and (planned.get('num_rounds') == num_rounds and
+                  planned.get('target_epsilon') == float(target)):
+    return float(planned['noise_multiplier'])
+  spent = history_epsilon(num_clients, cohort_size, history, delta, amplified_)
+  check_budget(target, spent, done, delta)
+  if num_rounds <= done:   # nothing left to train: the last sigma, for the report
+    return float(history[-1][1])
+  return noise_for_epsilon(target, num_clients, cohort_size, num_rounds - done, delta,
+                           amplified_, history)
 
 
 def _inexact(x) -> bool:
@@ -175,45 +233,76 @@ def _one_round_rdp(num_clients: int, cohort_size: int, noise_multiplier: float,
 
 def epsilon_curve(num_clients: int, cohort_size: int, noise_multiplier: float, rounds: int,
                   delta: float, amplified: bool = True) -> list[float]:
-  """ε at `delta` after each of rounds 1..`rounds` (the accountant's RDP of t rounds is t times
-  one round's, exactly as it composes them); inf throughout without noise."""
-  if noise_multiplier <= 0:
-    return [float('inf')] * rounds
+  """ε at `delta` after each of rounds 1..`rounds` at one noise multiplier; inf throughout
+  without noise."""
+  return history_epsilon_curve(num_clients, cohort_size, [(rounds, noise_multiplier)], delta,
+                               amplified)
+
+
+def history_epsilon_curve(num_clients: int, cohort_size: int, history, delta: float,
+                          amplified: bool = True) -> list[float]:
+  """ε at `delta` after each round of a noise history [(rounds, sigma), ...] (TensorBoard's
+  dp/epsilon). The RDP of t rounds into a segment is the segments before it plus t times one
+  round's, added in the order the accountant adds them, so each value is exactly
+  `history_epsilon` of the history cut there. From a noiseless round on, inf."""
   from dp_accounting.rdp import rdp_privacy_accountant  # pylint: disable=g-import-not-at-top
-  orders, one_round = _one_round_rdp(num_clients, cohort_size, noise_multiplier, amplified)
-  return [float(rdp_privacy_accountant.compute_epsilon(orders, t * one_round, delta)[0])
-          for t in range(1, rounds + 1)]
+  out, before, noiseless = [], None, False
+  for rounds, sigma in history:
+    rounds = int(rounds)
+    noiseless = noiseless or sigma <= 0
+    if noiseless:
+      out += [float('inf')] * rounds
+      continue
+    orders, one_round = _one_round_rdp(num_clients, cohort_size, sigma, amplified)
+    base = np.zeros_like(one_round) if before is None else before
+    out += [float(rdp_privacy_accountant.compute_epsilon(orders, base + t * one_round, delta)[0])
+            for t in range(1, rounds + 1)]
+    before = base + rounds * one_round
+  return out
 
 
 def epsilon(num_clients: int, cohort_size: int, noise_multiplier: float, rounds: int,
             delta: float, amplified: bool = True) -> float:
-  """ε at `delta` after `rounds` rounds (RDP accountant, replace-one neighbours); inf without
-  noise, 0 before the first round."""
-  if rounds == 0:
+  """ε at `delta` after `rounds` rounds at one noise multiplier (RDP accountant, replace-one
+  neighbours); inf without noise, 0 before the first round."""
+  return history_epsilon(num_clients, cohort_size, [(rounds, noise_multiplier)], delta, amplified)
+
+
+def history_epsilon(num_clients: int, cohort_size: int, history, delta: float,
+                    amplified: bool = True) -> float:
+  """ε at `delta` after a noise history [(rounds, sigma), ...]: the accountant composes each
+  segment's rounds with the sigma they ran at (a run resumed or extended with another noise
+  multiplier). 0 for no rounds, inf when any round ran without noise."""
+  history = [(int(n), float(s)) for n, s in history if int(n) > 0]
+  if not history:
     return 0.0
-  if noise_multiplier <= 0:
+  if any(s <= 0 for _, s in history):
     return float('inf')
-  import dp_accounting  # pylint: disable=g-import-not-at-top
+  import dp_accounting  # pylint: disable=g-import-not-at-top  (only runs with dp on import it)
   from dp_accounting import rdp  # pylint: disable=g-import-not-at-top
   accountant = rdp.RdpAccountant(
       neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
-  accountant.compose(dp_event(num_clients, cohort_size, noise_multiplier, rounds, amplified))
+  for rounds, sigma in history:
+    accountant.compose(dp_event(num_clients, cohort_size, sigma, rounds, amplified))
   return float(accountant.get_epsilon(delta))
 
 
 def noise_for_epsilon(target: float, num_clients: int, cohort_size: int, rounds: int,
-                      delta: float, amplified: bool = True) -> float:
-  """The noise multiplier whose `epsilon` after `rounds` is `target` (to 0.1 %, by bisection on
-  the accountant; ε falls as σ grows)."""
+                      delta: float, amplified: bool = True, history=()) -> float:
+  """The noise multiplier whose `rounds` rounds after `history` (the rounds already run, each
+  at its own sigma) bring ε to `target` (to 0.1 %, by bisection on the accountant; ε falls as σ
+  grows)."""
+  eps = lambda sigma: history_epsilon(num_clients, cohort_size, list(history) + [(rounds, sigma)],
+                                      delta, amplified)
   low, high = 1e-3, 1.0
-  while epsilon(num_clients, cohort_size, high, rounds, delta, amplified) > target:
+  while eps(high) > target:
     low, high = high, high * 2
     if high > 1e6:
       raise ValueError(f'dp.target_epsilon={target}: not reached with a noise multiplier up to '
                        '1e6; expected a larger epsilon.')
   while high - low > 1e-3 * high:
     mid = (low + high) / 2
-    if epsilon(num_clients, cohort_size, mid, rounds, delta, amplified) > target:
+    if eps(mid) > target:
       low = mid
     else:
       high = mid
@@ -225,15 +314,19 @@ def amplified(spec: DpSpec) -> bool:
   return not (spec.client_rows and spec.class_rows == 'private')
 
 
-def ledger(config, spec: DpSpec, num_clients: int, cohort_size: int, rounds: int) -> dict:
-  """results.json['privacy']: ε and what it means."""
+def ledger(config, spec: DpSpec, num_clients: int, cohort_size: int, rounds: int,
+           history=None) -> dict:
+  """results.json['privacy']: ε and what it means. `history` [(rounds, sigma), ...] is what the
+  run's rounds ran at (None: all `rounds` at the spec's sigma); ε composes it."""
   dp = config.dp
   amp = amplified(spec)
-  eps = epsilon(num_clients, cohort_size, spec.noise_multiplier, rounds, dp.target_delta, amp)
+  history = extended([], rounds, spec.noise_multiplier) if history is None else history
+  eps = history_epsilon(num_clients, cohort_size, history, dp.target_delta, amp)
   out = {
       'epsilon': eps, 'delta': dp.target_delta, 'rounds': rounds,
       'target_epsilon': dp.target_epsilon or None,
       'clip_norm': dp.clip_norm, 'noise_multiplier': spec.noise_multiplier,
+      'noise_history': [{'rounds': int(n), 'noise_multiplier': float(s)} for n, s in history],
       'noise_std': spec.noise_std, 'accountant': 'RDP (dp-accounting), replace-one neighbours',
       'unit': 'client (all of its data)',
       'sampling': (f'{cohort_size} of {num_clients} clients a round, uniformly without '

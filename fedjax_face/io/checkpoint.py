@@ -9,30 +9,50 @@ not change the trained model (`RESUMABLE_FIELDS`) may differ, so a run can be ex
 the code, library versions and machine of its first start, and of each resume after it, so a
 run trained across commits says so. Provenance is never compared: a run resumes on another
 machine or at another commit, and its record tells.
+
+Beside each checkpoint, `checkpoint_digests/<round>.json` holds the SHA-256 of every saved array
+(`arrays`, checked on restore: a checkpoint without them is unverified and resumed only with
+`config.trust_unverified_checkpoints`) and the run's record up to that round (`run`, written by
+the driver: the noise multiplier each round ran at, the divergence guard's reference, the
+learning-rate decay rounds of the run's start). A run the divergence guard stopped leaves
+`stopped.json`; its rerun is refused until a field that could fix it changes (`STOP_FIX_FIELDS`).
 """
 
 import contextlib
 import hashlib
 import json
 import os
+import shutil
 import time
 
 import jax
 from absl import logging
 import numpy as np
 import orbax.checkpoint as ocp
+from etils import epath
 from flax import serialization
 
 from fedjax_face.io import files
 from fedjax_face.io import provenance
 
 RESUMABLE_FIELDS = ('num_rounds', 'checkpoint_every', 'log_every', 'eval.', 'evals.', 'engine.',
-                    'data.prefetch', 'data.decode_threads')
+                    'data.prefetch', 'data.decode_threads', 'checkpoint_keep',
+                    'trust_unverified_checkpoints',
+                    # The checkpoints record the noise each round ran at, so a new target is
+                    # accounted over the real history (core/privacy.py:target_noise).
+                    'dp.target_epsilon')
 # Fields of a data source's section that change how records are read, not which: resumable too.
 RESUMABLE_SOURCE_FIELDS = ('skip_bad_records', 'check_record_labels')
 
 
 PROVENANCE_KEY = 'provenance'   # config.json's record of where the run came from; no config field
+STOPPED_FILE = 'stopped.json'   # written when the divergence guard stops a run (`write_stopped`)
+# Fields whose change may cure a divergence: a rerun of a stopped run must change one of them
+# (any change counts: the rule cannot know which direction helps; lowering the learning rate is
+# the usual one, divergence_factor=0 turns the finite guard off), and with checkpoints these may
+# then differ from the config that wrote them. '<method>.' is the method's own section.
+STOP_FIX_FIELDS = ('divergence_factor', 'optimizer.')
+REJECTED_TO_KEEP = 4   # newest entries kept in checkpoints_rejected/ (older ones are deleted)
 
 
 def flatten(tree: dict, prefix: str = '') -> dict[str, object]:
@@ -50,16 +70,17 @@ def flatten(tree: dict, prefix: str = '') -> dict[str, object]:
   return out
 
 
-def config_differences(old: dict, new: dict, defaults: dict | None = None) -> list[str]:
-  """Fields (outside RESUMABLE_FIELDS) whose values differ, as 'field: old -> new'. A field the
-  old config lacks that `defaults` (the shared base config) holds at the value the new config
-  has is no difference: it was added to the package since, and the old run trained with that
-  behaviour, so a run started before an upgrade still resumes."""
+def config_differences(old: dict, new: dict, defaults: dict | None = None,
+                       also: tuple[str, ...] = ()) -> list[str]:
+  """Fields (outside RESUMABLE_FIELDS and the prefixes `also`) whose values differ, as
+  'field: old -> new'. A field the old config lacks that `defaults` (the shared base config)
+  holds at the value the new config has is no difference: it was added to the package since, and
+  the old run trained with that behaviour, so a run started before an upgrade still resumes."""
   old_flat, new_flat = flatten(old), flatten(new)
   default_flat = flatten(defaults or {})
   diffs = []
   for key in sorted(set(old_flat) | set(new_flat)):
-    if (key.startswith(RESUMABLE_FIELDS) or key in RESUMABLE_FIELDS
+    if (key.startswith(RESUMABLE_FIELDS + tuple(also)) or key in RESUMABLE_FIELDS
         or (key.startswith('data.') and key.rsplit('.', 1)[-1] in RESUMABLE_SOURCE_FIELDS)):
       continue
     if (key not in old_flat and key in default_flat and
@@ -71,13 +92,25 @@ def config_differences(old: dict, new: dict, defaults: dict | None = None) -> li
 
 
 class Checkpointer:
-  """Saves and restores `RoundState` under `<workdir>/checkpoints/<round>`."""
+  """Saves and restores `RoundState` under `<workdir>/checkpoints/<round>`.
+
+  Opening refuses, before config.json is written: a `checkpoints` link that points nowhere; a
+  `num_rounds` below the round the checkpoints hold (`check_rounds`); a rerun of a run the
+  divergence guard stopped with nothing changed that could fix it (`stopped.json`); another
+  config; and whatever `check_resume(run record of the newest checkpoint)` raises (the driver's
+  privacy budget). `max_to_keep`: `config.checkpoint_keep`. `trust_unverified`:
+  `config.trust_unverified_checkpoints`, resuming from a checkpoint whose digests are missing.
+  """
 
   def __init__(self, workdir: str, config_dict: dict, *, max_to_keep: int = 2,
-               defaults: dict | None = None):
+               defaults: dict | None = None, trust_unverified: bool = False,
+               check_resume=None):
     self.workdir = workdir
+    self.trust_unverified = trust_unverified
+    self.run_record = None   # the `run` record of the checkpoint `restore` returned
     files.makedirs(workdir)
     directory = files.absolute(files.join(workdir, 'checkpoints'))
+    check_checkpoint_link(directory)
     options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True)
     if jax.process_count() > 1:
       # Multi-process runs checkpoint from process 0 alone (host copies of the replicated state):
@@ -92,7 +125,7 @@ class Checkpointer:
     self._closed = False
     files.makedirs(files.join(workdir, 'checkpoint_digests'))
     self._check_writable(directory)
-    self._check_config(config_dict, defaults)
+    self._check_config(config_dict, defaults, check_resume)
 
   def _check_writable(self, directory: str) -> None:
     """Refuses at start a checkpoint directory that cannot be written (rather than at the first
@@ -108,37 +141,59 @@ class Checkpointer:
       raise OSError(f'cannot write checkpoints to {directory}: {e.strerror or e}; expected a '
                     'writable directory.') from e
 
-  def _check_config(self, config_dict: dict, defaults: dict | None) -> None:
-    """Refuses to resume checkpoints written by another config, then writes config.json with the
-    run's provenance record (`run_provenance`)."""
+  def _check_config(self, config_dict: dict, defaults: dict | None, check_resume=None) -> None:
+    """Refuses to resume checkpoints written by another config (or a stopped run rerun as it
+    was, or a shorter one), then writes config.json with the run's provenance record
+    (`run_provenance`)."""
     path = files.join(self.workdir, 'config.json')
     config_dict = dict(config_dict)
     # A caller handing back a saved config.json (a tool reopening a finished run to read it) does
     # not resume training: its record is kept as it is.
     reopened = config_dict.pop(PROVENANCE_KEY, None)
+    as_json = lambda d: json.loads(json.dumps(d, default=files.jsonable))
+    latest = self._manager.latest_step()
+    stopped, fixes = None, ()
+    if reopened is None:
+      stopped = read_stopped(self.workdir)
+      if stopped is not None:
+        changed = config_differences(stopped.get('config', {}), as_json(config_dict),
+                                     defaults and as_json(defaults))
+        if not changed:
+          raise ValueError(stopped_line(self.workdir, stopped, config_dict.get('algorithm', '')))
+        fixes = stop_fix_fields(config_dict)
     old = None
-    if self._manager.latest_step() is not None and files.exists(path):
+    if latest is not None and files.exists(path):
       try:
         old = json.loads(files.read_text(path))
       except json.JSONDecodeError as e:
         raise ValueError(f'{path} is not valid JSON ({e}); it should record the config of the '
                          'checkpoints in this workdir. Use a new --workdir.') from e
-      as_json = lambda d: json.loads(json.dumps(d, default=files.jsonable))
-      diffs = config_differences(old, as_json(config_dict), defaults and as_json(defaults))
+      diffs = config_differences(old, as_json(config_dict), defaults and as_json(defaults), fixes)
       if diffs:
         raise ValueError(
             f'--workdir={self.workdir} holds checkpoints of a different config; refusing to '
             'resume. Differences (checkpoint -> now):\n  ' + '\n  '.join(diffs) +
             '\nUse a new --workdir, or the same config to resume.')
-    elif self._manager.latest_step() is not None:
+    elif latest is not None:
       raise ValueError(f'--workdir={self.workdir} has checkpoints but no config.json, so it is '
                        'unknown which config wrote them. Use a new --workdir.')
+    if reopened is None:
+      check_rounds(latest, config_dict.get('num_rounds'), self.workdir)
+      if latest is not None and check_resume is not None:
+        check_resume(self.latest_run_record())
     if reopened is not None:
       record = (old or {}).get(PROVENANCE_KEY, reopened)
     else:
-      record = run_provenance(None if old is None else old.get(PROVENANCE_KEY),
-                              self._manager.latest_step(), provenance.collect())
+      record = run_provenance(None if old is None else old.get(PROVENANCE_KEY), latest,
+                              provenance.collect())
+      if stopped is not None and latest is not None:   # this resume is the stopped run changed
+        record['resumed'][-1]['after_stop'] = {
+            'round': stopped.get('round'), 'reason': stopped.get('reason'),
+            'changed': config_differences(stopped.get('config', {}), as_json(config_dict),
+                                          defaults and as_json(defaults))}
     files.write_json_atomic(path, config_dict | {PROVENANCE_KEY: record})
+    if stopped is not None:
+      epath.Path(files.join(self.workdir, STOPPED_FILE)).unlink(missing_ok=True)
 
   def latest_round(self) -> int | None:
     return self._manager.latest_step()
@@ -146,20 +201,29 @@ class Checkpointer:
   def _digest_path(self, step: int) -> str:
     return files.join(self.workdir, 'checkpoint_digests', f'{step}.json')
 
+  def latest_run_record(self) -> dict | None:
+    """The `run` record beside the newest checkpoint (None: none, or its digest file is missing,
+    unreadable or older than the record)."""
+    step = self._manager.latest_step()
+    return None if step is None else read_digest_file(self._digest_path(step))[1]
+
   def restore(self, template):
     """The newest checkpoint that reads and verifies, in the structure of `template` (a
-    RoundState). A checkpoint that cannot be read, or whose arrays differ from the digests
-    recorded when it was saved, is reported in one line and the next older one is tried; the bad
-    ones newer than the one resumed from are moved to `<workdir>/checkpoints_rejected/` (kept
-    for inspection, out of the way of the rounds that will be saved again). With none left the
-    run is refused, naming the steps to delete."""
+    RoundState); its `run` record is left in `self.run_record`. A checkpoint that cannot be read,
+    whose arrays differ from the digests recorded when it was saved, or that has no digests
+    (unverified; accepted only with `trust_unverified`), is reported in one line and the next
+    older one is tried; the bad ones newer than the one resumed from are moved to
+    `<workdir>/checkpoints_rejected/` (the newest `REJECTED_TO_KEEP` kept there for inspection,
+    out of the way of the rounds that will be saved again). With none left the run is refused,
+    naming the steps to delete."""
     target = jax.tree.map(np.asarray, serialization.to_state_dict(template))
     steps = sorted(self._manager.all_steps(), reverse=True)
-    problems = []
+    problems, unverified = [], []
     for step in steps:
+      run = None
       try:
         restored = self._manager.restore(step, args=ocp.args.StandardRestore(target))
-        problem = self._verify(step, restored)
+        problem, run = self._verify(step, restored)
       except Exception as e:   # pylint: disable=broad-except  (orbax raises many kinds)
         problem = f'unreadable ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ""})'
       if problem is None:
@@ -168,17 +232,23 @@ class Checkpointer:
           print(f'checkpoint: resuming from round {step}, the newest good checkpoint; rounds '
                 f'{", ".join(map(str, problems))} moved to '
                 f'{files.join(self.workdir, "checkpoints_rejected")}', flush=True)
+        self.run_record = run
         return serialization.from_state_dict(template, restored)
+      if problem.startswith(UNVERIFIED):
+        unverified.append(step)
       line = f'checkpoint {files.join(self.workdir, "checkpoints", str(step))} {problem}'
       print(line + ('; trying the one before' if step != steps[-1] else ''), flush=True)
       problems.append(step)
+    trust = (f'; or --config.trust_unverified_checkpoints=True to resume from round '
+             f'{unverified[0]} without verifying it' if unverified else '')
     raise ValueError(f'no checkpoint under {files.join(self.workdir, "checkpoints")} reads and '
                      f'verifies (rounds {", ".join(map(str, problems))}); delete those step '
-                     'directories to start the run afresh, or use a new --workdir.')
+                     f'directories to start the run afresh, or use a new --workdir{trust}.')
 
   def _reject(self, steps: list[int]) -> None:
     """Moves the step directories `steps` out of the manager's directory (local workdirs; on an
-    object store they are deleted, as a move would be a copy)."""
+    object store they are deleted, as a move would be a copy), keeping the newest
+    `REJECTED_TO_KEEP` rejected ones."""
     rejected = files.join(self.workdir, 'checkpoints_rejected')
     for step in steps:
       source = files.join(self.workdir, 'checkpoints', str(step))
@@ -186,35 +256,49 @@ class Checkpointer:
         self._manager.delete(step)
         continue
       os.makedirs(rejected, exist_ok=True)
-      os.replace(source, files.join(rejected, f'{step}-{time.strftime("%Y%m%d-%H%M%S")}'))
+      moved = files.join(rejected, f'{step}-{time.strftime("%Y%m%d-%H%M%S")}')
+      os.replace(source, moved)
+      os.utime(moved)   # its time is the rejection's, which `prune_oldest` orders by
+    if os.path.isdir(rejected):
+      prune_oldest(rejected, REJECTED_TO_KEEP)
     self._manager.reload()
 
-  def _verify(self, step: int, restored) -> str | None:
-    """None when `restored` matches the digests recorded at save (and is finite), else why not.
-    A checkpoint saved before digests were recorded is checked for finiteness only."""
+  def _verify(self, step: int, restored) -> tuple[str | None, dict | None]:
+    """(None when `restored` matches the digests recorded at save and is finite, else why not;
+    the step's `run` record). A checkpoint without digests (saved before they were recorded, or
+    `checkpoint_digests/` deleted) is unverified: refused unless `trust_unverified`, and then
+    checked for finiteness only."""
     digests = array_digests(restored)
     if not all(d['finite'] for d in digests.values()):
-      return 'holds nan or inf'
+      return 'holds nan or inf', None
     path = self._digest_path(step)
     if not files.exists(path):
-      return None
+      if not self.trust_unverified:
+        return f'{UNVERIFIED}: its digest file {path} is missing', None
+      print(f'checkpoint {files.join(self.workdir, "checkpoints", str(step))} is unverified (no '
+            f'{path}); resuming from it as config.trust_unverified_checkpoints=True says',
+            flush=True)
+      return None, None
     try:
-      recorded = files.read_json(path)
+      recorded, run = read_digest_file(path, strict=True)
     except ValueError:
-      return f'has an unreadable digest file {path}'
+      return f'has an unreadable digest file {path}', None
     changed = sorted(k for k in set(recorded) | set(digests)
                      if recorded.get(k, {}).get('sha256') != digests.get(k, {}).get('sha256'))
     if changed:
       return (f'fails verification: {len(changed)} array(s) differ from what was saved '
-              f'({", ".join(changed[:3])})')
-    return None
+              f'({", ".join(changed[:3])})'), None
+    return None, run
 
-  def save(self, round_index: int, state) -> None:
+  def save(self, round_index: int, state, run: dict | None = None) -> None:
+    """Saves `state` as round `round_index`, with its digests and the driver's `run` record
+    (what the rounds up to it ran with) beside it."""
     self.check()
     state_dict = serialization.to_state_dict(state)
     # The digests of what is saved, written before the save starts (it completes in the
     # background) and kept only for the steps the manager keeps.
-    files.write_json_atomic(self._digest_path(round_index), array_digests(state_dict))
+    files.write_json_atomic(self._digest_path(round_index),
+                            {'arrays': array_digests(state_dict), 'run': run})
     with self._save_errors():   # orbax's save first re-raises an earlier save's failure
       self._manager.save(round_index, args=ocp.args.StandardSave(state_dict), force=True)
     kept = {str(s) for s in self._manager.all_steps()} | {str(round_index)}
@@ -264,6 +348,90 @@ class Checkpointer:
       if not failing:
         raise
       logging.warning('closing the checkpoints after the error below also failed: %s', e)
+
+
+UNVERIFIED = 'is unverified'   # `_verify`'s problem for a checkpoint without digests
+
+
+def read_digest_file(path: str, strict: bool = False) -> tuple[dict | None, dict | None]:
+  """(the array digests, the `run` record) of `checkpoint_digests/<round>.json`; a file written
+  before the record was kept is the digests alone (record None). A missing or unreadable file
+  gives (None, None), or with `strict` raises ValueError."""
+  try:
+    data = files.read_json(path)
+  except (OSError, ValueError) as e:
+    if strict:
+      raise ValueError(f'{path}: {e}') from e
+    return None, None
+  if isinstance(data, dict) and set(data) == {'arrays', 'run'}:
+    return data['arrays'], data['run']
+  return data, None
+
+
+def check_checkpoint_link(directory: str) -> None:
+  """OSError naming `directory` when it is a symbolic link to nothing (orbax would fail creating
+  it with a bare FileExistsError)."""
+  if not files.is_uri(directory) and os.path.islink(directory) and not os.path.exists(directory):
+    raise OSError(f'{directory} is a symbolic link to {os.readlink(directory)}, which does not '
+                  'exist; expected a checkpoint directory (create the target, or remove the link).')
+
+
+def check_rounds(latest: int | None, num_rounds, workdir: str) -> None:
+  """ValueError when the checkpoints hold a later round than `num_rounds`: the run cannot be cut
+  short. Refused rather than evaluating the checkpoint of round `num_rounds`: with the default
+  `checkpoint_keep` that one is usually rotated away, and keeping it would leave one workdir
+  claiming two lengths (config.json and results.json at `num_rounds`, checkpoints beyond it)."""
+  if latest is not None and isinstance(num_rounds, int) and latest > num_rounds:
+    raise ValueError(f'config.num_rounds={num_rounds} but {workdir} holds round {latest}; a run '
+                     f'cannot be shortened. Expected config.num_rounds >= {latest} (={latest} '
+                     f're-evaluates it), or a new --workdir for a {num_rounds}-round run.')
+
+
+def stop_fix_fields(config_dict: dict) -> tuple[str, ...]:
+  """The fields a stopped run's rerun may change (`STOP_FIX_FIELDS` and the method's section)."""
+  method = config_dict.get('algorithm') or ''
+  return STOP_FIX_FIELDS + ((f'{method}.',) if method else ())
+
+
+def write_stopped(workdir: str, round_index: int, reason: str, config_dict: dict) -> None:
+  """`<workdir>/stopped.json`: the round the divergence guard stopped the run at, why, and the
+  config it ran with (`Checkpointer` refuses a rerun that changes none of `stop_fix_fields`)."""
+  files.write_json_atomic(files.join(workdir, STOPPED_FILE), {
+      'round': int(round_index), 'reason': ' '.join(str(reason).split()),
+      'config': json.loads(json.dumps(config_dict, default=files.jsonable))})
+
+
+def read_stopped(workdir: str) -> dict | None:
+  """The record `write_stopped` left in `workdir`, or None."""
+  path = files.join(workdir, STOPPED_FILE)
+  if not files.exists(path):
+    return None
+  try:
+    return files.read_json(path)
+  except ValueError as e:
+    raise ValueError(f'{path} is not valid JSON ({e}); it records why the run in this workdir '
+                     'stopped. Delete it to rerun anyway.') from e
+
+
+def stopped_line(workdir: str, stopped: dict, method: str) -> str:
+  """The one line refusing to rerun a stopped run unchanged."""
+  reason = str(stopped.get('reason', '')).split('; ')[0]
+  section = f', the {method} section' if method else ''
+  return (f'--workdir={workdir} stopped at round {stopped.get("round")} ({reason}; '
+          f'{files.join(workdir, STOPPED_FILE)}), and the same config would stop there again; '
+          f'change optimizer.* (e.g. a lower learning_rate){section} or divergence_factor (0 = '
+          'off) to go on from its last checkpoint, or use a new --workdir.')
+
+
+def prune_oldest(directory: str, keep: int) -> None:
+  """Deletes all but the `keep` most recently modified entries of a local `directory`."""
+  entries = sorted((os.path.join(directory, name) for name in os.listdir(directory)),
+                   key=os.path.getmtime, reverse=True)
+  for path in entries[keep:]:
+    if os.path.isdir(path) and not os.path.islink(path):
+      shutil.rmtree(path)
+    else:
+      os.remove(path)
 
 
 def run_provenance(record: dict | None, resumed_from: int | None, now: dict) -> dict:

@@ -240,3 +240,45 @@ def test_target_epsilon_gives_the_noise_that_reaches_it():
   assert spec.noise_multiplier == privacy.noise_for_epsilon(4.0, 100, 10, config.num_rounds, 1e-5,
                                                             amplified=False)
   assert spec.noise_std == spec.noise_multiplier * config.dp.clip_norm
+
+
+def _direct(history, num_clients=100, cohort=10, delta=1e-5):
+  """dp-accounting called directly over [(rounds, sigma), ...], each segment at its sigma."""
+  accountant = rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+  for rounds, sigma in history:
+    event = dp_accounting.SampledWithoutReplacementDpEvent(
+        num_clients, cohort, dp_accounting.GaussianDpEvent(sigma / 2))
+    accountant.compose(dp_accounting.SelfComposedDpEvent(event, rounds))
+  return accountant.get_epsilon(delta)
+
+
+def test_a_noise_history_is_composed_segment_by_segment():
+  history = [(3, 1.3), (2, 2.5), (4, 0.9)]
+  assert privacy.history_epsilon(100, 10, history, 1e-5) == _direct(history)
+  # After each round: the history cut there, exactly (TensorBoard's dp/epsilon).
+  cuts = [history[:i] + [(t, history[i][1])] for i in range(3) for t in range(1, history[i][0] + 1)]
+  assert privacy.history_epsilon_curve(100, 10, history, 1e-5) == [_direct(c) for c in cuts]
+  # One segment is the single-sigma accountant; a noiseless segment makes the rest inf.
+  assert (privacy.history_epsilon(100, 10, [(25, 1.3)], 1e-5) ==
+          privacy.epsilon(100, 10, 1.3, 25, 1e-5))
+  assert privacy.history_epsilon_curve(100, 10, [(1, 1.3), (2, 0.0), (1, 1.3)], 1e-5)[1:] == [
+      float('inf')] * 3
+  assert privacy.history_epsilon(100, 10, [], 1e-5) == 0.0
+  # The record joins a resume at the same sigma to its segment.
+  assert privacy.extended([[3, 1.3]], 2, 1.3) == [[5, 1.3]]
+  assert privacy.extended([[3, 1.3]], 2, 2.5) == [[3, 1.3], [2, 2.5]]
+  assert privacy.extended([], 0, 2.5) == []
+
+
+def test_a_target_is_reached_over_the_history_or_refused_when_spent():
+  ran = [(10, 1.0)]
+  spent = privacy.history_epsilon(100, 10, ran, 1e-5)
+  sigma = privacy.target_noise(spent + 1.0, 100, 10, 25, 1e-5, True, ran)
+  assert _direct(ran + [(15, sigma)]) <= spent + 1.0 < _direct(ran + [(15, sigma * 0.99)])
+  with pytest.raises(ValueError, match=rf'^config.dp.target_epsilon={spent * 0.9:g} cannot be met: '
+                     rf'the 10 rounds already run spent epsilon={spent:.4g} \(delta=1e-05\)'):
+    privacy.target_noise(spent * 0.9, 100, 10, 25, 1e-5, True, ran)
+  # The plan the rounds ran under is kept when neither num_rounds nor the target changed.
+  planned = {'num_rounds': 25, 'target_epsilon': spent + 1.0, 'noise_multiplier': 1.0}
+  assert privacy.target_noise(spent + 1.0, 100, 10, 25, 1e-5, True, ran, planned) == 1.0
+  assert privacy.target_noise(spent + 1.0, 100, 10, 30, 1e-5, True, ran, planned) != 1.0
