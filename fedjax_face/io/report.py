@@ -35,6 +35,10 @@ def privacy_lines(priv: dict) -> list[str]:
            f"{priv['delta']:g} after {priv['rounds']} rounds ({priv['accountant']}; unit: "
            f"{priv['unit']}; {priv['sampling']}; {amp} amplification by sampling); clip "
            f"S = {priv['clip_norm']:g}, noise std = {priv['noise_multiplier']:g} x S."]
+  history = priv.get('noise_history', [])
+  if len(history) > 1:   # an extended run: its rounds ran at several noise multipliers
+    lines.append('Noise multiplier by stretch of rounds: ' + ', '.join(
+        f"{h['rounds']} rounds at {h['noise_multiplier']:g}" for h in history) + '.')
   if priv.get('not_covered'):
     lines.append(f"Not covered: {priv['not_covered']}.")
   return lines + ['']

@@ -34,3 +34,14 @@ def test_communication_and_privacy_lines():
                              'after 60 rounds (RDP; unit: client; 36 of 36; without amplification')
   assert lines[1] == 'Not covered: the class rows.'
   assert report.privacy_lines({'enabled': False}) == ['Differential privacy: off.', '']
+
+
+def test_privacy_lines_name_every_noise_multiplier_of_an_extended_run():
+  priv = {'epsilon': 5.02, 'delta': 1e-5, 'rounds': 6, 'accountant': 'RDP', 'unit': 'client',
+          'sampling': 'all', 'amplified_by_sampling': False, 'clip_norm': 1.0,
+          'noise_multiplier': 2.0, 'noise_history': [{'rounds': 4, 'noise_multiplier': 1.5},
+                                                      {'rounds': 2, 'noise_multiplier': 2.0}]}
+  assert report.privacy_lines(priv)[1] == ('Noise multiplier by stretch of rounds: 4 rounds at '
+                                           '1.5, 2 rounds at 2.')
+  one = dict(priv, noise_history=[{'rounds': 6, 'noise_multiplier': 2.0}])
+  assert not any(line.startswith('Noise multiplier') for line in report.privacy_lines(one))
