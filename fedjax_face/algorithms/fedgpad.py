@@ -36,7 +36,7 @@ from fedjax_face import config_lib
 from fedjax_face.algorithms import common, pad_losses
 from fedjax_face.core import aggregation, local
 from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, RoundState
-from fedjax_face.data import preprocess
+from fedjax_face.data import preprocess, sources
 from fedjax_face.models import pad as pad_model
 
 ONE_CLIENT = False
@@ -64,9 +64,10 @@ def check_config(config) -> None:
                      f'{sorted(pad_losses.LOSS_WEIGHTS)}.')
   for name, value in c.loss_weights.items():
     config_lib.check_number(f'fedgpad.loss_weights.{name}', value, allow_zero=True)
-  if config.data.source != 'pad':
+  if sources.get(config.data.source).TASK != 'anti_spoofing':
     raise ValueError(f"config.data.source={config.data.source!r}; {config.algorithm} trains a "
-                     "presentation-attack detector: expected 'pad'.")
+                     "presentation-attack detector: expected an anti-spoofing source "
+                     f"{sources.of_task('anti_spoofing')}.")
   m = config.model
   if m.name != 'pad_net':
     raise ValueError(f"config.model.name={m.name!r}; expected 'pad_net' (models/pad.py).")

@@ -77,7 +77,8 @@ def test_server_takes_the_data_centers_plain_mean(setup):
     ('fedgpad.weighting', 'size', r"fedgpad.weighting='size'; expected one of"),
     ('model.disentangle', None, r'model.disentangle=.* expected'),
     ('model.image_size', 48, r'model.image_size=48 but data.image_size=32'),
-    ('data.source', 'synthetic', r"data.source='synthetic'; .* expected 'pad'"),
+    ('data.source', 'synthetic', r"data.source='synthetic'; .* expected an anti-spoofing source "
+                                 r"\('pad', 'pad_lists'\)"),
 ])
 def test_config_errors_name_the_field(field, value, match):
   for name in ('fedgpad', 'fedpad'):

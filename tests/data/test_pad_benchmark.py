@@ -130,7 +130,7 @@ def test_each_data_center_trains_on_its_own_attack_types_only():
   bench = pad_source.load(config)
   kept = []
   for name, kinds in (('I', ('print',)), ('O', ('display', 'replay'))):
-    frames = pad_source._frames(name, config)
+    frames = pad_source.domain_frames(name, config)
     keep = (frames.split == 0) & (frames.live | np.isin(frames.attack,
                                                         [pad.ATTACKS.index(k) for k in kinds]))
     assert (~frames.live[keep]).any() and (frames.live[keep]).sum() == (
@@ -146,7 +146,7 @@ def test_extra_targets_are_scored_on_their_test_subjects():
   bench = pad_source.load(config)
   assert sorted(bench.eval_sets) == ['test', 'test:I', 'test:M', 'test:S', 'validation']
   for name in ('I', 'M', 'S'):
-    frames = pad_source._frames(name, config)
+    frames = pad_source.domain_frames(name, config)
     np.testing.assert_array_equal(bench.eval_sets[f'test:{name}'].images,
                                   frames.images[frames.split == 1])
   config.data.pad.extra_targets = ('C', 'I')

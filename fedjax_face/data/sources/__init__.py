@@ -7,6 +7,7 @@
 | `image_folder` | recognition | `<root>/<identity>/*.jpg`, streamed | `data.image_folder` |
 | `tfds` | recognition | a TFDS data set prepared in `data_dir`, streamed | `data.tfds` |
 | `pad` | anti_spoofing | the five-domain PAD benchmark (`data/synthetic/pad_benchmark.py`) | `data.pad` |
+| `pad_lists` | anti_spoofing | real PAD data: a root per data center in the FedGPAD / SSDG / MCIO list layouts (`data/formats/pad_lists.py`) | `data.pad_lists` |
 
 A source module defines:
 
@@ -44,6 +45,7 @@ SOURCES = {
     'image_folder': 'fedjax_face.data.sources.image_folder',
     'tfds': 'fedjax_face.data.sources.tfds',
     'pad': 'fedjax_face.data.sources.pad',
+    'pad_lists': 'fedjax_face.data.sources.pad_lists',
 }
 
 

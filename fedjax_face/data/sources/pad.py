@@ -65,19 +65,26 @@ def check_config(config) -> None:
                      f'target={p.target!r}; expected distinct domains from {DOMAIN_NAMES}, '
                      'none of them a data center or the target.')
   train_attacks(p)
-  clients = 1 if p.pooled else len(p.sources)
+  check_clients(config, 'data.pad', tuple(p.sources), p.pooled)
+
+
+def check_clients(config, where: str, centers: tuple[str, ...], pooled: bool) -> None:
+  """What a PAD source's data centers (`centers`, read from `config.<where>`) imply for the
+  clients, the BatchNorm groups and the balanced batches (every PAD source)."""
+  what, field = ('benchmark', 'sources') if where == 'data.pad' else ('lists', 'centers')
+  clients = 1 if pooled else len(centers)
   if config.federated.num_clients != clients:
     raise ValueError(f'config.federated.num_clients={config.federated.num_clients}; the PAD '
-                     f'benchmark has one client per data center (one for all with data.pad.pooled): '
-                     f'expected {clients} (data.pad.sources={tuple(p.sources)}).')
+                     f'{what} has one client per data center (one for all with {where}.pooled): '
+                     f'expected {clients} ({where}.{field}={centers}).')
   groups = config.model.get('batch_norm_groups', 1)
-  if groups != 1 and not (p.pooled and config.federated.balanced_classes
-                          and groups == len(p.sources)):
-    raise ValueError(f'config.model.batch_norm_groups={groups} with data.pad.pooled={p.pooled}, '
+  if groups != 1 and not (pooled and config.federated.balanced_classes
+                          and groups == len(centers)):
+    raise ValueError(f'config.model.batch_norm_groups={groups} with {where}.pooled={pooled}, '
                      f'federated.balanced_classes={config.federated.balanced_classes} and '
-                     f'{len(p.sources)} data centers; expected 1, or (pooled, balanced classes) '
-                     f'{len(p.sources)}: one BatchNorm slice per data center of a pooled batch.')
-  classes = 2 * len(p.sources) if p.pooled else 2
+                     f'{len(centers)} data centers; expected 1, or (pooled, balanced classes) '
+                     f'{len(centers)}: one BatchNorm slice per data center of a pooled batch.')
+  classes = 2 * len(centers) if pooled else 2
   if config.federated.balanced_classes and config.federated.batch_size % classes:
     raise ValueError(f'config.federated.batch_size={config.federated.batch_size} with balanced '
                      f'classes; a client holds {classes} classes (attack and live of each of its '
@@ -106,19 +113,26 @@ def train_attacks(p) -> list[tuple[str, ...]]:
   return kinds
 
 
-def _frames(name: str, config) -> PadSet:
+def domain_frames(name: str, config) -> PadSet:
+  """Every frame of domain `name` at the sizes of `config.data.pad`."""
   p = config.data.pad
   return pad_benchmark.make_domain(name, seed=config.seed, image_size=config.data.image_size,
                      subjects=p.subjects, test_subjects=p.test_subjects,
                      live_videos=p.live_videos, attack_videos=p.attack_videos, frames=p.frames)
 
 
-def _held_out(frames: PadSet) -> PadSet:
+def training_frames(frames: PadSet, kinds: tuple[str, ...]) -> PadSet:
+  """A data center's training frames: its train subjects' live frames and attacks of `kinds`."""
+  kept = [ATTACKS.index(a) for a in kinds]
+  return frames.take((frames.split == 0) & (frames.live | np.isin(frames.attack, kept)))
+
+
+def held_out(frames: PadSet) -> PadSet:
   """A domain's test subjects (a data center's validation subjects)."""
   return frames.take(frames.split == 1)
 
 
-def _concat(sets: list[PadSet], name: str) -> PadSet:
+def concat(sets: list[PadSet], name: str) -> PadSet:
   """Several domains' frames as one set (video ids made unique across them)."""
   offsets = np.cumsum([0] + [int(s.video.max()) + 1 for s in sets[:-1]])
   fields = {f.name: np.concatenate([getattr(s, f.name) for s in sets])
@@ -136,23 +150,29 @@ def load(config):
   centers' held-out subjects (the paper's threshold from the data centers' data; also the
   in-domain error), and 'test:<X>' for each of `extra_targets`."""
   p = config.data.pad
-  sources = [_frames(name, config) for name in p.sources]
-  train = []
-  for frames, kinds in zip(sources, train_attacks(p)):
-    kept = [ATTACKS.index(a) for a in kinds]
-    keep = (frames.split == 0) & (frames.live | np.isin(frames.attack, kept))
-    train.append(frames.take(keep))
+  sources = [domain_frames(name, config) for name in p.sources]
+  train = [training_frames(frames, kinds) for frames, kinds in zip(sources, train_attacks(p))]
+  target = domain_frames(p.target, config)
+  return benchmark(train, {'test': held_out(target),
+                           'validation': concat([held_out(s) for s in sources], 'sources'),
+                           **{f'test:{name}': held_out(domain_frames(name, config))
+                              for name in p.extra_targets}}, p.pooled)
+
+
+def benchmark(train: list[PadSet], eval_sets: dict[str, PadSet],
+              pooled: bool) -> types.FaceBenchmark:
+  """Every PAD source's `types.FaceBenchmark`: data center k's training frames `train[k]`
+  labelled 2k (attack) and 2k + 1 (live), the client holding exactly those two classes (pooled:
+  one client holds all, so that live = an odd class either way), their depth maps as
+  `train_targets['depth']`, and `eval_sets` as given."""
   labels = np.concatenate([2 * k + t.live.astype(np.int32) for k, t in enumerate(train)])
-  target = _frames(p.target, config)
   return types.FaceBenchmark(
       train_images=np.concatenate([t.images for t in train]),
       train_labels=labels.astype(np.int32), num_identities=2 * len(train), pair_sets={},
-      client_identities=([np.arange(2 * len(train), dtype=np.int32)] if p.pooled else
+      client_identities=([np.arange(2 * len(train), dtype=np.int32)] if pooled else
                          [np.array([2 * k, 2 * k + 1], np.int32) for k in range(len(train))]),
       train_targets={'depth': np.concatenate([t.depth for t in train])},
-      eval_sets={'test': _held_out(target),
-                 'validation': _concat([_held_out(s) for s in sources], 'sources'),
-                 **{f'test:{name}': _held_out(_frames(name, config)) for name in p.extra_targets}})
+      eval_sets=eval_sets)
 
 
 def training_views(config, data, one_client: bool):

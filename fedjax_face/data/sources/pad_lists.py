@@ -1,0 +1,165 @@
+"""`data.source='pad_lists'`: real anti-spoofing data in the layouts researchers hold
+(`data/formats/pad_lists.py`: the FedGPAD authors' lists, SSDG's JSON lists, MCIO text lists),
+one root per data center, each in its own layout.
+
+The benchmark is built exactly as the embedded source builds it (`sources/pad.py:benchmark`):
+data center k's training frames labelled 2k (attack) / 2k + 1 (live), one client per data center
+(or one for all: `pooled`), their depth maps as `train_targets['depth']` (32x32, the authors'
+size; the loss resizes to the model's depth head), `eval_sets` 'test' = the target's 'test'
+split and 'validation' = the data centers' 'test' splits. Frames are uint8 RGB at
+`data.image_size` (resized bilinearly when the files differ); the model makes RGB + HSV on
+device (`preprocess.rgb_hsv`), as for the embedded benchmark. Frames are held in memory.
+
+Example (O&C&I -> M, a root each):
+
+    --config.data.source=pad_lists
+    --config.data.pad_lists.centers="('O','C','I')"
+    --config.data.pad_lists.roots="('/data/OULU','/data/CASIA','/data/idiap')"
+    --config.data.pad_lists.layouts="('fedgpad','fedgpad','fedgpad')"
+    --config.data.pad_lists.target=M --config.data.pad_lists.target_root=/data/MSU
+    --config.data.pad_lists.target_layout=fedgpad
+"""
+
+import os
+
+import ml_collections
+import numpy as np
+
+from fedjax_face.data import views
+from fedjax_face.data.formats import pad_lists as formats
+from fedjax_face.data.sources import pad as pad_source
+from fedjax_face.data.synthetic.pad_benchmark import DEPTH_SIZE, LIVE, PadSet
+
+TASK = 'anti_spoofing'
+DATA_FIELDS = ('centers', 'roots', 'layouts', 'target', 'target_root', 'target_layout',
+               'depth_dirs', 'depth', 'frames_per_video', 'attack_lists', 'skip_bad_records',
+               'pooled')
+UNKNOWN_ATTACK = -2        # PadSet.attack of an attack frame: the lists do not say its kind
+
+
+def config_section() -> ml_collections.ConfigDict:
+  """`config.data.pad_lists`: the data centers as roots with a layout each, and the target."""
+  c = ml_collections.ConfigDict()
+  c.centers = ('O', 'C', 'I')   # names of the data centers (clients, in this order)
+  c.roots = ()                  # one directory per data center
+  c.layouts = ()                # one of formats.LAYOUTS per data center
+  c.target = 'M'                # the unseen target's name
+  c.target_root = ''
+  c.target_layout = ''
+  c.depth_dirs = ()             # () or one k per data center (0: the data set's,
+                                # formats.DEPTH_DIRS by its name): depth/<first k dirs>/...
+  c.depth = 'maps'              # 'maps': the depth files, refused when missing; 'ones':
+                                # all-ones live maps (CDCN code), no files read
+  c.frames_per_video = (1, 2)   # SSDG's sampling of a list of every frame: frames kept per
+                                # video of a data center's, of an evaluation list
+  c.attack_lists = ()           # 'fedgpad' layout: () or one of 'fake', 'print', 'video' per
+                                # data center (image_list_<x>.txt; Table X)
+  c.skip_bad_records = False    # True: drop bad list entries (counted in one log line)
+  c.pooled = False              # one client holding every data center's frames ('All')
+  return c
+
+
+def check_config(config) -> None:
+  p = config.data.pad_lists
+  centers = tuple(p.centers)
+  if not centers or len(set(centers)) != len(centers) or p.target in centers:
+    raise ValueError(f'config.data.pad_lists.centers={centers} with target={p.target!r}; '
+                     'expected distinct data centers, none of them the target.')
+  for field in ('roots', 'layouts'):
+    if len(tuple(p[field])) != len(centers):
+      raise ValueError(f'config.data.pad_lists.{field}={tuple(p[field])}; expected one per data '
+                       f'center {centers}.')
+  for field in ('depth_dirs', 'attack_lists'):
+    if tuple(p[field]) and len(tuple(p[field])) != len(centers):
+      raise ValueError(f'config.data.pad_lists.{field}={tuple(p[field])}; expected () or one '
+                       f'per data center {centers}.')
+  for where, layout in [(f'layouts[{i}]', l) for i, l in enumerate(p.layouts)] + [
+      ('target_layout', p.target_layout)]:
+    if layout not in formats.LAYOUTS:
+      raise ValueError(f'config.data.pad_lists.{where}={layout!r}; expected one of '
+                       f'{formats.LAYOUTS}.')
+  if not p.target_root or any(not r for r in p.roots):
+    raise ValueError(f'config.data.pad_lists.roots={tuple(p.roots)}, target_root='
+                     f'{p.target_root!r}; expected a directory for every data center and the '
+                     'target.')
+  missing = [r for r in tuple(p.roots) + (p.target_root,) if not os.path.isdir(r)]
+  if missing:
+    raise ValueError(f'config.data.pad_lists: the roots {missing} are not directories.')
+  if p.depth not in formats.DEPTH_POLICIES:
+    raise ValueError(f'config.data.pad_lists.depth={p.depth!r}; expected one of '
+                     f"{formats.DEPTH_POLICIES} ('none', no depth loss, is not supported: the "
+                     'PAD losses need a depth target per frame).')
+  if p.depth == 'maps':
+    for center, k in zip(centers, _depth_dirs(p)):
+      if not k:
+        raise ValueError(f'config.data.pad_lists.depth_dirs: data center {center!r} has no '
+                         f'default k (known: {tuple(formats.DEPTH_DIRS)}); set one k per data '
+                         "center, or data.pad_lists.depth='ones'.")
+  fpv = tuple(p.frames_per_video)
+  if len(fpv) != 2 or any(not isinstance(k, int) or k < 1 for k in fpv):
+    raise ValueError(f'config.data.pad_lists.frames_per_video={fpv}; expected (frames per '
+                     'training video, frames per evaluation video), integers >= 1.')
+  for center, layout, attack in zip(centers, p.layouts, _attack_lists(p)):
+    if attack not in formats.ATTACK_LISTS or (attack != 'fake' and layout != 'fedgpad'):
+      raise ValueError(f'config.data.pad_lists.attack_lists entry {attack!r} (data center '
+                       f"{center}, layout {layout!r}); expected one of {formats.ATTACK_LISTS}, "
+                       "and 'fake' unless the layout is 'fedgpad'.")
+  pad_source.check_clients(config, 'data.pad_lists', centers, p.pooled)
+
+
+def _depth_dirs(p) -> list[int]:
+  given = tuple(p.depth_dirs) or (0,) * len(p.centers)
+  return [int(k) or formats.DEPTH_DIRS.get(c, 0) for c, k in zip(p.centers, given)]
+
+
+def _attack_lists(p) -> list[str]:
+  return list(p.attack_lists) or ['fake'] * len(p.centers)
+
+
+def _read(config, root, layout, split, depth_dirs=None, attack_list='fake') -> PadSet:
+  """One split of one root as a PadSet (split 0 = 'train', 1 = 'test'; subject unknown)."""
+  p, size = config.data.pad_lists, config.data.image_size
+  frames = formats.read(layout, root, split, depth_dirs=depth_dirs, depth_policy=p.depth,
+                        frames_per_video=p.frames_per_video[split != 'train'],
+                        attack_list=attack_list, skip_bad_records=p.skip_bad_records)
+  frames, images, depth = formats.load_frames(frames, size, DEPTH_SIZE, train=split == 'train',
+                                              skip_bad_records=p.skip_bad_records)
+  n = len(frames.paths)
+  return PadSet(domain=root, images=images, depth=depth, live=frames.live,
+                attack=np.where(frames.live, LIVE, UNKNOWN_ATTACK).astype(np.int8),
+                video=frames.video, subject=np.full(n, -1, np.int32),
+                split=np.full(n, int(split != 'train'), np.int8))
+
+
+def load(config):
+  """The lists' frames as `types.FaceBenchmark` (`sources/pad.py:benchmark`)."""
+  p = config.data.pad_lists
+  train, validation = [], []
+  for root, layout, k, attack in zip(p.roots, p.layouts, _depth_dirs(p), _attack_lists(p)):
+    train.append(_read(config, root, layout, 'train', k, attack))
+    validation.append(_read(config, root, layout, 'test'))
+  target = _read(config, p.target_root, p.target_layout, 'test')
+  return pad_source.benchmark(
+      train, {'test': target, 'validation': pad_source.concat(validation, 'sources')}, p.pooled)
+
+
+def training_views(config, data, one_client: bool):
+  del config
+  return views.own_client_views(data, one_client)
+
+
+def data_fields(config) -> tuple[str, ...]:
+  del config
+  return tuple(f'data.pad_lists.{f}' for f in DATA_FIELDS)
+
+
+def describe(data) -> str:
+  return (f'{len(data.train_images)} training frames of {len(data.client_identities)} data '
+          'center(s), from list files')
+
+
+def pad_sets(config, data) -> pad_source.PadSets:
+  p = config.data.pad_lists
+  return pad_source.PadSets(sources=tuple(p.centers), target=p.target,
+                            test={p.target: data.eval_sets['test']},
+                            validation=data.eval_sets['validation'])
