@@ -29,11 +29,15 @@ def base_config(task: str = 'recognition') -> ml_collections.ConfigDict:
   c.seed = 0
   c.num_rounds = 60
   c.checkpoint_every = 20      # rounds; 0 = only at the end
+  c.checkpoint_every_seconds = 0.0   # also save when this long has passed since the last save
+                               # (a preemptible machine loses at most that much); 0 = off
   c.checkpoint_keep = 2        # newest checkpoints kept (older ones are deleted as rounds go on)
   c.trust_unverified_checkpoints = False   # resume from a checkpoint whose digests are missing
                                # (checkpoint_digests/ deleted, or saved before they existed)
   c.init_from = ''             # a finished run's workdir whose final model starts this one
                                # (FedFR starts from its pre-training run); '' = random init
+  c.init_from_step = 0         # the round of init_from's checkpoint to start from; 0 = its final
+                               # one (init_from must then be a finished run)
   c.log_every = 5              # rounds
   c.divergence_factor = 1e3    # stop when a round's training loss exceeds this times the first
                                # round's (a finite blow-up); 0 = off. Non-finite always stops.
@@ -286,6 +290,11 @@ def validate(c: ml_collections.ConfigDict) -> None:
   for name in ('checkpoint_every', 'log_every'):
     check_int(name, c[name], allow_zero=True)
   check_number('divergence_factor', c.divergence_factor, allow_zero=True)
+  check_number('checkpoint_every_seconds', c.checkpoint_every_seconds, allow_zero=True)
+  check_int('init_from_step', c.init_from_step, allow_zero=True)
+  if c.init_from_step and not c.init_from:
+    raise ValueError(f'config.init_from_step={c.init_from_step} without config.init_from; '
+                     'expected the run it names a round of (config.init_from=<workdir>).')
   check_int('checkpoint_keep', c.checkpoint_keep)
   check_bool('trust_unverified_checkpoints', c.trust_unverified_checkpoints)
   _check_data(c)

@@ -6,7 +6,8 @@ record of `run_record`: the noise each round ran at, the divergence guard's refe
 learning-rate decay rounds of the start), tensorboard/, results.json, report.md and the
 evaluators' plots (data samples, ROC curves, class-embedding similarity); stopped.json when the
 divergence guard stopped the run (its rerun is refused until something that could fix it
-changes: io/checkpoint.py).
+changes: io/checkpoint.py). SIGTERM / SIGINT stop the run after the round in flight, its state
+saved (`Preemption`, `Preempted`).
 
 Multi-host (`core/distributed.py`, `launch/tpu_pod.sh`, `launch/slurm_gpu.sh`): every process
 runs this same function. Each samples and loads only the cohort rows of its own devices
@@ -18,6 +19,8 @@ and broadcasts it).
 import contextlib
 import functools
 import json
+import signal
+import threading
 import time
 
 import jax
@@ -35,12 +38,13 @@ from fedjax_face.io import artifacts, checkpoint, files, metrics, provenance, re
 
 def validate(config) -> None:
   """Every check of a config: the shared sections and the data source's, the method's, each
-  evaluator's, and that a run it starts from (`init_from`) exists and trained on the same data
-  (the source's `data_fields`)."""
+  evaluator's, and that a run it starts from (`init_from`) exists, finished (or `init_from_step`
+  names a round it holds) and trained on the same data (the source's `data_fields`)."""
   config_lib.validate(config)
   algorithms.check_config(config)
   eval_lib.check_config(config)
   if config.init_from:
+    checkpoint.init_from_round(config.init_from, config.init_from_step)
     checkpoint.check_init_data(config.init_from, config.to_dict(), sources.data_fields(config))
 
 
@@ -55,9 +59,14 @@ def one_client_data(fed, config):
 
 
 def warm_start(config):
-  """The final state of the finished run `config.init_from` names (what `Algorithm.init` starts
-  from), or None. The one place a run reads another run's checkpoint."""
-  return checkpoint.load_final_state(config.init_from) if config.init_from else None
+  """The final state of the finished run `config.init_from` names, or its round
+  `config.init_from_step` (what `Algorithm.init` starts from), verified against its digests as a
+  resume is (checkpoint.InitFromError when it does not verify), or None. The one place a run reads
+  another run's checkpoint."""
+  if not config.init_from:
+    return None
+  return checkpoint.load_final_state(config.init_from, config.init_from_step,
+                                     config.trust_unverified_checkpoints)
 
 
 def class_embedding_norms(algorithm, state) -> dict:
@@ -111,6 +120,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   """
   t_start = time.perf_counter()
   validate(config)
+  start = warm_start(config)   # verified before this run writes anything
   method = algorithms.get(config.algorithm)
   distributed.initialize_distributed(config.engine.distributed)
   chief = jax.process_index() == 0
@@ -134,10 +144,12 @@ def train_and_evaluate(config, workdir: str) -> dict:
         raise
     if distributed.process_zero_value(np.int32(0), chief):
       raise RuntimeError(f'process 0 refused --workdir={workdir}; its log has the reason.')
-    return _train_and_evaluate(config, workdir, method, chief, ckpt, t_start)
+    preemption = cleanup.enter_context(Preemption())
+    return _train_and_evaluate(config, workdir, method, chief, ckpt, t_start, start, preemption)
 
 
-def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start: float) -> dict:
+def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start: float,
+                        start, preemption: 'Preemption') -> dict:
   """`train_and_evaluate` once the workdir is held: data, rounds, evaluation, outputs."""
   say = print if chief else (lambda *args, **kwargs: None)
   # Data and partition.
@@ -175,7 +187,7 @@ def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start
   # accelerator, and kept as numpy arrays the engine updates in place.
   with jax.default_device(jax.local_devices(backend='cpu')[0]) if on_host else (
       contextlib.nullcontext()):
-    state = algorithm.init(jax.random.fold_in(root_rng, 0), warm_start(config))
+    state = algorithm.init(jax.random.fold_in(root_rng, 0), start)
   record = None   # what the checkpoint resumed from records of the rounds before it
   if chief and ckpt.latest_round() is not None:
     state = ckpt.restore(state)
@@ -237,12 +249,37 @@ def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start
   # Wall time inside `run_round` (training, and on the loop backend waiting for it) and outside it
   # (the host's work between rounds: cohort, prefetched data, logging, checkpoints, evaluation).
   in_rounds_s = first_round_s = 0.0
-  last_logged = {}   # the training metrics of the last logged round (results.json)
+  # The training metrics of the last logged round (results.json), kept in the checkpoints so a
+  # rerun of a finished (or preempted) run reports them too.
+  last_logged = (record or {}).get('last_logged') or {}
   # The divergence guard's reference (`check_divergence`): the run's first round, recorded in
   # its checkpoints so that a rerun does not take a blown-up loss as its reference.
   first_loss = guard['loss'] if guard else None
   done = start_round
+  saved_at = time.monotonic()   # the last save (`checkpoint_every_seconds`)
+
+  def stop_if_preempted():
+    """After a round (or before the first): on SIGTERM / SIGINT, saves the state of the rounds
+    done unless saved, waits for the save, and raises Preempted with the one line saying so."""
+    signal_name = preemption.requested(chief)
+    if signal_name is None:
+      return
+    round_data.close()
+    if chief:
+      writer.close()   # the logged rounds' events reach the disk
+    where = 'no round trained since the start'
+    if chief and done > start_round:
+      if ckpt.last_saved() != done:
+        ckpt.save(done, _for_checkpoint(checked_finite(state, done)),
+                  recorded(done, guard, last_logged))
+      ckpt.wait()
+    if done > start_round:
+      where = f'checkpoint {files.join(workdir, "checkpoints", str(done))} saved'
+    raise Preempted(f'{signal_name}: stopped after round {done} of {config.num_rounds} ({where}); '
+                    'rerun the same command to resume.')
+
   with stop_recorded(workdir, config, chief, lambda: done):
+    stop_if_preempted()
     for r in range(start_round, config.num_rounds):
       cohort = cohort_of(r)
       weights = np.where(cohort < fed.num_clients,
@@ -276,16 +313,22 @@ def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start
         last_logged = {'round': done, **scalars}
         if chief:
           writer.write_scalars(done, {**scalars, **progress.update(done, scalars)})
-      if chief and config.checkpoint_every and done % config.checkpoint_every == 0:
-        ckpt.save(done, _for_checkpoint(checked_finite(state, done)), recorded(done, guard))
-        if on_host:   # the next round writes the host arrays being saved
-          ckpt.wait()
+      every_seconds = config.checkpoint_every_seconds
+      if chief and ((config.checkpoint_every and done % config.checkpoint_every == 0) or (
+          every_seconds and time.monotonic() - saved_at >= every_seconds)):
+        ckpt.save(done, _for_checkpoint(checked_finite(state, done)),
+                  recorded(done, guard, last_logged))
+        # Waited for: a failed save (a full disk) stops the run before another round trains,
+        # and the host arrays (client_state='host') are written before the next round changes them.
+        ckpt.wait()
+        saved_at = time.monotonic()
       if (config.eval.every_rounds and done % config.eval.every_rounds == 0
           and done < config.num_rounds):
         mid = evaluate(evaluators, embed, algorithm, state)
         if chief:
           artifacts.write_eval_outputs(workdir, mid)
           writer.write_scalars(done, eval_scalars(mid))
+      stop_if_preempted()
     round_data.close()
     if isinstance(fed.images, stores.DecodedImageStore):
       say(f'input pipeline: waited {round_data.wait_s:.1f} s for round data; '
@@ -296,8 +339,13 @@ def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start
     if chief:
       if ckpt.latest_round() != config.num_rounds:
         ckpt.save(config.num_rounds, _for_checkpoint(checked_finite(state, config.num_rounds)),
-                  recorded(config.num_rounds, guard))
+                  recorded(config.num_rounds, guard, last_logged))
       ckpt.close()
+  # A signal from here on stops at once: the final checkpoint is saved, and results.json is
+  # written whole or not at all (a rerun of the same command evaluates it again).
+  preemption.abandon(f'the checkpoint of round {config.num_rounds} is saved; rerun the same '
+                     'command to evaluate it')
+  say(f'evaluating the model of round {config.num_rounds}', flush=True)
 
   # Evaluation and outputs.
   t0 = time.perf_counter()
@@ -342,6 +390,68 @@ def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start
   print(text, flush=True)
   logging.info('results written to %s', workdir)
   return results
+
+
+PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGINT)   # SLURM / TPU-VM preemption, Ctrl-C
+
+
+class Preempted(Exception):
+  """A run stopped by SIGTERM or SIGINT, its state saved: the message is the one line saying so
+  (main.py prints it and exits with status `main.PREEMPTED_EXIT`)."""
+
+
+class Preemption:
+  """SIGTERM and SIGINT as a request to stop (the big_vision / orbax preemption pattern): the
+  round in flight finishes, its state is saved (`stop_if_preempted` in the driver) and the run
+  raises Preempted. A second signal gets the handler there was before (SIGTERM's default ends the
+  process at once, Ctrl-C raises KeyboardInterrupt; the last checkpoint is resumed as after kill
+  -9). Once `abandon` is called (training is saved: the final evaluation) a signal raises
+  Preempted at once. Handlers are installed only from the main thread (Python's rule); elsewhere
+  signals keep their handlers."""
+
+  def __init__(self):
+    self.signal_name = None
+    self._previous = {}
+    self._abandon_line = None
+
+  def __enter__(self):
+    if threading.current_thread() is threading.main_thread():
+      for sig in PREEMPTION_SIGNALS:
+        self._previous[sig] = signal.signal(sig, self._handle)
+    return self
+
+  def __exit__(self, *exc_info):
+    self._restore()
+
+  def _restore(self):
+    for sig, handler in self._previous.items():
+      signal.signal(sig, handler)
+    self._previous = {}
+
+  def _handle(self, signum, frame):
+    del frame
+    self.signal_name = signal.Signals(signum).name
+    self._restore()   # a second signal acts as it would have
+    if self._abandon_line is not None:
+      raise Preempted(f'{self.signal_name}: stopped during the final evaluation '
+                      f'({self._abandon_line}).')
+
+  def abandon(self, line: str) -> None:
+    """From now on a signal stops at once (`line`: what is saved and what to do); one that came
+    already does so now."""
+    self._abandon_line = line
+    if self.signal_name is not None:
+      raise Preempted(f'{self.signal_name}: stopped before the final evaluation ({line}).')
+
+  def requested(self, chief: bool) -> str | None:
+    """The name of the signal received, or None; with several processes, process 0's (every
+    process then stops after the same round)."""
+    if jax.process_count() == 1:
+      return self.signal_name
+    names = ('',) + tuple(s.name for s in PREEMPTION_SIGNALS)
+    index = names.index(self.signal_name or '') if chief else 0
+    index = int(distributed.process_zero_value(np.int32(index), chief))
+    return names[index] or None
 
 
 def check_budget_left(config, record: dict | None) -> None:
@@ -400,17 +510,20 @@ def describe_noise(dp: privacy.DpSpec, history, start_round: int, num_rounds: in
 
 
 def run_record(config, dp: privacy.DpSpec | None, history, start_round: int, epsilons,
-               lr_schedule: dict | None, done: int, guard: dict | None) -> dict:
+               lr_schedule: dict | None, done: int, guard: dict | None,
+               last_logged: dict | None = None) -> dict:
   """What the checkpoint of round `done` records beside it (io/checkpoint.py): the noise each
   round 1..`done` ran at, the ε they spent and the plan this start runs under (a resume or an
   extension accounts them: core/privacy.py); the divergence guard's reference (round and loss);
-  the learning-rate decay of the run's start (`with_start_decay_rounds`)."""
+  the learning-rate decay of the run's start (`with_start_decay_rounds`); the training metrics of
+  the last round logged (results.json's `last_logged_round`, kept when a finished run is rerun)."""
   spent = None
   if dp is not None:
     spent = {'noise_history': privacy.extended(history, done - start_round, dp.noise_multiplier),
              'rounds': done, 'epsilon': epsilons[done - 1], 'delta': config.dp.target_delta,
              'plan': privacy.plan_record(config, dp.noise_multiplier)}
-  return {'privacy': spent, 'guard': guard, 'lr_schedule': lr_schedule}
+  return {'privacy': spent, 'guard': guard, 'lr_schedule': lr_schedule,
+          'last_logged': last_logged or None}
 
 
 def decay_record(config) -> dict | None:

@@ -17,15 +17,21 @@ launch/tpu_pod.sh); elsewhere name them, e.g. on one machine:
 Exit status: 0 when the run finished. 2 when the command line cannot work as written, said in one
 line on stderr naming the flag, config field, file or path and what was expected: an unknown or
 missing flag, a value of the wrong type, a config file that is missing or refuses its argument, a
-config value `experiment.validate` refuses (or an `init_from` run that is not there), a process
+config value `experiment.validate` refuses (or an `init_from` run that is not there, unfinished
+without `init_from_step`, or whose checkpoint fails its digests), a process
 setting, and a `--workdir` that is a file or cannot be made (`io/files.py:check_workdir`: the
 same command cannot succeed on a rerun, so it is a usage error too). All are found before data is
 made or anything compiled. `-v 1` or FEDJAX_FACE_TRACEBACK=1 prints the traceback before the
-line. Anything that fails later (a diverged run, a full disk, a workdir in use by another run)
-ends with its traceback, message last, and status 1.
+line. A failed checkpoint save (a full disk) ends the run at once with one line naming the
+checkpoint and the cause, status 1. 75 (EX_TEMPFAIL) when SIGTERM or SIGINT stopped the run: the
+round in flight finishes, its state is saved, and one line on stderr says which round (rerun the
+same command to resume; during the final evaluation the run stops at once, its last checkpoint
+saved, and results.json is whole or absent). Anything else that fails later (a diverged run, a
+workdir in use by another run) ends with its traceback, message last, and status 1.
 """
 
 import difflib
+import logging as pylogging
 import importlib.machinery
 import importlib.util
 import os
@@ -38,7 +44,7 @@ from ml_collections import config_flags
 
 from fedjax_face import experiment
 from fedjax_face.core import distributed, xla_flags
-from fedjax_face.io import files
+from fedjax_face.io import checkpoint, files
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment config file (configs/*.py).',
                                           lock_config=True)
@@ -54,6 +60,7 @@ _PROCESS_ID = flags.DEFINE_integer('process_id', None,
 flags.mark_flags_as_required(['config', 'workdir'])
 
 USAGE_EXIT = 2                          # the command line cannot work as written
+PREEMPTED_EXIT = 75                     # stopped by SIGTERM / SIGINT, state saved (EX_TEMPFAIL)
 TRACEBACK_ENV = 'FEDJAX_FACE_TRACEBACK'  # '1': usage errors print their traceback too
 _REQUIRED = {  # what a missing required flag expects
     'config': 'a config file, e.g. --config=configs/fedgc/fedgc.py:runlocal',
@@ -238,11 +245,42 @@ def main(argv):
   if not flags.FLAGS['verbosity'].present:
     # Orbax logs every checkpoint step at INFO; the progress line is the run's log. `-v 0` restores it.
     logging.set_verbosity(logging.WARNING)
+    pylogging.getLogger('absl').addFilter(_QuietOrbaxErrors())
   start(_CONFIG.value)
   try:
     experiment.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
-  except files.WorkdirError as error:   # raised before the workdir is used
+  except (files.WorkdirError, checkpoint.InitFromError) as error:   # before the workdir is used
     exit_usage(str(error), error)
+  except experiment.Preempted as error:
+    exit_now(str(error), PREEMPTED_EXIT, error)
+  except checkpoint.SaveError as error:
+    exit_now(str(error), 1, error)
+
+
+def exit_now(line: str, status: int, error: BaseException) -> None:
+  """Ends the process with `line` alone on stderr (the traceback first when wanted) and
+  `status`, without the interpreter's shutdown: orbax's background threads, meeting a finalizing
+  interpreter after a failed save, would print their own tracebacks after the line."""
+  if wants_traceback(sys.argv):
+    traceback.print_exception(error)
+  sys.stdout.flush()
+  logging.flush()
+  sys.stderr.flush()
+  # Threads still printing go to /dev/null from here, so the line is the last thing on stderr.
+  stderr = os.dup(2)
+  devnull = os.open(os.devnull, os.O_WRONLY)
+  os.dup2(devnull, 2)
+  os.write(stderr, f'{line}\n'.encode())
+  os._exit(status)   # pylint: disable=protected-access
+
+
+class _QuietOrbaxErrors(pylogging.Filter):
+  """Drops orbax's ERROR records (a failed background save logged with each thread's
+  traceback): the run stops on the failure with one line naming the checkpoint and the cause
+  (`checkpoint.SaveError`). `-v 0` or above keeps them."""
+
+  def filter(self, record):
+    return not (record.levelno >= pylogging.ERROR and '/orbax/' in record.pathname)
 
 
 if __name__ == '__main__':

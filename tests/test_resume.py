@@ -10,7 +10,10 @@ import json
 import os
 import re
 import shutil
+import signal
 import struct
+import subprocess
+import sys
 
 import dp_accounting
 import jax
@@ -334,3 +337,103 @@ def test_digests_written_before_the_run_record_still_verify(tmp_path):
                      r'--config.trust_unverified_checkpoints=True to assume'):
     experiment.train_and_evaluate(dp, str(tmp_path / 'dp'))
   assert _snapshot(tmp_path / 'dp') == before
+
+
+def _fedfr_from(pretraining, **fields):
+  config = load_config('fedfr')
+  config.init_from = str(pretraining)
+  for name, value in fields.items():
+    config[name] = value
+  return config
+
+
+def test_init_from_a_corrupted_pretraining_is_refused_naming_the_checkpoint(tmp_path):
+  experiment.train_and_evaluate(load_config('pretrain'), str(tmp_path / 'pre'))   # 4 rounds
+  final = tmp_path / 'pre' / 'checkpoints' / '4'
+  # One bit flipped in an array's data file: before, FedFR started from it silently (exit 0) while
+  # resuming the pre-training itself rejected it. orbax's b-tree files carry checksums (a flip
+  # there is unreadable), its data files do not: the flip is made in the first data file, largest
+  # first, that orbax then reads without an error and with an array changed.
+  reference = _tree(tmp_path / 'pre', 4)
+  data_files = sorted((os.path.join(root, name) for root, _, names in os.walk(final)
+                       for name in names if '/d/' in os.path.join(root, name) + '/'),
+                      key=os.path.getsize, reverse=True)
+  for path in data_files:
+    original = open(path, 'rb').read()
+    flipped = bytearray(original)
+    flipped[len(flipped) // 2] ^= 0x01
+    with open(path, 'wb') as f:
+      f.write(flipped)
+    try:
+      changed = not all(np.array_equal(a, b) for a, b in zip(
+          jax.tree.leaves(reference), jax.tree.leaves(_tree(tmp_path / 'pre', 4))))
+    except Exception:   # pylint: disable=broad-except  (orbax raises many kinds)
+      changed = False
+    if changed:
+      break
+    with open(path, 'wb') as f:
+      f.write(original)
+  else:
+    pytest.fail(f'no data file of {final} reads with one bit flipped')
+  config = _fedfr_from(tmp_path / 'pre')
+  experiment.validate(config)   # the run is finished; its arrays are checked when read
+  with pytest.raises(checkpoint.InitFromError, match=(
+      rf"^config\.init_from='{re.escape(str(tmp_path / 'pre'))}': checkpoint "
+      rf"{re.escape(str(final))} fails verification: 1 array\(s\) differ from what was saved "
+      r"\(\[.*\]\); expected a checkpoint as it was saved")):
+    experiment.train_and_evaluate(config, str(tmp_path / 'fedfr'))
+  assert not (tmp_path / 'fedfr').exists()   # refused before anything is written
+  # From the command line: one line, exit status 2.
+  out = subprocess.run([sys.executable, '-m', 'fedjax_face.main',
+                        '--config=configs/fedfr/fedfr.py:runlocal',
+                        f'--workdir={tmp_path / "cli"}', f'--config.init_from={tmp_path / "pre"}'],
+                       cwd=config_files.ROOT, capture_output=True, text=True, timeout=300)
+  assert out.returncode == 2 and 'Traceback' not in out.stderr, out.stderr[-2000:]
+  assert out.stderr.strip().splitlines()[-1].endswith(
+      f"config.init_from='{tmp_path / 'pre'}': checkpoint {final} fails verification: 1 array(s) "
+      f"differ from what was saved ({out.stderr.split('saved (')[1].split(')')[0]}); expected a "
+      'checkpoint as it was saved (rerun the run it comes from, or name another round with '
+      'config.init_from_step).')
+
+
+def test_init_from_an_unfinished_pretraining_needs_init_from_step(tmp_path):
+  # A pre-training of 4 rounds preempted for real (SIGTERM to the command, as SLURM does): it
+  # saves the round it reached and stops, without results.json.
+  pre = tmp_path / 'pre'
+  proc = subprocess.Popen([sys.executable, '-m', 'fedjax_face.main',
+                           '--config=configs/fedfr/pretrain.py:runlocal', f'--workdir={pre}',
+                           '--config.num_rounds=4', '--config.checkpoint_every=0'],
+                          cwd=config_files.ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
+  try:
+    for line in proc.stdout:
+      if line.startswith('round 1/'):
+        proc.send_signal(signal.SIGTERM)
+        break
+    _, err = proc.communicate(timeout=120)
+  finally:
+    proc.kill()
+    proc.wait(timeout=60)
+  assert proc.returncode == 75, err[-2000:]
+  reached = int(re.search(r'stopped after round (\d) of 4', err)[1])
+  assert reached < 4 and not (pre / 'results.json').exists()
+  # Before, FedFR started from it silently, though the message said a finished run is expected.
+  with pytest.raises(ValueError, match=(
+      rf"^config\.init_from='{re.escape(str(pre))}' is an unfinished run \(its newest checkpoint "
+      rf"is round {reached} of num_rounds=4\); expected a finished run, or "
+      rf"--config.init_from_step=<round> to start from one of its checkpoints \(rounds "
+      rf"{reached}\)\.$")):
+    experiment.validate(_fedfr_from(pre))
+  with pytest.raises(ValueError, match=rf"config\.init_from_step=9, but .* holds the checkpoints "
+                     rf"of rounds {reached}; expected one of them\."):
+    experiment.validate(_fedfr_from(pre, init_from_step=9))
+  # Told which round: started from that checkpoint, verified.
+  config = _fedfr_from(pre, init_from_step=reached)
+  start = experiment.warm_start(config)
+  jax.tree.map(np.testing.assert_array_equal, start, _tree(pre, reached))
+  assert experiment.train_and_evaluate(config, str(tmp_path / 'fedfr'))['rounds'] == 2
+  # A finished run whose results.json is gone is no finished run either.
+  experiment.train_and_evaluate(load_config('pretrain'), str(tmp_path / 'done'))
+  (tmp_path / 'done' / 'results.json').unlink()
+  with pytest.raises(ValueError, match=r"is an unfinished run \(it has no results\.json\)"):
+    experiment.validate(_fedfr_from(tmp_path / 'done'))

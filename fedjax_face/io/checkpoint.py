@@ -16,12 +16,15 @@ Beside each checkpoint, `checkpoint_digests/<round>.json` holds the SHA-256 of e
 the driver: the noise multiplier each round ran at, the divergence guard's reference, the
 learning-rate decay rounds of the run's start). A run the divergence guard stopped leaves
 `stopped.json`; its rerun is refused until a field that could fix it changes (`STOP_FIX_FIELDS`).
+A save that fails is one `SaveError` naming the checkpoint and the cause. Another run's checkpoint
+(`config.init_from`) is read through `read_verified`, checked as a resume checks (`verify_arrays`).
 """
 
 import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import time
 
@@ -35,7 +38,8 @@ from flax import serialization
 from fedjax_face.io import files
 from fedjax_face.io import provenance
 
-RESUMABLE_FIELDS = ('num_rounds', 'checkpoint_every', 'log_every', 'eval.', 'evals.', 'engine.',
+RESUMABLE_FIELDS = ('num_rounds', 'checkpoint_every', 'checkpoint_every_seconds', 'log_every',
+                    'eval.', 'evals.', 'engine.',
                     'data.prefetch', 'data.decode_threads', 'checkpoint_keep',
                     'trust_unverified_checkpoints',
                     # The checkpoints record the noise each round ran at, so a new target is
@@ -123,6 +127,7 @@ class Checkpointer:
                                                                      active_processes={me}))
     self._manager = ocp.CheckpointManager(directory, options=options)
     self._closed = False
+    self._saving = None   # the round of the newest save started (named when a save fails)
     files.makedirs(files.join(workdir, 'checkpoint_digests'))
     self._check_writable(directory)
     self._check_config(config_dict, defaults, check_resume)
@@ -195,6 +200,10 @@ class Checkpointer:
     if stopped is not None:
       epath.Path(files.join(self.workdir, STOPPED_FILE)).unlink(missing_ok=True)
 
+  def last_saved(self) -> int | None:
+    """The round of the newest save this run started (None: none yet)."""
+    return self._saving
+
   def latest_round(self) -> int | None:
     return self._manager.latest_step()
 
@@ -264,31 +273,9 @@ class Checkpointer:
     self._manager.reload()
 
   def _verify(self, step: int, restored) -> tuple[str | None, dict | None]:
-    """(None when `restored` matches the digests recorded at save and is finite, else why not;
-    the step's `run` record). A checkpoint without digests (saved before they were recorded, or
-    `checkpoint_digests/` deleted) is unverified: refused unless `trust_unverified`, and then
-    checked for finiteness only."""
-    digests = array_digests(restored)
-    if not all(d['finite'] for d in digests.values()):
-      return 'holds nan or inf', None
-    path = self._digest_path(step)
-    if not files.exists(path):
-      if not self.trust_unverified:
-        return f'{UNVERIFIED}: its digest file {path} is missing', None
-      print(f'checkpoint {files.join(self.workdir, "checkpoints", str(step))} is unverified (no '
-            f'{path}); resuming from it as config.trust_unverified_checkpoints=True says',
-            flush=True)
-      return None, None
-    try:
-      recorded, run = read_digest_file(path, strict=True)
-    except ValueError:
-      return f'has an unreadable digest file {path}', None
-    changed = sorted(k for k in set(recorded) | set(digests)
-                     if recorded.get(k, {}).get('sha256') != digests.get(k, {}).get('sha256'))
-    if changed:
-      return (f'fails verification: {len(changed)} array(s) differ from what was saved '
-              f'({", ".join(changed[:3])})'), None
-    return None, run
+    """`verify_arrays` of the step's checkpoint against its digest file."""
+    return verify_arrays(restored, self._digest_path(step), self.trust_unverified,
+                         files.join(self.workdir, 'checkpoints', str(step)))
 
   def save(self, round_index: int, state, run: dict | None = None) -> None:
     """Saves `state` as round `round_index`, with its digests and the driver's `run` record
@@ -301,6 +288,7 @@ class Checkpointer:
                             {'arrays': array_digests(state_dict), 'run': run})
     with self._save_errors():   # orbax's save first re-raises an earlier save's failure
       self._manager.save(round_index, args=ocp.args.StandardSave(state_dict), force=True)
+    self._saving = round_index
     kept = {str(s) for s in self._manager.all_steps()} | {str(round_index)}
     directory = files.join(self.workdir, 'checkpoint_digests')
     for name in os.listdir(directory) if not files.is_uri(directory) else []:
@@ -315,20 +303,32 @@ class Checkpointer:
 
   @contextlib.contextmanager
   def _save_errors(self):
-    """A failed background save as one OSError naming the directory and the cause. The chain of
+    """A failed background save as one SaveError naming the checkpoint and the cause. The chain of
     orbax's threads is dropped: it holds nothing the message does not, and buries it."""
     try:
       yield
+    except SaveError:
+      raise
     except Exception as e:   # pylint: disable=broad-except  (orbax re-raises its thread's error)
-      cause = f'{type(e).__name__}: {e}' if not isinstance(e, OSError) else str(e)
-      raise OSError(f'saving a checkpoint under {files.join(self.workdir, "checkpoints")} failed: '
-                    f'{cause}') from None
+      raise SaveError(f'saving checkpoint {self._in_flight_path()} failed: {save_cause(e)}; '
+                      'nothing after it was trained or saved (free space or fix the directory, '
+                      'then rerun the same command to resume from the checkpoint before).'
+                      ) from None
+
+  def _in_flight_path(self) -> str:
+    """The newest step directory being written or written (the save that failed), or the
+    checkpoint directory when none is known."""
+    directory = files.join(self.workdir, 'checkpoints')
+    step = self._saving if self._saving is not None else self._manager.latest_step()
+    return directory if step is None else files.join(directory, str(step))
 
   def wait(self) -> None:
-    """Waits for the saves under way (host arrays about to change in place must be written
-    first: `engine.client_state='host'`)."""
+    """Waits for the saves under way, raising SaveError when one failed (the driver waits after
+    each save, so a failed save stops the run before another round trains; host arrays about to
+    change in place, `engine.client_state='host'`, must be written first too)."""
     with self._save_errors():
       self._manager.wait_until_finished()
+      self._manager.check_for_errors()
 
   def close(self) -> None:
     """Waits for the saves under way and closes; a second call does nothing."""
@@ -347,10 +347,59 @@ class Checkpointer:
     except Exception as e:
       if not failing:
         raise
+      if isinstance(e, SaveError):   # the failure the run stops for, said once
+        return
       logging.warning('closing the checkpoints after the error below also failed: %s', e)
 
 
+class SaveError(OSError):
+  """A checkpoint save that failed (a full disk, a directory that became unwritable): one line
+  naming the checkpoint and the cause (main.py prints it alone, exit status 1)."""
+
+
+def save_cause(error: Exception) -> str:
+  """The cause of a failed save in a few words: the OS error orbax's storage layer reports
+  (tensorstore names it only by code: "[os_error_code='28']"), else the error's first line."""
+  text = str(error)
+  code = re.search(r"os_error_code='?(\d+)", text)
+  if code:
+    return f'{os.strerror(int(code.group(1)))} (errno {code.group(1)})'
+  if isinstance(error, OSError) and error.strerror:
+    return f'{error.strerror} (errno {error.errno})'
+  first = text.splitlines()[0][:300] if text else ''
+  return f'{type(error).__name__}: {first}'
+
+
 UNVERIFIED = 'is unverified'   # `_verify`'s problem for a checkpoint without digests
+
+
+def verify_arrays(restored, digest_path: str, trust_unverified: bool, checkpoint_path: str,
+                  use: str = 'resuming from') -> tuple[str | None, dict | None]:
+  """(None when the arrays `restored` from `checkpoint_path` match the digests recorded at save
+  in `digest_path` and are finite, else why not; the step's `run` record). A checkpoint without
+  digests (saved before they were recorded, or `checkpoint_digests/` deleted) is unverified:
+  refused unless `trust_unverified`, and then checked for finiteness only (`use` says how it
+  is then used). Resume, `init_from`
+  and any other reader of a run's checkpoint verify through this one function."""
+  digests = array_digests(restored)
+  if not all(d['finite'] for d in digests.values()):
+    return 'holds nan or inf', None
+  if not files.exists(digest_path):
+    if not trust_unverified:
+      return f'{UNVERIFIED}: its digest file {digest_path} is missing', None
+    print(f'checkpoint {checkpoint_path} is unverified (no {digest_path}); {use} it as '
+          'config.trust_unverified_checkpoints=True says', flush=True)
+    return None, None
+  try:
+    recorded, run = read_digest_file(digest_path, strict=True)
+  except ValueError:
+    return f'has an unreadable digest file {digest_path}', None
+  changed = sorted(k for k in set(recorded) | set(digests)
+                   if recorded.get(k, {}).get('sha256') != digests.get(k, {}).get('sha256'))
+  if changed:
+    return (f'fails verification: {len(changed)} array(s) differ from what was saved '
+            f'({", ".join(changed[:3])})'), None
+  return None, run
 
 
 def read_digest_file(path: str, strict: bool = False) -> tuple[dict | None, dict | None]:
@@ -479,23 +528,82 @@ def _init_run_file(workdir: str, name: str) -> str:
   return path
 
 
-def load_final_state(workdir: str) -> dict:
-  """The latest checkpoint in a finished run's `workdir` as nested dicts of arrays
-  (`{'server': ..., 'clients': ..., 'round': ...}`): what `config.init_from` starts a run from.
+class InitFromError(ValueError):
+  """The run `config.init_from` names cannot start this one as it stands (a checkpoint that does
+  not verify): main.py prints it as one line with exit status 2, like `experiment.validate`'s."""
 
-  Raises FileNotFoundError naming `workdir` when it holds no checkpoint.
-  """
+
+def init_from_round(workdir: str, step: int = 0) -> int:
+  """The round of the run in `workdir` that `config.init_from` starts from: its final checkpoint
+  when the run finished (results.json written and its newest checkpoint at its config.json's
+  num_rounds), else `step` (`config.init_from_step`), which must name a checkpoint it holds.
+  FileNotFoundError when `workdir` holds no run; ValueError, one line naming `workdir` and what
+  was expected, for an unfinished run without `step`, or a `step` it does not hold.
+  `experiment.validate` calls it, before anything is written."""
   directory = _init_run_file(workdir, 'checkpoints')
+  num_rounds = files.read_json(_init_run_file(workdir, 'config.json')).get('num_rounds')
+  steps = checkpoint_steps(directory)
+  if not steps:
+    raise FileNotFoundError(f'config.init_from={workdir!r}: {directory} holds no checkpoint; '
+                            'expected the --workdir of a finished run.')
+  held = ', '.join(map(str, steps))
+  if step:
+    if step not in steps:
+      raise ValueError(f'config.init_from_step={step}, but config.init_from={workdir!r} holds '
+                       f'the checkpoints of rounds {held}; expected one of them.')
+    return step
+  if not files.exists(files.join(workdir, 'results.json')) or steps[-1] != num_rounds:
+    why = (f'its newest checkpoint is round {steps[-1]} of num_rounds={num_rounds}'
+           if steps[-1] != num_rounds else 'it has no results.json')
+    raise ValueError(f'config.init_from={workdir!r} is an unfinished run ({why}); expected a '
+                     'finished run, or --config.init_from_step=<round> to start from one of its '
+                     f'checkpoints (rounds {held}).')
+  return steps[-1]
+
+
+def checkpoint_steps(directory: str) -> list[int]:
+  """The finished checkpoints under a checkpoint `directory`, oldest first (read only)."""
   options = ocp.CheckpointManagerOptions(create=False, read_only=True)
   manager = ocp.CheckpointManager(files.absolute(directory), options=options)
   try:
-    step = manager.latest_step()
-    if step is None:
-      raise FileNotFoundError(f'config.init_from={workdir!r}: {directory} holds no checkpoint; '
-                              'expected the --workdir of a finished run.')
-    return manager.restore(step, args=ocp.args.StandardRestore())
+    return sorted(manager.all_steps())
   finally:
     manager.close()
+
+
+def read_verified(workdir: str, step: int, what: str, trust_unverified: bool = False) -> dict:
+  """Checkpoint `step` of the run in `workdir` as nested dicts of arrays, verified against the
+  digests recorded when it was saved (`verify_arrays`): InitFromError naming `what` (e.g.
+  'config.init_from=...'), the checkpoint and the arrays that differ when it does not verify. The
+  one way a run reads another run's checkpoint (a warm start, an imported backbone)."""
+  path = files.join(workdir, 'checkpoints', str(step))
+  options = ocp.CheckpointManagerOptions(create=False, read_only=True)
+  manager = ocp.CheckpointManager(files.absolute(files.join(workdir, 'checkpoints')),
+                                  options=options)
+  try:
+    restored = manager.restore(step, args=ocp.args.StandardRestore())
+  except Exception as e:   # pylint: disable=broad-except  (orbax raises many kinds)
+    first = str(e).splitlines()[0][:200] if str(e) else ''
+    raise InitFromError(f'{what}: checkpoint {path} is unreadable ({type(e).__name__}: {first}); '
+                        'expected a checkpoint as it was saved.') from None
+  finally:
+    manager.close()
+  problem, _ = verify_arrays(restored, files.join(workdir, 'checkpoint_digests', f'{step}.json'),
+                             trust_unverified, path, use='starting from')
+  if problem is not None:
+    raise InitFromError(f'{what}: checkpoint {path} {problem}; expected a checkpoint as it was '
+                        'saved (rerun the run it comes from, or name another round with '
+                        'config.init_from_step).')
+  return restored
+
+
+def load_final_state(workdir: str, step: int = 0, trust_unverified: bool = False) -> dict:
+  """The checkpoint a run starts from (`config.init_from`): the final one of the finished run in
+  `workdir`, or round `step` (`config.init_from_step`) of any run there (`init_from_round`), as
+  nested dicts of arrays (`{'server': ..., 'clients': ..., 'round': ...}`), verified as a resume
+  verifies (`read_verified`; `trust_unverified`: `config.trust_unverified_checkpoints`)."""
+  step = init_from_round(workdir, step)
+  return read_verified(workdir, step, f'config.init_from={workdir!r}', trust_unverified)
 
 
 def check_init_data(workdir: str, config_dict: dict, fields: tuple[str, ...]) -> None:
