@@ -35,12 +35,6 @@ from fedjax_face.data.formats import pad_lists as formats
 from fedjax_face.data.sources import pad as pad_source
 from fedjax_face.data.synthetic.pad_benchmark import ATTACKS, DEPTH_SIZE, PadSet
 
-_CONFIG = config_flags.DEFINE_config_file('config', None, 'A PAD config (configs/pad/*.py).')
-_LAYOUT = flags.DEFINE_enum('layout', None, list(formats.LAYOUTS), 'The list layout.')
-_OUT = flags.DEFINE_string('out', None, 'The directory to write (one root per domain).')
-_DEPTH_BITS = flags.DEFINE_enum('depth_bits', '32', ['32', '8'],
-                                'Depth maps as float TIFF (lossless) or 8-bit PNG.')
-
 DEPTH_DIRS = {'ssdg': 4, 'mcio': 2}      # the k the export's paths are made for
 PRINT_KINDS, VIDEO_KINDS = ('print', 'cut'), ('display', 'replay')   # image_list_print / _video
 
@@ -118,9 +112,20 @@ def export(config, layout: str, out: str, depth_bits: int = 32) -> dict:
           'pooled': bool(p.pooled)}
 
 
+def define_flags():
+  """The command's flags, defined only when run as a program: other tools define a `config` flag
+  too, and absl refuses a flag defined twice in one process (a test session importing both)."""
+  config_flags.DEFINE_config_file('config', None, 'A PAD config (configs/pad/*.py).')
+  flags.DEFINE_enum('layout', None, list(formats.LAYOUTS), 'The list layout.')
+  flags.DEFINE_string('out', None, 'The directory to write (one root per domain).')
+  flags.DEFINE_enum('depth_bits', '32', ['32', '8'],
+                    'Depth maps as float TIFF (lossless) or 8-bit PNG.')
+
+
 def main(argv):
   del argv
-  fields = export(_CONFIG.value, _LAYOUT.value, _OUT.value, int(_DEPTH_BITS.value))
+  f = flags.FLAGS
+  fields = export(f.config, f.layout, f.out, int(f.depth_bits))
   flags_out = ['--config.data.source=pad_lists'] + [
       f'--config.data.pad_lists.{k}="{v}"' if isinstance(v, tuple) else
       f'--config.data.pad_lists.{k}={v}' for k, v in fields.items()]
@@ -128,5 +133,6 @@ def main(argv):
 
 
 if __name__ == '__main__':
+  define_flags()
   flags.mark_flags_as_required(['config', 'layout', 'out'])
   app.run(main)

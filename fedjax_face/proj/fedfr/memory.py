@@ -16,14 +16,13 @@ the public images (with their labels), which every round embeds.
 
 import jax
 import numpy as np
-from absl import app
+from absl import app, flags
 from ml_collections import config_flags
 
 from fedjax_face import models
 from fedjax_face.core import arrays
 from fedjax_face.data import federated
 
-_CONFIG = config_flags.DEFINE_config_file('config', None, 'A configs/fedfr/ file.')
 
 
 def state_bytes(config) -> dict[str, int]:
@@ -61,7 +60,7 @@ def state_bytes(config) -> dict[str, int]:
 
 def main(argv):
   del argv
-  config = _CONFIG.value
+  config = flags.FLAGS.config
   print(f'FedFR state, {config.federated.num_clients} clients, {config.model.name} '
         f'{config.data.image_size}x{config.data.image_size}, d = {config.model.embedding_dim}:')
   for name, value in state_bytes(config).items():
@@ -71,4 +70,6 @@ def main(argv):
 
 
 if __name__ == '__main__':
+  # Defined only when run as a program: other tools define a `config` flag too.
+  config_flags.DEFINE_config_file('config', None, 'A configs/fedfr/ file.')
   app.run(main)
