@@ -40,7 +40,7 @@ import ml_collections
 import numpy as np
 
 from fedjax_face import config_lib
-from fedjax_face.algorithms import common
+from fedjax_face.algorithms import bch, common
 from fedjax_face.core import aggregation, class_tables
 from fedjax_face.core.algorithm import (Algorithm, ClientInput, ClientResult, RoundState,
                                         origin_by_key)
@@ -66,37 +66,6 @@ def message_bits(section) -> int:
   return section.message_bits or DEFAULT_MESSAGE_BITS[section.code_length]
 
 
-@functools.lru_cache(maxsize=None)
-def bch_code(n: int, k: int):
-  """galois's BCH(n, k) over GF(2) (imported here: galois compiles its kernels on first use)."""
-  import galois  # pylint: disable=g-import-not-at-top
-  return galois.BCH(n, k)
-
-
-def valid_message_bits(n: int) -> list[int]:
-  """Every k > 0 of a narrow-sense binary BCH code of length n (galois's `BCH(n, k)`).
-
-  The generator polynomial is the product of the minimal polynomials of alpha^1 .. alpha^(d-1);
-  each has as many roots as its cyclotomic coset {i·2^j mod n}, so k = n - |the union of the
-  cosets of 1 .. d-1|, for each designed distance d. Counting cosets is instant; asking galois for
-  every d takes minutes at n = 511.
-  """
-  coset_of = {}
-  for i in range(1, n):
-    if i not in coset_of:
-      coset, j = set(), i
-      while j not in coset:
-        coset.add(j)
-        j = 2 * j % n
-      for member in coset:
-        coset_of[member] = frozenset(coset)
-  covered, dims = set(), set()
-  for i in range(1, n):
-    covered |= coset_of[i]
-    dims.add(n - len(covered))
-  return sorted(dims - {0})
-
-
 def check_config(config) -> None:
   c = config_lib.section(config, 'feduv', 'feduv.config_section() (configs/fedfv/feduv.py)')
   config_lib.check_choice('feduv.code_length', c.code_length, CODE_LENGTHS)
@@ -115,9 +84,9 @@ def check_config(config) -> None:
   if 2**k < config.federated.num_clients:
     raise ValueError(f'config.feduv.message_bits={k} gives {2**k} messages for '
                      f'{config.federated.num_clients} clients; expected at least one each.')
-  if k not in valid_message_bits(c.code_length):
+  if k not in bch.dimensions(c.code_length):
     raise ValueError(f'config.feduv.message_bits={k}: no binary BCH({c.code_length}, {k}) code; '
-                     f'expected one of {valid_message_bits(c.code_length)} (or 0).')
+                     f'expected one of {bch.dimensions(c.code_length)} (or 0).')
 
 
 def variant_name(config) -> str:
@@ -134,8 +103,7 @@ def random_messages(rng: np.random.Generator, num: int, bits: int) -> np.ndarray
 
 def codewords(n: int, k: int, messages: np.ndarray) -> np.ndarray:
   """`[num, n]` float32 in {-1, +1}: BCH(n, k) codewords of `messages` [num, k], bit b -> 2b - 1."""
-  code = bch_code(n, k)
-  bits = np.asarray(code.encode(code.field(messages)), dtype=np.float32)
+  bits = bch.encode(bch.code(n, k), messages).astype(np.float32)
   return 2.0 * bits - 1.0
 
 
@@ -195,7 +163,7 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
       variables, _ = common.start_from(start, variables, method='feduv')
     # W' as a linear layer's usual init (std 1/sqrt(d)).
     projection = jax.random.normal(projection_rng, (n, dim), jnp.float32) / np.sqrt(dim)
-    # Each client's secret message, from the run's seed on the host: galois is not traceable.
+    # Each client's secret message, from the run's seed on the host (the encoder is numpy).
     messages = random_messages(np.random.default_rng([config.seed, n, k]), num_clients, k)
     clients = {'codeword': jnp.asarray(codewords(n, k, messages)),
                'threshold': jnp.zeros(num_clients, jnp.float32)}

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fedjax_face import algorithms, models
-from fedjax_face.algorithms import feduv
+from fedjax_face.algorithms import bch, feduv
 from fedjax_face.data import federated
 from fedjax_face.models import heads
 from tests.config_files import load_config
@@ -25,18 +25,41 @@ def test_minimum_distance_by_enumeration_equals_the_designed_distance(n, k):
   # A linear code's minimum distance is its smallest non-zero codeword weight.
   weights = bits.sum(axis=1)
   assert weights.min() == 0 and np.count_nonzero(weights == 0) == 1
-  assert int(weights[weights > 0].min()) == feduv.bch_code(n, k).d
+  assert int(weights[weights > 0].min()) == bch.code(n, k).d
 
 
-def test_message_lengths_from_cyclotomic_cosets_are_the_codes_galois_builds():
-  dims = feduv.valid_message_bits(127)
-  assert dims == [1, 8, 15, 22, 29, 36, 43, 50, 57, 64, 71, 78, 85, 92, 99, 106, 113, 120]
-  assert feduv.valid_message_bits(15) == [1, 5, 7, 11]
+def test_the_codes_and_codewords_are_galois_s_bit_for_bit():
+  # The `galois` package (a test dependency) builds the same narrow-sense codes: the same
+  # generator polynomial, designed distance and systematic codewords, for FedUV's three lengths
+  # (each its own field; galois compiles kernels for each, ~4 s).
+  import galois  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
   for n, k in feduv.DEFAULT_MESSAGE_BITS.items():
-    assert k in feduv.valid_message_bits(n)
-  assert feduv.bch_code(63, 16).k == 16 and 16 in feduv.valid_message_bits(63)
+    theirs, ours = galois.BCH(n, k), bch.code(n, k)
+    np.testing.assert_array_equal(np.asarray(theirs.generator_poly.coeffs), ours.generator)
+    assert (theirs.n, theirs.k, theirs.d) == (ours.n, ours.k, ours.d)
+    messages = rng.integers(0, 2, (20, k)).astype(np.uint8)
+    np.testing.assert_array_equal(np.asarray(theirs.encode(theirs.field(messages))),
+                                  bch.encode(ours, messages))
   with pytest.raises(ValueError):
-    feduv.bch_code(127, 65)                  # galois agrees that 65 is not one
+    galois.BCH(127, 65)                      # galois agrees that 65 is not one
+
+
+def test_message_lengths_from_cyclotomic_cosets():
+  dims = bch.dimensions(127)
+  assert dims == [1, 8, 15, 22, 29, 36, 43, 50, 57, 64, 71, 78, 85, 92, 99, 106, 113, 120]
+  assert bch.dimensions(15) == [1, 5, 7, 11]
+  for n, k in feduv.DEFAULT_MESSAGE_BITS.items():
+    assert k in bch.dimensions(n) and bch.code(n, k).k == k
+  # BCH(15, 7) by hand: GF(16) on x^4 + x + 1; the minimal polynomials of alpha (x^4 + x + 1) and
+  # alpha^3 (x^4 + x^3 + x^2 + x + 1) multiply to x^8 + x^7 + x^6 + x^4 + 1.
+  np.testing.assert_array_equal(bch.code(15, 7).generator, [1, 1, 1, 0, 1, 0, 0, 0, 1])
+  with pytest.raises(ValueError, match=r'no binary BCH\(127, 65\) code; expected k in \[1, 8, '):
+    bch.code(127, 65)
+  with pytest.raises(ValueError, match=r'BCH code length n=100; expected 2\^m - 1'):
+    bch.code(100, 50)
+  with pytest.raises(ValueError, match=r'messages of shape \(2, 3\); expected \[num, 7\] bits'):
+    bch.encode(bch.code(15, 7), np.zeros((2, 3)))
 
 
 @pytest.mark.parametrize('n', [127, 255, 511])
@@ -45,11 +68,15 @@ def test_assigned_codewords_are_distinct_valid_and_far_apart(n):
   messages = feduv.random_messages(np.random.default_rng(0), 40, k)
   v = feduv.codewords(n, k, messages)
   assert v.shape == (40, n) and set(np.unique(v)) == {-1.0, 1.0}
-  code = feduv.bch_code(n, k)
+  code = bch.code(n, k)
   bits = ((v + 1) / 2).astype(np.uint8)
   np.testing.assert_array_equal(bits[:, :k], messages)                  # systematic
-  # Every one a codeword; with the systematic check above, each decodes to its message.
-  assert not np.any(np.asarray(code.detect(code.field(bits))))
+  # Every one a codeword (a multiple of g(x)); with the systematic check above, each decodes to
+  # its message. One flipped bit is not a codeword.
+  assert bch.is_codeword(code, bits).all()
+  flipped = bits.copy()
+  flipped[:, 3] ^= 1
+  assert not bch.is_codeword(code, flipped).any()
   hamming = (n - v @ v.T) / 2
   off = hamming[~np.eye(40, dtype=bool)]
   assert off.min() >= code.d                                            # designed distance
