@@ -10,12 +10,17 @@ from fedjax_face.core import xla_flags
 
 xla_flags.apply_cpu_defaults()
 
-# The suite compiles the same small programs many times (every runlocal run, in this process and
-# in the subprocesses the tests start, which inherit the variable). The cache is new for each
-# session, so nothing compiled by another version of the code is ever read.
+# The suite compiles the same small programs many times: every runlocal run, in both pytest-xdist
+# workers and in the subprocesses the tests start, all of which inherit these variables from the
+# process that set them first. Nearly all of those programs compile in well under JAX's default
+# 1 s threshold for caching (a runlocal run is ~120 compiles of ~0.07 s, 10 of its 14 s), so the
+# threshold is 0. The cache is new for each session, so nothing compiled by another version of
+# the code is ever read.
 if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:
   _CACHE = tempfile.mkdtemp(prefix='fedjax_face_xla_cache_')
   os.environ['JAX_COMPILATION_CACHE_DIR'] = _CACHE
+  os.environ['JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS'] = '0'
   atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
   import jax  # pylint: disable=g-import-not-at-top  (after the XLA flags above)
   jax.config.update('jax_compilation_cache_dir', _CACHE)
+  jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)

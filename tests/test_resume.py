@@ -74,6 +74,30 @@ def _scalars(logdir, tag: str) -> dict[int, float]:
   return out
 
 
+@pytest.fixture(scope='module')
+def finished(tmp_path_factory):
+  """name -> a finished run's workdir, made once per module: 'fedgc' (runlocal, 2 rounds),
+  'dp' (`_dp_config(3)`) and 'pretrain' (FedFR's pre-training, 4 rounds). Tests change their
+  own copies (`_copy`)."""
+  runs = {}
+
+  def get(name: str):
+    if name not in runs:
+      config = {'fedgc': lambda: load_config('fedgc'), 'dp': lambda: _dp_config(3),
+                'pretrain': lambda: load_config('pretrain')}[name]()
+      workdir = tmp_path_factory.mktemp(name)
+      runs[name] = (workdir, experiment.train_and_evaluate(config, str(workdir)))
+    return runs[name]
+  return get
+
+
+def _copy(finished, name: str, to):
+  """A copy of the finished run `name` at `to`, and its results."""
+  workdir, results = finished(name)
+  shutil.copytree(workdir, to)
+  return results
+
+
 # 1. A shorter rerun.
 
 def test_a_shorter_rerun_of_a_finished_run_is_refused_before_anything_is_written(tmp_path):
@@ -117,8 +141,9 @@ def _dp_accounting_epsilon(history) -> float:
   return accountant.get_epsilon(DELTA)
 
 
-def test_extending_a_dp_run_accounts_each_round_at_the_noise_it_ran_at(tmp_path):
-  first = experiment.train_and_evaluate(_dp_config(3), str(tmp_path))
+def test_extending_a_dp_run_accounts_each_round_at_the_noise_it_ran_at(tmp_path, finished):
+  tmp_path = tmp_path / 'run'
+  first = _copy(finished, 'dp', tmp_path)
   sigma_1 = first['privacy']['noise_multiplier']
   second = experiment.train_and_evaluate(_dp_config(5), str(tmp_path))
   sigma_2 = second['privacy']['noise_multiplier']
@@ -144,8 +169,10 @@ def test_extending_a_dp_run_accounts_each_round_at_the_noise_it_ran_at(tmp_path)
     assert curve[step] == pytest.approx(_dp_accounting_epsilon(history), rel=1e-6), step
 
 
-def test_a_spent_target_is_refused_and_a_raised_one_is_reached_over_the_history(tmp_path):
-  first = experiment.train_and_evaluate(_dp_config(3), str(tmp_path))
+def test_a_spent_target_is_refused_and_a_raised_one_is_reached_over_the_history(tmp_path,
+                                                                                finished):
+  tmp_path = tmp_path / 'run'
+  first = _copy(finished, 'dp', tmp_path)
   spent = first['privacy']['epsilon']
   before = _snapshot(tmp_path)
   with pytest.raises(ValueError, match=rf'^config.dp.target_epsilon=2 cannot be met: the 3 rounds '
@@ -264,9 +291,10 @@ def test_extending_a_step_schedule_keeps_the_decay_rounds_of_the_start(tmp_path,
                                                          'decay_rounds': [4, 5]}
 
 
-def test_checkpoints_without_digests_are_unverified_and_resumed_only_when_trusted(tmp_path, capsys):
+def test_checkpoints_without_digests_are_unverified_and_resumed_only_when_trusted(tmp_path, capsys,
+                                                                                  finished):
   config = load_config('fedgc')
-  experiment.train_and_evaluate(config, str(tmp_path / 'run'))   # rounds 1 and 2 kept
+  _copy(finished, 'fedgc', tmp_path / 'run')   # rounds 1 and 2 kept
   shutil.rmtree(tmp_path / 'run' / 'checkpoint_digests')
   shutil.copytree(tmp_path / 'run', tmp_path / 'intact')
   _corrupt(tmp_path / 'run' / 'checkpoints' / '2')
@@ -317,9 +345,10 @@ def test_checkpoint_keep_is_a_field_and_rejected_checkpoints_are_bounded(tmp_pat
   assert [n for n in names if n.startswith('4-')] and 'old-5' in names and 'old-0' not in names
 
 
-def test_digests_written_before_the_run_record_still_verify(tmp_path):
+def test_digests_written_before_the_run_record_still_verify(tmp_path, finished):
   config = load_config('fedgc')
-  experiment.train_and_evaluate(config, str(tmp_path))
+  tmp_path = tmp_path / 'run'
+  _copy(finished, 'fedgc', tmp_path)
   for step in (1, 2):   # the format before the record: the array digests alone
     path = tmp_path / 'checkpoint_digests' / f'{step}.json'
     path.write_text(json.dumps(json.loads(path.read_text())['arrays']))
@@ -347,8 +376,8 @@ def _fedfr_from(pretraining, **fields):
   return config
 
 
-def test_init_from_a_corrupted_pretraining_is_refused_naming_the_checkpoint(tmp_path):
-  experiment.train_and_evaluate(load_config('pretrain'), str(tmp_path / 'pre'))   # 4 rounds
+def test_init_from_a_corrupted_pretraining_is_refused_naming_the_checkpoint(tmp_path, finished):
+  _copy(finished, 'pretrain', tmp_path / 'pre')   # 4 rounds
   final = tmp_path / 'pre' / 'checkpoints' / '4'
   # One bit flipped in an array's data file: before, FedFR started from it silently (exit 0) while
   # resuming the pre-training itself rejected it. orbax's b-tree files carry checksums (a flip
@@ -399,7 +428,7 @@ def test_init_from_a_corrupted_pretraining_is_refused_naming_the_checkpoint(tmp_
       r"another round with config\.init_from_step\)\.$", out.stderr.strip().splitlines()[-1])
 
 
-def test_init_from_an_unfinished_pretraining_needs_init_from_step(tmp_path):
+def test_init_from_an_unfinished_pretraining_needs_init_from_step(tmp_path, finished):
   # A pre-training of 4 rounds preempted for real (SIGTERM to the command, as SLURM does): it
   # saves the round it reached and stops, without results.json.
   pre = tmp_path / 'pre'
@@ -436,7 +465,7 @@ def test_init_from_an_unfinished_pretraining_needs_init_from_step(tmp_path):
   jax.tree.map(np.testing.assert_array_equal, start, _tree(pre, reached))
   assert experiment.train_and_evaluate(config, str(tmp_path / 'fedfr'))['rounds'] == 2
   # A finished run whose results.json is gone is no finished run either.
-  experiment.train_and_evaluate(load_config('pretrain'), str(tmp_path / 'done'))
+  _copy(finished, 'pretrain', tmp_path / 'done')
   (tmp_path / 'done' / 'results.json').unlink()
   with pytest.raises(ValueError, match=r"is an unfinished run \(it has no results\.json\)"):
     experiment.validate(_fedfr_from(tmp_path / 'done'))
