@@ -42,7 +42,7 @@ import traceback
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from fedjax_face import experiment
+from fedjax_face import experiment, lifecycle
 from fedjax_face.core import distributed, xla_flags
 from fedjax_face.io import checkpoint, files
 
@@ -251,7 +251,7 @@ def main(argv):
     experiment.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   except (files.WorkdirError, checkpoint.InitFromError) as error:   # before the workdir is used
     exit_usage(str(error), error)
-  except experiment.Preempted as error:
+  except lifecycle.Preempted as error:
     exit_now(str(error), PREEMPTED_EXIT, error)
   except checkpoint.SaveError as error:
     exit_now(str(error), 1, error)

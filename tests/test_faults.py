@@ -21,7 +21,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from fedjax_face import experiment
+from fedjax_face import experiment, lifecycle
 from fedjax_face.io import files
 from tests import config_files
 
@@ -95,21 +95,21 @@ def test_divergence_stops_the_run_and_no_non_finite_state_is_saved(tmp_path):
 
 def test_the_guard_catches_a_finite_blow_up_and_non_finite_states():
   config = load_config('fedgc')
-  first = experiment.check_divergence(config, 1, {'train_loss': jnp.float32(2.0)}, None)
+  first = lifecycle.check_divergence(config, 1, {'train_loss': jnp.float32(2.0)}, None)
   assert first == 2.0
-  assert experiment.check_divergence(config, 2, {'train_loss': jnp.float32(1999.0)}, first) == 2.0
+  assert lifecycle.check_divergence(config, 2, {'train_loss': jnp.float32(1999.0)}, first) == 2.0
   with pytest.raises(FloatingPointError, match=r'round 3: training loss 2001 is more than '
                      r'divergence_factor=1000 times the first round\'s \(2\)'):
-    experiment.check_divergence(config, 3, {'train_loss': jnp.float32(2001.0)}, first)
+    lifecycle.check_divergence(config, 3, {'train_loss': jnp.float32(2001.0)}, first)
   config.divergence_factor = 0.0   # off: only non-finite losses stop
-  assert experiment.check_divergence(config, 3, {'train_loss': jnp.float32(1e9)}, first) == 2.0
+  assert lifecycle.check_divergence(config, 3, {'train_loss': jnp.float32(1e9)}, first) == 2.0
   with pytest.raises(FloatingPointError, match=r'round 4: training loss nan'):
-    experiment.check_divergence(config, 4, {'train_loss': jnp.float32(np.nan)}, first)
+    lifecycle.check_divergence(config, 4, {'train_loss': jnp.float32(np.nan)}, first)
   state = {'w': jnp.ones(3), 'count': jnp.int32(1)}
-  assert experiment.checked_finite(state, 5) is state
+  assert lifecycle.checked_finite(state, 5) is state
   with pytest.raises(FloatingPointError, match=r'round 5: the state holds nan or inf; it is not '
                      r'checkpointed'):
-    experiment.checked_finite({**state, 'w': jnp.array([1.0, np.inf, 0.0])}, 5)
+    lifecycle.checked_finite({**state, 'w': jnp.array([1.0, np.inf, 0.0])}, 5)
 
 
 def test_an_unknown_field_is_one_line_with_the_closest_name(tmp_path):

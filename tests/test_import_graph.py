@@ -17,6 +17,7 @@ LAYERS = (
     ('fedjax_face.config_lib',),                      # the sections every run shares
     ('fedjax_face.algorithms',),                      # the methods
     ('fedjax_face.eval',),                            # evaluators and their metrics
+    ('fedjax_face.lifecycle',),                       # preemption, run records, guards
     ('fedjax_face.experiment', 'fedjax_face.main'),   # the driver and its command line
     ('fedjax_face.tools',),                           # bench, tables, compare
     ('fedjax_face.proj',),                            # what belongs to one paper
