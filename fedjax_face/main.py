@@ -246,6 +246,7 @@ def main(argv):
     # Orbax logs every checkpoint step at INFO; the progress line is the run's log. `-v 0` restores it.
     logging.set_verbosity(logging.WARNING)
     pylogging.getLogger('absl').addFilter(_QuietOrbaxErrors())
+    sys.unraisablehook = _without_closed_event_loops(sys.unraisablehook)
   start(_CONFIG.value)
   try:
     experiment.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
@@ -281,6 +282,18 @@ class _QuietOrbaxErrors(pylogging.Filter):
 
   def filter(self, record):
     return not (record.levelno >= pylogging.ERROR and '/orbax/' in record.pathname)
+
+
+def _without_closed_event_loops(unraisablehook):
+  """`unraisablehook` less asyncio's 'Event loop is closed': after a failed background save,
+  tensorstore's threads still call back into the event loop orbax has closed and report each
+  failure as unraisable, one traceback a thread, before the run's own line
+  (`checkpoint.SaveError`). `-v 0` or above keeps them."""
+  def hook(unraisable):
+    value = unraisable.exc_value
+    if not (isinstance(value, RuntimeError) and str(value) == 'Event loop is closed'):
+      unraisablehook(unraisable)
+  return hook
 
 
 if __name__ == '__main__':

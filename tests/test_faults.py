@@ -215,17 +215,14 @@ def test_a_full_disk_stops_the_run_at_the_first_failed_save_in_one_line(tmp_path
                           '--config.num_rounds=12', '--config.checkpoint_every=1'],
                          cwd=config_files.ROOT, capture_output=True, text=True, timeout=120)
   assert out.returncode == 1
-  # The run's error, once, last, with the checkpoint that failed and the cause; no traceback of
-  # the run (orbax's own error log is dropped; tensorstore may still print an asyncio
-  # "Event loop is closed" traceback from its threads before it).
-  # (Such a traceback may be cut off by the line, which is why it is matched at its end.)
-  lines = out.stderr.splitlines()
-  assert lines[-1].endswith(
+  # The run's error alone on stderr: the checkpoint that failed and the cause. No traceback of the
+  # run (orbax's own error log is dropped), and none of tensorstore's threads calling back into
+  # the event loop orbax closed (reported as unraisable 'Event loop is closed', one a thread:
+  # before, up to 18 such tracebacks came before the line).
+  assert out.stderr.splitlines() == [
       f'saving checkpoint {checkpoints / "1"} failed: No space left on device (errno 28); nothing '
       'after it was trained or saved (free space or fix the directory, then rerun the same '
-      'command to resume from the checkpoint before).'), out.stderr[-3000:]
-  assert sum('saving checkpoint' in line for line in lines) == 1
-  assert 'fedjax_face' not in out.stderr and 'orbax' not in out.stderr, out.stderr[-3000:]
+      'command to resume from the checkpoint before).'], out.stderr[-3000:]
   # Stopped at once: the round-1 save failed and round 2 never trained.
   assert [line.split(' ')[1] for line in out.stdout.splitlines()
           if line.startswith('round ')] == ['1/12']
