@@ -378,6 +378,12 @@ def test_rerunning_a_finished_run_re_evaluates_and_keeps_its_training_metrics(tm
   assert again['last_logged_round'] == first['last_logged_round']
   assert _comparable(tmp_path) == {k: v for k, v in again.items()
                                    if k not in ('timing', 'provenance', 'plots')}
+  # An evaluator's field may change on a finished run (before, `evals.*` was refused: the
+  # resumable prefixes named only the old `eval.`): it is evaluated again as asked.
+  config.evals.verification.pair_sets = ('lfw',)
+  fewer = experiment.train_and_evaluate(config, str(tmp_path))
+  assert set(fewer['verification']) == {'lfw'} and set(again['verification']) > {'lfw'}
+  assert fewer['last_logged_round'] == first['last_logged_round']
 
 
 def test_checkpoint_every_seconds_saves_by_time(tmp_path):
