@@ -25,7 +25,6 @@ import os
 import ml_collections
 import numpy as np
 
-from fedjax_face.data import views
 from fedjax_face.data.formats import pad_lists as formats
 from fedjax_face.data.sources import pad as pad_source
 from fedjax_face.data.synthetic.pad_benchmark import DEPTH_SIZE, LIVE, PadSet
@@ -143,9 +142,8 @@ def load(config):
       train, {'test': target, 'validation': pad_source.concat(validation, 'sources')}, p.pooled)
 
 
-def training_views(config, data, one_client: bool):
-  del config
-  return views.own_client_views(data, one_client)
+# The same views as the embedded benchmark's: each data center is one client.
+training_views = pad_source.training_views
 
 
 def data_fields(config) -> tuple[str, ...]:
