@@ -5,8 +5,9 @@ the product of the distinct minimal polynomials of alpha^1 .. alpha^(d-1), alpha
 element of GF(2^m) (narrow sense: the roots start at alpha^1). The field is built on MATLAB's
 default primitive polynomial of degree m with alpha = x, as the `galois` package builds its
 `BCH(n, k)`, so the codes and their codewords are galois's bit for bit
-(tests/algorithms/test_feduv.py compares them). Building one here takes milliseconds; galois
-compiles its kernels first (3-6 s a code on one core).
+(tests/algorithms/test_feduv.py compares them). galois compiles numba kernels for each field
+before its first code, in every process; these are built in numpy (BUILD_NOTES.md has both
+timings).
 
 A codeword is an array of n bits, highest degree first: the k message bits, then the n - k parity
 bits r(x) = m(x) x^(n-k) mod g(x), so that m(x) x^(n-k) + r(x) is a multiple of g(x).

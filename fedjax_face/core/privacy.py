@@ -225,9 +225,10 @@ def dp_event(num_clients: int, cohort_size: int, noise_multiplier: float, rounds
 def _one_round_rdp(num_clients: int, cohort_size: int, noise_multiplier: float,
                    amplified: bool) -> tuple[np.ndarray, np.ndarray]:
   """(orders, RDP at each order) of one round, from dp-accounting's accountant; rounds compose by
-  adding it (RDP is additive). Kept per sigma: sampling without replacement costs dp-accounting
-  ~0.3 s a sigma on one core, and the bisection of `noise_for_epsilon` and each round's
-  TensorBoard value would otherwise recompute the same rounds again. Read-only."""
+  adding it (RDP is additive). Kept per sigma: dp-accounting's RDP of sampling without
+  replacement is slow (BUILD_NOTES.md, "The test suite"), and the bisection of
+  `noise_for_epsilon` and each round's TensorBoard value would otherwise recompute the same
+  rounds again. Read-only."""
   import dp_accounting  # pylint: disable=g-import-not-at-top
   from dp_accounting import rdp  # pylint: disable=g-import-not-at-top
   accountant = rdp.RdpAccountant(
