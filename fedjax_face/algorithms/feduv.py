@@ -41,7 +41,7 @@ import numpy as np
 
 from fedjax_face import config_lib
 from fedjax_face.algorithms import bch, common
-from fedjax_face.core import aggregation, class_tables
+from fedjax_face.core import aggregation, arrays, class_tables
 from fedjax_face.core.algorithm import (Algorithm, ClientInput, ClientResult, RoundState,
                                         origin_by_key)
 from fedjax_face.data import preprocess
@@ -162,7 +162,8 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     if start is not None:
       variables, _ = common.start_from(start, variables, method='feduv')
     # W' as a linear layer's usual init (std 1/sqrt(d)).
-    projection = jax.random.normal(projection_rng, (n, dim), jnp.float32) / np.sqrt(dim)
+    projection = arrays.drawn_flat(jax.random.normal, projection_rng, (n, dim),
+                                   dtype=jnp.float32) / np.sqrt(dim)
     # Each client's secret message, from the run's seed on the host (the encoder is numpy).
     messages = random_messages(np.random.default_rng([config.seed, n, k]), num_clients, k)
     clients = {'codeword': jnp.asarray(codewords(n, k, messages)),

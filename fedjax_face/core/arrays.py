@@ -1,5 +1,7 @@
 """The small array helpers every layer uses, once each."""
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -37,3 +39,15 @@ def l2_normalize(x, axis: int = -1):
     return x / np.maximum(norms, np.finfo(x.dtype).tiny)
   sq_norm = jnp.sum(x * x, axis=axis, keepdims=True)
   return x * jax.lax.rsqrt(jnp.maximum(sq_norm, _SQ_NORM_FLOOR))
+
+
+def drawn_flat(draw, key: jax.Array, shape, **kwargs) -> jax.Array:
+  """`draw(key, shape=shape, **kwargs)` (a `jax.random` sampler) drawn as a vector and reshaped.
+
+  The values are the same to the last bit: JAX numbers the random bits of an array in row-major
+  order, in both threefry modes (tests/core/test_arrays.py). XLA's CPU compiler takes several
+  times longer over a draw of a multi-dimensional shape (~1-2 s for a 3x3 conv kernel's), which
+  every eager `init` and every program with per-leaf noise paid (BUILD_NOTES, "Known XLA quirks").
+  """
+  shape = tuple(shape)
+  return draw(key, shape=(math.prod(shape),), **kwargs).reshape(shape)

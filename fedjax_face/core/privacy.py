@@ -45,6 +45,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_face.core import arrays
+
 PyTree = Any
 
 CLASS_ROWS = ('private', 'unprotected')
@@ -192,9 +194,11 @@ def noisy_updates(updates: dict, weights: jax.Array, spec: DpSpec, rng: jax.Arra
         continue
       mask = real.reshape((-1,) + (1,) * (leaf.ndim - 1))
       if name in spec.client_rows:      # each client's own rows: a draw per row
-        noise = spec.noise_std * jax.random.normal(key, leaf.shape, jnp.float32)
+        noise = spec.noise_std * arrays.drawn_flat(jax.random.normal, key, leaf.shape,
+                                                    dtype=jnp.float32)
       else:                             # the sum's one draw, shared as z / m by the real rows
-        noise = spec.noise_std * jax.random.normal(key, leaf.shape[1:], jnp.float32)[None] / m
+        noise = spec.noise_std * arrays.drawn_flat(jax.random.normal, key, leaf.shape[1:],
+                                                    dtype=jnp.float32)[None] / m
       out.append(leaf + (mask * noise).astype(leaf.dtype))
     noisy[name] = jax.tree.unflatten(treedef, out)
   return {**noisy, **passed}, real

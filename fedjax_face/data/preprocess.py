@@ -7,6 +7,8 @@ become float32 only inside jitted code, with the arcface_torch transform `(x / 2
 import jax
 import jax.numpy as jnp
 
+from fedjax_face.core import arrays
+
 
 def normalize(images: jax.Array) -> jax.Array:
   """uint8 `[..., H, W, C]` in [0, 255] -> float32 in [-1, 1]."""
@@ -20,7 +22,8 @@ def horizontal_flip(images: jax.Array) -> jax.Array:
 
 def random_flip(rng: jax.Array, images: jax.Array) -> jax.Array:
   """Flip each image of a `[B, H, W, C]` batch with probability 1/2 (training augmentation)."""
-  flip = jax.random.bernoulli(rng, 0.5, (images.shape[0],) + (1,) * (images.ndim - 1))
+  flip = arrays.drawn_flat(jax.random.bernoulli, rng,
+                          (images.shape[0],) + (1,) * (images.ndim - 1), p=0.5)
   return jnp.where(flip, horizontal_flip(images), images)
 
 

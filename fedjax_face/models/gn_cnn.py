@@ -22,8 +22,8 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_face.models import conv as conv_lib
+from fedjax_face.models import initializers
 from fedjax_face.models import pooling
-from fedjax_face.models.small_cnn import conv_kernel_init
 
 MAX_GROUPS = 32   # Wu & He's default; fewer when a stage has fewer channels
 
@@ -78,14 +78,15 @@ class GroupNormCNN(nn.Module):
                        '(lower model.num_stages or raise data.image_size).')
     x = x.astype(self.dtype)
     for stage, channels in enumerate(stage_channels(self.width, self.num_stages)):
-      x = nn.Conv(channels, (3, 3), padding=1, kernel_init=conv_kernel_init, dtype=self.dtype,
-                  name=f'conv{stage}',
+      x = nn.Conv(channels, (3, 3), padding=1, kernel_init=initializers.he_normal_fan_out,
+                  dtype=self.dtype, name=f'conv{stage}',
                   conv_general_dilated=conv_lib.conv_function(self.conv_gradient))(x)
       x = nn.relu(x)
       x = pooling.max_pool(x, 2)   # nn.max_pool's values and gradients, faster on CPU
       x = nn.GroupNorm(num_groups=num_groups(channels), dtype=self.dtype, name=f'gn{stage}')(x)
     x = x.reshape((x.shape[0], -1))
-    x = nn.Dense(self.embedding_dim, dtype=self.dtype, name='fc')(x)
+    x = nn.Dense(self.embedding_dim, kernel_init=initializers.lecun_normal, dtype=self.dtype,
+                 name='fc')(x)
     if self.scaling:
       x = Scaling(self.scaling_init, name='scaling')(x)
     return x.astype(jnp.float32)

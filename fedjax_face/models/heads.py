@@ -240,4 +240,4 @@ def init_class_embeddings(rng: jax.Array, num_classes: int, dim: int, kind: str,
   normalised), and i.i.d. Gaussian rows give isotropic random directions whatever the std.
   """
   _check_kind(kind)
-  return std * jax.random.normal(rng, (num_classes, dim), jnp.float32)
+  return std * arrays.drawn_flat(jax.random.normal, rng, (num_classes, dim), dtype=jnp.float32)

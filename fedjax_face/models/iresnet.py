@@ -29,9 +29,9 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_face.models import conv as conv_lib
+from fedjax_face.models import initializers
 from fedjax_face.models.small_cnn import BN_EPSILON
 from fedjax_face.models.small_cnn import BN_MOMENTUM
-from fedjax_face.models.small_cnn import conv_kernel_init
 
 
 class PReLU(nn.Module):
@@ -104,7 +104,8 @@ class IResNet(nn.Module):
     # PyTorch-style symmetric padding 1 for every 3x3 conv (Flax 'SAME' would pad asymmetrically
     # for stride 2 on even sizes).
     conv = functools.partial(
-        nn.Conv, padding=1, use_bias=False, kernel_init=conv_kernel_init, dtype=self.dtype,
+        nn.Conv, padding=1, use_bias=False, kernel_init=initializers.he_normal_fan_out,
+        dtype=self.dtype,
         conv_general_dilated=conv_lib.conv_function(self.conv_gradient))
     norm = functools.partial(
         nn.BatchNorm, use_running_average=not train, momentum=BN_MOMENTUM, epsilon=BN_EPSILON,
@@ -122,7 +123,8 @@ class IResNet(nn.Module):
     x = norm(name='bn2')(x)
     x = nn.Dropout(self.dropout, deterministic=not train)(x)
     x = x.reshape((x.shape[0], -1)).astype(jnp.float32)
-    x = nn.Dense(self.embedding_dim, use_bias=False, dtype=jnp.float32, name='fc')(x)
+    x = nn.Dense(self.embedding_dim, use_bias=False, kernel_init=initializers.lecun_normal,
+                 dtype=jnp.float32, name='fc')(x)
     # Scale frozen at 1 as in insightface (`features.weight` = 1, requires_grad=False).
     x = nn.BatchNorm(
         use_running_average=not train, momentum=BN_MOMENTUM, epsilon=BN_EPSILON, use_scale=False,

@@ -30,7 +30,8 @@ import jax.numpy as jnp
 
 from fedjax_face.models import conv as conv_lib
 from fedjax_face.models import pooling
-from fedjax_face.models.small_cnn import BN_EPSILON, BN_MOMENTUM, conv_kernel_init
+from fedjax_face.models import initializers
+from fedjax_face.models.small_cnn import BN_EPSILON, BN_MOMENTUM
 
 PAD_CHANNELS = 6   # RGB + HSV (the authors' input)
 
@@ -81,7 +82,7 @@ class _ConvBN(nn.Module):
   @nn.compact
   def __call__(self, x, train: bool):
     x = nn.Conv(self.features, (3, 3), padding='SAME', use_bias=False,
-                kernel_init=conv_kernel_init,
+                kernel_init=initializers.he_normal_fan_out,
                 conv_general_dilated=conv_lib.conv_function(self.conv_gradient))(x)
     if self.batch_norm_groups == 1:
       x = nn.BatchNorm(use_running_average=not train, momentum=BN_MOMENTUM,
@@ -123,7 +124,8 @@ class Classifier(nn.Module):
 
   @nn.compact
   def __call__(self, z):
-    return nn.Dense(1)(nn.relu(nn.Dense(8 * self.width)(z)))[:, 0]
+    dense = functools.partial(nn.Dense, kernel_init=initializers.lecun_normal)
+    return dense(1)(nn.relu(dense(8 * self.width)(z)))[:, 0]
 
 
 class DepthEstimator(nn.Module):
@@ -138,7 +140,7 @@ class DepthEstimator(nn.Module):
                          for b in blocks], axis=-1)
     x = _ConvBN(2 * self.width, self.conv_gradient, self.batch_norm_groups)(x, train)
     x = _ConvBN(self.width, self.conv_gradient, self.batch_norm_groups)(x, train)
-    return nn.Conv(1, (3, 3), padding='SAME',
+    return nn.Conv(1, (3, 3), padding='SAME', kernel_init=initializers.lecun_normal,
                    conv_general_dilated=conv_lib.conv_function(self.conv_gradient))(x)[..., 0]
 
 
@@ -149,12 +151,14 @@ class Decoder(nn.Module):
   @nn.compact
   def __call__(self, z):
     w = self.width
-    x = nn.Dense(8 * w * 16)(z).reshape(z.shape[0], 4, 4, 8 * w)
+    x = nn.Dense(8 * w * 16, kernel_init=initializers.lecun_normal)(z)
+    x = x.reshape(z.shape[0], 4, 4, 8 * w)
     size, channels = 4, 8 * w
     while size < self.image_size:
       size *= 2
       channels = PAD_CHANNELS if size >= self.image_size else max(channels // 2, w // 2, 1)
-      x = nn.ConvTranspose(channels, (4, 4), strides=(2, 2), padding='SAME')(x)
+      x = nn.ConvTranspose(channels, (4, 4), strides=(2, 2), padding='SAME',
+                           kernel_init=initializers.lecun_normal)(x)
       if size < self.image_size:
         x = nn.relu(x)
     return x

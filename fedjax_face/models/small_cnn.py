@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_face.models import conv as conv_lib
+from fedjax_face.models import initializers
 from fedjax_face.models import pooling
 
 # PyTorch-style BatchNorm hyper-parameters (momentum 0.1 there == 0.9 here, eps 1e-5), as in the
@@ -28,10 +29,6 @@ from fedjax_face.models import pooling
 # the weights over the few local steps a federated client takes per round.
 BN_MOMENTUM = 0.9
 BN_EPSILON = 1e-5
-
-# He (Kaiming) normal over fan-out, the usual init for conv layers followed by BN and a rectifier.
-conv_kernel_init = nn.initializers.variance_scaling(2.0, 'fan_out', 'normal')
-
 
 class SmallCNN(nn.Module):
   """VGG-like conv net: `num_stages` conv/BN/ReLU/max-pool stages, then a BN'd linear embedding.
@@ -60,7 +57,7 @@ class SmallCNN(nn.Module):
     for stage in range(self.num_stages):
       x = nn.Conv(
           self.width * 2**stage, (3, 3), padding=1, use_bias=False,
-          kernel_init=conv_kernel_init, dtype=self.dtype, name=f'conv{stage}',
+          kernel_init=initializers.he_normal_fan_out, dtype=self.dtype, name=f'conv{stage}',
           conv_general_dilated=conv_lib.conv_function(self.conv_gradient))(x)
       x = nn.BatchNorm(
           use_running_average=not train, momentum=BN_MOMENTUM, epsilon=BN_EPSILON,
@@ -69,7 +66,8 @@ class SmallCNN(nn.Module):
       x = pooling.max_pool(x, 2)   # nn.max_pool's values and gradients, faster on CPU
     x = x.reshape((x.shape[0], -1))
     # No dense bias: the BN right after subtracts the batch mean, which cancels any bias exactly.
-    x = nn.Dense(self.embedding_dim, use_bias=False, dtype=self.dtype, name='fc')(x)
+    x = nn.Dense(self.embedding_dim, use_bias=False, kernel_init=initializers.lecun_normal,
+                 dtype=self.dtype, name='fc')(x)
     # insightface's "features" BN: learnable shift but the scale is frozen at 1 (use_scale=False),
     # so the embedding norm is not driven by a free per-dimension gain.
     x = nn.BatchNorm(

@@ -41,3 +41,21 @@ def test_tree_bytes_counts_shapes_and_dtypes():
   tree = {'a': np.zeros((3, 4), np.float32), 'b': [jax.ShapeDtypeStruct((5,), jnp.int8)],
           'c': jnp.zeros((), jnp.bfloat16)}
   assert arrays.tree_bytes(tree) == 3 * 4 * 4 + 5 + 2
+
+
+@pytest.mark.parametrize('partitionable', [True, False])
+@pytest.mark.parametrize('draw,kwargs', [
+    (jax.random.normal, {}), (jax.random.uniform, {'minval': -1.0, 'maxval': 1.0}),
+    (jax.random.truncated_normal, {'lower': -2, 'upper': 2}), (jax.random.bernoulli, {'p': 0.5}),
+    (jax.random.gumbel, {})])
+def test_a_flat_draw_is_the_draw_to_the_last_bit(draw, kwargs, partitionable):
+  key = jax.random.PRNGKey(7)
+  with jax.threefry_partitionable(partitionable):
+    for shape in [(3, 3, 2, 2), (8, 1, 1, 1), (5, 7), (2, 0, 3)]:
+      want = draw(key, shape=shape, **kwargs)
+      got = arrays.drawn_flat(draw, key, shape, **kwargs)
+      assert got.shape == want.shape == tuple(shape) and got.dtype == want.dtype
+      np.testing.assert_array_equal(got, want)
+    # Inside a traced program (per-leaf DP noise, the flip of each image) as well.
+    jitted = jax.jit(lambda k: arrays.drawn_flat(draw, k, (3, 3, 2, 2), **kwargs))(key)
+    np.testing.assert_array_equal(jitted, draw(key, shape=(3, 3, 2, 2), **kwargs))
