@@ -189,6 +189,12 @@ def read_fedgpad(root: str, split: str, *, depth_dirs: int, depth_policy: str = 
   return _sorted_frames(entries, root, split, depth_policy, depth_dirs, records, lists)
 
 
+def ssdg_picks(n: int, k: int) -> list[int]:
+  """SSDG's sampling: of a video's n frames (sorted by number) the indices `6 + j*floor(n/k)`,
+  j < k (the last may be >= n: the caller decides what a too-short video means)."""
+  return [SSDG_FIRST + j * (n // k) for j in range(k)]
+
+
 def _frame_number(path: str):
   stem = os.path.splitext(os.path.basename(path))[0]
   return (0, int(stem), stem) if stem.isdigit() else (1, 0, stem)
@@ -232,7 +238,7 @@ def read_ssdg(root: str, split: str, *, frames_per_video: int, depth_dirs: int |
     for video, frames in by_video.items():
       frames.sort(key=lambda e: _frame_number(e[0]))
       n, k = len(frames), frames_per_video
-      picks = [SSDG_FIRST + j * (n // k) for j in range(k)]
+      picks = ssdg_picks(n, k)
       if picks[-1] >= n:
         records.bad_record(f'{frames[0][3]}: video {video} has {n} frames; SSDG\'s sampling '
                            f'keeps frames {picks} (6 + j*floor(n/k), k={k}).')
