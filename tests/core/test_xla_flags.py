@@ -12,7 +12,8 @@ from tests import config_files
 ROOT = config_files.ROOT
 # Every `python -m` entry point that runs JAX programs.
 ENTRY_POINTS = ('fedjax_face.main', 'fedjax_face.tools.bench', 'fedjax_face.tools.bench.pipeline',
-                'fedjax_face.tools.bench.regularizer', 'fedjax_face.proj.fedgc.visualize')
+                'fedjax_face.tools.bench.pad_pipeline', 'fedjax_face.tools.bench.regularizer',
+                'fedjax_face.proj.fedgc.visualize')
 
 
 def test_defaults_are_appended_to_other_flags():

@@ -249,6 +249,24 @@ def test_an_unreadable_image(tmp_path, monkeypatch):
   np.testing.assert_array_equal(depth[3:], 0.0)
 
 
+def test_threads_decode_the_same_frames_and_name_the_same_first_bad_line(tmp_path):
+  root = _fedgpad_root(tmp_path / 'O', videos=3, frames=3)
+  frames = _read_fedgpad(root)
+  one = formats.load_frames(frames, 8, 32, train=True)
+  for threads in (2, 5):
+    many = formats.load_frames(frames, 8, 32, train=True, threads=threads)
+    assert many[0].paths == one[0].paths and many[0].origins == one[0].origins
+    np.testing.assert_array_equal(many[1], one[1])
+    np.testing.assert_array_equal(many[2], one[2])
+  for f in ('1.png', '2.png'):                 # two bad lines: the first in list order is named
+    with open(os.path.join(root, 'live1', f), 'wb') as out:
+      out.write(b'not an image')
+  real = os.path.join(root, 'image_list_real.txt')
+  with pytest.raises(formats.PadListError, match='^' + re.escape(
+      f"{real}:5: cannot read the image {os.path.join(root, 'live1', '1.png')} (")):
+    formats.load_frames(frames, 8, 32, train=True, threads=4)
+
+
 def test_ssdg_bad_entries(tmp_path):
   root = str(tmp_path / 'C')
   formats.save_image(os.path.join(root, 'v/1.png'), _image(0))

@@ -39,6 +39,7 @@ log line.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import glob
 import json
@@ -316,31 +317,41 @@ def load_image(path: str, origin: str, size: int) -> np.ndarray:
 
 
 def load_frames(frames: Frames, size: int, depth_size: int, *, train: bool,
-                skip_bad_records: bool = False) -> tuple[Frames, np.ndarray, np.ndarray]:
+                skip_bad_records: bool = False,
+                threads: int = 1) -> tuple[Frames, np.ndarray, np.ndarray]:
   """Decodes a split: (the frames kept, uint8 images [N, size, size, 3], float32 depth maps
   [N, depth_size, depth_size]: the files', or with no file (policy 'ones', or `train` False)
   ones for live frames of a training split and zeros otherwise). An unreadable image or depth
   map stops with a PadListError naming its list line, or (skip) is dropped, counted in one log
-  line; a data center left without live or attack frames stops either way."""
-  records, images, depths, keep, cache = _Records(skip_bad_records), [], [], [], {}
-  for i, (path, origin, live, depth) in enumerate(
-      zip(frames.paths, frames.origins, frames.live, frames.depth)):
+  line; a data center left without live or attack frames stops either way. `threads` decode at
+  once (PIL's decoders release the GIL); the result is the same for any number."""
+  cache: dict[str, np.ndarray] = {}   # the one attack map, read once (a race reads it twice)
+
+  def one(item):
+    path, origin, live, depth = item
     try:
       image = load_image(path, origin, size)
       if depth is None:
-        d = np.full((depth_size,) * 2, 1.0 if (train and live) else 0.0, np.float32)
-      else:
-        if depth not in cache:
-          try:
-            cache[depth] = load_depth(depth, depth_size)
-          except (OSError, ValueError) as e:
-            raise PadListError(f'{origin}: cannot read the depth map {depth} ({e}).') from None
-        d = cache[depth]
+        return image, np.full((depth_size,) * 2, 1.0 if (train and live) else 0.0, np.float32)
+      if depth not in cache:
+        try:
+          cache[depth] = load_depth(depth, depth_size)
+        except (OSError, ValueError) as e:
+          raise PadListError(f'{origin}: cannot read the depth map {depth} ({e}).') from None
+      return image, cache[depth]
     except PadListError as e:
-      records.bad_record(str(e))
+      return e
+
+  items = zip(frames.paths, frames.origins, frames.live, frames.depth)
+  with concurrent.futures.ThreadPoolExecutor(max(threads, 1)) as pool:
+    loaded = list(pool.map(one, items))
+  records, images, depths, keep = _Records(skip_bad_records), [], [], []
+  for i, result in enumerate(loaded):   # in list order: the first bad line is the one named
+    if isinstance(result, PadListError):
+      records.bad_record(str(result))
       continue
-    images.append(image)
-    depths.append(d)
+    images.append(result[0])
+    depths.append(result[1])
     keep.append(i)
   where = frames.origins[0].rsplit(':', 1)[0] if frames.origins else ''
   records.log(where)

@@ -25,6 +25,7 @@ import os
 import ml_collections
 import numpy as np
 
+from fedjax_face.core import policy
 from fedjax_face.data.formats import pad_lists as formats
 from fedjax_face.data.sources import pad as pad_source
 from fedjax_face.data.synthetic.pad_benchmark import DEPTH_SIZE, LIVE, PadSet
@@ -122,7 +123,8 @@ def _read(config, root, layout, split, depth_dirs=None, attack_list='fake') -> P
                         frames_per_video=p.frames_per_video[split != 'train'],
                         attack_list=attack_list, skip_bad_records=p.skip_bad_records)
   frames, images, depth = formats.load_frames(frames, size, DEPTH_SIZE, train=split == 'train',
-                                              skip_bad_records=p.skip_bad_records)
+                                              skip_bad_records=p.skip_bad_records,
+                                              threads=policy.usable_cpus())
   n = len(frames.paths)
   return PadSet(domain=root, images=images, depth=depth, live=frames.live,
                 attack=np.where(frames.live, LIVE, UNKNOWN_ATTACK).astype(np.int8),
