@@ -18,7 +18,8 @@ of the batch, as the federated data centers do, instead of over the pooled batch
 the test of whether pooled statistics are why All's in-domain error is above FedPAD's.
 
 Argument (comma separated): protocol=OCI_M|OMI_C|OCM_I|ICM_O (default OCI_M),
-batch_norm=pooled|per_center (default pooled), paper, runlocal.
+batch_norm=pooled|per_center (default pooled), backbone=resnet18|pad_net (FedPAD's detector:
+default resnet18), paper, runlocal.
 """
 
 from fedjax_face import config_lib
@@ -29,10 +30,12 @@ from fedjax_face.proj.pad import setting
 def get_config(arg=None):
   args = config_lib.parse_arg(arg, {'protocol': setting.PROTOCOLS, 'paper': (True,),
                                     'runlocal': (True,),
+                                    'backbone': tuple(setting.BACKBONES),
                                     'batch_norm': ('pooled', 'per_center')})
   runlocal = bool(args.get('runlocal'))
   c = setting.pad_config('fedpad', protocol=args.get('protocol', 'OCI_M'), runlocal=runlocal,
-                         paper=bool(args.get('paper')))
+                         paper=bool(args.get('paper')),
+                         backbone=args.get('backbone', 'resnet18'))
   c.data.pad.pooled = True
   c.federated.num_clients = 1
   # The federation's images per step: a data center's batch (live and attack) per data center.

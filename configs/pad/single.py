@@ -9,7 +9,8 @@ the benchmark's calibration (Table I).
 
 Argument (comma separated): center=O|C|I|M|S (default O), target=<another domain> (the one
 reported first; default the first other domain), attacks=print|video (train on one attack type
-only: Table X), paper, runlocal.
+only: Table X), backbone=resnet18|pad_net (FedPAD's detector: default resnet18), paper,
+runlocal.
 """
 
 from fedjax_face import config_lib
@@ -22,7 +23,8 @@ def get_config(arg=None):
   args = config_lib.parse_arg(arg, {'center': pad_benchmark.DOMAIN_NAMES,
                                     'target': pad_benchmark.DOMAIN_NAMES,
                                     'attacks': tuple(setting.ATTACK_TYPES), 'paper': (True,),
-                                    'runlocal': (True,)})
+                                    'runlocal': (True,),
+                                    'backbone': tuple(setting.BACKBONES)})
   center = args.get('center', 'O')
   others = [d for d in pad_benchmark.DOMAIN_NAMES if d != center]
   target = args.get('target', others[0])
@@ -30,7 +32,8 @@ def get_config(arg=None):
     raise ValueError(f'config arguments center={center!r} and target={target!r}; expected a '
                      f'target other than the data center, one of {tuple(others)}.')
   c = setting.pad_config('fedpad', centers=center, target=target,
-                         runlocal=bool(args.get('runlocal')), paper=bool(args.get('paper')))
+                         runlocal=bool(args.get('runlocal')), paper=bool(args.get('paper')),
+                         backbone=args.get('backbone', 'resnet18'))
   c.data.pad.extra_targets = tuple(d for d in others if d != target)
   if 'attacks' in args:
     c.data.pad.center_attacks = setting.center_attacks(args['attacks'])

@@ -1,9 +1,12 @@
 """FedGPAD and FedPAD (Shao, Perera, Yuen, Patel, "Federated Generalized Face Presentation Attack
 Detection", TNNLS): data centers train a live / attack detector together without sharing data.
 
-FedPAD (Alg. 1): each data center trains the detector (EI, C and the depth head Dep of
-`models/pad.py` with `model.disentangle=False`) on its own frames with Eq. 4 + Eq. 5, and the
-server averages every parameter (Eq. 3).
+FedPAD (Alg. 1): each data center trains the detector on its own frames and the server averages
+every parameter (Eq. 3). The detector is the paper's ResNet-18 (`model.name='pad_resnet18'`, the
+default: §IV-A4) trained with the cross-entropy of Eq. 1 (the same as Eq. 4), or, as the named
+variant `backbone=pad_net` of configs/pad/fedpad.py, EI, C and the depth head Dep of the Table II
+network (`model.disentangle=False`) with Eq. 4 + Eq. 5, so that it differs from FedGPAD in the
+disentanglement alone.
 
 FedGPAD (Alg. 2): each data center also has a domain-specific extractor ES and a decoder Dec
 (`model.disentangle=True`) and minimises Eq. 8, the weighted sum of Cls (Eq. 4), Dep (Eq. 5), Rec
@@ -46,6 +49,9 @@ KEEPS_CLIENT_OPTIMIZER = True
 SHARED_PARTS = ('invariant', 'classifier', 'depth')   # Eq. 10: what the server averages
 PRIVATE_PARTS = ('specific', 'decoder')               # never leave the data center
 WEIGHTINGS = ('uniform', 'examples')
+# The networks each method trains: FedGPAD's Table II network; FedPAD's ResNet-18 (the paper's,
+# §IV-A4: the default) or the Table II network without ES and Dec (the project's first FedPAD).
+MODELS = {'fedgpad': ('pad_net',), 'fedpad': ('pad_resnet18', 'pad_net')}
 
 
 def config_section() -> ml_collections.ConfigDict:
@@ -69,13 +75,15 @@ def check_config(config) -> None:
                      "presentation-attack detector: expected an anti-spoofing source "
                      f"{sources.of_task('anti_spoofing')}.")
   m = config.model
-  if m.name != 'pad_net':
-    raise ValueError(f"config.model.name={m.name!r}; expected 'pad_net' (models/pad.py).")
+  names = MODELS[config.algorithm]
+  if m.name not in names:
+    raise ValueError(f'config.model.name={m.name!r} with {config.algorithm}; expected one of '
+                     f'{names} (models/pad.py).')
   if m.image_size != config.data.image_size:
     raise ValueError(f'config.model.image_size={m.image_size} but data.image_size='
                      f'{config.data.image_size}; expected the same.')
   expected = config.algorithm == 'fedgpad'
-  if m.disentangle != expected:
+  if m.name == 'pad_net' and m.disentangle != expected:
     raise ValueError(f'config.model.disentangle={m.disentangle!r} with {config.algorithm}: '
                      f'expected {expected} ({"ES and Dec" if expected else "no ES or Dec"}).')
 

@@ -54,11 +54,13 @@ def diff_loss(z_invariant: jax.Array, z_specific: jax.Array, mask: jax.Array) ->
 
 def total_loss(outputs: dict, batch: dict, weights: dict = LOSS_WEIGHTS) -> tuple[jax.Array, dict]:
   """Eq. 8 (weighted): (total, the terms) for `PadNet` outputs and a batch of 'inputs' `[B, S, S,
-  6]`, 'depth' maps, 'live' labels and 'mask'. Without the disentangled outputs (FedPAD's net)
-  the terms are cls and depth."""
+  6]`, 'depth' maps, 'live' labels and 'mask'. Without the disentangled outputs (FedPAD on the
+  Table II network) the terms are cls and depth; with the logit alone (FedPAD's ResNet-18), cls
+  (the paper's Eq. 1)."""
   mask = batch['mask']
-  terms = {'cls': cls_loss(outputs['logit'], batch['live'], mask),
-           'depth': depth_loss(outputs['depth'], batch['depth'], mask)}
+  terms = {'cls': cls_loss(outputs['logit'], batch['live'], mask)}
+  if 'depth' in outputs:
+    terms['depth'] = depth_loss(outputs['depth'], batch['depth'], mask)
   if 'reconstruction' in outputs:
     terms['rec'] = rec_loss(outputs['reconstruction'], batch['inputs'], mask)
     terms['diff'] = diff_loss(outputs['z_invariant'], outputs['z_specific'], mask)

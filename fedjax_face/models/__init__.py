@@ -21,6 +21,7 @@ from fedjax_face.models.iresnet import iresnet18
 from fedjax_face.models.iresnet import iresnet34
 from fedjax_face.models.iresnet import PReLU
 from fedjax_face.models.pad import PadNet
+from fedjax_face.models.pad import PadResNet18
 from fedjax_face.models.small_cnn import SmallCNN
 
 # name -> constructor accepting `embedding_dim=`, `dtype=` and model-specific keyword arguments.
@@ -59,6 +60,10 @@ def build_backbone(config: Any, conv_gradient: str = 'xla') -> nn.Module:
     ValueError: unknown backbone name, dtype or conv gradient.
   """
   name = config.name
+  if name == 'pad_resnet18':   # FedPAD's detector as the paper has it (models/pad.py)
+    return PadResNet18(width=config.width, image_size=config.image_size,
+                       dtype=_DTYPES[_get(config, 'dtype', 'float32')], conv_gradient=conv_gradient,
+                       batch_norm_groups=_get(config, 'batch_norm_groups', 1))
   if name == 'pad_net':   # PAD: a detector, not an embedding backbone (models/pad.py)
     return PadNet(width=config.width, image_size=config.image_size,
                   disentangle=config.disentangle, dtype=_DTYPES[_get(config, 'dtype', 'float32')],

@@ -84,12 +84,15 @@ class _ConvBN(nn.Module):
     x = nn.Conv(self.features, (3, 3), padding='SAME', use_bias=False,
                 kernel_init=initializers.he_normal_fan_out,
                 conv_general_dilated=conv_lib.conv_function(self.conv_gradient))(x)
-    if self.batch_norm_groups == 1:
-      x = nn.BatchNorm(use_running_average=not train, momentum=BN_MOMENTUM,
-                       epsilon=BN_EPSILON)(x)
-    else:
-      x = GroupedBatchNorm(self.batch_norm_groups, name='BatchNorm_0')(x, not train)
-    return nn.relu(x)
+    return nn.relu(_batch_norm(x, train, self.batch_norm_groups))
+
+
+def _batch_norm(x, train: bool, groups: int, name: str | None = None):
+  """BatchNorm over the batch (`groups` 1) or per data-center slice (`GroupedBatchNorm`)."""
+  if groups == 1:
+    return nn.BatchNorm(use_running_average=not train, momentum=BN_MOMENTUM, epsilon=BN_EPSILON,
+                        name=name)(x)
+  return GroupedBatchNorm(groups, name=name or 'BatchNorm_0')(x, not train)
 
 
 def _pool(x):
@@ -162,6 +165,76 @@ class Decoder(nn.Module):
       if size < self.image_size:
         x = nn.relu(x)
     return x
+
+
+class _BasicBlock(nn.Module):
+  """torchvision's ResNet basic block: conv3x3 (stride) BN ReLU conv3x3 BN, plus the input
+  (through conv1x1 (stride) BN when the shape changes), ReLU."""
+  features: int
+  strides: int = 1
+  conv_gradient: str = 'xla'
+  batch_norm_groups: int = 1
+
+  @nn.compact
+  def __call__(self, x, train: bool):
+    conv = functools.partial(nn.Conv, use_bias=False, kernel_init=initializers.he_normal_fan_out,
+                             conv_general_dilated=conv_lib.conv_function(self.conv_gradient))
+    norm = lambda y, name: _batch_norm(y, train, self.batch_norm_groups, name)
+    s = (self.strides, self.strides)
+    y = nn.relu(norm(conv(self.features, (3, 3), s, padding=1, name='conv1')(x), 'bn1'))
+    y = norm(conv(self.features, (3, 3), padding=1, name='conv2')(y), 'bn2')
+    if self.strides != 1 or x.shape[-1] != self.features:
+      x = norm(conv(self.features, (1, 1), s, padding=0, name='downsample_conv')(x),
+               'downsample_bn')
+    return nn.relu(x + y)
+
+
+class ResNet18Trunk(nn.Module):
+  """ResNet-18 up to its pooled features `[B, 8w]`: conv7x7/2 (w) BN ReLU, max-pool 3x3/2, then
+  four stages of two basic blocks (w, 2w, 4w, 8w channels; the first block of stages 2-4 has
+  stride 2), global average pool. torchvision's padding (3 for the stem, 1 for the pool)."""
+  width: int = 64
+  conv_gradient: str = 'xla'
+  batch_norm_groups: int = 1
+
+  @nn.compact
+  def __call__(self, x, train: bool):
+    x = nn.Conv(self.width, (7, 7), (2, 2), padding=3, use_bias=False,
+                kernel_init=initializers.he_normal_fan_out,
+                conv_general_dilated=conv_lib.conv_function(self.conv_gradient), name='conv1')(x)
+    x = nn.relu(_batch_norm(x, train, self.batch_norm_groups, 'bn1'))
+    x = nn.max_pool(x, (3, 3), (2, 2), padding=((1, 1), (1, 1)))
+    for stage in range(4):
+      for block in range(2):
+        x = _BasicBlock(self.width * 2**stage, 2 if (stage and not block) else 1,
+                        self.conv_gradient, self.batch_norm_groups,
+                        name=f'layer{stage + 1}_{block}')(x, train)
+    return jnp.mean(x, axis=(1, 2))
+
+
+class PadResNet18(nn.Module):
+  """FedPAD's network as the paper has it (§IV-A4: 'we directly adopt Resnet-18'), on the RGB +
+  HSV input: `ResNet18Trunk` ('invariant') and a linear live logit ('classifier'), so FedPAD's
+  server averages both as it averages PadNet's EI and C. `__call__(x, train, disentangled=None)`
+  -> {'logit' `[B]`}: no depth head, FedPAD's loss is the cross-entropy alone (Eq. 1). w = 64
+  is torchvision's ResNet-18; the configs train w = 8 on CPU (`paper`: 64)."""
+  width: int = 64
+  image_size: int = 256
+  dtype: Any = jnp.float32
+  conv_gradient: str = 'xla'
+  batch_norm_groups: int = 1
+  disentangle = False                 # no ES or Dec: what FedPAD's algorithm asks of a model
+
+  @nn.compact
+  def __call__(self, x, train: bool, disentangled: bool | None = None):
+    del disentangled
+    if x.shape[1] != self.image_size or x.shape[-1] != PAD_CHANNELS:
+      raise ValueError(f'PadResNet18 expects [B, {self.image_size}, {self.image_size}, '
+                       f'{PAD_CHANNELS}] (RGB + HSV at model.image_size), got {x.shape}.')
+    z = ResNet18Trunk(self.width, self.conv_gradient, self.batch_norm_groups,
+                      name='invariant')(x.astype(self.dtype), train)
+    logit = nn.Dense(1, kernel_init=initializers.lecun_normal, name='classifier')(z)
+    return {'logit': logit[:, 0].astype(jnp.float32)}
 
 
 class PadNet(nn.Module):

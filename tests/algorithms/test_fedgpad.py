@@ -18,9 +18,11 @@ def data():
   return fed   # the same frames for both methods (the data section is shared)
 
 
-@pytest.fixture(scope='module', params=['fedgpad', 'fedpad'])
+# FedGPAD; FedPAD on its default ResNet-18 and on the Table II network without ES and Dec.
+@pytest.fixture(scope='module', params=['fedgpad', 'fedpad', 'fedpad,backbone=pad_net'])
 def setup(request, data):
-  config = load_config(f'pad/{request.param}')
+  name, _, arg = request.param.partition(',')
+  config = load_config(f'pad/{name}', ','.join(filter(None, (arg, 'runlocal'))))
   model = models.build_backbone(config.model)
   algorithm = algorithms.get(config.algorithm).build(config, model, data, step_mode='scan')
   state = algorithm.init(jax.random.PRNGKey(0))
@@ -43,8 +45,16 @@ def _client(algorithm, state, fed, config, k):
 def test_privacy_only_ei_c_and_dep_cross_to_the_server(setup):
   name, config, fed, algorithm, state = setup
   data, private, result = _client(algorithm, state, fed, config, 1)
-  # Eq. 10: the domain-invariant extractor, the classifier and the depth estimator, nothing else.
   assert set(result.update) == {'params', 'batch_stats'}
+  if name == 'fedpad':
+    # FedPAD's ResNet-18: its trunk and its live logit, every parameter (Eq. 3); Eq. 1 alone.
+    assert set(result.update['params']) == set(state.server['params']) == {'invariant',
+                                                                           'classifier'}
+    assert set(result.update['batch_stats']) == {'invariant'}
+    assert result.private == {} and state.clients == {}
+    assert {k for k in result.metrics if k.startswith('loss_')} == {'loss_cls'}
+    return
+  # Eq. 10: the domain-invariant extractor, the classifier and the depth estimator, nothing else.
   assert set(result.update['params']) == {'invariant', 'classifier', 'depth'}
   assert set(result.update['batch_stats']) == {'invariant', 'depth'}
   assert set(state.server['params']) == {'invariant', 'classifier', 'depth'}
@@ -81,8 +91,8 @@ def test_server_takes_the_data_centers_plain_mean(setup):
                                  r"\('pad', 'pad_lists'\)"),
 ])
 def test_config_errors_name_the_field(field, value, match):
-  for name in ('fedgpad', 'fedpad'):
-    config = load_config(f'pad/{name}')
+  for name, arg in (('fedgpad', 'runlocal'), ('fedpad', 'backbone=pad_net,runlocal')):
+    config = load_config(f'pad/{name}', arg)
     section, key = field.split('.')
     config[section][key] = (not config[section][key]) if value is None else value
     with pytest.raises(ValueError, match=match):
@@ -170,3 +180,26 @@ def _one_step(algorithm, client_input, private, batch, key):
   import unittest.mock  # pylint: disable=g-import-not-at-top
   with unittest.mock.patch.object(jax.random, 'split', lambda k, n: key[None]):
     return algorithm.client_update(client_input, private, batch, key)
+
+
+def test_each_method_trains_its_own_networks():
+  config = load_config('pad/fedgpad')
+  config.model.name = 'pad_resnet18'
+  with pytest.raises(ValueError, match=r"config.model.name='pad_resnet18' with fedgpad; expected "
+                     r"one of \('pad_net',\)"):
+    algorithms.check_config(config)
+  config = load_config('pad/fedpad')
+  config.model.name = 'small_cnn'
+  with pytest.raises(ValueError, match=r"expected one of \('pad_resnet18', 'pad_net'\)"):
+    algorithms.check_config(config)
+  # FedPAD as the paper has it (§IV-A4): ResNet-18, 64 frames a data center; its named variant
+  # is the Table II network at FedGPAD's 32.
+  paper = load_config('pad/fedpad', 'paper')
+  assert (paper.model.name, paper.model.width, paper.federated.batch_size,
+          paper.data.image_size) == ('pad_resnet18', 64, 64, 256)
+  variant = load_config('pad/fedpad', 'backbone=pad_net')
+  assert (variant.model.name, variant.federated.batch_size) == ('pad_net', 32)
+  assert load_config('pad/all', 'backbone=pad_net').model.name == 'pad_net'
+  assert load_config('pad/single', None).model.name == 'pad_resnet18'
+  with pytest.raises(ValueError, match='backbone'):
+    load_config('pad/fedgpad', 'backbone=resnet18')

@@ -104,3 +104,35 @@ def test_per_center_batch_norm_keeps_the_network_s_variables():
       lambda g=g: pad.PadNet(width=2, image_size=32, batch_norm_groups=g).init(
           jax.random.PRNGKey(0), x, train=True))) for g in (1, 3)]
   assert shapes[0] == shapes[1]
+
+
+def test_resnet18_is_torchvision_s_on_six_channels_with_one_logit():
+  """At width 64: torchvision's ResNet-18 has 11,689,512 parameters; less its 1000-way fc
+  (513,000), plus conv1's three extra input channels (7*7*3*64 = 9,408) and a one-logit fc (513):
+  11,186,433. Stages halve the size from the second: 7x7 features at 224."""
+  net = pad.PadResNet18(width=64, image_size=224)
+  x = jnp.zeros((2, 224, 224, pad.PAD_CHANNELS))
+  variables = jax.eval_shape(lambda: net.init(jax.random.PRNGKey(0), x, train=False))
+  assert sum(int(np.prod(p.shape)) for p in jax.tree.leaves(variables['params'])) == 11_186_433
+  assert set(variables['params']) == {'invariant', 'classifier'}
+  assert set(variables['batch_stats']) == {'invariant'}
+  trunk = variables['params']['invariant']
+  assert trunk['conv1']['kernel'].shape == (7, 7, 6, 64)
+  assert trunk['layer4_0']['downsample_conv']['kernel'].shape == (1, 1, 256, 512)
+  assert 'downsample_conv' not in trunk['layer1_0']
+  features = jax.eval_shape(lambda v: pad.ResNet18Trunk(64).apply(
+      {'params': v['params']['invariant'], 'batch_stats': v['batch_stats']['invariant']}, x,
+      train=False), variables)
+  assert features.shape == (2, 512)
+  out = jax.eval_shape(lambda v: net.apply(v, x, train=False), variables)
+  assert set(out) == {'logit'} and out['logit'].shape == (2,)
+  with pytest.raises(ValueError, match=r'PadResNet18 expects \[B, 224, 224, 6\]'):
+    jax.eval_shape(lambda v: net.apply(v, x[..., :3], train=False), variables)
+
+
+def test_resnet18_per_center_batch_norm_keeps_its_variables():
+  x = jnp.zeros((6, 32, 32, pad.PAD_CHANNELS))
+  shapes = [jax.tree.map(jnp.shape, jax.eval_shape(
+      lambda g=g: pad.PadResNet18(width=2, image_size=32, batch_norm_groups=g).init(
+          jax.random.PRNGKey(0), x, train=True))) for g in (1, 3)]
+  assert shapes[0] == shapes[1]

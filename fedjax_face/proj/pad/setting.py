@@ -19,6 +19,10 @@ from fedjax_face.algorithms import fedgpad
 from fedjax_face.data.sources import pad as pad_source
 from fedjax_face.data.synthetic import pad_benchmark
 
+# FedPAD's detector (`backbone=`): the paper's ResNet-18 (§IV-A4, the default), or the Table II
+# network without ES and Dec (FedPAD as this project first ran it, and as FedGPAD minus the
+# disentanglement).
+BACKBONES = {'resnet18': 'pad_resnet18', 'pad_net': 'pad_net'}
 PROTOCOLS = tuple(pad_benchmark.PROTOCOLS)   # 'OCI_M', 'OMI_C', 'OCM_I', 'ICM_O'
 # `centers=OMIS` config arguments: the data centers in order (Tables VIII-IX).
 CENTERS = tuple(''.join(p) for r in range(1, len(pad_benchmark.DOMAIN_NAMES))
@@ -37,9 +41,11 @@ def center_attacks(arg: str) -> tuple[str, ...]:
 
 def pad_config(algorithm: str, protocol: str = 'OCI_M', runlocal: bool = False,
                paper: bool = False, centers: str | None = None,
-               target: str | None = None) -> ml_collections.ConfigDict:
+               target: str | None = None, backbone: str = 'resnet18') -> ml_collections.ConfigDict:
   """A PAD config for `algorithm` ('fedpad' | 'fedgpad'), its own section not added: the
-  protocol's data centers and target, or `centers` (e.g. 'OMIS') and `target` instead."""
+  protocol's data centers and target, or `centers` (e.g. 'OMIS') and `target` instead. FedPAD's
+  configs (and its baselines Single, Fused, All, which train FedPAD's detector) take `backbone`
+  (`BACKBONES`); FedGPAD's network is always Table II's."""
   sources, protocol_target = pad_benchmark.PROTOCOLS[protocol]
   sources = tuple(centers) if centers else sources
   target = target or protocol_target
@@ -54,14 +60,17 @@ def pad_config(algorithm: str, protocol: str = 'OCI_M', runlocal: bool = False,
   c.federated.num_clients = len(sources)
   c.federated.participation = 1.0
   c.federated.local_steps = 1            # one local step per round (the authors' code)
-  c.federated.batch_size = 32            # 16 live + 16 attack
+  resnet = algorithm == 'fedpad' and BACKBONES[backbone] == 'pad_resnet18'
+  # FedPAD: 64 a data center (§IV-A4); FedGPAD: 16 live + 16 attack (the authors' code, and the
+  # paper's 16), as the Table II variant of FedPAD has always trained.
+  c.federated.batch_size = 64 if resnet else 32
   c.federated.balanced_classes = True
   c.optimizer.name = 'adam'              # afresh every round
   c.optimizer.learning_rate = 1e-2
   c.optimizer.momentum = 0.0
   c.optimizer.weight_decay = 0.0         # not given by the paper
-  c.model.name = 'pad_net'
-  c.model.width = 8                      # Table II at 1/8 width (paper: 64)
+  c.model.name = BACKBONES[backbone] if algorithm == 'fedpad' else 'pad_net'
+  c.model.width = 8                      # 1/8 of the paper's width (64: Table II, ResNet-18)
   c.model.image_size = c.data.image_size
   c.model.disentangle = algorithm == 'fedgpad'
   c.model.batch_norm_groups = 1          # All's `batch_norm=per_center`: one per data center
@@ -89,14 +98,16 @@ def pad_config(algorithm: str, protocol: str = 'OCI_M', runlocal: bool = False,
 
 def method_config(algorithm: str, arg: str | None) -> ml_collections.ConfigDict:
   """configs/pad/fedgpad.py and fedpad.py: `protocol=`, or `centers=` and `target=`,
-  `attacks=`, `paper`, `runlocal`; the method's section added."""
-  args = config_lib.parse_arg(arg, {'protocol': PROTOCOLS, 'centers': CENTERS,
-                                    'target': pad_benchmark.DOMAIN_NAMES,
-                                    'attacks': ATTACKS_ARGS, 'paper': (True,),
-                                    'runlocal': (True,)})
+  `attacks=`, `paper`, `runlocal`, and FedPAD's `backbone=`; the method's section added."""
+  allowed = {'protocol': PROTOCOLS, 'centers': CENTERS, 'target': pad_benchmark.DOMAIN_NAMES,
+             'attacks': ATTACKS_ARGS, 'paper': (True,), 'runlocal': (True,)}
+  if algorithm == 'fedpad':
+    allowed['backbone'] = tuple(BACKBONES)
+  args = config_lib.parse_arg(arg, allowed)
   c = pad_config(algorithm, protocol=args.get('protocol', 'OCI_M'),
                  runlocal=bool(args.get('runlocal')), paper=bool(args.get('paper')),
-                 centers=args.get('centers'), target=args.get('target'))
+                 centers=args.get('centers'), target=args.get('target'),
+                 backbone=args.get('backbone', 'resnet18'))
   if 'attacks' in args:
     c.data.pad.center_attacks = center_attacks(args['attacks'])
   c.fedgpad = fedgpad.config_section()
