@@ -33,7 +33,8 @@ COLUMNS = ('pad/hter', 'pad/eer', 'pad/auc')
 TITLES = ('HTER', 'EER', 'AUC')
 SETTING = ('ours: the embedded PAD benchmark (five synthetic capture domains; 48 subjects each, 40 '
            'train / 8 test, 2 live and 4 attack videos of 4 frames per subject, 32x32, RGB + HSV), '
-           "the Table II network at 1/8 width, 400 rounds of one Adam step per data center; "
+           "the Table II network (FedGPAD; FedPAD's backbone=pad_net) or ResNet-18 (FedPAD, "
+           "Single, All) at 1/8 width, 400 rounds of one Adam step per data center; "
            "HTER at the threshold chosen on the target's scores, per video (%); paper: OULU-NPU, "
            'CASIA-MFSD, Idiap Replay-Attack, MSU-MFSD, SiW at 256x256.')
 ARROW = {name: '&'.join(sources) + ' -> ' + target

@@ -2,11 +2,11 @@
 by configs/pad/.
 
 Data centers = the source domains of a leave-one-out protocol of the embedded PAD benchmark
-(`data/synthetic/pad_benchmark.py`), every one in every round; one local step a round with a fresh Adam at
-lr 1e-2 and batches of 16 live + 16 attack frames; RGB + HSV input; HTER / EER / AUC on the
-target domain, frame scores averaged per video. The defaults run in minutes on 2 CPU cores:
-32x32 input (depth maps 4x4), the Table II network at 1/8 width, 400 rounds; `paper` puts back
-256x256 and the full width. (XLA CPU spends about a second on one 64x64 batch's gradient of
+(`data/synthetic/pad_benchmark.py`), every one in every round; one local step a round with a
+fresh Adam at lr 1e-2 and balanced batches (FedGPAD 16 live + 16 attack frames, FedPAD's ResNet-18
+32 + 32); RGB + HSV input; HTER / EER / AUC on the target domain, frame scores averaged per
+video. The defaults run in minutes on 2 CPU cores: 32x32 input (depth maps 4x4), the networks at
+1/8 width, 400 rounds; `paper` puts back 256x256 and the full width. (XLA CPU spends about a second on one 64x64 batch's gradient of
 this network on 2 cores, against ~0.1 s forward: BUILD_NOTES.md, "Known XLA quirks".)
 """
 
