@@ -98,10 +98,11 @@ def test_grouped_batch_norm_normalizes_each_slice_and_averages_the_running_stati
     grouped.apply(variables, x[:10], use_running_average=False, mutable=['batch_stats'])
 
 
-def test_per_center_batch_norm_keeps_the_network_s_variables():
+@pytest.mark.parametrize('network', [pad.PadNet, pad.PadResNet18])
+def test_per_center_batch_norm_keeps_the_network_s_variables(network):
   x = jnp.zeros((6, 32, 32, pad.PAD_CHANNELS))
   shapes = [jax.tree.map(jnp.shape, jax.eval_shape(
-      lambda g=g: pad.PadNet(width=2, image_size=32, batch_norm_groups=g).init(
+      lambda g=g: network(width=2, image_size=32, batch_norm_groups=g).init(
           jax.random.PRNGKey(0), x, train=True))) for g in (1, 3)]
   assert shapes[0] == shapes[1]
 
@@ -129,10 +130,3 @@ def test_resnet18_is_torchvision_s_on_six_channels_with_one_logit():
   with pytest.raises(ValueError, match=r'PadResNet18 expects \[B, 224, 224, 6\]'):
     jax.eval_shape(lambda v: net.apply(v, x[..., :3], train=False), variables)
 
-
-def test_resnet18_per_center_batch_norm_keeps_its_variables():
-  x = jnp.zeros((6, 32, 32, pad.PAD_CHANNELS))
-  shapes = [jax.tree.map(jnp.shape, jax.eval_shape(
-      lambda g=g: pad.PadResNet18(width=2, image_size=32, batch_norm_groups=g).init(
-          jax.random.PRNGKey(0), x, train=True))) for g in (1, 3)]
-  assert shapes[0] == shapes[1]
