@@ -165,6 +165,9 @@ def extract(videos_list: str, out: str, *, layout: str, split: str, video_root: 
         except ValueError as e:
           raise PadVideoError(f'{box_file}: frame {number} of {video.path}: {e}') from None
         rel = frame_path(layout, split, video, number, position)
+        if os.path.exists(os.path.join(out, rel)):   # another split's, or a video listed twice
+          raise PadVideoError(f'{video.origin}: {os.path.join(out, rel)} already exists; a '
+                              'video belongs to one split, listed once.')
         pad_lists.save_image(os.path.join(out, rel), face)
         written.append(os.path.join(out, rel))
         entries.append((rel, video.live, os.path.splitext(video.path)[0], sampling == 'all'))

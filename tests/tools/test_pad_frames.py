@@ -235,9 +235,15 @@ def test_an_existing_split_is_not_overwritten(videos, tmp_path):
   pad_frames.extract(str(videos / 'videos.txt'), str(tmp_path / 'r'), **kw)
   with pytest.raises(PadVideoError, match=r'already holds image_list_real.txt'):
     pad_frames.extract(str(videos / 'videos.txt'), str(tmp_path / 'r'), **kw)
-  # The other split goes beside it.
-  pad_frames.extract(str(videos / 'videos.txt'), str(tmp_path / 'r'), **{**kw, 'split': 'test'})
-  assert (tmp_path / 'r' / 'image_list_all.txt').exists()
+  # The other split goes beside it, but never over its frames: a video is in one split.
+  with pytest.raises(PadVideoError, match=r'videos.txt:1: .*s1/live_1/00006.png already exists'):
+    pad_frames.extract(str(videos / 'videos.txt'), str(tmp_path / 'r'), **{**kw, 'split': 'test'})
+  assert (tmp_path / 'r' / 's1/live_1/00006.png').exists()     # the train split's, kept
+  pad_frames.extract(_bad_list(videos, 's2/live_2.mov 1\n'), str(tmp_path / 'r'),
+                     **{**kw, 'split': 'test', 'sampling': 'every', 'frames': 5})
+  assert (tmp_path / 'r' / 'image_list_all.txt').read_text() == (
+      's2/live_2/00000.png 1\ns2/live_2/00005.png 1\ns2/live_2/00010.png 1\n'
+      's2/live_2/00015.png 1\n')
 
 
 def test_the_command_line_shows_progress_and_names_a_bad_input_in_one_line(videos, tmp_path):
