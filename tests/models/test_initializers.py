@@ -47,22 +47,47 @@ def test_an_unknown_mode_or_distribution_is_named():
 
 def _model(name: str) -> tuple[nn.Module, tuple[int, ...]]:
   c = ml_collections.ConfigDict(dict(name=name, embedding_dim=8, width=4, num_stages=2))
-  if name == 'pad_net':
+  if name in ('pad_net', 'pad_resnet18'):
     c.update(width=2, image_size=16, disentangle=True)
-    return models.build_backbone(c), (1, 16, 16, 6)
-  return models.build_backbone(c), (1, 16, 16, 3)
+    return models.build_backbone(c), (2, 16, 16, 6)
+  return models.build_backbone(c), (2, 16, 16, 3)
 
 
-@pytest.mark.parametrize('name', ['small_cnn', 'gn_cnn', 'pad_net'])
-def test_every_backbone_initializes_as_with_flax_s_initializers(name, monkeypatch):
-  """The models' parameters are those Flax's own initializers give, leaf for leaf (the runs
-  archived before the flat draws initialised so). Traced with `jax.jit`, as both sides are."""
-  model, shape = _model(name)
-  init = jax.jit(lambda r: model.init(r, jnp.zeros(shape), train=False))
-  ours = init(jax.random.PRNGKey(0))
+def test_the_small_cnn_initializes_as_with_flax_s_initializers(monkeypatch):
+  """The parameters are those Flax's own initializers give, leaf for leaf (traced with `jax.jit`
+  on both sides). The other networks follow from the next test and the value tests above."""
+  model, shape = _model('small_cnn')
+  init = lambda: jax.jit(lambda r: model.init(r, jnp.zeros(shape), train=False))(
+      jax.random.PRNGKey(0))
+  ours = init()
   monkeypatch.setattr(initializers, 'he_normal_fan_out',
                       nn.initializers.variance_scaling(2.0, 'fan_out', 'normal'))
   monkeypatch.setattr(initializers, 'lecun_normal', nn.initializers.lecun_normal())
-  flax_s = jax.jit(lambda r: model.init(r, jnp.zeros(shape), train=False))(jax.random.PRNGKey(0))
-  assert jax.tree.structure(ours) == jax.tree.structure(flax_s)
-  jax.tree.map(np.testing.assert_array_equal, ours, flax_s)
+  jax.tree.map(np.testing.assert_array_equal, ours, init())
+
+
+HE, LECUN = 1.0, 2.0
+
+
+@pytest.mark.parametrize('name', ['small_cnn', 'gn_cnn', 'iresnet18', 'pad_net', 'pad_resnet18'])
+def test_every_kernel_takes_the_initializer_it_always_had(name, monkeypatch):
+  """Each initializer fills with a tag: every kernel is tagged (none is left to Flax's implicit
+  default), He normal on the convs that BatchNorm / GroupNorm / ReLU follow, Flax's default LeCun
+  normal on the dense layers, the depth head's output conv and the decoder's transposed convs, as
+  before the initializers were restated."""
+  monkeypatch.setattr(initializers, 'he_normal_fan_out',
+                      lambda key, shape, dtype=jnp.float32: jnp.full(shape, HE, dtype))
+  monkeypatch.setattr(initializers, 'lecun_normal',
+                      lambda key, shape, dtype=jnp.float32: jnp.full(shape, LECUN, dtype))
+  model, shape = _model(name)
+  params = jax.jit(lambda r: model.init(r, jnp.zeros(shape), train=True))(
+      jax.random.PRNGKey(0))['params']
+  lecun_layers = ('Dense', "['fc']", "['classifier']['kernel']", "['depth']['Conv_0']",
+                  'ConvTranspose')
+  kernels = [(jax.tree_util.keystr(path), leaf) for path, leaf in
+             jax.tree_util.tree_flatten_with_path(params)[0]
+             if jax.tree_util.keystr(path).endswith("['kernel']")]
+  assert kernels
+  for path, leaf in kernels:
+    want = LECUN if any(layer in path for layer in lecun_layers) else HE
+    np.testing.assert_array_equal(leaf, want, err_msg=path)
