@@ -105,15 +105,16 @@ def _av():
   return av
 
 
-def decoded_frames(path: str, origin: str):
-  """The video's frames as uint8 RGB arrays, in decoding order (a generator)."""
+def decoded_frames(path: str, origin: str, rgb: bool = True):
+  """The video's frames as uint8 RGB arrays (`rgb`; else PyAV's frames, unconverted, for
+  counting), in decoding order (a generator)."""
   av = _av()
   try:
     with av.open(path) as container:
       if not container.streams.video:
         raise PadVideoError(f'{origin}: {path} has no video stream.')
       for frame in container.decode(video=0):
-        yield frame.to_ndarray(format='rgb24')
+        yield frame.to_ndarray(format='rgb24') if rgb else frame
   except PadVideoError:
     raise
   except Exception as e:  # pylint: disable=broad-except  (FFmpeg's errors, and PyAV's own)
@@ -126,7 +127,7 @@ def kept_frames(path: str, origin: str, sampling: str, k: int):
   memory at a time ('ssdg' decodes the video twice: its rule needs the frame count first, which
   containers often do not record)."""
   if sampling == 'ssdg':
-    n = sum(1 for _ in decoded_frames(path, origin))
+    n = sum(1 for _ in decoded_frames(path, origin, rgb=False))
     want = sampled(n, sampling, k)
     if not n or want[-1] >= n:
       raise PadVideoError(f'{origin}: {path} decodes to {n} frames; SSDG\'s sampling keeps '
