@@ -15,8 +15,8 @@ Figures:
     the round's time, and its share of the machine's measured peak (`peak_gflops`: the best of a
     large float32 matmul and a large convolution, compiled by XLA on all cores);
   - the same model and cohort as a plain PyTorch loop (one client at a time; `torch.set_num_threads`
-    1 and all usable CPUs), only when torch is installed. It is not a requirement of the project:
-    `pip install torch` to see those rows.
+    1 and all usable CPUs, and torch's CUDA device when it sees one), only when torch is installed.
+    It is not a requirement of the project: `pip install torch` to see those rows.
 """
 
 import importlib.util
@@ -149,35 +149,48 @@ def torch_rows(spec, image_size: int, num_classes: int, learning_rate: float, ti
       tnn.Conv2d(3, 32, 3, padding=1), tnn.ReLU(), tnn.MaxPool2d(2),
       tnn.Conv2d(32, 64, 3, padding=1), tnn.ReLU(), tnn.MaxPool2d(2), tnn.Flatten(),
       tnn.Linear(flat, 128), tnn.ReLU(), tnn.Linear(128, num_classes))
-  start = {k: v.clone() for k, v in model.state_dict().items()}
   rng = np.random.default_rng(seed)
   shape = (spec.cohort_size, spec.local_steps, spec.batch_size, 3, image_size, image_size)
-  images = torch.from_numpy(rng.integers(0, 256, shape, dtype=np.uint8))
-  labels = torch.from_numpy(rng.integers(0, num_classes, shape[:3]).astype(np.int64))
+  host_images = torch.from_numpy(rng.integers(0, 256, shape, dtype=np.uint8))
+  host_labels = torch.from_numpy(rng.integers(0, num_classes, shape[:3]).astype(np.int64))
   loss_fn = tnn.CrossEntropyLoss()
 
-  def round_():
-    total = {k: torch.zeros_like(v) for k, v in start.items()}
-    for client in range(spec.cohort_size):
-      model.load_state_dict(start)
-      opt = torch.optim.SGD(model.parameters(), lr=learning_rate)
-      for s in range(spec.local_steps):
-        opt.zero_grad()
-        loss_fn(model(images[client, s].float() / 127.5 - 1.0), labels[client, s]).backward()
-        opt.step()
-      for k, v in model.state_dict().items():
-        total[k] += v / spec.cohort_size
-    return total
+  def round_on(device: str):
+    """One round with model and data on `device`; it returns once the device has finished."""
+    model.to(device)
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    images, labels = host_images.to(device), host_labels.to(device)
+
+    def round_():
+      total = {k: torch.zeros_like(v) for k, v in start.items()}
+      for client in range(spec.cohort_size):
+        model.load_state_dict(start)
+        opt = torch.optim.SGD(model.parameters(), lr=learning_rate)
+        for s in range(spec.local_steps):
+          opt.zero_grad()
+          loss_fn(model(images[client, s].float() / 127.5 - 1.0), labels[client, s]).backward()
+          opt.step()
+        for k, v in model.state_dict().items():
+          total[k] += v / spec.cohort_size
+      if device == 'cuda':
+        torch.cuda.synchronize()   # CUDA runs asynchronously: time the work, not its launch
+      return total
+    return round_
 
   rows = []
   threads_before = torch.get_num_threads()
   images_per = spec.cohort_size * spec.local_steps * spec.batch_size
   for threads in dict.fromkeys((1, stores.usable_cpus())):
     torch.set_num_threads(threads)
-    timed = measure(round_, **timing)
+    timed = measure(round_on('cpu'), **timing)
     rows.append(measured({'name': f'pytorch {torch.__version__}, {threads} thread(s)',
                           'threads': threads}, images_per, timed))
   torch.set_num_threads(threads_before)
+  if torch.cuda.is_available():
+    timed = measure(round_on('cuda'), **timing)
+    rows.append(measured({'name': f'pytorch {torch.__version__}, cuda '
+                                  f'({torch.cuda.get_device_name()})', 'threads': None},
+                         images_per, timed))
   return rows
 
 

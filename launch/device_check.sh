@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The accelerator checks, in one process per part so that a part cut off by the time limit loses
+# only its own figures: the platform, the full bench section by section (the rounds cohort by
+# cohort), then the engine's equality tests.
+#
+#   bash launch/device_check.sh OUT_DIR [SECONDS]
+#
+# Every part gets at most what is left of SECONDS (default 540). BENCH_CONFIG overrides the bench
+# config (configs/bench.py:full; configs/bench.py:runlocal tries the script on a CPU in seconds).
+# OUT_DIR receives log.txt (every part's output) and bench_<part>.json, flat, with no folders.
+set -u
+out=${1:?usage: device_check.sh OUT_DIR [SECONDS]}
+deadline=$((SECONDS + ${2:-540}))
+config=${BENCH_CONFIG:-configs/bench.py:full}
+mkdir -p "$out"
+log=$out/log.txt
+export PYTHONUNBUFFERED=1
+# Two processes never share the accelerator here, but a test's subprocess would find it taken.
+export XLA_PYTHON_CLIENT_PREALLOCATE=false
+
+left() { echo $((deadline - SECONDS)); }
+
+# $1: a name; $2: at most this many seconds; the rest: the command.
+part() {
+  local name=$1 limit=$2
+  shift 2
+  local budget
+  budget=$(left)
+  ((budget > limit)) && budget=$limit
+  if ((budget < 15)); then
+    echo "== $name: not run ($(left) s left)" | tee -a "$log"
+    return
+  fi
+  echo "== $name (at most $budget s)" | tee -a "$log"
+  local t0=$SECONDS
+  timeout "$budget" "$@" >>"$log" 2>&1
+  echo "== $name: exit $? after $((SECONDS - t0)) s" | tee -a "$log"
+}
+
+# $1: a part name; $2: at most this many seconds; the rest: --config overrides.
+bench() {
+  local name=$1 limit=$2
+  shift 2
+  part "bench $name" "$limit" python3 -m fedjax_face.tools.bench --config="$config" \
+    --out="/tmp/device_check_$name" "$@"
+  [[ -f /tmp/device_check_$name/bench.json ]] && cp "/tmp/device_check_$name/bench.json" \
+    "$out/bench_$name.json"
+}
+
+{
+  date -u
+  echo "commit ${COMMIT:-unknown}"
+  nvidia-smi -L 2>&1 || true
+  python3 -c 'import sys, jax, jaxlib, flax, optax, orbax.checkpoint as ocp, numpy
+print(sys.version.split()[0], "jax", jax.__version__, "jaxlib", jaxlib.__version__, "flax",
+      flax.__version__, "optax", optax.__version__, "numpy", numpy.__version__)
+print(jax.devices())'
+} >>"$log" 2>&1
+
+cohort() { echo "--config.bench.sections=('rounds',)" "--config.bench.run_cohorts=('$1',)"; }
+# shellcheck disable=SC2046  (the overrides are words without spaces)
+bench rounds_fedgc 150 $(cohort fedgc)
+# shellcheck disable=SC2046
+bench rounds_fedfv 120 $(cohort fedfv)
+# shellcheck disable=SC2046
+bench rounds_large 150 $(cohort large)
+bench fedavg_cnn 90 "--config.bench.sections=('fedavg_cnn',)"
+bench regularizer 90 "--config.bench.sections=('regularizer',)"
+bench eval_and_fedfv 90 "--config.bench.sections=('eval','one_per_client')"
+part "engine tests" 200 python3 -m pytest -q -p no:cacheprovider tests/core/test_engine.py
+echo "== done, $(left) s of the limit left" | tee -a "$log"
