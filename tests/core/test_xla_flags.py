@@ -16,19 +16,33 @@ ENTRY_POINTS = ('fedjax_face.main', 'fedjax_face.tools.bench', 'fedjax_face.tool
                 'fedjax_face.proj.fedgc.visualize')
 
 
+DEFAULTS = xla_flags.XLA_CPU_DEFAULTS
+
+
 def test_defaults_are_appended_to_other_flags():
-  out = xla_flags.xla_flags_with_defaults('--xla_force_host_platform_device_count=8')
-  assert out.split() == ['--xla_force_host_platform_device_count=8', *xla_flags.XLA_CPU_DEFAULTS]
+  out = xla_flags.xla_flags_with_defaults('--xla_force_host_platform_device_count=8', DEFAULTS)
+  assert out.split() == ['--xla_force_host_platform_device_count=8', *DEFAULTS]
 
 
 def test_a_flag_the_user_set_is_kept():
   user = '--xla_cpu_use_fusion_emitters=true'
-  out = xla_flags.xla_flags_with_defaults(user)
+  out = xla_flags.xla_flags_with_defaults(user, DEFAULTS)
   assert out.split() == [user, '--xla_cpu_enable_concurrency_optimized_scheduler=false']
 
 
 def test_empty_flags_get_exactly_the_defaults():
-  assert xla_flags.xla_flags_with_defaults('  ').split() == list(xla_flags.XLA_CPU_DEFAULTS)
+  assert xla_flags.xla_flags_with_defaults('  ', DEFAULTS).split() == list(DEFAULTS)
+
+
+@pytest.mark.parametrize('version, expected', [
+    ('0.10.2', DEFAULTS), ('0.10.0', DEFAULTS),
+    # jaxlib 0.11.2 aborts at start on --xla_cpu_use_fusion_emitters (seen on a lent GPU machine).
+    ('0.11.2', ()), ('0.9.2', ()), ('0.100.1', ())])
+def test_defaults_only_under_the_measured_jaxlib_series(version, expected):
+  assert xla_flags.cpu_defaults(version) == expected
+  flags = '--xla_force_host_platform_device_count=2'
+  assert xla_flags.xla_flags_with_defaults(flags, xla_flags.cpu_defaults(version)).split() == [
+      flags, *expected]
 
 
 def test_apply_honours_the_opt_out():
@@ -37,7 +51,7 @@ def test_apply_honours_the_opt_out():
   assert environ['XLA_FLAGS'] == '--a=1'
   environ = {}
   xla_flags.apply_cpu_defaults(environ)
-  assert environ['XLA_FLAGS'].split() == list(xla_flags.XLA_CPU_DEFAULTS)
+  assert environ['XLA_FLAGS'].split() == list(xla_flags.cpu_defaults())
 
 
 def _flags_seen_by(code: str, env_update: dict) -> str:
@@ -66,5 +80,5 @@ def test_entry_points_set_the_flags_and_jax_accepts_them(module):
           '  pass\n'
           'import jax; jax.devices()\n'
           'print("XLA_FLAGS=" + os.environ.get("XLA_FLAGS", ""))\n')
-  assert _flags_seen_by(code, {}).split() == list(xla_flags.XLA_CPU_DEFAULTS)
+  assert _flags_seen_by(code, {}).split() == list(xla_flags.cpu_defaults())
   assert _flags_seen_by(code, {xla_flags.OPT_OUT_ENV: '0'}) == ''
