@@ -110,6 +110,11 @@ def test_the_guard_catches_a_finite_blow_up_and_non_finite_states():
   with pytest.raises(FloatingPointError, match=r'round 5: the state holds nan or inf; it is not '
                      r'checkpointed'):
     lifecycle.checked_finite({**state, 'w': jnp.array([1.0, np.inf, 0.0])}, 5)
+  # Host-held client state (numpy) is checked on the host, beside the device leaves.
+  host = {**state, 'clients': np.ones((2, 3), np.float32)}
+  assert lifecycle.checked_finite(host, 6) is host
+  with pytest.raises(FloatingPointError, match=r'round 6: the state holds nan or inf'):
+    lifecycle.checked_finite({**host, 'clients': np.array([[0.0, np.nan]], np.float32)}, 6)
 
 
 def test_an_unknown_field_is_one_line_with_the_closest_name(tmp_path):

@@ -26,14 +26,22 @@ def _phases(x: jax.Array, size: int) -> list[jax.Array]:
   return [x[:, i:ho * size:size, j:wo * size:size] for i in range(size) for j in range(size)]
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
 def max_pool(x: jax.Array, size: int = 2) -> jax.Array:
   """Max over non-overlapping `size` x `size` windows of NHWC `x` (stride `size`, VALID)."""
+  if isinstance(x, jax.core.Tracer):
+    return _max_pool(x, size)
+  # Called eagerly (a model's `init`): one compiled program, not one per slice and maximum. A
+  # max is exact, so the values are the same either way.
+  return _max_pool_compiled(x, size)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def _max_pool(x: jax.Array, size: int) -> jax.Array:
   return functools.reduce(jnp.maximum, _phases(x, size))
 
 
 def _max_pool_fwd(x, size):
-  out = max_pool(x, size)
+  out = _max_pool(x, size)
   return out, (x, out)
 
 
@@ -56,4 +64,5 @@ def _max_pool_bwd(size, residuals, g):
   return (jnp.pad(dx, ((0, 0), (0, h - ho * size), (0, w - wo * size), (0, 0))),)
 
 
-max_pool.defvjp(_max_pool_fwd, _max_pool_bwd)
+_max_pool.defvjp(_max_pool_fwd, _max_pool_bwd)
+_max_pool_compiled = jax.jit(_max_pool, static_argnums=1)
