@@ -48,6 +48,7 @@ ONE_CLIENT = False
 KEEPS_CLIENT_OPTIMIZER = True
 SHARED_PARTS = ('invariant', 'classifier', 'depth')   # Eq. 10: what the server averages
 PRIVATE_PARTS = ('specific', 'decoder')               # never leave the data center
+SPECIFIC_INITS = ('independent', 'copy_of_invariant')  # config.fedgpad.specific_init
 WEIGHTINGS = ('uniform', 'examples')
 # The networks each method trains: FedGPAD's Table II network; FedPAD's ResNet-18 (the paper's,
 # §IV-A4: the default) or the Table II network without ES and Dec (the project's first FedPAD).
@@ -59,12 +60,17 @@ def config_section() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.loss_weights = ml_collections.ConfigDict(dict(pad_losses.LOSS_WEIGHTS))
   c.weighting = 'uniform'   # Eq. 3 / 10: the data centers' mean | 'examples' (FedAvg's n_k)
+  # How each data center's ES starts. The paper does not say; 'independent' (ours) draws it
+  # apart from EI, 'copy_of_invariant' starts it as a copy of EI, as the authors' code does
+  # (`copy.deepcopy(FeatExt)` in core/train_FedAvgDep.py), so Diff starts near zero.
+  c.specific_init = 'independent'
   return c
 
 
 def check_config(config) -> None:
   c = config_lib.section(config, 'fedgpad', 'fedgpad.config_section() (configs/pad/)')
   config_lib.check_choice('fedgpad.weighting', c.weighting, WEIGHTINGS)
+  config_lib.check_choice('fedgpad.specific_init', c.specific_init, SPECIFIC_INITS)
   if set(c.loss_weights) != set(pad_losses.LOSS_WEIGHTS):
     raise ValueError(f'config.fedgpad.loss_weights has {sorted(c.loss_weights)}; expected '
                      f'{sorted(pad_losses.LOSS_WEIGHTS)}.')
@@ -130,6 +136,9 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
                        'random weights (its data centers keep parts of the network the server '
                        "never holds); expected ''.")
     variables = dict(model.init(rng, jnp.zeros(image_shape), train=True))
+    if private_parts and config.fedgpad.specific_init == 'copy_of_invariant':
+      variables = {name: {**tree, 'specific': tree['invariant']} if 'specific' in tree else tree
+                   for name, tree in variables.items()}
     clients = {}
     if private_parts:   # every data center starts its own ES and Dec from the same draw
       clients = _parts(variables, private_parts)
