@@ -58,10 +58,14 @@ def head_kwargs(config) -> dict:
   return heads.head_kwargs_from_config(head)
 
 
-def init_backbone(model, rng: jax.Array, image_shape: tuple[int, ...]):
-  """Backbone variables (`params` and, if the model has BatchNorm, `batch_stats`)."""
-  variables = model.init(rng, jnp.zeros((1,) + tuple(image_shape), jnp.float32), train=False)
-  return dict(variables)
+def init_backbone(model, rng: jax.Array, image_shape: tuple[int, ...], train: bool = False):
+  """Backbone variables (`params` and, if the model has BatchNorm, `batch_stats`).
+
+  Compiled as one program: eagerly, every layer's draws and forward operations compiled their
+  own (seconds per fresh process). The parameters are the eager ones to the last bit
+  (`models/initializers.py`; tests/models/test_initializers.py)."""
+  zeros = jnp.zeros((1,) + tuple(image_shape), jnp.float32)
+  return dict(jax.jit(lambda key: model.init(key, zeros, train=train))(rng))
 
 
 def local_step(model, *, head_kwargs: dict, optimizer: optax.GradientTransformation,

@@ -128,14 +128,14 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
   private_parts = PRIVATE_PARTS if model.disentangle else ()
   keep_opt_state = common.keeps_client_optimizer(config)
   uniform = config.fedgpad.weighting == 'uniform'
-  image_shape = (1, config.data.image_size, config.data.image_size, pad_model.PAD_CHANNELS)
+  image_shape = (config.data.image_size, config.data.image_size, pad_model.PAD_CHANNELS)
 
   def init(rng, start=None):
     if start is not None:
       raise ValueError(f'config.init_from={config.init_from!r}: {config.algorithm} starts from '
                        'random weights (its data centers keep parts of the network the server '
                        "never holds); expected ''.")
-    variables = dict(model.init(rng, jnp.zeros(image_shape), train=True))
+    variables = common.init_backbone(model, rng, image_shape, train=True)
     if private_parts and config.fedgpad.specific_init == 'copy_of_invariant':
       variables = {name: {**tree, 'specific': tree['invariant']} if 'specific' in tree else tree
                    for name, tree in variables.items()}

@@ -5,6 +5,10 @@ the same variance in the same float operations, the same draw), so every paramet
 to the last bit (tests/models/test_initializers.py), but draws through `arrays.drawn_flat`: XLA's
 CPU compiler spends ~1-2 s on the draw of one 3x3 conv kernel's shape and ~0.1 s on a vector's,
 and an eager `init` compiles one draw per kernel shape.
+
+Each draw passes an optimization barrier before it is scaled, so that a jitted `init`
+(`algorithms/common.py:init_backbone`) gives the eager one's parameters bit for bit: without it,
+XLA folds the scale into the draw's own last multiplications and moves the last bits.
 """
 
 import math
@@ -16,6 +20,12 @@ from fedjax_face.core import arrays
 
 # The standard deviation of a standard normal truncated to (-2, 2), as JAX divides by it.
 _TRUNCATED_NORMAL_STD = .87962566103423978
+
+
+def _unfused_draw(draw, key, shape, **kwargs) -> jax.Array:
+  """`arrays.drawn_flat` behind an optimization barrier: traced, the draw compiles as it does
+  eagerly (an identity when eager)."""
+  return jax.lax.optimization_barrier(arrays.drawn_flat(draw, key, shape, **kwargs))
 
 
 def variance_scaling(scale: float, mode: str, distribution: str):
@@ -33,10 +43,10 @@ def variance_scaling(scale: float, mode: str, distribution: str):
     fan = (shape[-2] if mode == 'fan_in' else shape[-1]) * receptive_field
     variance = jnp.array(scale / fan, dtype=dtype)
     if distribution == 'normal':
-      return arrays.drawn_flat(jax.random.normal, key, shape, dtype=dtype) * jnp.sqrt(variance)
+      return _unfused_draw(jax.random.normal, key, shape, dtype=dtype) * jnp.sqrt(variance)
     stddev = jnp.sqrt(variance) / jnp.array(_TRUNCATED_NORMAL_STD, dtype)
-    return arrays.drawn_flat(jax.random.truncated_normal, key, shape, lower=-2, upper=2,
-                             dtype=dtype) * stddev
+    return _unfused_draw(jax.random.truncated_normal, key, shape, lower=-2, upper=2,
+                         dtype=dtype) * stddev
 
   return init
 
