@@ -8,6 +8,10 @@
 # Every part gets at most what is left of SECONDS (default 540). BENCH_CONFIG overrides the bench
 # config (configs/bench.py:full; configs/bench.py:runlocal tries the script on a CPU in seconds).
 # OUT_DIR receives log.txt (every part's output) and bench_<part>.json, flat, with no folders.
+# The project's packages missing from a machine's image (on the lent NVIDIA machines:
+# ml-collections and tensorboardX; flax, optax and orbax-checkpoint at other versions) go on
+# PYTHONPATH first, e.g. `pip install --no-deps --target /tmp/site WHEELS` (BUILD_NOTES.md, "On
+# an NVIDIA H200").
 set -u
 out=${1:?usage: device_check.sh OUT_DIR [SECONDS]}
 deadline=$((SECONDS + ${2:-540}))
