@@ -7,8 +7,9 @@ unchanged. Library code never sets them: `import fedjax_face` leaves the environ
 A flag already named in `XLA_FLAGS` is left as the user set it; `FEDJAX_FACE_XLA_DEFAULTS=0`
 turns the defaults off. They apply only under the jaxlib series they were measured on: XLA aborts
 at start on a flag it does not know, and releases drop flags (jaxlib 0.11.2 has no
-`--xla_cpu_use_fusion_emitters`), so under any other jaxlib the environment is left alone. They cannot apply once JAX's CPU backend exists, so entry points call
-`apply_cpu_defaults()` before anything touches a device.
+`--xla_cpu_use_fusion_emitters`), so under any other jaxlib the environment is left alone.
+They cannot apply once JAX's CPU backend exists, so entry points call `apply_cpu_defaults()`
+before anything touches a device.
 """
 
 import importlib.metadata
