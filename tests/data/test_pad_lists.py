@@ -267,6 +267,20 @@ def test_threads_decode_the_same_frames_and_name_the_same_first_bad_line(tmp_pat
     formats.load_frames(frames, 8, 32, train=True, threads=4)
 
 
+def test_frames_are_decoded_on_several_threads_only_when_large(tmp_path):
+  # The first file's header decides: 90x90 and up on every CPU given, smaller on one thread.
+  paths = []
+  for side in (89, 90, 256):
+    paths.append(str(tmp_path / f'{side}.png'))
+    formats.save_image(paths[-1], np.zeros((side, side, 3), np.uint8))
+  assert [formats.decode_threads([p], 4) for p in paths] == [1, 4, 4]
+  assert formats.decode_threads(paths[1:], 1) == 1
+  bad = tmp_path / 'bad.png'
+  bad.write_bytes(b'not an image')
+  assert formats.decode_threads([str(bad)] + paths, 4) == 1   # load_frames names the bad line
+  assert formats.decode_threads([], 4) == 1
+
+
 def test_ssdg_bad_entries(tmp_path):
   root = str(tmp_path / 'C')
   formats.save_image(os.path.join(root, 'v/1.png'), _image(0))

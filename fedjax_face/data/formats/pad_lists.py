@@ -316,6 +316,27 @@ def load_image(path: str, origin: str, size: int) -> np.ndarray:
     raise PadListError(f'{origin}: cannot read the image {path} ({e}).') from None
 
 
+# Decoding on several threads pays off when the decoders' work dominates, which releases the
+# GIL: at 256x256 two threads read 1.1-1.2x the frames of one, at 32x32 about 0.6x (Python's
+# per-frame work holds the GIL; BUILD_NOTES.md, "Data pipeline"). No size between was measured:
+# the threshold is the geometric middle of the two.
+THREADED_MIN_PIXELS = 90 * 90
+
+
+def decode_threads(paths: list[str], cpus: int) -> int:
+  """How many threads `load_frames` decodes `paths` on: `cpus` when the first file holds at
+  least THREADED_MIN_PIXELS (its header alone is read), else 1. An unreadable first file gives
+  1: `load_frames` names it."""
+  if not paths:
+    return 1
+  try:
+    with Image.open(paths[0]) as img:
+      width, height = img.size
+  except (OSError, ValueError):
+    return 1
+  return cpus if width * height >= THREADED_MIN_PIXELS else 1
+
+
 def load_frames(frames: Frames, size: int, depth_size: int, *, train: bool,
                 skip_bad_records: bool = False,
                 threads: int = 1) -> tuple[Frames, np.ndarray, np.ndarray]:

@@ -124,7 +124,8 @@ def _read(config, root, layout, split, depth_dirs=None, attack_list='fake') -> P
                         attack_list=attack_list, skip_bad_records=p.skip_bad_records)
   frames, images, depth = formats.load_frames(frames, size, DEPTH_SIZE, train=split == 'train',
                                               skip_bad_records=p.skip_bad_records,
-                                              threads=policy.usable_cpus())
+                                              threads=formats.decode_threads(
+                                                  frames.paths, policy.usable_cpus()))
   n = len(frames.paths)
   return PadSet(domain=root, images=images, depth=depth, live=frames.live,
                 attack=np.where(frames.live, LIVE, UNKNOWN_ATTACK).astype(np.int8),
