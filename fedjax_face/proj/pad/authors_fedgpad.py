@@ -68,12 +68,12 @@ import types
 import numpy as np
 from PIL import Image
 
+from fedjax_face.data.formats import pad_lists as formats
+from fedjax_face.io import files
+
 # Our domain letter -> the data-set name in their code; their main.py defaults.
 THEIR_NAMES = {'O': 'OULU', 'C': 'CASIA', 'M': 'MSU', 'I': 'idiap', 'S': 'SiW'}
 CENTERS, TARGET = ('OULU', 'CASIA', 'MSU'), 'idiap'
-# How many leading directories of a frame path their loaders keep under depth/ (DatasetLoader.py).
-THEIR_DEPTH_DIRS = {'OULU': 1, 'MSU': 2, 'CASIA': 3, 'idiap': 3, 'SiW': 4}
-FAKE_DEPTH = 'depth/fake_depth.jpg'
 DEPTH_SIZE = 32                           # their DepthImg_loader's size
 IMAGE_SIZE = 256    # their FeatExtractor concatenates 1/8-size maps with 32x32 pools: 256 only
 BATCH, EPOCHS, SNAPSHOT = 16, 20, '10'    # main.py: --batchsize, --epochs, --snapshotnum
@@ -126,12 +126,16 @@ def interned(argv: list[str]) -> list[str]:
 
 
 def their_depth_path(name: str, rel: str, live: bool) -> str:
-  """The depth map their loaders open for frame `rel` of data set `name` (their rule, verbatim:
-  the first k directories, the file name less its last four characters)."""
+  """The depth map their loaders open for frame `rel` of data set `name`: the first k
+  directories of `rel` under depth/ (k of the data set, DatasetLoader.py), or the one attack
+  map; the rule our fedgpad reader follows (`formats.depth_path`)."""
   if not live:
-    return FAKE_DEPTH
-  parts = rel.strip().split('/')
-  return os.path.join('depth', *parts[:THEIR_DEPTH_DIRS[name]], parts[-1][:-4] + '_depth.jpg')
+    return formats.FAKE_DEPTH
+  path = formats.depth_path(rel.strip(), formats.DEPTH_DIRS[name])
+  if path is None:
+    raise AuthorsCodeError(f'{rel} of {name} has fewer than {formats.DEPTH_DIRS[name]} '
+                           'directories: their loader would not find its depth map.')
+  return path
 
 
 def read_list(path: str) -> list[tuple[str, int]]:
@@ -164,7 +168,7 @@ def _center_batches(root: str, name: str, batch: int) -> tuple[int, int]:
       depth = os.path.join(root, their_depth_path(name, rel, live))
       if not os.path.isfile(depth):
         raise AuthorsCodeError(f'{depth} is missing: their loader reads it for {rel} of {name} '
-                               f'(k = {THEIR_DEPTH_DIRS[name]}); export with the data set\'s '
+                               f'(k = {formats.DEPTH_DIRS[name]}); export with the data set\'s '
                                'depth directories (formats.DEPTH_DIRS).')
     batches.append(len(rows) // batch)
   return tuple(batches)
@@ -187,10 +191,10 @@ def resized_copy(exported: str, out: str, size: int = IMAGE_SIZE) -> str:
   for name in CENTERS + (TARGET,):
     root = _export_root(exported, name)
     copy = os.path.join(out, os.path.basename(root))
-    for folder, _, files in os.walk(root):
+    for folder, _, names in os.walk(root):
       rel_folder = os.path.relpath(folder, root)
       os.makedirs(os.path.join(copy, rel_folder), exist_ok=True)
-      for file in files:
+      for file in names:
         src, dst = os.path.join(folder, file), os.path.join(copy, rel_folder, file)
         if rel_folder.split(os.sep)[0] in ('train', 'test') and not os.path.lexists(dst):
           with Image.open(src) as image:
@@ -225,7 +229,7 @@ def lay_out(exported: str, work: str, source: str, batch: int = BATCH) -> dict:
       os.symlink(os.path.join(roots[TARGET], entry), os.path.join(target, entry))
   zero = os.path.join(work, 'zero_depth.png')
   Image.fromarray(np.zeros((DEPTH_SIZE, DEPTH_SIZE), np.uint8)).save(zero, format='PNG')
-  for depth in [their_depth_path(TARGET, rel, label == 1) for rel, label in rows] + [FAKE_DEPTH]:
+  for depth in [their_depth_path(TARGET, rel, label == 1) for rel, label in rows] + [formats.FAKE_DEPTH]:
     link = os.path.join(target, depth)
     if not os.path.lexists(link):
       os.makedirs(os.path.dirname(link), exist_ok=True)
@@ -438,9 +442,7 @@ def _timing(code, train, test, steps, info, device, work) -> dict:
 
 
 def _write_json(path: str, data: dict) -> None:
-  with open(path + '.tmp', 'w') as f:
-    json.dump(data, f, indent=1, sort_keys=True)
-  os.replace(path + '.tmp', path)
+  files.write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True))
 
 
 def export_benchmark(spec: str, seed: int, out: str) -> str:

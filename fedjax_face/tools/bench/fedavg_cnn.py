@@ -156,7 +156,8 @@ def torch_rows(spec, image_size: int, num_classes: int, learning_rate: float, ti
   loss_fn = tnn.CrossEntropyLoss()
 
   def round_on(device: str):
-    """One round with model and data on `device`; it returns once the device has finished."""
+    """The round with model and data moved to `device`: a function that trains the cohort once
+    and returns once the device has finished."""
     model.to(device)
     start = {k: v.clone() for k, v in model.state_dict().items()}
     images, labels = host_images.to(device), host_labels.to(device)
@@ -180,9 +181,10 @@ def torch_rows(spec, image_size: int, num_classes: int, learning_rate: float, ti
   rows = []
   threads_before = torch.get_num_threads()
   images_per = spec.cohort_size * spec.local_steps * spec.batch_size
+  on_cpu = round_on('cpu')
   for threads in dict.fromkeys((1, stores.usable_cpus())):
     torch.set_num_threads(threads)
-    timed = measure(round_on('cpu'), **timing)
+    timed = measure(on_cpu, **timing)
     rows.append(measured({'name': f'pytorch {torch.__version__}, {threads} thread(s)',
                           'threads': threads}, images_per, timed))
   torch.set_num_threads(threads_before)
