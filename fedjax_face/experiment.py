@@ -374,7 +374,7 @@ def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start
       'communication': None if method.ONE_CLIENT else communication.ledger(
           algorithm, state, one_client_data(fed, config),
           [federated.select_clients(fed.num_clients, fl.participation, r, config.seed)
-           for r in range(config.num_rounds)], fed.num_clients),
+           for r in range(config.num_rounds)], fed.num_clients, wire=eng.client_wire),
       **{kind: out.results for kind, out in outputs.items()},
       'plots': plots,
       'provenance': provenance.collect(),

@@ -26,6 +26,11 @@ def tree_bytes(tree) -> int:
                  for x in jax.tree.leaves(tree)))
 
 
+def shape_structs(tree):
+  """The ShapeDtypeStructs of a pytree's leaves (arrays, tracers or numpy arrays)."""
+  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype), tree)
+
+
 def l2_normalize(x, axis: int = -1):
   """`x / ||x||` along `axis`; all-zero vectors stay zero.
 

@@ -2,7 +2,9 @@
 
 Down is `ClientInput` (its `shared` part, which every client of the round receives, and its own
 row of `per_client`); up is `ClientResult.update`. Sizes come from the shapes and dtypes of one
-client's traced round (`jax.eval_shape`: nothing runs), as the arrays are, padding included (a
+client's traced round, as the arrays are: those the round engine recorded when it traced its
+client program (`RoundEngine.client_wire`), or else `jax.eval_shape` (nothing runs). Padding is
+included (a
 client with fewer classes than C_max still sends C_max rows of FedGC's W_k). Keys a client keeps
 after its first download (`Algorithm.sent_once`, FedFR's public images) are counted once per
 client that takes part, not every round.
@@ -22,8 +24,16 @@ def by_key(tree) -> dict[str, int]:
   return {'': arrays.tree_bytes(tree)}
 
 
+def wire_bytes(shared, row, update) -> dict:
+  """Per key, the bytes one client receives (`down`: the round's `shared` inputs and its own
+  `row` of the per-client ones) and sends (`up`: its `update`); arrays or ShapeDtypeStructs."""
+  down = {**by_key(shared), **{f'{k} (own row)': v for k, v in by_key(row).items()}}
+  return {'down': {k: v for k, v in down.items() if v}, 'up': by_key(update)}
+
+
 def one_client_round(algorithm: Algorithm, state: RoundState, client_data) -> dict:
-  """Per key, the bytes one client receives (`down`) and sends (`up`) in a round.
+  """Per key, the bytes one client receives (`down`) and sends (`up`) in a round, from the shapes
+  of a round of one client traced for the purpose (`wire_bytes`).
 
   Args:
     algorithm: the method.
@@ -40,16 +50,19 @@ def one_client_round(algorithm: Algorithm, state: RoundState, client_data) -> di
     result = algorithm.client_update(ClientInput(client_input.shared, row), private, data, key)
     return client_input.shared, row, result.update
 
-  shared, row, update = jax.eval_shape(round_of_one, state, client_data)
-  down = {**by_key(shared), **{f'{k} (own row)': v for k, v in by_key(row).items()}}
-  return {'down': {k: v for k, v in down.items() if v}, 'up': by_key(update)}
+  return wire_bytes(*jax.eval_shape(round_of_one, state, client_data))
 
 
 def ledger(algorithm: Algorithm, state: RoundState, client_data, cohorts: list[np.ndarray],
-           num_clients: int) -> dict:
+           num_clients: int, wire: tuple | None = None) -> dict:
   """results.json['communication']: bytes per client per round (by key and in total), and the
-  run's totals over `cohorts` (each round's real client ids)."""
-  per_key = one_client_round(algorithm, state, client_data)
+  run's totals over `cohorts` (each round's real client ids).
+
+  `wire`: (shared, row, update) of one client as the engine traced them
+  (`RoundEngine.client_wire`); None (no round ran in this process) traces one for the purpose.
+  """
+  per_key = (wire_bytes(*wire) if wire is not None
+             else one_client_round(algorithm, state, client_data))
   once = {k: v for k, v in per_key['down'].items() if k in algorithm.sent_once}
   down_round = sum(v for k, v in per_key['down'].items() if k not in once)
   up_round = sum(per_key['up'].values())

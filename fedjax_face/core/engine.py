@@ -242,9 +242,8 @@ def plan_width(algorithm: Algorithm, state: RoundState, cohort_size: int, client
     raise ValueError(f'engine.memory_fraction={memory_fraction!r}; expected a fraction in '
                      '(0, 1].')
   num_shards = 1 if mesh is None else mesh.size
-  spec = lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype)
   one_id = jax.ShapeDtypeStruct((1,), jnp.int32)
-  state_spec = jax.tree.map(spec, state)
+  state_spec = arrays.shape_structs(state)
   if client_state == 'host':
     cohort_rows = arrays.round_up(cohort_size, num_shards)
     state_spec = state_spec.replace(clients=jax.tree.map(
@@ -325,6 +324,9 @@ class RoundEngine:
     self.width = self.map_width if backend != 'loop' and self.map_width else None
     # Traces per jitted entry point; a second trace of any of them is a recompilation.
     self.traces = collections.Counter()
+    # (shared, own row, update) of one client as the client program was traced, as
+    # ShapeDtypeStructs: what crosses the wire (core/communication.py), with no trace of its own.
+    self.client_wire = None
     self._compiled = set()   # the loop's client signatures already compiled (`_loop`)
     if mesh is not None:
       self._replicated = NamedSharding(mesh, P())
@@ -361,8 +363,11 @@ class RoundEngine:
   # -- pure pieces ---------------------------------------------------------------------------
 
   def _one_client(self, shared, per_client, private, data, client_id, rng) -> ClientResult:
-    return _one_client(self.algorithm, shared, per_client, private, data, client_id, rng,
-                       self.dp)
+    result = _one_client(self.algorithm, shared, per_client, private, data, client_id, rng,
+                         self.dp)
+    # Inside vmap / lax.map / the loop's program alike, these are one client's shapes.
+    self.client_wire = arrays.shape_structs((shared, per_client, result.update))
+    return result
 
   def _client_at(self, shared, per_client, private, data, index, client_id, rng) -> ClientResult:
     """The loop backend's client: row `index` of the cohort's stacked `per_client` / `private`

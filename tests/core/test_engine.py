@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fedjax_face import algorithms, config_lib, models
-from fedjax_face.core import engine as engine_lib
+from fedjax_face.core import communication, engine as engine_lib
 from fedjax_face.core import privacy
 from fedjax_face.data import federated, partition
 from tests import engine_cases, forced_devices
@@ -27,16 +27,31 @@ def loop_results():
   return {name: engine_cases.run_rounds(name, 'loop')[0] for name in ('fedpe', 'fedgc')}
 
 
+def assert_the_wire_is_one_client_s(eng, state):
+  """What the engine recorded of its client program's trace (`client_wire`, the run's
+  communication ledger) counts the bytes of a one-client round traced for the purpose."""
+  fed = engine_cases.tiny_problem()
+  row = federated.sample_round(fed, np.array([0], np.int32), round_index=0, seed=0, steps=2,
+                               batch_size=4)
+  data = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), row)
+  expected = communication.one_client_round(eng.algorithm, state, data)
+  assert communication.wire_bytes(*eng.client_wire) == expected
+  assert expected['up']['model'] > 0
+
+
 @pytest.mark.parametrize('algorithm', ['fedpe', 'fedgc'])
 @pytest.mark.parametrize('backend,map_width', [('vmap', 0), ('map', 2)])
 def test_backends_agree(loop_results, algorithm, backend, map_width):
-  state, _ = engine_cases.run_rounds(algorithm, backend, map_width=map_width)
+  state, eng = engine_cases.run_rounds(algorithm, backend, map_width=map_width)
   assert_trees_close(state, loop_results[algorithm])
+  assert_the_wire_is_one_client_s(eng, state)
 
 
 def test_scan_equals_unroll(loop_results):
-  state, _ = engine_cases.run_rounds('fedgc', 'loop', step_mode='unroll')
+  state, eng = engine_cases.run_rounds('fedgc', 'loop', step_mode='unroll')
   assert_trees_close(state, loop_results['fedgc'])
+  assert 'W (own row)' in communication.wire_bytes(*eng.client_wire)['down']
+  assert_the_wire_is_one_client_s(eng, state)
 
 
 def test_padding_clients_change_nothing(loop_results):
