@@ -17,8 +17,10 @@ from fedjax_face.models import conv as conv_lib
 from fedjax_face.models import heads
 from fedjax_face.models.gn_cnn import GroupNormCNN
 from fedjax_face.models.iresnet import IResNet
+from fedjax_face.models.iresnet import iresnet100
 from fedjax_face.models.iresnet import iresnet18
 from fedjax_face.models.iresnet import iresnet34
+from fedjax_face.models.iresnet import iresnet50
 from fedjax_face.models.iresnet import PReLU
 from fedjax_face.models.pad import PadNet
 from fedjax_face.models.pad import PadResNet18
@@ -30,6 +32,8 @@ BACKBONES: Dict[str, Callable[..., nn.Module]] = {
     'gn_cnn': GroupNormCNN,       # the FedUV / FedFV backbone (GroupNorm: one identity per client)
     'iresnet18': iresnet18,
     'iresnet34': iresnet34,
+    'iresnet50': iresnet50,      # arcface_torch's r50 and r100: their weights import
+    'iresnet100': iresnet100,    # (models/arcface_torch.py)
 }
 
 _DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}

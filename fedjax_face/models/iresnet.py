@@ -1,24 +1,25 @@
-"""Insightface-style improved ResNets (IResNet-18/34) for 112x112 face crops.
+"""Insightface's improved ResNets (IResNet-18/34/50/100) for 112x112 face crops, in arcface_torch's
+exact layout, so that its published weights (`models/arcface_torch.py` imports them) compute the
+same function here:
 
-The layout follows the arcface_torch `iresnet` family (Duta et al.'s "improved" residual block as
-used by insightface):
-
-  stem: conv3x3(64, stride 1) -> BN -> PReLU
+  stem: conv3x3(64, stride 1) -> BN -> PReLU(64)
   4 stages of IBasicBlocks, channels 64/128/256/512, first block of every stage has stride 2
-    (112 -> 56 -> 28 -> 14 -> 7)
-  head: BN -> dropout -> flatten -> Dense(embedding_dim) -> BN ("features", scale frozen at 1)
+    (112 -> 56 -> 28 -> 14 -> 7); blocks per stage: r18 (2, 2, 2, 2), r34 (3, 4, 6, 3),
+    r50 (3, 4, 14, 3), r100 (3, 13, 30, 3)
+  head: BN -> dropout -> flatten in PyTorch's NCHW order -> Linear(512 x 7 x 7, embedding_dim)
+    with bias -> BatchNorm1d ("features", scale fixed at 1)
 
   IBasicBlock(x) = BN(conv3x3_s(PReLU(BN(conv3x3_1(BN(x)))))) + shortcut(x),
   shortcut = conv1x1_s + BN when stride or width changes, identity otherwise.
 
-Same backbone contract as `SmallCNN`: `module.apply(variables, x, train=..., mutable=...)`, images
-float32 `[B, H, W, C]` in [-1, 1] -> float32 `[B, embedding_dim]` (not normalised), variables
-`{'params', 'batch_stats'}`, safe under `jax.vmap` over a clients axis. With `dropout > 0` and
-`train=True` the caller must also pass `rngs={'dropout': key}`.
+Every BatchNorm has epsilon 1e-5, PyTorch's. Same backbone contract as `SmallCNN`:
+`module.apply(variables, x, train=..., mutable=...)`, images float32 `[B, H, W, C]` RGB in
+[-1, 1] (arcface_torch's `(x / 255 - 0.5) / 0.5`) -> float32 `[B, embedding_dim]` (not
+normalised), variables `{'params', 'batch_stats'}`, safe under `jax.vmap` over a clients axis.
+With `dropout > 0` and `train=True` the caller must also pass `rngs={'dropout': key}`.
 
-Differences from the PyTorch original, none of which matters when training from scratch: the dense
-layer sees the feature map flattened in HWC rather than CHW order, it has no bias (the features BN
-cancels it), and convs use He fan-out init instead of N(0, 0.1).
+Trained from scratch, convs start from He fan-out normal rather than arcface_torch's N(0, 0.1):
+an initialisation, not a layout, so imported weights are unaffected.
 """
 
 import functools
@@ -122,9 +123,10 @@ class IResNet(nn.Module):
             name=f'layer{stage + 1}_{block}')(x)
     x = norm(name='bn2')(x)
     x = nn.Dropout(self.dropout, deterministic=not train)(x)
-    x = x.reshape((x.shape[0], -1)).astype(jnp.float32)
-    x = nn.Dense(self.embedding_dim, use_bias=False, kernel_init=initializers.lecun_normal,
-                 dtype=jnp.float32, name='fc')(x)
+    # Flattened as PyTorch flattens its NCHW map, so fc's kernel is arcface_torch's weight^T.
+    x = jnp.transpose(x, (0, 3, 1, 2)).reshape((x.shape[0], -1)).astype(jnp.float32)
+    x = nn.Dense(self.embedding_dim, kernel_init=initializers.lecun_normal, dtype=jnp.float32,
+                 name='fc')(x)
     # Scale frozen at 1 as in insightface (`features.weight` = 1, requires_grad=False).
     x = nn.BatchNorm(
         use_running_average=not train, momentum=BN_MOMENTUM, epsilon=BN_EPSILON, use_scale=False,
@@ -140,3 +142,13 @@ def iresnet18(embedding_dim: int = 512, **kwargs: Any) -> IResNet:
 def iresnet34(embedding_dim: int = 512, **kwargs: Any) -> IResNet:
   """IResNet-34: blocks (3, 4, 6, 3)."""
   return IResNet(stage_sizes=(3, 4, 6, 3), embedding_dim=embedding_dim, **kwargs)
+
+
+def iresnet50(embedding_dim: int = 512, **kwargs: Any) -> IResNet:
+  """IResNet-50: blocks (3, 4, 14, 3)."""
+  return IResNet(stage_sizes=(3, 4, 14, 3), embedding_dim=embedding_dim, **kwargs)
+
+
+def iresnet100(embedding_dim: int = 512, **kwargs: Any) -> IResNet:
+  """IResNet-100: blocks (3, 13, 30, 3)."""
+  return IResNet(stage_sizes=(3, 13, 30, 3), embedding_dim=embedding_dim, **kwargs)

@@ -90,8 +90,10 @@ def test_small_cnn_bfloat16_compute():
 
 def test_iresnet18_at_112():
   variables = _check_backbone(models.iresnet18(), 112, 512)
-  # insightface iresnet18 has ~24.0M parameters, half of them in the 7*7*512 -> 512 fc.
+  # insightface iresnet18 has ~24.0M parameters, half of them in the 7*7*512 -> 512 fc (with
+  # its bias, arcface_torch's layout).
   assert 23_500_000 < _num_params(variables) < 24_500_000
+  assert variables['params']['fc']['bias'].shape == (512,)
   slopes = variables['params']['prelu']['negative_slope']
   np.testing.assert_array_equal(slopes, np.full((64,), 0.25, np.float32))
 
@@ -146,7 +148,12 @@ def test_build_backbone():
   assert (model.embedding_dim, model.dtype) == (64, jnp.bfloat16)
   cfg.name = 'iresnet18'
   assert tuple(models.build_backbone(cfg).stage_sizes) == (2, 2, 2, 2)
-  assert set(models.BACKBONES) == {'small_cnn', 'gn_cnn', 'iresnet18', 'iresnet34'}
+  cfg.name = 'iresnet50'
+  assert tuple(models.build_backbone(cfg).stage_sizes) == (3, 4, 14, 3)
+  cfg.name = 'iresnet100'
+  assert tuple(models.build_backbone(cfg).stage_sizes) == (3, 13, 30, 3)
+  assert set(models.BACKBONES) == {'small_cnn', 'gn_cnn', 'iresnet18', 'iresnet34', 'iresnet50',
+                                   'iresnet100'}
 
 
 def test_build_backbone_errors():

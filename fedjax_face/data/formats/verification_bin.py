@@ -5,10 +5,11 @@ images (pair p is `bins[2p]`, `bins[2p + 1]`), `issame_list` N booleans. The pub
 written by Python 2, so their images are py2 `str` objects: Python 3 reads them with
 `encoding='bytes'`.
 
-A pickle can import and call anything, so these files are read with `_SafeUnpickler`, whose
-`find_class` admits no real global at all. Plain containers, bytes, str, bool, int, float and
-None need no global. Some `.bin` files hold numpy arrays or numpy bools (e.g. `issame_list` as a
-bool ndarray, images as uint8 ndarrays), and Python 3 pickles of protocol < 3 spell `bytes` as
+A pickle can import and call anything, so these files are read with
+`io.safe_pickle.RestrictedUnpickler`, which admits no real global at all. Plain containers,
+bytes, str, bool, int, float and None need no global. Some `.bin` files hold numpy arrays or
+numpy bools (e.g. `issame_list` as a bool ndarray, images as uint8 ndarrays), and Python 3
+pickles of protocol < 3 spell `bytes` as
 `_codecs.encode(str, 'latin1')`; for those exactly these names are admitted, each mapped to a
 stand-in written here that checks its arguments and builds the value itself (the real numpy
 functions never see the file's data):
@@ -39,6 +40,7 @@ import numpy as np
 
 from fedjax_face.data.formats import recordio
 from fedjax_face.data.types import PairSet
+from fedjax_face.io import safe_pickle
 
 _DTYPES = {'b1': np.dtype(np.bool_), 'u1': np.dtype(np.uint8)}
 
@@ -51,15 +53,6 @@ class UnsafePickleError(BinFormatError):
   """The pickle tried to load a global that is not admitted; nothing was imported or called."""
 
 
-class _Refused(Exception):
-  """A stand-in rejected its arguments (reported as BinFormatError by `load_pairs`)."""
-
-
-def _text(value) -> str:
-  # Python 2 str comes back as bytes under encoding='bytes'.
-  return value.decode('ascii') if isinstance(value, (bytes, bytearray)) else value
-
-
 class _DtypeSpec:
   """Stand-in for `numpy.dtype(spec, align, copy)`: bool or uint8 only."""
 
@@ -67,33 +60,35 @@ class _DtypeSpec:
 
   def __init__(self, spec, align=False, copy=False):
     del align, copy
-    spec = _text(spec)
+    spec = safe_pickle.text(spec)
     if not isinstance(spec, str) or spec not in _DTYPES:
-      raise _Refused(f'numpy.dtype({spec!r}): only {sorted(_DTYPES)} (bool, uint8) are admitted')
+      raise safe_pickle.Refused(f'numpy.dtype({spec!r}): only {sorted(_DTYPES)} (bool, uint8) '
+                                'are admitted')
     self.dtype = _DTYPES[spec]
 
   def __setstate__(self, state):
     # Version 3/4 state: (version, byteorder, subarray, names, fields, elsize, alignment, flags).
     # One-byte types have no byte order; anything structured is refused.
     if (not isinstance(state, tuple) or len(state) < 5 or
-        _text(state[1]) not in ('|', '<', '>', '=') or any(s is not None for s in state[2:5])):
-      raise _Refused(f'numpy.dtype state {state!r} is not a plain bool/uint8 dtype')
+        safe_pickle.text(state[1]) not in ('|', '<', '>', '=') or
+        any(s is not None for s in state[2:5])):
+      raise safe_pickle.Refused(f'numpy.dtype state {state!r} is not a plain bool/uint8 dtype')
 
 
 def _array(shape, dtype: _DtypeSpec, raw, order: str = 'C') -> np.ndarray:
   if not isinstance(dtype, _DtypeSpec):
-    raise _Refused(f'array dtype is {type(dtype).__name__}, expected numpy.dtype')
+    raise safe_pickle.Refused(f'array dtype is {type(dtype).__name__}, expected numpy.dtype')
   if (not isinstance(shape, tuple) or
       not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape)):
-    raise _Refused(f'array shape {shape!r} is not a tuple of non-negative ints')
+    raise safe_pickle.Refused(f'array shape {shape!r} is not a tuple of non-negative ints')
   if isinstance(raw, str):  # protocol-0/1 pickles of py3 numpy hold latin-1 text
     raw = raw.encode('latin1')
   if not isinstance(raw, (bytes, bytearray)):
-    raise _Refused(f'array data is {type(raw).__name__}, expected bytes')
+    raise safe_pickle.Refused(f'array data is {type(raw).__name__}, expected bytes')
   if len(raw) != int(np.prod(shape, dtype=np.int64)):
-    raise _Refused(f'array data has {len(raw)} bytes, shape {shape} needs '
+    raise safe_pickle.Refused(f'array data has {len(raw)} bytes, shape {shape} needs '
                    f'{int(np.prod(shape, dtype=np.int64))}')
-  array = np.frombuffer(bytes(raw), np.uint8).reshape(shape, order=_text(order))
+  array = np.frombuffer(bytes(raw), np.uint8).reshape(shape, order=safe_pickle.text(order))
   # Via uint8 so that a bool byte other than 0/1 still reads as a proper True.
   return array != 0 if dtype.dtype == np.bool_ else array.copy()
 
@@ -113,46 +108,30 @@ class _ArrayBuilder:
 
   def __setstate__(self, state):
     if self.array is not None:
-      raise _Refused('ndarray state applied twice')
+      raise safe_pickle.Refused('ndarray state applied twice')
     # Version 1: (1, shape, dtype, is_fortran, raw); version 0 omits the version number.
     if isinstance(state, tuple) and len(state) == 5 and state[0] == 1:
       state = state[1:]
     if not isinstance(state, tuple) or len(state) != 4:
-      raise _Refused(f'ndarray state of type {type(state).__name__} is not (shape, dtype, '
-                     'is_fortran, raw)')
+      raise safe_pickle.Refused(f'ndarray state of type {type(state).__name__} is not (shape, '
+                                'dtype, is_fortran, raw)')
     shape, dtype, fortran, raw = state
     self.array = _array(shape, dtype, raw, 'F' if fortran else 'C')
 
 
-class _StandIn:
-  """What `find_class` returns: a frozen callable, so BUILD cannot set attributes on it."""
-
-  __slots__ = ('_fn', '_name')
-
-  def __init__(self, name: str, fn):
-    object.__setattr__(self, '_name', name)
-    object.__setattr__(self, '_fn', fn)
-
-  def __call__(self, *args, **kwargs):
-    return self._fn(*args, **kwargs)
-
-  def __setattr__(self, key, value):
-    raise _Refused(f'setting {self._name}.{key} is not admitted')
-
-
 def _refuse_ndarray(*args, **kwargs):
   del args, kwargs
-  raise _Refused('calling numpy.ndarray is not admitted')
+  raise safe_pickle.Refused('calling numpy.ndarray is not admitted')
 
 
 # numpy.ndarray only appears as the marker first argument of _reconstruct.
-_NDARRAY = _StandIn('numpy.ndarray', _refuse_ndarray)
+_NDARRAY = safe_pickle.StandIn('numpy.ndarray', _refuse_ndarray)
 
 
 def _reconstruct(cls, shape, typecode):
   del shape, typecode
   if cls is not _NDARRAY:
-    raise _Refused('_reconstruct of anything but numpy.ndarray is not admitted')
+    raise safe_pickle.Refused('_reconstruct of anything but numpy.ndarray is not admitted')
   return _ArrayBuilder()
 
 
@@ -164,52 +143,32 @@ def _scalar(dtype, data=None):
   if isinstance(data, str):
     data = data.encode('latin1')
   if not isinstance(data, (bytes, bytearray)) or len(data) != 1:
-    raise _Refused(f'numpy scalar data {data!r} is not one byte')
+    raise safe_pickle.Refused(f'numpy scalar data {data!r} is not one byte')
   return _ArrayBuilder(_array((), dtype, data))
 
 
 def _latin1_encode(text, encoding='utf-8', errors='strict'):
   del errors
   if not isinstance(text, str) or encoding not in ('latin1', 'latin-1'):
-    raise _Refused(f'_codecs.encode is admitted only for str with latin1, got '
+    raise safe_pickle.Refused(f'_codecs.encode is admitted only for str with latin1, got '
                    f'{type(text).__name__}, {encoding!r}')
   return text.encode('latin1')
 
 
-def _admitted() -> dict[tuple[str, str], _StandIn]:
+def _admitted() -> dict[tuple[str, str], safe_pickle.StandIn]:
   table = {}
   for module in ('numpy.core.multiarray', 'numpy._core.multiarray'):
-    table[module, '_reconstruct'] = _StandIn('numpy.ndarray reconstruct', _reconstruct)
-    table[module, 'scalar'] = _StandIn('numpy scalar', _scalar)
+    table[module, '_reconstruct'] = safe_pickle.StandIn('numpy.ndarray reconstruct', _reconstruct)
+    table[module, 'scalar'] = safe_pickle.StandIn('numpy scalar', _scalar)
   for module in ('numpy.core.numeric', 'numpy._core.numeric'):
-    table[module, '_frombuffer'] = _StandIn('numpy frombuffer', _frombuffer)
+    table[module, '_frombuffer'] = safe_pickle.StandIn('numpy frombuffer', _frombuffer)
   table['numpy', 'ndarray'] = _NDARRAY
-  table['numpy', 'dtype'] = _StandIn('numpy.dtype', _DtypeSpec)
-  table['_codecs', 'encode'] = _StandIn('_codecs.encode', _latin1_encode)
+  table['numpy', 'dtype'] = safe_pickle.StandIn('numpy.dtype', _DtypeSpec)
+  table['_codecs', 'encode'] = safe_pickle.StandIn('_codecs.encode', _latin1_encode)
   return table
 
 
 _ADMITTED = _admitted()
-
-
-class _SafeUnpickler(pickle.Unpickler):
-  """Unpickler whose globals are only the stand-ins of `_ADMITTED`."""
-
-  def __init__(self, file, path: str):
-    super().__init__(file, encoding='bytes')
-    self._path = path
-
-  def find_class(self, module, name):
-    module, name = _text(module), _text(name)
-    stand_in = _ADMITTED.get((module, name))
-    if stand_in is None:
-      raise UnsafePickleError(
-          f'{self._path}: the pickle tries to load the global {module}.{name}; refused, nothing '
-          'was imported or executed (a verification .bin holds only lists of bytes and bools)')
-    return stand_in
-
-  def persistent_load(self, pid):
-    raise UnsafePickleError(f'{self._path}: the pickle uses a persistent id ({pid!r}); refused')
 
 
 def _unwrap(obj):
@@ -257,11 +216,11 @@ def load_pairs(path: str | os.PathLike) -> tuple[list[bytes], np.ndarray]:
     # In memory (a .bin is ~100 MB at most): a forged length cannot make read() preallocate.
     data = f.read()
   try:
-    obj = _SafeUnpickler(io.BytesIO(data), path).load()
-  except UnsafePickleError:
-    raise
-  except _Refused as e:
-    raise UnsafePickleError(f'{path}: {e}; refused, nothing was executed') from None
+    obj = safe_pickle.RestrictedUnpickler(
+        io.BytesIO(data), _ADMITTED, holds='a verification .bin holds only lists of bytes and '
+        'bools').load()
+  except safe_pickle.Refused as e:
+    raise UnsafePickleError(safe_pickle.refusal(path, e)) from None
   except Exception as e:  # pylint: disable=broad-except
     # Whatever a malformed stream raises (UnpicklingError, EOFError, TypeError, ...).
     raise BinFormatError(f'{path}: not a readable pickle: {type(e).__name__}: {e}') from None

@@ -1,0 +1,139 @@
+"""arcface_torch's published IResNet weights as this project's Flax variables.
+
+insightface's arcface_torch publishes backbones as PyTorch state dicts (`backbone.pth`, the
+IResNet of `models/iresnet.py`, whose layout is theirs). `variables_from_state_dict` maps one onto
+the variables of an `IResNet`:
+
+  Flax (params / batch_stats)                 arcface_torch state dict
+  conv1/kernel  [3, 3, I, O]                  conv1.weight [O, I, 3, 3]   (transposed)
+  <bn>/scale, <bn>/bias                       <bn>.weight, <bn>.bias
+  <bn>/mean, <bn>/var (batch_stats)           <bn>.running_mean, <bn>.running_var
+  prelu/negative_slope                        prelu.weight
+  layer{s}_{b}/...                            layer{s}.{b}....
+  layer{s}_{b}/downsample_conv, _bn           layer{s}.{b}.downsample.0, .1
+  fc/kernel [25088, d], fc/bias               fc.weight [d, 25088] (transposed), fc.bias
+  features/bias, features/mean, features/var  features.bias, .running_mean, .running_var
+
+Each BatchNorm's `num_batches_tracked` has no counterpart (it only matters to PyTorch's momentum
+of None), and `features.weight` must be all ones: arcface_torch fixes it at 1, and the Flax layer
+has no scale. A key missing, a key left over or a shape that differs is an error naming the first
+one. A state dict saved from a DataParallel wrapper (every key under `module.`) is read as well.
+
+`read_backbone(path)` reads a `.pth` without PyTorch (`io/torch_state_dict.py`) and says which
+IResNet it holds, so that `config.init_from=backbone.pth` can check the run's model against it.
+"""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import numpy as np
+
+from fedjax_face.io import torch_state_dict
+
+# Stage sizes -> the model name of `models.BACKBONES`.
+DEPTHS = {(2, 2, 2, 2): 'iresnet18', (3, 4, 6, 3): 'iresnet34', (3, 4, 14, 3): 'iresnet50',
+          (3, 13, 30, 3): 'iresnet100'}
+
+_LEAVES = {'kernel': 'weight', 'scale': 'weight', 'bias': 'bias', 'negative_slope': 'weight',
+           'mean': 'running_mean', 'var': 'running_var'}
+
+
+class BackboneMismatchError(ValueError):
+  """A state dict that does not fit the model; the message names the first key that differs."""
+
+
+def torch_key(path: tuple[str, ...]) -> str:
+  """The state-dict key of a Flax variable path (collection first), e.g. ('params',
+  'layer2_0', 'downsample_conv', 'kernel') -> 'layer2.0.downsample.0.weight'."""
+  *modules, leaf = path[1:]
+  names = []
+  for module in modules:
+    match = re.fullmatch(r'layer(\d+)_(\d+)', module)
+    names.append(f'layer{match[1]}.{match[2]}' if match else
+                 {'downsample_conv': 'downsample.0', 'downsample_bn': 'downsample.1'}.get(
+                     module, module))
+  return '.'.join(names + [_LEAVES[leaf]])
+
+
+def _converted(path: tuple[str, ...], value: np.ndarray) -> np.ndarray:
+  """A state-dict tensor in the Flax variable's layout (kernels transposed)."""
+  if path[-1] == 'kernel':
+    return value.transpose(2, 3, 1, 0) if value.ndim == 4 else value.T
+  return value
+
+
+def strip_wrapper(state_dict: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """The state dict without DataParallel's `module.` prefix, when every key has it."""
+  if state_dict and all(k.startswith('module.') for k in state_dict):
+    return {k[len('module.'):]: v for k, v in state_dict.items()}
+  return state_dict
+
+
+def stage_sizes(state_dict: dict[str, np.ndarray]) -> tuple[int, ...]:
+  """Blocks per stage of an IResNet state dict (from its `layer{s}.{b}.` keys)."""
+  blocks = {}
+  for key in state_dict:
+    match = re.match(r'layer(\d+)\.(\d+)\.', key)
+    if match:
+      stage, block = int(match[1]), int(match[2])
+      blocks[stage] = max(blocks.get(stage, 0), block + 1)
+  return tuple(blocks[s] for s in sorted(blocks))
+
+
+def variables_from_state_dict(state_dict: dict[str, np.ndarray], template, *,
+                              source: str = 'the state dict') -> dict:
+  """The Flax variables of an IResNet (`template`: its variables or their ShapeDtypeStructs) from
+  an arcface_torch state dict, as float32 numpy arrays.
+
+  Raises:
+    BackboneMismatchError: a key missing from or left over in the state dict, a shape that
+      differs, or a `features.weight` other than ones; the message names `source` and the key.
+  """
+  state_dict = strip_wrapper(state_dict)
+  leaves, treedef = jax.tree_util.tree_flatten_with_path(template)
+  used, converted = set(), []
+  for key_path, leaf in leaves:
+    path = tuple(str(k.key) for k in key_path)
+    key = torch_key(path)
+    if key not in state_dict:
+      raise BackboneMismatchError(f'{source} has no {key!r} (for the Flax variable '
+                                  f"{'/'.join(path)}, shape {tuple(leaf.shape)})")
+    value = _converted(path, np.asarray(state_dict[key]))
+    if value.shape != tuple(leaf.shape):
+      raise BackboneMismatchError(
+          f'{source}: {key!r} has shape {tuple(np.shape(state_dict[key]))}, which does not fit '
+          f"the model's {'/'.join(path)} of shape {tuple(leaf.shape)}")
+    used.add(key)
+    converted.append(value.astype(np.float32))
+  features = state_dict.get('features.weight')
+  if features is None:
+    raise BackboneMismatchError(f"{source} has no 'features.weight' (arcface_torch's features "
+                                'BatchNorm, its weight fixed at 1)')
+  if not np.all(np.asarray(features) == 1):
+    raise BackboneMismatchError(f"{source}: 'features.weight' is not all ones; arcface_torch fixes "
+                                'it at 1 and the model has no scale there')
+  used.add('features.weight')
+  extra = [k for k in state_dict if k not in used and not k.endswith('.num_batches_tracked')]
+  if extra:
+    raise BackboneMismatchError(f'{source}: {extra[0]!r} has no place in the model'
+                                + (f' (and {len(extra) - 1} more keys)' if len(extra) > 1 else ''))
+  return jax.tree_util.tree_unflatten(treedef, converted)
+
+
+def read_backbone(path: str) -> tuple[dict[str, np.ndarray], str, int]:
+  """(state dict, model name, embedding dim) of an arcface_torch `.pth`.
+
+  Raises:
+    torch_state_dict.TorchFormatError: an unreadable file.
+    BackboneMismatchError: not an IResNet of `DEPTHS`.
+  """
+  state_dict = strip_wrapper(torch_state_dict.read_state_dict(path))
+  sizes = stage_sizes(state_dict)
+  if sizes not in DEPTHS or 'fc.weight' not in state_dict:
+    raise BackboneMismatchError(
+        f'{path}: blocks per stage {sizes}{"" if "fc.weight" in state_dict else ", no fc"}; '
+        f'expected an arcface_torch IResNet, one of {sorted(DEPTHS.values())} '
+        f'({", ".join(f"{n} {s}" for s, n in DEPTHS.items())})')
+  return state_dict, DEPTHS[sizes], int(np.shape(state_dict['fc.weight'])[0])

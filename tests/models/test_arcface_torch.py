@@ -1,0 +1,173 @@
+"""arcface_torch state dicts as Flax IResNet variables: the converted model computes what
+arcface_torch's IResNet computes (a NumPy forward of its NCHW layout, written here from the
+architecture), and every mismatch is named."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_face.models import arcface_torch, iresnet
+from tests import torch_files
+
+EPS = 1e-5
+# Narrow, with every block kind: a stride-2 block with its downsample in each stage and an
+# identity block; 12 px -> 3x3 maps, so the NCHW flatten order matters.
+STAGES, WIDTHS, STEM, DIM, SIZE = (1, 2), (4, 8), 4, 6, 12
+
+
+def _model():
+  return iresnet.IResNet(stage_sizes=STAGES, stage_widths=WIDTHS, stem_width=STEM,
+                         embedding_dim=DIM)
+
+
+def _template():
+  x = jnp.zeros((1, SIZE, SIZE, 3))
+  return jax.eval_shape(lambda: _model().init(jax.random.PRNGKey(0), x, train=False))
+
+
+def _random_state_dict(seed: int = 0) -> dict[str, np.ndarray]:
+  """An arcface_torch state dict of the narrow network, every tensor random (BN statistics too)."""
+  rng = np.random.default_rng(seed)
+  state = {}
+
+  def bn(name, c):
+    state[f'{name}.weight'] = rng.uniform(0.5, 1.5, c).astype(np.float32)
+    state[f'{name}.bias'] = rng.normal(0, 0.1, c).astype(np.float32)
+    state[f'{name}.running_mean'] = rng.normal(0, 0.1, c).astype(np.float32)
+    state[f'{name}.running_var'] = rng.uniform(0.5, 1.5, c).astype(np.float32)
+    state[f'{name}.num_batches_tracked'] = np.array(3, np.int64)
+
+  def conv(name, o, i, k):
+    state[f'{name}.weight'] = rng.normal(0, (2 / (i * k * k)) ** 0.5,
+                                         (o, i, k, k)).astype(np.float32)
+
+  conv('conv1', STEM, 3, 3)
+  bn('bn1', STEM)
+  state['prelu.weight'] = rng.uniform(0.1, 0.4, STEM).astype(np.float32)
+  c = STEM
+  for s, (blocks, width) in enumerate(zip(STAGES, WIDTHS), start=1):
+    for b in range(blocks):
+      p = f'layer{s}.{b}'
+      bn(f'{p}.bn1', c)
+      conv(f'{p}.conv1', width, c, 3)
+      bn(f'{p}.bn2', width)
+      state[f'{p}.prelu.weight'] = rng.uniform(0.1, 0.4, width).astype(np.float32)
+      conv(f'{p}.conv2', width, width, 3)
+      bn(f'{p}.bn3', width)
+      if b == 0:
+        conv(f'{p}.downsample.0', width, c, 1)
+        bn(f'{p}.downsample.1', width)
+      c = width
+  bn('bn2', c)
+  final = SIZE // 2 ** len(STAGES)
+  state['fc.weight'] = rng.normal(0, 0.1, (DIM, c * final * final)).astype(np.float32)
+  state['fc.bias'] = rng.normal(0, 0.1, DIM).astype(np.float32)
+  bn('features', DIM)
+  state['features.weight'] = np.ones(DIM, np.float32)
+  return state
+
+
+# -- arcface_torch's forward in NumPy, NCHW ----------------------------------------------------
+
+def _conv(x, w, stride, pad):
+  x = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+  k = w.shape[-1]
+  windows = np.lib.stride_tricks.sliding_window_view(x, (k, k), axis=(2, 3))[:, :, ::stride,
+                                                                               ::stride]
+  return np.einsum('nchwij,ocij->nohw', windows, w)
+
+
+def _bn(x, sd, name):
+  shape = (1, -1) + (1,) * (x.ndim - 2)
+  g = lambda key: sd[f'{name}.{key}'].astype(np.float64).reshape(shape)
+  return (x - g('running_mean')) / np.sqrt(g('running_var') + EPS) * g('weight') + g('bias')
+
+
+def _prelu(x, a):
+  return np.where(x >= 0, x, a.reshape(1, -1, 1, 1) * x)
+
+
+def torch_layout_forward(sd, images_nchw):
+  x = _prelu(_bn(_conv(images_nchw, sd['conv1.weight'], 1, 1), sd, 'bn1'), sd['prelu.weight'])
+  for s, blocks in enumerate(STAGES, start=1):
+    for b in range(blocks):
+      p, stride = f'layer{s}.{b}', 2 if b == 0 else 1
+      out = _bn(x, sd, f'{p}.bn1')
+      out = _conv(out, sd[f'{p}.conv1.weight'], 1, 1)
+      out = _prelu(_bn(out, sd, f'{p}.bn2'), sd[f'{p}.prelu.weight'])
+      out = _bn(_conv(out, sd[f'{p}.conv2.weight'], stride, 1), sd, f'{p}.bn3')
+      if f'{p}.downsample.0.weight' in sd:
+        x = _bn(_conv(x, sd[f'{p}.downsample.0.weight'], stride, 0), sd, f'{p}.downsample.1')
+      x = out + x
+  x = _bn(x, sd, 'bn2').reshape(len(x), -1)          # torch.flatten of N x C x H x W
+  x = x @ sd['fc.weight'].T.astype(np.float64) + sd['fc.bias']
+  return _bn(x, sd, 'features')
+
+
+def test_converted_weights_compute_arcface_torch_s_function():
+  sd = _random_state_dict()
+  variables = arcface_torch.variables_from_state_dict(sd, _template())
+  images = np.random.default_rng(1).uniform(-1, 1, (3, SIZE, SIZE, 3)).astype(np.float32)
+  got = _model().apply(variables, images, train=False)
+  expected = torch_layout_forward(sd, images.transpose(0, 3, 1, 2).astype(np.float64))
+  np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-4)
+  # Every variable came from the file: none is left at its initial value.
+  assert jax.tree.structure(variables) == jax.tree.structure(_template())
+
+
+def test_a_pth_written_in_torch_s_format_converts_the_same(tmp_path):
+  sd = _random_state_dict()
+  path = tmp_path / 'backbone.pth'
+  torch_files.write_pth(path, {f'module.{k}': v for k, v in sd.items()})   # DataParallel's keys
+  from fedjax_face.io import torch_state_dict
+  read = torch_state_dict.read_state_dict(path)
+  got = arcface_torch.variables_from_state_dict(read, _template())
+  expected = arcface_torch.variables_from_state_dict(sd, _template())
+  jax.tree.map(np.testing.assert_array_equal, got, expected)
+
+
+def test_mismatches_name_the_first_key():
+  template = _template()
+  sd = _random_state_dict()
+  missing = {k: v for k, v in sd.items() if k != 'layer2.1.conv2.weight'}
+  with pytest.raises(arcface_torch.BackboneMismatchError,
+                     match=r"backbone.pth has no 'layer2.1.conv2.weight' \(for the Flax variable "
+                           r'params/layer2_1/conv2/kernel, shape \(3, 3, 8, 8\)\)'):
+    arcface_torch.variables_from_state_dict(missing, template, source='backbone.pth')
+  extra = dict(sd, **{'layer3.0.conv1.weight': np.zeros((1,), np.float32)})
+  with pytest.raises(arcface_torch.BackboneMismatchError,
+                     match=r"'layer3.0.conv1.weight' has no place in the model"):
+    arcface_torch.variables_from_state_dict(extra, template)
+  wrong = dict(sd, **{'fc.weight': np.zeros((DIM, 99), np.float32)})
+  with pytest.raises(arcface_torch.BackboneMismatchError,
+                     match=r"'fc.weight' has shape \(6, 99\), which does not fit the model's "
+                           r'params/fc/kernel of shape \(72, 6\)'):
+    arcface_torch.variables_from_state_dict(wrong, template)
+  scaled = dict(sd, **{'features.weight': np.full(DIM, 2.0, np.float32)})
+  with pytest.raises(arcface_torch.BackboneMismatchError, match="'features.weight' is not all ones"):
+    arcface_torch.variables_from_state_dict(scaled, template)
+
+
+def test_the_keys_say_which_iresnet_a_file_holds(tmp_path):
+  for sizes, name in arcface_torch.DEPTHS.items():
+    keys = {f'layer{s}.{b}.conv1.weight': np.zeros(1, np.float32)
+            for s, n in enumerate(sizes, start=1) for b in range(n)}
+    keys['fc.weight'] = np.zeros((128, 4), np.float32)
+    torch_files.write_pth(tmp_path / f'{name}.pth', keys)
+    _, got, dim = arcface_torch.read_backbone(str(tmp_path / f'{name}.pth'))
+    assert (got, dim) == (name, 128)
+  torch_files.write_pth(tmp_path / 'odd.pth', {'layer1.0.conv1.weight': np.zeros(1, np.float32),
+                                              'fc.weight': np.zeros((2, 2), np.float32)})
+  with pytest.raises(arcface_torch.BackboneMismatchError,
+                     match=r'odd.pth: blocks per stage \(1,\); expected an arcface_torch IResNet'):
+    arcface_torch.read_backbone(str(tmp_path / 'odd.pth'))
+
+
+def test_flax_paths_map_to_arcface_torch_keys():
+  assert arcface_torch.torch_key(('params', 'layer2_0', 'downsample_conv', 'kernel')) == (
+      'layer2.0.downsample.0.weight')
+  assert arcface_torch.torch_key(('batch_stats', 'layer4_2', 'downsample_bn', 'var')) == (
+      'layer4.2.downsample.1.running_var')
+  assert arcface_torch.torch_key(('params', 'prelu', 'negative_slope')) == 'prelu.weight'
+  assert arcface_torch.torch_key(('batch_stats', 'features', 'mean')) == 'features.running_mean'
