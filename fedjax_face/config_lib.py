@@ -34,7 +34,8 @@ def base_config(task: str = 'recognition') -> ml_collections.ConfigDict:
   c.checkpoint_keep = 2        # newest checkpoints kept (older ones are deleted as rounds go on)
   c.trust_unverified_checkpoints = False   # resume from a checkpoint whose digests are missing
                                # (checkpoint_digests/ deleted, or saved before they existed)
-  c.init_from = ''             # a finished run's workdir whose final model starts this one
+  c.init_from = ''             # a finished run's workdir whose final model starts this one, or
+                               # an arcface_torch backbone file (.pth: models/arcface_torch.py)
                                # (FedFR starts from its pre-training run); '' = random init
   c.init_from_step = 0         # the round of init_from's checkpoint to start from; 0 = its final
                                # one (init_from must then be a finished run)
@@ -210,7 +211,8 @@ def _check_data(c: ml_collections.ConfigDict) -> None:
     raise ValueError(f'config.data.centralized_on={d.centralized_on!r} needs public identities '
                      '(data.public_identities > 0).')
   if not isinstance(c.init_from, str):
-    raise ValueError(f'config.init_from={c.init_from!r}; expected a workdir path or \'\'.')
+    raise ValueError(f'config.init_from={c.init_from!r}; expected a workdir path, an '
+                     "arcface_torch backbone file (.pth) or ''.")
   sources.check_config(c)
 
 

@@ -30,6 +30,7 @@ from fedjax_face.core import engine as engine_lib
 from fedjax_face.data import federated, pipeline, sources, stores
 from fedjax_face.eval import diagnostics
 from fedjax_face.io import artifacts, checkpoint, files, metrics, provenance, report
+from fedjax_face.models import arcface_torch
 
 
 def validate(config) -> None:
@@ -39,7 +40,13 @@ def validate(config) -> None:
   config_lib.validate(config)
   algorithms.check_config(config)
   eval_lib.check_config(config)
-  if config.init_from:
+  if config.init_from and arcface_torch.is_backbone_file(config.init_from):
+    if config.init_from_step:
+      raise ValueError(f'config.init_from_step={config.init_from_step} with the backbone file '
+                       f'config.init_from={config.init_from!r}; expected 0 (a file has no rounds).')
+    _, name, dim = arcface_torch.read_backbone(config.init_from)
+    arcface_torch.check_model(config.init_from, name, dim, config.model)
+  elif config.init_from:
     checkpoint.init_from_round(config.init_from, config.init_from_step)
     checkpoint.check_init_data(config.init_from, config.to_dict(), sources.data_fields(config))
 
@@ -55,12 +62,16 @@ def one_client_data(fed, config):
 
 
 def warm_start(config):
-  """The final state of the finished run `config.init_from` names, or its round
-  `config.init_from_step` (what `Algorithm.init` starts from), verified against its digests as a
-  resume is (checkpoint.InitFromError when it does not verify), or None. The one place a run reads
-  another run's checkpoint."""
+  """What `Algorithm.init` starts from, or None: the final state of the finished run
+  `config.init_from` names, or its round `config.init_from_step`, verified against its digests as
+  a resume is (checkpoint.InitFromError when it does not verify); or, when it names an
+  arcface_torch backbone file (`.pth`), `{'server': {'model': its variables}}`. The one place a
+  run reads another run's weights."""
   if not config.init_from:
     return None
+  if arcface_torch.is_backbone_file(config.init_from):
+    return {'server': {'model': arcface_torch.load_variables(
+        config.init_from, config.model, config.data.image_size)}}
   return checkpoint.load_final_state(config.init_from, config.init_from_step,
                                      config.trust_unverified_checkpoints)
 

@@ -224,12 +224,17 @@ def start_from(start, variables, public_classes=None, *, method: str):
     return variables, public_classes
   name = 'config.init_from: server'
   server = start['server']
-  if 'model' not in server or 'W' not in server:
-    raise ValueError(f"{name} holds {sorted(server)}; expected a centralized run's 'model' and "
-                     "'W' (configs/fedfr/pretrain.py).")
+  if 'model' not in server:
+    raise ValueError(f"{name} holds {sorted(server)}; expected a run's 'model' "
+                     '(configs/fedfr/pretrain.py) or a backbone file.')
   variables = checkpoint.matching_tree(f'{name}.model', variables, server['model'])
   if public_classes is None:
     return variables, None
+  if 'W' not in server:
+    raise ValueError(f"{name} holds {sorted(server)}, a backbone alone; {method} also needs the "
+                     "public identities' class matrix W: pre-train first (configs/fedfr/"
+                     'pretrain.py, which can start from the backbone file) and start from that '
+                     'run.')
   if np.shape(server['W']) != np.shape(public_classes):
     raise ValueError(f"{name}.W has shape {np.shape(server['W'])}; expected "
                      f'{np.shape(public_classes)}: the public identities\' class matrix '

@@ -20,7 +20,8 @@ has no scale. A key missing, a key left over or a shape that differs is an error
 one. A state dict saved from a DataParallel wrapper (every key under `module.`) is read as well.
 
 `read_backbone(path)` reads a `.pth` without PyTorch (`io/torch_state_dict.py`) and says which
-IResNet it holds, so that `config.init_from=backbone.pth` can check the run's model against it.
+IResNet it holds; `load_variables(path, model_config, image_size)` checks the run's model against
+it and converts it (`config.init_from=backbone.pth`).
 """
 
 from __future__ import annotations
@@ -28,9 +29,13 @@ from __future__ import annotations
 import re
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
+from fedjax_face import models
 from fedjax_face.io import torch_state_dict
+
+SUFFIXES = ('.pth', '.pt')   # what `config.init_from` reads as a backbone file, not a workdir
 
 # Stage sizes -> the model name of `models.BACKBONES`.
 DEPTHS = {(2, 2, 2, 2): 'iresnet18', (3, 4, 6, 3): 'iresnet34', (3, 4, 14, 3): 'iresnet50',
@@ -137,3 +142,35 @@ def read_backbone(path: str) -> tuple[dict[str, np.ndarray], str, int]:
         f'expected an arcface_torch IResNet, one of {sorted(DEPTHS.values())} '
         f'({", ".join(f"{n} {s}" for s, n in DEPTHS.items())})')
   return state_dict, DEPTHS[sizes], int(np.shape(state_dict['fc.weight'])[0])
+
+
+def is_backbone_file(path: str) -> bool:
+  """Whether `config.init_from` names a backbone file (by its suffix) rather than a run."""
+  return path.endswith(SUFFIXES)
+
+
+def check_model(path: str, name: str, embedding_dim: int, model_config) -> None:
+  """Raises ValueError when the run's model (`config.model`) is not the IResNet in `path`."""
+  if (model_config.name, model_config.embedding_dim) != (name, embedding_dim):
+    raise ValueError(f'config.init_from={path!r} holds arcface_torch\'s {name} with '
+                     f'{embedding_dim}-d embeddings; config.model is {model_config.name!r} with '
+                     f'embedding_dim={model_config.embedding_dim}: expected '
+                     f'--config.model.name={name} --config.model.embedding_dim={embedding_dim}.')
+
+
+def load_variables(path: str, model_config, image_size: int) -> dict:
+  """The Flax variables of the run's IResNet (`model_config`, on `image_size` px images) from the
+  arcface_torch `.pth` at `path`.
+
+  Raises:
+    ValueError: the file's network is not the run's (`check_model`), or (BackboneMismatchError)
+      its tensors do not fit the model at this image size (arcface_torch's fc expects 112 px).
+    torch_state_dict.TorchFormatError: an unreadable file.
+  """
+  state_dict, name, dim = read_backbone(path)
+  check_model(path, name, dim, model_config)
+  model = models.build_backbone(model_config)
+  images = jnp.zeros((1, image_size, image_size, 3), jnp.float32)
+  template = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), images, train=False))
+  return variables_from_state_dict(state_dict, template,
+                                   source=f'config.init_from={path!r} (at {image_size} px)')

@@ -171,3 +171,73 @@ def test_flax_paths_map_to_arcface_torch_keys():
       'layer4.2.downsample.1.running_var')
   assert arcface_torch.torch_key(('params', 'prelu', 'negative_slope')) == 'prelu.weight'
   assert arcface_torch.torch_key(('batch_stats', 'features', 'mean')) == 'features.running_mean'
+
+
+# -- config.init_from=<backbone.pth> -----------------------------------------------------------
+
+def _r18_file(tmp_path, embedding_dim: int = 8):
+  """An arcface_torch IResNet-18 state dict of random weights (8-d embeddings keep it small), as
+  the file torch.save writes, and the state dict."""
+  from fedjax_face import models
+  model = models.iresnet18(embedding_dim=embedding_dim)
+  template = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), jnp.zeros((1, 112, 112, 3)),
+                                               train=False))
+  rng = np.random.default_rng(3)
+  state = {}
+  for key_path, leaf in jax.tree_util.tree_flatten_with_path(template)[0]:
+    path = tuple(str(k.key) for k in key_path)
+    shape = leaf.shape
+    if path[-1] == 'kernel':   # arcface_torch's layout: OIHW convs, [out, in] linear
+      shape = shape[::-1] if len(shape) == 2 else (shape[3], shape[2], shape[0], shape[1])
+    value = (rng.uniform(0.5, 1.5, shape) if path[-1] in ('var', 'scale') else
+             rng.normal(0, 0.05, shape))   # BatchNorm variances positive, as trained ones are
+    state[arcface_torch.torch_key(path)] = value.astype(np.float32)
+  state['features.weight'] = np.ones(embedding_dim, np.float32)
+  path = tmp_path / 'r18.pth'
+  torch_files.write_pth(path, state)
+  return str(path), state, template
+
+
+def test_init_from_a_backbone_file_starts_the_run_from_its_weights(tmp_path):
+  from fedjax_face import experiment
+  from fedjax_face.algorithms import common
+  from tests import config_files
+  path, state, template = _r18_file(tmp_path)
+  config = config_files.load_config('fedgc')
+  config.model.name, config.model.embedding_dim, config.data.image_size = 'iresnet18', 8, 112
+  config.init_from = path
+  experiment.validate(config)
+  start = experiment.warm_start(config)
+  assert set(start) == {'server'} and set(start['server']) == {'model'}
+  expected = arcface_torch.variables_from_state_dict(state, template)
+  # What FedGC (and every method that starts from a model) does with it: the model alone.
+  variables, classes = common.start_from(start, template, method='fedgc')
+  assert classes is None
+  jax.tree.map(np.testing.assert_array_equal, variables, expected)
+  np.testing.assert_array_equal(variables['params']['fc']['kernel'], state['fc.weight'].T)
+  # FedFR needs the pre-training's class matrix as well: a backbone alone is named as such.
+  with pytest.raises(ValueError, match=r"holds \['model'\], a backbone alone; fedfr also needs "
+                                       "the public identities' class matrix W: pre-train first"):
+    common.start_from(start, template, np.zeros((8, 8), np.float32), method='fedfr')
+
+
+def test_init_from_a_backbone_file_of_another_network_is_refused_before_anything_runs(tmp_path):
+  from fedjax_face import experiment
+  from tests import config_files
+  path, _, _ = _r18_file(tmp_path)
+  config = config_files.load_config('fedgc')
+  config.model.name, config.model.embedding_dim, config.data.image_size = 'iresnet34', 8, 112
+  config.init_from = path
+  with pytest.raises(ValueError, match=r"r18.pth' holds arcface_torch's iresnet18 with 8-d "
+                     r"embeddings; config.model is 'iresnet34' with embedding_dim=8: expected "
+                     r'--config.model.name=iresnet18 --config.model.embedding_dim=8'):
+    experiment.validate(config)
+  config.model.name, config.init_from_step = 'iresnet18', 3
+  with pytest.raises(ValueError, match=r'config.init_from_step=3 with the backbone file'):
+    experiment.validate(config)
+  # At another image size the fc no longer fits: named with the size.
+  config.init_from_step, config.data.image_size = 0, 64
+  with pytest.raises(arcface_torch.BackboneMismatchError,
+                     match=r"\(at 64 px\): 'fc.weight' has shape \(8, 25088\), which does not fit "
+                           r"the model's params/fc/kernel of shape \(8192, 8\)"):
+    experiment.warm_start(config)
