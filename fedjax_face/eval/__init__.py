@@ -28,6 +28,7 @@ EVALUATORS = {   # type -> module defining check_<type> and make_<type> (a dotte
     'verification': 'fedjax_face.eval.recognition.evaluators',
     'identification': 'fedjax_face.eval.recognition.evaluators',
     'personalized': 'fedjax_face.eval.recognition.evaluators',
+    'ijb': 'fedjax_face.eval.recognition.ijb',
     'diagnostics': 'fedjax_face.eval.diagnostics',
     'pad': 'fedjax_face.eval.pad.evaluators',
 }

@@ -1132,6 +1132,31 @@ def face_frame(nuisance: Mapping[str, np.ndarray], size: int) -> tuple[np.ndarra
   return cr * px + sr * py, cr * py - sr * px
 
 
+def face_landmarks(identity_params: Mapping[str, np.ndarray], nuisance: Mapping[str, np.ndarray],
+                   size: int) -> np.ndarray:
+  """`[n, 5, 2]` float32 (x, y) pixel coordinates (cv2's: column and row of a pixel centre) of the
+  five points face detectors give (left eye, right eye, nose tip, left and right mouth corner) in
+  the rendered `size` x `size` images: the eye centres, the nose's bottom and the mouth's ends of
+  the layout (`_layout`, at the image's age and expression), mapped by the inverse of
+  `face_frame`'s similarity. Exact for frontal faces (yaw = pitch = 0), which is how IJB fixtures
+  render them; under yaw the drawn features slide off these points."""
+  ip = {k: np.asarray(v) for k, v in identity_params.items()}
+  layout = _layout(ip, nuisance, _look(ip, nuisance))
+  flat = lambda a: np.asarray(a, np.float64).reshape(-1)
+  eye_dx, eye_y = flat(layout.eye_dx), flat(layout.eye_y)
+  mouth_w, mouth_y = flat(layout.mw), flat(layout.mouth_y)
+  head = np.stack([np.stack([-eye_dx, eye_y], -1), np.stack([eye_dx, eye_y], -1),
+                   np.stack([np.zeros_like(eye_y), flat(layout.nose_y1)], -1),
+                   np.stack([-mouth_w, mouth_y], -1), np.stack([mouth_w, mouth_y], -1)], 1)
+  scale = (_FACE_SCALE * flat(nuisance['scale']))[:, None]
+  cos, sin = np.cos(flat(nuisance['roll']))[:, None], np.sin(flat(nuisance['roll']))[:, None]
+  x, y = head[..., 0], head[..., 1]
+  u = flat(nuisance['shift_x'])[:, None] + scale * (cos * x - sin * y)
+  v = _FACE_CENTER_Y + flat(nuisance['shift_y'])[:, None] + scale * (sin * x + cos * y)
+  pixel = lambda t: (t + 1.0) * size / 2.0 - 0.5   # [-1, 1] image coordinates -> pixel centres
+  return np.stack([pixel(u), pixel(v)], -1).astype(np.float32)
+
+
 def face_depth(identity_params: Mapping[str, np.ndarray], nuisance: Mapping[str, np.ndarray],
                size: int) -> np.ndarray:
   """`[n, size, size]` float32 pseudo-depth of the rendered faces (PAD's live depth maps): the head

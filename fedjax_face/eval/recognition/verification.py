@@ -49,12 +49,13 @@ _normalize = jax.jit(preprocess.normalize)
 _flip = jax.jit(preprocess.horizontal_flip)
 
 
-def compute_embeddings(embed_fn: EmbedFn,
-                       images: np.ndarray,
-                       *,
-                       batch_size: int = 256,
-                       flip: bool = True) -> np.ndarray:
-  """Embeds images the insightface way ("accuracy-flip").
+def raw_embeddings(embed_fn: EmbedFn,
+                   images: np.ndarray,
+                   *,
+                   batch_size: int = 256,
+                   flip: bool = True) -> np.ndarray:
+  """float32 `[N, d]` embeddings of uint8 images, not normalised; with `flip`, each is the sum of
+  the embeddings of the image and of its horizontal mirror.
 
   Args:
     embed_fn: callable (normally jitted) mapping float32 `[batch_size, H, W, C]` images in [-1, 1]
@@ -62,11 +63,7 @@ def compute_embeddings(embed_fn: EmbedFn,
       jitted function compiles once.
     images: uint8 `[N, H, W, C]` images (RGB, HWC; see `fedjax_face.data.preprocess`).
     batch_size: rows per `embed_fn` call; the last batch is zero-padded and the padding dropped.
-    flip: if True, embed `x` and its horizontal mirror and sum the two embeddings before
-      normalising; if False, normalise `embed_fn(x)` alone.
-
-  Returns:
-    float32 `[N, d]` L2-normalised embeddings.
+    flip: also embed the mirror and sum.
 
   Raises:
     ValueError: on malformed images, an empty image set or a non-positive batch size, or if
@@ -98,8 +95,24 @@ def compute_embeddings(embed_fn: EmbedFn,
     # No host transfer here: JAX dispatches asynchronously, so the device keeps working on the next
     # batches while the host slices and pads them.
     pending.append((emb, count))
+  return np.concatenate([np.asarray(emb)[:count] for emb, count in pending])
 
-  embeddings = np.concatenate([np.asarray(emb)[:count] for emb, count in pending])
+
+def compute_embeddings(embed_fn: EmbedFn,
+                       images: np.ndarray,
+                       *,
+                       batch_size: int = 256,
+                       flip: bool = True) -> np.ndarray:
+  """Embeds images the insightface way ("accuracy-flip"): `raw_embeddings` (with `flip`, the sum
+  of the image's and its mirror's), L2-normalised.
+
+  Returns:
+    float32 `[N, d]` L2-normalised embeddings.
+
+  Raises:
+    ValueError: as `raw_embeddings`.
+  """
+  embeddings = raw_embeddings(embed_fn, images, batch_size=batch_size, flip=flip)
   # Normalise in float64 (the reference accumulates embeddings in float64) then store float32.
   # All-zero rows stay zero, as sklearn's `normalize` does.
   return arrays.l2_normalize(embeddings.astype(np.float64)).astype(np.float32)
@@ -270,7 +283,7 @@ def tar_at_far(dist: np.ndarray,
   return tars, thresholds
 
 
-def _downsample_roc(fpr: np.ndarray, tpr: np.ndarray,
+def downsample_roc(fpr: np.ndarray, tpr: np.ndarray,
                     max_points: int = MAX_ROC_POINTS) -> tuple[np.ndarray, np.ndarray]:
   """At most `max_points` points of a ROC curve, kept in order.
 
@@ -405,7 +418,7 @@ def evaluate_pairs(embeddings: np.ndarray,
 
   # --- Pooled statistics. ---
   fpr, tpr, _ = roc_curve(dist, issame)
-  roc_fpr, roc_tpr = _downsample_roc(fpr, tpr)
+  roc_fpr, roc_tpr = downsample_roc(fpr, tpr)
   tars, tar_thresholds = tar_at_far(dist, issame, TAR_FARS)
 
   return {
