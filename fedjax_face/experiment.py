@@ -400,3 +400,48 @@ def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start
   logging.info('results written to %s', workdir)
   return results
 
+
+def evaluate_model(config, workdir: str) -> dict:
+  """Scores the model `config.init_from` names, a finished run (its workdir) or an arcface_torch
+  backbone file, on the config's evaluators without training, and writes results.json, report.md
+  and the figures into `workdir` (`python -m fedjax_face.evaluate`). The model passes through the
+  method's `init` from that start, as a run's would, so every evaluator sees what a run that
+  started there would evaluate before its first round."""
+  t_start = time.perf_counter()
+  validate(config)
+  if not config.init_from:
+    raise ValueError('config.init_from is empty; expected the model to evaluate: a finished '
+                     "run's workdir or an arcface_torch backbone file (.pth).")
+  start = warm_start(config)
+  method = algorithms.get(config.algorithm)
+  distributed.initialize_distributed(config.engine.distributed)
+  chief = jax.process_index() == 0
+  if chief:
+    files.check_workdir(workdir)
+    files.makedirs(workdir)
+  source = sources.get(config.data.source)
+  data = source.load(config)
+  fed_view, fed = source.training_views(config, data, method.ONE_CLIENT)
+  evaluators = eval_lib.make_evaluators(config, eval_lib.EvalSetup(config, data, fed_view))
+  _, step_mode, _, conv_gradient = policy.resolve_engine(config)
+  model = models.build_backbone(config.model, conv_gradient=conv_gradient)
+  algorithm = method.build(config, model, fed, step_mode=step_mode)
+  state = algorithm.init(jax.random.fold_in(jax.random.PRNGKey(config.seed), 0), start)
+  print(f'evaluating {config.init_from} ({config.model.name}) on '
+        f'{[e.type for e in evaluators]}', flush=True)
+  outputs = evaluate(evaluators, eval_lib.make_embed(model), algorithm, state)
+  if not chief:
+    return {kind: out.results for kind, out in outputs.items()}
+  plots = artifacts.write_eval_outputs(workdir, outputs)
+  results = {
+      'algorithm': config.algorithm, 'config_name': f'evaluation of {config.init_from}',
+      'evaluated': config.init_from, 'rounds': 0, 'images_seen': 0,
+      'timing': {'total_s': time.perf_counter() - t_start},
+      **{kind: out.results for kind, out in outputs.items()},
+      'plots': plots, 'provenance': provenance.collect(),
+  }
+  files.write_json_atomic(files.join(workdir, 'config.json'),
+                          {**config.to_dict(), checkpoint.PROVENANCE_KEY: results['provenance']})
+  text = report.write(workdir, results, [line for out in outputs.values() for line in out.markdown])
+  print(text, flush=True)
+  return results

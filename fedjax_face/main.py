@@ -238,7 +238,9 @@ def start(config) -> None:
     exit_usage(str(error), error)
 
 
-def main(argv):
+def main(argv, action=None):
+  """Runs `action(config, workdir)`: `experiment.train_and_evaluate` (this module), or
+  `experiment.evaluate_model` (`python -m fedjax_face.evaluate`)."""
   if len(argv) > 1:
     exit_usage(f'unexpected arguments {argv[1:]}; expected only flags, e.g. '
                '--config=configs/fedgc/fedgc.py --workdir=/tmp/fedgc.')
@@ -249,7 +251,7 @@ def main(argv):
     sys.unraisablehook = _without_closed_event_loops(sys.unraisablehook)
   start(_CONFIG.value)
   try:
-    experiment.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+    (action or experiment.train_and_evaluate)(_CONFIG.value, _WORKDIR.value)
   except (files.WorkdirError, checkpoint.InitFromError) as error:   # before the workdir is used
     exit_usage(str(error), error)
   except lifecycle.Preempted as error:

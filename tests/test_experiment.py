@@ -378,3 +378,28 @@ def test_fedfr_init_from_errors_name_the_run(tmp_path):
                      r"there, 1 here; data.synthetic.num_identities: 16 there, 20 here\)"):
     experiment.train_and_evaluate(config, str(tmp_path / 'c'))
   assert not (tmp_path / 'c').exists()   # refused before anything is written
+
+
+def test_a_model_evaluated_alone_scores_as_its_run_did_and_on_ijb(tmp_path):
+  # `python -m fedjax_face.evaluate`: a finished run's model on the same evaluators gives the run's
+  # own numbers; with evals.ijb.root set, IJB-C's 1:1 and 1:N too (a fixture of tests/ijb_files).
+  from tests import ijb_files
+  config = load_config('fedgc')
+  run = experiment.train_and_evaluate(config, str(tmp_path / 'run'))
+  ijb_files.write_ijb(tmp_path / 'ijbc')
+  config.init_from = str(tmp_path / 'run')
+  config.evals.ijb.root = str(tmp_path / 'ijbc')
+  alone = experiment.evaluate_model(config, str(tmp_path / 'eval'))
+  assert alone['verification'] == run['verification']
+  assert alone['identification'] == run['identification']
+  assert alone['evaluated'] == str(tmp_path / 'run') and alone['rounds'] == 0
+  assert alone['ijb']['templates'] == 8 and set(alone['ijb']['identification']) == {
+      'G1', 'G2', 'mixed'}
+  saved = json.loads((tmp_path / 'eval' / 'results.json').read_text())
+  assert saved['ijb']['tar'] == alone['ijb']['tar']
+  assert '## IJBC 1:1' in (tmp_path / 'eval' / 'report.md').read_text()
+  assert (tmp_path / 'eval' / 'ijb_roc.png').exists()
+  config.init_from = ''
+  with pytest.raises(ValueError, match=r'config.init_from is empty; expected the model to '
+                                       'evaluate'):
+    experiment.evaluate_model(config, str(tmp_path / 'eval2'))

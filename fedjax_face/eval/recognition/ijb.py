@@ -38,7 +38,6 @@ import os
 import time
 from typing import Sequence
 
-import ml_collections
 import numpy as np
 
 from fedjax_face.core import arrays
@@ -288,11 +287,11 @@ def markdown(results: dict, ijb_set: str) -> list[str]:
 
 
 def check_ijb(config, section) -> None:
-  """`evals.ijb`: root, set, layout, switches, tar_rule (the root's files are read at the run's
-  start, by `make_ijb`)."""
-  if not isinstance(section.root, str) or not section.root:
-    raise ValueError("config.evals.ijb.root is empty; expected the IJB set's root (meta/ and "
-                     'loose_crop/).')
+  """`evals.ijb` (`config_lib.base_config`): set, layout, switches, tar_rule, threads; `root` ''
+  turns the evaluator off (the root's files are read at the run's start, by `make_ijb`)."""
+  if not isinstance(section.root, str):
+    raise ValueError(f"config.evals.ijb.root={section.root!r}; expected the IJB set's root "
+                     "(meta/ and loose_crop/), or '' for no IJB evaluation.")
   check_choice('evals.ijb.set', section.set, ijb_format.SETS)
   check_choice('evals.ijb.layout', section.layout, ijb_format.LAYOUTS)
   check_choice('evals.ijb.tar_rule', section.tar_rule, TAR_RULES)
@@ -301,10 +300,12 @@ def check_ijb(config, section) -> None:
   check_int('eval.batch_size', config.eval.batch_size)
 
 
-def make_ijb(config, section, setup) -> Evaluator:
+def make_ijb(config, section, setup) -> Evaluator | None:
   """Reads the set's meta files once (every missing file or image named now, before training);
-  each evaluation embeds every image and scores both protocols."""
+  each evaluation embeds every image and scores both protocols. None when `root` is ''."""
   del setup
+  if not section.root:
+    return None
   protocol = ijb_format.read_protocol(section.root, section.set, section.layout)
   switches = parse_switches(section.switches)
 
@@ -325,11 +326,3 @@ def make_ijb(config, section, setup) -> Evaluator:
                       arrays={}, markdown=markdown(results, section.set))
 
   return Evaluator('ijb', evaluate)
-
-
-def config_section(root: str = '', ijb_set: str = 'IJBC',
-                   layout: str = 'insightface') -> ml_collections.ConfigDict:
-  """`config.evals.ijb` with insightface's switches and TAR rule."""
-  return ml_collections.ConfigDict(dict(root=root, set=ijb_set, layout=layout,
-                                        switches='insightface', tar_rule='nearest_roc_point',
-                                        threads=0))

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from fedjax_face import config_lib
 from fedjax_face.data import align
 from fedjax_face.data.formats import ijb as ijb_format
 from fedjax_face.data.synthetic import faces
@@ -198,8 +199,8 @@ def test_1n_rates_are_the_brute_force_ones():
 def _config(root, switches='insightface', layout='insightface'):
   config = ml_collections.ConfigDict({'algorithm': 'test', 'data': {'image_size': 16},
                                       'eval': {'batch_size': 8}})
-  config.evals = ml_collections.ConfigDict({'ijb': ijb.config_section(str(root), 'IJBC', layout)})
-  config.evals.ijb.switches = switches
+  config.evals = ml_collections.ConfigDict({'ijb': config_lib.base_config().evals.ijb})
+  config.evals.ijb.update(root=str(root), layout=layout, switches=switches)
   return config
 
 
@@ -296,8 +297,11 @@ def test_bad_meta_files_are_named_with_the_line(written, tmp_path):
 
 def test_bad_config_fields_are_named(written):
   root, _ = written
+  config = _config(root)
+  config.evals.ijb.root = ''
+  ijb.check_ijb(config, config.evals.ijb)            # off
+  assert ijb.make_ijb(config, config.evals.ijb, None) is None
   for field, value, match in [
-      ('root', '', r'config.evals.ijb.root is empty'),
       ('set', 'IJBA', r"evals.ijb.set='IJBA'"),
       ('layout', 'mine', r"evals.ijb.layout='mine'"),
       ('switches', 'FX', r"config.evals.ijb.switches='FX'; expected a preset"),
