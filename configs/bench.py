@@ -43,7 +43,7 @@ def get_config(arg=None):
   c.fedgc = fedgc.config_section()   # section (d) benches FedGC's server step
 
   b = c.bench = ml_collections.ConfigDict()
-  b.sections = ('rounds', 'regularizer', 'eval', 'scaling', 'one_per_client', 'fedavg_cnn')
+  b.sections = ('rounds', 'regularizer', 'eval', 'scaling', 'one_per_client', 'fedavg_cnn', 'ijb')
   b.backends = ('vmap', 'map', 'loop')     # engine.BACKENDS; 'map' once per map width
   b.map_widths = (2, 4, 8)
   b.loop_threads = (1, 0)                  # 'loop' on 1 thread and on 0 = the usable CPUs (auto)
@@ -111,6 +111,17 @@ def get_config(arg=None):
   b.fedavg_cnn.loop_threads = (1, 2)   # loop widths measured beside engine.backend=auto
   b.fedavg_cnn.torch = True            # the PyTorch rows, when torch is installed
 
+  # (i) an IJB evaluation's costs (tools/bench/ijb.py): IResNet-50 on aligned 112 px crops.
+  b.ijb = ml_collections.ConfigDict()
+  b.ijb.model = 'iresnet50'
+  b.ijb.image_size = 112
+  b.ijb.dim = 512
+  b.ijb.batch_size = 64
+  b.ijb.crops = 128                  # loose crops decoded and aligned for the host rate
+  b.ijb.crop_size = 150
+  b.ijb.templates = 23_124           # IJB-C's
+  b.ijb.num_pairs = 1_000_000
+
   if args.get('runlocal'):
     runlocal(c)
   if args.get('full'):
@@ -156,6 +167,8 @@ def runlocal(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   b.fedavg_cnn.cohort = cohort(4, 4, 2, 4, 2, 4)
   b.fedavg_cnn.image_size = 8
   b.fedavg_cnn.torch = False   # the tests never depend on an optional package
+  b.ijb.model, b.ijb.image_size, b.ijb.dim, b.ijb.batch_size = 'small_cnn', 16, 8, 8
+  b.ijb.crops, b.ijb.crop_size, b.ijb.templates, b.ijb.num_pairs = 8, 48, 50, 1000
   return c
 
 

@@ -121,6 +121,13 @@ def test_bench_json_has_every_section_and_combination(tiny_run):
       [('auto', 'loop', stores.usable_cpus())] + [('loop', 'loop', t) for t in
                                                   b.fedavg_cnn.loop_threads])
   assert f['pytorch'] == [] and f['auto_over_best_pytorch'] is None   # torch off in runlocal
+  i = saved['ijb']
+  assert i['model'] == 'small_cnn 16x16 d=8' and i['num_pairs'] == b.ijb.num_pairs
+  assert set(i['host_images_per_s']) == {'1', str(stores.usable_cpus())}
+  assert all(positive_finite(r) for r in (*i['host_images_per_s'].values(),
+                                           i['embed_images_per_s'], i['pairs_s']))
+  images_rate = min(max(i['host_images_per_s'].values()), i['embed_images_per_s'] / 2)
+  assert i['ijbc_estimate_s'] == pytest.approx(469_375 / images_rate + i['pairs_s'] * 15_600)
   assert f['classes'] == b.fedavg_cnn.cohort.num_clients * b.fedavg_cnn.cohort.identities_per_client
 
 

@@ -20,6 +20,9 @@ Sections (keys of bench.json; `bench.sections` picks them):
   fedavg_cnn   (h) plain FedAvg of a small classifier CNN on random data: images/s, GFLOP/s and
                the share of this machine's measured peak, beside the same loop in PyTorch when
                torch is installed (`fedavg_cnn`).
+  ijb          (i) an IJB evaluation's costs: loose crops decoded and aligned on the host, the
+               backbone's (IResNet-50's) embedding rate, pair scoring with the ROC, and the time
+               of one IJB-C evaluation from them (`ijb`).
 
 How figures are taken (`timing.measure`): each call's result is blocked on (`jax.block_until_ready`);
 `warmup` untimed calls come first, the first of them traces and compiles; then up to `repeats`
@@ -33,8 +36,9 @@ Sizes and what is skipped live in `configs/bench.py`; skipped combinations appea
 `status: skipped` and the reason.
 
 Modules: `common` (names, checks, the synthetic problem), `rounds` (a-c), `server_step` (d),
-`evaluation` (e), `scaling` (f), `one_per_client` (g), `fedavg_cnn` (h), `report` (the tables), `pipeline` (the real-data input pipeline,
-its own command); `run` below runs the configured sections.
+`evaluation` (e), `scaling` (f), `one_per_client` (g), `fedavg_cnn` (h), `ijb` (i), `report` (the
+tables), `pipeline` (the real-data input pipeline, its own command); `run` below runs the
+configured sections.
 """
 
 import json
@@ -46,6 +50,7 @@ from fedjax_face.core import policy
 from fedjax_face.tools.bench.common import make_problem, platform_info, validate
 from fedjax_face.tools.bench.evaluation import bench_eval
 from fedjax_face.tools.bench.fedavg_cnn import bench_fedavg_cnn
+from fedjax_face.tools.bench.ijb import bench_ijb
 from fedjax_face.tools.bench.one_per_client import bench_one_per_client
 from fedjax_face.tools.bench.report import markdown
 from fedjax_face.tools.bench.rounds import bench_cohort
@@ -92,6 +97,8 @@ def run(config, out_dir: str, log=print) -> dict:
     results['one_per_client'] = bench_one_per_client(config, log)
   if 'fedavg_cnn' in b.sections:
     results['fedavg_cnn'] = bench_fedavg_cnn(config, log)
+  if 'ijb' in b.sections:
+    results['ijb'] = bench_ijb(config, log)
   results['total_s'] = time.perf_counter() - t_start
   results['platform']['load_average_1min_end'] = os.getloadavg()[0] if hasattr(
       os, 'getloadavg') else None

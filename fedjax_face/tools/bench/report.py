@@ -1,6 +1,7 @@
 """The bench's markdown tables (bench.md and the printed summary).
 """
 
+from fedjax_face.tools.bench import ijb as bench_ijb
 from fedjax_face.tools.bench import regularizer as bench_regularizer
 
 
@@ -121,5 +122,7 @@ def markdown(results: dict) -> str:
               f"run loop / one jitted loop: {o['run_vs_single']:.2f}"]
   if 'fedavg_cnn' in results:
     parts += fedavg_cnn_lines(results['fedavg_cnn'])
+  if 'ijb' in results:
+    parts += bench_ijb.markdown_lines(results['ijb'])
   parts.append(f"\ntotal {results['total_s']:.1f} s")
   return '\n'.join(parts)
