@@ -77,7 +77,8 @@ def make_identification(config, section, setup) -> Evaluator | None:
 
 def check_personalized(config, section) -> None:
   """FAR / FPIR lists; the run must hold out images of the clients' identities."""
-  if not config.data.private_test_fraction:
+  given = getattr(sources.get(config.data.source), 'GIVES_HELD_OUT_IMAGES', False)
+  if not config.data.private_test_fraction and not given:
     raise ValueError('config.evals.personalized needs held-out images of the clients\' '
                      'identities: set data.private_test_fraction (FedFR: 0.4).')
   for name in ('fars', 'fpirs'):

@@ -1,0 +1,132 @@
+"""FedFR's pre-split RecordIO (`data.source='fedfr_split'`) on a fixture of the tests' own writer
+(tests/fedfr_split_files.py): the given clients, the public set and the held-out images read as
+written, FedFR end to end on them, and every bad file named."""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from fedjax_face import experiment
+from fedjax_face.data import sources, stores
+from fedjax_face.data.formats import fedfr_split, recordio
+from tests import config_files, fedfr_split_files
+
+
+@pytest.fixture(scope='module')
+def written(tmp_path_factory):
+  root = tmp_path_factory.mktemp('ms1m_split')
+  return root, fedfr_split_files.write_split(root)
+
+
+def _config(root, name='fedfr/fedfr'):
+  config = config_files.load_config(name)
+  config.data.source = 'fedfr_split'
+  config.data.fedfr_split.root = str(root)
+  config.data.public_identities = 3
+  config.data.private_test_fraction = 0.0
+  config.federated.num_clients = 3
+  return config
+
+
+def test_the_given_clients_public_set_and_held_out_images_read_as_written(written):
+  root, out = written
+  config = _config(root)
+  sources.check_config(config)
+  data = sources.load(config)
+  # Public 0..2, then client k's identities 3 + 2k, 3 + 2k + 1; the held-out images last.
+  expected_labels = np.concatenate(
+      [out.public_labels] + [3 + 2 * k + out.client_labels[k] for k in range(3)]
+      + [3 + out.veri_labels])
+  np.testing.assert_array_equal(data.train_labels, expected_labels)
+  assert data.num_identities == 9
+  assert [ids.tolist() for ids in data.client_identities] == [[3, 4], [5, 6], [7, 8]]
+  images, _ = stores.take(data.train_images, np.arange(len(data.train_labels)))
+  np.testing.assert_array_equal(images, np.concatenate(
+      [out.public_images, *out.client_images, out.veri_images]))   # PNG: lossless
+  fed_view, trained = sources.get('fedfr_split').training_views(config, data, one_client=False)
+  assert fed_view is trained and fed_view.num_clients == 3
+  for k in range(3):
+    held = data.train_labels[fed_view.client_indices[k]]
+    assert sorted(set(held.tolist())) == [3 + 2 * k, 4 + 2 * k]
+    assert len(held) == len(out.client_labels[k])
+  np.testing.assert_array_equal(fed_view.public_indices, np.arange(12))
+  np.testing.assert_array_equal(data.train_labels[fed_view.test_indices], 3 + out.veri_labels)
+  for centralized_on, num_images in (('public', 12), ('all', 12 + 24)):   # never the held-out
+    config.data.centralized_on = centralized_on
+    _, central = sources.get('fedfr_split').training_views(config, data, one_client=True)
+    assert central.num_clients == 1 and len(central.client_indices[0]) == num_images
+  experiment.validate(config)   # the personalized evaluator takes the verification set
+
+
+def test_fedfr_runs_on_the_given_splits_and_evaluates_each_client_on_the_held_out_set(written,
+                                                                                       tmp_path):
+  root, out = written
+  config = _config(root)
+  del config.evals.verification   # the fixture has no .bin pair sets
+  results = experiment.train_and_evaluate(config, str(tmp_path / 'fedfr'))
+  assert results['personalized']['clients'] == 3
+  saved = json.loads((tmp_path / 'fedfr' / 'results.json').read_text())
+  assert saved['personalized'] == results['personalized']
+  assert 'Personalized evaluation' in (tmp_path / 'fedfr' / 'report.md').read_text()
+  del out
+
+
+def _rewrite_header(path_dir: str, prefix: str, header_labels) -> None:
+  """The set's record 0 replaced (its payload is written at offset 0, header only)."""
+  rec = os.path.join(path_dir, prefix + '.rec')
+  with recordio.RecordFile(rec) as f:
+    keys = f.keys().tolist()
+    payloads = [f.read(k) for k in keys]
+  payloads[0] = fedfr_split_files._payload(header_labels, 0.0, 0, b'')   # pylint: disable=protected-access
+  fedfr_split_files.write_rec(path_dir, prefix, list(zip(keys, payloads)))
+
+
+def test_bad_splits_are_named(written, tmp_path):
+  root, _ = written
+  bad = tmp_path / 'bad'
+  shutil.copytree(root, bad)
+  client = os.path.join(bad, 'split_train_i0006c0003', 'client_0001')
+  # A header of neither layout (flag 1).
+  _rewrite_header(client, 'train', [9])
+  with pytest.raises(recordio.RecordIOError, match=r"client_0001/train.rec.*record 0.*flag 1; "
+                     r"expected FedFR's layout"):
+    sources.load(_config(bad))
+  # A label beyond the identities the header announces.
+  _rewrite_header(client, 'train', [9, 1, 2])
+  with pytest.raises(recordio.RecordIOError, match=r'client_0001/train.rec.*label 1; the header '
+                     r'announces 1 identities'):
+    sources.load(_config(bad))
+  _rewrite_header(client, 'train', [9, 2, 2])
+  sources.load(_config(bad))   # restored
+  # Counts the files fix.
+  config = _config(bad)
+  config.federated.num_clients = 4
+  with pytest.raises(ValueError, match=r'federated.num_clients=4; the split .* holds 3 clients: '
+                                       'expected 3'):
+    sources.check_config(config)
+  config = _config(bad)
+  config.data.public_identities = 5
+  with pytest.raises(ValueError, match=r'data.public_identities=5; the pre-training set .* holds 3 '
+                                       'identities: expected 3'):
+    sources.check_config(config)
+  # A verification list that disagrees with its records.
+  pairs = os.path.join(bad, 'local_veri_6', 'idx_id_pair.txt')
+  lines = open(pairs).read().splitlines()
+  lines[1] = '1 5'
+  open(pairs, 'w').write('\n'.join(lines) + '\n')
+  with pytest.raises(ValueError, match=r'idx_id_pair.txt: record 1 is identity 5 there and 0 in'):
+    sources.load(_config(bad))
+
+
+def test_a_client_set_without_its_identity_base_is_named(written, tmp_path):
+  root, _ = written
+  bad = tmp_path / 'bad'
+  shutil.copytree(root, bad)
+  client = os.path.join(bad, 'split_train_i0006c0003', 'client_0002')
+  _rewrite_header(client, 'train', [9, 2])   # a verification set's header
+  with pytest.raises(recordio.RecordIOError, match=r"client_0002/train.rec.*a client set's header "
+                     r'has flag 2 \(end, num_ids\); expected flag 3'):
+    sources.load(_config(bad))

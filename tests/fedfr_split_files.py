@@ -1,0 +1,92 @@
+"""The tests' own writer of FedFR's pre-split layout (REFERENCE_NOTES §10): RecordIO framed here
+byte by byte (magic, length word, 'IfQQ' header, float32 labels, image, 4-byte padding; the .idx
+as `key<TAB>offset` lines), from embedded-benchmark faces.
+
+`write_split(root, ...)`: a pre-training set of `public` identities, `clients` client sets of
+`ids_per_client` identities (client k: identities k * ids_per_client ..), `train` training and
+`held_out` verification images per private identity, and the gallery of the training images.
+"""
+
+import os
+import struct
+
+import numpy as np
+
+from fedjax_face.data.formats import recordio
+from fedjax_face.data.synthetic import faces
+
+MAGIC = 0xCED7230A
+
+
+def _payload(flag_labels, label: float, key: int, image: bytes) -> bytes:
+  if flag_labels is None:
+    return struct.pack('<IfQQ', 0, float(label), key, 0) + image
+  labels = np.asarray(flag_labels, '<f4')
+  return struct.pack('<IfQQ', labels.size, 0.0, key, 0) + labels.tobytes() + image
+
+
+def write_rec(directory: str, prefix: str, records: list[tuple[int, bytes]]) -> None:
+  """`<directory>/<prefix>.rec` and `.idx` of (key, payload) records, in order."""
+  os.makedirs(directory, exist_ok=True)
+  offsets = []
+  with open(os.path.join(directory, prefix + '.rec'), 'wb') as f:
+    for key, payload in records:
+      offsets.append((key, f.tell()))
+      f.write(struct.pack('<II', MAGIC, len(payload)))   # cflag 0: the whole record
+      f.write(payload + b'\0' * (-len(payload) % 4))
+  with open(os.path.join(directory, prefix + '.idx'), 'w') as f:
+    for key, offset in offsets:
+      f.write(f'{key}\t{offset}\n')
+
+
+def write_set(directory: str, prefix: str, images, labels, header_labels) -> None:
+  """Record 0 the header (`header_labels`), records 1.. the images with their labels."""
+  records = [(0, _payload(header_labels, 0.0, 0, b''))]
+  for key, (image, label) in enumerate(zip(images, labels), start=1):
+    records.append((key, _payload(None, label, key, recordio.encode_image(image, 'png'))))
+  write_rec(directory, prefix, records)
+
+
+class Written:
+  def __init__(self):
+    self.public_images = self.public_labels = None
+    self.client_images, self.client_labels = [], []   # client-local labels
+    self.veri_images = self.veri_labels = None
+
+
+def render(num_identities: int, per_identity: int, size: int, rng) -> tuple[np.ndarray, np.ndarray]:
+  identities = faces.sample_identities(rng, num_identities)
+  labels = np.repeat(np.arange(num_identities), per_identity)
+  nz = faces.sample_nuisance(rng, len(labels), 'train', 1.0)
+  return faces.render_faces({k: v[labels] for k, v in identities.items()}, nz, size), labels
+
+
+def write_split(root, *, public: int = 3, clients: int = 3, ids_per_client: int = 2,
+                train: int = 4, held_out: int = 2, size: int = 16, seed: int = 0) -> Written:
+  root, rng, out = os.fspath(root), np.random.default_rng(seed), Written()
+  num_private = clients * ids_per_client
+  out.public_images, out.public_labels = render(public, train, size, rng)
+  write_set(os.path.join(root, f'split_pretrain_{public}', 'client_0000'), 'train',
+            out.public_images, out.public_labels, [len(out.public_labels) + 1, public, 0])
+  images, labels = render(num_private, train + held_out, size, rng)
+  is_held_out = np.tile(np.arange(train + held_out) < held_out, num_private)
+  out.veri_images, out.veri_labels = images[is_held_out], labels[is_held_out]
+  train_images, train_labels = images[~is_held_out], labels[~is_held_out]
+  split = os.path.join(root, f'split_train_i{num_private:04d}c{clients:04d}')
+  for k in range(clients):
+    mine = train_labels // ids_per_client == k
+    local = train_labels[mine] - k * ids_per_client
+    out.client_images.append(train_images[mine])
+    out.client_labels.append(local)
+    write_set(os.path.join(split, f'client_{k:04d}'), 'train', train_images[mine], local,
+              [int(mine.sum()) + 1, ids_per_client, k * ids_per_client])
+  veri = os.path.join(root, f'local_veri_{num_private}')
+  write_set(veri, 'test', out.veri_images, out.veri_labels,
+            [len(out.veri_labels) + 1, num_private])
+  with open(os.path.join(veri, 'idx_id_pair.txt'), 'w') as f:
+    f.write('idx id\n')
+    for key, label in enumerate(out.veri_labels, start=1):
+      f.write(f'{key} {label}\n')
+  write_set(os.path.join(root, f'local_gallery_{num_private}'), 'test', train_images,
+            train_labels, [len(train_labels) + 1, num_private])
+  return out
