@@ -18,7 +18,7 @@ from fedjax_face.data.synthetic import faces
 MAGIC = 0xCED7230A
 
 
-def _payload(flag_labels, label: float, key: int, image: bytes) -> bytes:
+def payload(flag_labels, label: float, key: int, image: bytes) -> bytes:
   if flag_labels is None:
     return struct.pack('<IfQQ', 0, float(label), key, 0) + image
   labels = np.asarray(flag_labels, '<f4')
@@ -41,9 +41,9 @@ def write_rec(directory: str, prefix: str, records: list[tuple[int, bytes]]) -> 
 
 def write_set(directory: str, prefix: str, images, labels, header_labels) -> None:
   """Record 0 the header (`header_labels`), records 1.. the images with their labels."""
-  records = [(0, _payload(header_labels, 0.0, 0, b''))]
+  records = [(0, payload(header_labels, 0.0, 0, b''))]
   for key, (image, label) in enumerate(zip(images, labels), start=1):
-    records.append((key, _payload(None, label, key, recordio.encode_image(image, 'png'))))
+    records.append((key, payload(None, label, key, recordio.encode_image(image, 'png'))))
   write_rec(directory, prefix, records)
 
 

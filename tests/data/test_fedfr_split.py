@@ -80,7 +80,7 @@ def _rewrite_header(path_dir: str, prefix: str, header_labels) -> None:
   with recordio.RecordFile(rec) as f:
     keys = f.keys().tolist()
     payloads = [f.read(k) for k in keys]
-  payloads[0] = fedfr_split_files._payload(header_labels, 0.0, 0, b'')   # pylint: disable=protected-access
+  payloads[0] = fedfr_split_files.payload(header_labels, 0.0, 0, b'')
   fedfr_split_files.write_rec(path_dir, prefix, list(zip(keys, payloads)))
 
 

@@ -1,10 +1,10 @@
-"""FedFR's pre-split federated data: one RecordIO set per client, as the authors' split script writes
-MS1M (REFERENCE_NOTES §10), read without MXNet.
+"""FedFR's pre-split federated data: one RecordIO set per client, as the authors' split script
+writes MS1M (REFERENCE_NOTES §10), read without MXNet.
 
   <root>/split_train_i<N>c<K>/client_XXXX/train.rec, train.idx   one set per client
   <root>/split_pretrain_<K_g>/client_0000/train.rec, train.idx    the public identities
-  <root>/local_veri_<N>/test.rec, test.idx, idx_id_pair.txt       held-out images of the clients'
-                                                                  identities (personalized 1:1 / 1:N)
+  <root>/local_veri_<N>/test.rec, test.idx, idx_id_pair.txt       the clients' identities' held-out
+                                                                  images (personalized 1:1 / 1:N)
   <root>/local_gallery_<N>/test.rec, test.idx                     the clients' training images
 
 Record 0 of every set is a header and nothing else: flag 3, labels (end, num_ids, id_base), in a
