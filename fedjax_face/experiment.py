@@ -44,7 +44,7 @@ def validate(config) -> None:
     if config.init_from_step:
       raise ValueError(f'config.init_from_step={config.init_from_step} with the backbone file '
                        f'config.init_from={config.init_from!r}; expected 0 (a file has no rounds).')
-    _, name, dim = arcface_torch.read_backbone(config.init_from)
+    _, name, dim = arcface_torch.read_backbone(config.init_from, config.model)
     arcface_torch.check_model(config.init_from, name, dim, config.model)
   elif config.init_from:
     checkpoint.init_from_round(config.init_from, config.init_from_step)

@@ -176,7 +176,7 @@ def test_sections_are_checked_by_their_owner(tmp_path):
   config = load_config('fedpe')
   config.evals.pca = {}
   with pytest.raises(ValueError, match=r"config.evals.pca is not an evaluator type; expected one "
-                                       r"of \['diagnostics', 'identification', 'pad', "
+                                       r"of \['diagnostics', 'identification', 'ijb', 'pad', "
                                        r"'personalized', 'verification'\]"):
     experiment.validate(config)
   config = load_config('fedpe')

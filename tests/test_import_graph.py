@@ -18,7 +18,8 @@ LAYERS = (
     ('fedjax_face.algorithms',),                      # the methods
     ('fedjax_face.eval',),                            # evaluators and their metrics
     ('fedjax_face.lifecycle',),                       # preemption, run records, guards
-    ('fedjax_face.experiment', 'fedjax_face.main'),   # the driver and its command line
+    ('fedjax_face.experiment', 'fedjax_face.main',    # the driver and its command lines
+     'fedjax_face.evaluate'),
     ('fedjax_face.tools',),                           # bench, tables, compare
     ('fedjax_face.proj',),                            # what belongs to one paper
     ('fedjax_face.reproduce',),                       # every paper's tables

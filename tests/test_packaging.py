@@ -36,11 +36,14 @@ def test_pyproject_pins_exactly_what_requirements_txt_pins():
   required = requirement_lines(os.path.join(REPO, 'requirements.txt'))
   assert normalized(runtime + test) == normalized(required)
   assert len(set(normalized(required))) == len(required)   # each package once
-  # The test extra is the test runner, the tests' reference implementation and PyAV (the video
-  # extra, which the tests of tools/pad_frames.py need); everything else is needed to run.
-  assert {Requirement(line).name for line in test} == {'pytest', 'pytest-xdist', 'galois', 'av'}
-  video = project['optional-dependencies']['video']
-  assert normalized(video) == [r for r in normalized(test) if r.startswith('av')]
+  # The test extra is the test runner, the tests' reference implementations (galois, onnxruntime)
+  # and the optional readers' packages (PyAV: the video extra, which the tests of
+  # tools/pad_frames.py need; onnx: the onnx extra); everything else is needed to run.
+  assert {Requirement(line).name for line in test} == {'pytest', 'pytest-xdist', 'galois', 'av',
+                                                       'onnx', 'onnxruntime'}
+  for extra, package in (('video', 'av'), ('onnx', 'onnx')):
+    pins = project['optional-dependencies'][extra]
+    assert normalized(pins) == [r for r in normalized(test) if Requirement(r).name == package]
   # Every line is an exact pin, and TensorFlow keeps the platform marker of its CPU wheel.
   assert all(str(Requirement(line).specifier).startswith('==') for line in runtime + test)
   tensorflow = next(Requirement(line) for line in runtime if line.startswith('tensorflow-cpu'))

@@ -19,8 +19,8 @@ of None), and `features.weight` must be all ones: arcface_torch fixes it at 1, a
 has no scale. A key missing, a key left over or a shape that differs is an error naming the first
 one. A state dict saved from a DataParallel wrapper (every key under `module.`) is read as well.
 
-`read_backbone(path)` reads a `.pth` without PyTorch (`io/torch_state_dict.py`) and says which
-IResNet it holds; `load_variables(path, model_config, image_size)` checks the run's model against
+`read_backbone(path)` reads a `.pth` without PyTorch (`io/torch_state_dict.py`), or an ONNX
+export with the `onnx` package (`state_dict_from_onnx`), and says which IResNet it holds; `load_variables(path, model_config, image_size)` checks the run's model against
 it and converts it (`config.init_from=backbone.pth`).
 """
 
@@ -34,8 +34,9 @@ import numpy as np
 
 from fedjax_face import models
 from fedjax_face.io import torch_state_dict
+from fedjax_face.models.small_cnn import BN_EPSILON
 
-SUFFIXES = ('.pth', '.pt')   # what `config.init_from` reads as a backbone file, not a workdir
+SUFFIXES = ('.pth', '.pt', '.onnx')   # what `config.init_from` reads as a backbone file
 
 # Stage sizes -> the model name of `models.BACKBONES`.
 DEPTHS = {(2, 2, 2, 2): 'iresnet18', (3, 4, 6, 3): 'iresnet34', (3, 4, 14, 3): 'iresnet50',
@@ -127,14 +128,24 @@ def variables_from_state_dict(state_dict: dict[str, np.ndarray], template, *,
   return jax.tree_util.tree_unflatten(treedef, converted)
 
 
-def read_backbone(path: str) -> tuple[dict[str, np.ndarray], str, int]:
-  """(state dict, model name, embedding dim) of an arcface_torch `.pth`.
+def read_backbone(path: str, model_config=None) -> tuple[dict[str, np.ndarray], str, int]:
+  """(state dict, model name, embedding dim) of an arcface_torch `.pth`, or of an ONNX export
+  (`.onnx`: read as the IResNet `model_config.name` names, `state_dict_from_onnx`).
 
   Raises:
-    torch_state_dict.TorchFormatError: an unreadable file.
-    BackboneMismatchError: not an IResNet of `DEPTHS`.
+    torch_state_dict.TorchFormatError: an unreadable .pth.
+    BackboneMismatchError: not an IResNet of `DEPTHS` (or not the named one).
   """
-  state_dict = strip_wrapper(torch_state_dict.read_state_dict(path))
+  if path.endswith('.onnx'):
+    names = {name: sizes for sizes, name in DEPTHS.items()}
+    name = getattr(model_config, 'name', None)
+    if name not in names:
+      raise BackboneMismatchError(f'{path}: an ONNX export is read as the IResNet config.model '
+                                  f'names; config.model.name={name!r}, expected one of '
+                                  f'{sorted(names)}')
+    state_dict = state_dict_from_onnx(path, names[name])
+  else:
+    state_dict = strip_wrapper(torch_state_dict.read_state_dict(path))
   sizes = stage_sizes(state_dict)
   if sizes not in DEPTHS or 'fc.weight' not in state_dict:
     raise BackboneMismatchError(
@@ -167,10 +178,104 @@ def load_variables(path: str, model_config, image_size: int) -> dict:
       its tensors do not fit the model at this image size (arcface_torch's fc expects 112 px).
     torch_state_dict.TorchFormatError: an unreadable file.
   """
-  state_dict, name, dim = read_backbone(path)
+  state_dict, name, dim = read_backbone(path, model_config)
   check_model(path, name, dim, model_config)
   model = models.build_backbone(model_config)
   images = jnp.zeros((1, image_size, image_size, 3), jnp.float32)
   template = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), images, train=False))
   return variables_from_state_dict(state_dict, template,
                                    source=f'config.init_from={path!r} (at {image_size} px)')
+
+
+# -- ONNX (arcface_torch's torch2onnx exports) ------------------------------------------------
+
+def module_order(stage_sizes) -> list[tuple[str, str]]:
+  """(state-dict prefix, kind) of an IResNet's layers in forward order, kind one of 'conv',
+  'bn', 'prelu', 'fc'."""
+  order = [('conv1', 'conv'), ('bn1', 'bn'), ('prelu', 'prelu')]
+  for s, blocks in enumerate(stage_sizes, start=1):
+    for b in range(blocks):
+      p = f'layer{s}.{b}'
+      order += [(f'{p}.bn1', 'bn'), (f'{p}.conv1', 'conv'), (f'{p}.bn2', 'bn'),
+                (f'{p}.prelu', 'prelu'), (f'{p}.conv2', 'conv'), (f'{p}.bn3', 'bn')]
+      if b == 0:
+        order += [(f'{p}.downsample.0', 'conv'), (f'{p}.downsample.1', 'bn')]
+  return order + [('bn2', 'bn'), ('fc', 'fc'), ('features', 'bn')]
+
+
+def state_dict_from_onnx(path: str, stage_sizes) -> dict[str, np.ndarray]:
+  """The arcface_torch state dict an ONNX export of an IResNet holds, read with the `onnx`
+  package (`pip install onnx`).
+
+  The graph is walked in node order against the network's layers in forward order
+  (`module_order`); names are not relied on. PyTorch's exporter folds a BatchNorm that follows a
+  convolution into the convolution's weights and a bias (every IResNet BatchNorm but the one that
+  opens each block, `bn2` and `features`): such a BatchNorm is restored as scale 1, mean 0,
+  variance 1 - eps and the folded bias as its bias, which computes the same function. The fc is a
+  Gemm (or MatMul + Add); a PRelu's slope is `[C, 1, 1]` there.
+
+  Raises:
+    BackboneMismatchError: the graph's layers do not follow the network's (naming the layer and
+      the node found instead); ImportError: `onnx` is not installed.
+  """
+  try:
+    import onnx   # pylint: disable=g-import-not-at-top  (optional: only this reader needs it)
+    from onnx import numpy_helper   # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise ImportError(f'{path}: reading ONNX needs the onnx package: pip install onnx') from e
+  graph = onnx.load(path).graph
+  weights = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+  ops = [n for n in graph.node if n.op_type in ('Conv', 'BatchNormalization', 'PRelu', 'Gemm',
+                                                 'MatMul')]
+  consumers = {}
+  for node in graph.node:
+    for name in node.input:
+      consumers.setdefault(name, []).append(node)
+  state, i = {}, 0
+  want = {'conv': ('Conv',), 'bn': ('BatchNormalization',), 'prelu': ('PRelu',),
+          'fc': ('Gemm', 'MatMul')}
+  folded_bias = None   # the bias of a convolution a BatchNorm was folded into
+  for prefix, kind in module_order(stage_sizes):
+    if kind == 'bn' and folded_bias is not None:
+      channels = len(folded_bias)
+      state.update({f'{prefix}.weight': np.ones(channels, np.float32),
+                    f'{prefix}.bias': folded_bias,
+                    f'{prefix}.running_mean': np.zeros(channels, np.float32),
+                    # sqrt(var + eps) = 1 under the model's BatchNorm epsilon
+                    f'{prefix}.running_var': np.full(channels, 1.0 - BN_EPSILON, np.float32)})
+      folded_bias = None
+      continue
+    if i >= len(ops) or ops[i].op_type not in want[kind]:
+      found = (f'{ops[i].op_type} (node {ops[i].name!r})' if i < len(ops)
+               else 'the end of the graph')
+      raise BackboneMismatchError(f'{path}: layer {prefix} ({kind}) meets {found}; expected '
+                                  f'{" or ".join(want[kind])}')
+    node, i = ops[i], i + 1
+    arg = lambda k: weights[node.input[k]]
+    if kind == 'conv':
+      state[f'{prefix}.weight'] = arg(1)
+      follows = [c.op_type for c in consumers.get(node.output[0], [])]
+      if len(node.input) > 2 and 'BatchNormalization' in follows:
+        raise BackboneMismatchError(f'{path}: layer {prefix} is a convolution with a bias '
+                                    f'(node {node.name!r}); an IResNet convolution has none')
+      if len(node.input) > 2:
+        folded_bias = arg(2)
+    elif kind == 'bn':
+      epsilon = {a.name: a.f for a in node.attribute}.get('epsilon', 1e-5)
+      if not np.isclose(epsilon, BN_EPSILON, rtol=1e-6):
+        raise BackboneMismatchError(f'{path}: layer {prefix} has BatchNorm epsilon {epsilon:g}; '
+                                    f"the model's is {BN_EPSILON:g}")
+      state.update({f'{prefix}.weight': arg(1), f'{prefix}.bias': arg(2),
+                    f'{prefix}.running_mean': arg(3), f'{prefix}.running_var': arg(4)})
+    elif kind == 'prelu':
+      state[f'{prefix}.weight'] = arg(1).reshape(-1)
+    else:
+      if node.op_type == 'Gemm':
+        trans_b = {a.name: a.i for a in node.attribute}.get('transB', 0)
+        state['fc.weight'] = arg(1) if trans_b else arg(1).T
+        state['fc.bias'] = arg(2)
+      else:   # MatMul by [in, out], then an Add of the bias
+        state['fc.weight'] = arg(1).T
+        add = next(c for c in consumers[node.output[0]] if c.op_type == 'Add')
+        state['fc.bias'] = weights[next(n for n in add.input if n in weights)]
+  return state

@@ -145,7 +145,8 @@ def test_mismatches_name_the_first_key():
                            r'params/fc/kernel of shape \(72, 6\)'):
     arcface_torch.variables_from_state_dict(wrong, template)
   scaled = dict(sd, **{'features.weight': np.full(DIM, 2.0, np.float32)})
-  with pytest.raises(arcface_torch.BackboneMismatchError, match="'features.weight' is not all ones"):
+  with pytest.raises(arcface_torch.BackboneMismatchError,
+                     match="'features.weight' is not all ones"):
     arcface_torch.variables_from_state_dict(scaled, template)
 
 
@@ -241,3 +242,132 @@ def test_init_from_a_backbone_file_of_another_network_is_refused_before_anything
                      match=r"\(at 64 px\): 'fc.weight' has shape \(8, 25088\), which does not fit "
                            r"the model's params/fc/kernel of shape \(8192, 8\)"):
     experiment.warm_start(config)
+
+
+# -- ONNX: the tests' own export (onnx.helper), as arcface_torch's torch2onnx writes it ---------
+
+def _write_onnx(path, sd, fold: bool = True, stages=STAGES, size=SIZE, dim=DIM):
+  """The narrow network as an ONNX graph in NCHW, BatchNorms after a convolution folded into it
+  (PyTorch's exporter does so in eval mode), every other layer as its own node."""
+  import onnx   # pylint: disable=g-import-not-at-top  (the test dependency, imported when used)
+  from onnx import TensorProto, helper, numpy_helper   # pylint: disable=g-import-not-at-top
+  nodes, inits, counter = [], [], [0]
+
+  def name(hint):
+    counter[0] += 1
+    return f'{hint}_{counter[0]}'
+
+  def init(key, value):
+    inits.append(numpy_helper.from_array(np.asarray(value, np.float32), key))
+    return key
+
+  def bn(x, prefix):
+    out = name(prefix)
+    params = [init(f'{prefix}.{k}', sd[f'{prefix}.{k}'])
+              for k in ('weight', 'bias', 'running_mean', 'running_var')]
+    nodes.append(helper.make_node('BatchNormalization', [x] + params, [out], epsilon=EPS,
+                                  name=prefix))
+    return out
+
+  def conv(x, prefix, stride, pad, bn_prefix=None):
+    w = sd[f'{prefix}.weight']
+    out = name(prefix)
+    if fold and bn_prefix:   # w' = w * g / sqrt(v + eps), b' = beta - mean * g / sqrt(v + eps)
+      g = sd[f'{bn_prefix}.weight'] / np.sqrt(sd[f'{bn_prefix}.running_var'] + EPS)
+      shift = sd[f'{bn_prefix}.bias'] - sd[f'{bn_prefix}.running_mean'] * g
+      inputs = [x, init(f'{prefix}.w_folded', w * g[:, None, None, None]),
+                init(f'{prefix}.b_folded', shift)]
+    else:
+      inputs = [x, init(f'{prefix}.weight', w)]
+    k = w.shape[-1]
+    nodes.append(helper.make_node('Conv', inputs, [out], kernel_shape=[k, k],
+                                  strides=[stride] * 2, pads=[pad] * 4, name=prefix))
+    return out if (fold and bn_prefix) or not bn_prefix else bn(out, bn_prefix)
+
+  def prelu(x, prefix):
+    out = name(prefix)
+    nodes.append(helper.make_node('PRelu', [x, init(f'{prefix}.weight',
+                                                    sd[f'{prefix}.weight'].reshape(-1, 1, 1))],
+                                  [out], name=prefix))
+    return out
+
+  x = prelu(conv('data', 'conv1', 1, 1, 'bn1'), 'prelu')
+  for s, blocks in enumerate(stages, start=1):
+    for b in range(blocks):
+      p, stride = f'layer{s}.{b}', 2 if b == 0 else 1
+      out = conv(bn(x, f'{p}.bn1'), f'{p}.conv1', 1, 1, f'{p}.bn2')
+      out = conv(prelu(out, f'{p}.prelu'), f'{p}.conv2', stride, 1, f'{p}.bn3')
+      if b == 0:
+        x = conv(x, f'{p}.downsample.0', stride, 0, f'{p}.downsample.1')
+      added = name('add')
+      nodes.append(helper.make_node('Add', [out, x], [added]))
+      x = added
+  flat = name('flatten')
+  nodes.append(helper.make_node('Flatten', [bn(x, 'bn2')], [flat], axis=1))
+  fc = name('fc')
+  nodes.append(helper.make_node('Gemm', [flat, init('fc.weight', sd['fc.weight']),
+                                         init('fc.bias', sd['fc.bias'])], [fc], transB=1,
+                                name='fc'))
+  out = bn(fc, 'features')
+  graph = helper.make_graph(
+      nodes, 'iresnet', [helper.make_tensor_value_info('data', TensorProto.FLOAT,
+                                                       ['N', 3, size, size])],
+      [helper.make_tensor_value_info(out, TensorProto.FLOAT, ['N', dim])], initializer=inits)
+  model = helper.make_model(graph, opset_imports=[helper.make_opsetid('', 17)])
+  onnx.checker.check_model(model)
+  onnx.save(model, str(path))
+
+
+@pytest.mark.parametrize('fold', [True, False])
+def test_an_onnx_export_under_onnxruntime_embeds_as_the_converted_model(tmp_path, fold):
+  ort = pytest.importorskip('onnxruntime')
+  pytest.importorskip('onnx')
+  sd = _random_state_dict(4)
+  path = tmp_path / 'r.onnx'
+  _write_onnx(path, sd, fold=fold)
+  images = np.random.default_rng(5).uniform(-1, 1, (4, SIZE, SIZE, 3)).astype(np.float32)
+  session = ort.InferenceSession(str(path), providers=['CPUExecutionProvider'])
+  (expected,) = session.run(None, {'data': images.transpose(0, 3, 1, 2)})
+  read = arcface_torch.state_dict_from_onnx(str(path), STAGES)
+  variables = arcface_torch.variables_from_state_dict(read, _template())
+  got = _model().apply(variables, images, train=False)
+  np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-4)
+  if not fold:   # unfolded, the file holds the state dict itself
+    for key, value in read.items():
+      np.testing.assert_array_equal(value, sd[key].reshape(value.shape), err_msg=key)
+
+
+def test_an_onnx_graph_of_another_network_is_named(tmp_path):
+  pytest.importorskip('onnx')
+  sd = _random_state_dict(4)
+  _write_onnx(tmp_path / 'r.onnx', sd)
+  # Read as stages (2, 2): the file's layer2.0 passes for layer1.1 until its downsample.
+  with pytest.raises(arcface_torch.BackboneMismatchError,
+                     match=r"r.onnx: layer layer2.0.bn1 \(bn\) meets Conv \(node "
+                           r"'layer2.0.downsample.0'\); expected BatchNormalization"):
+    arcface_torch.state_dict_from_onnx(str(tmp_path / 'r.onnx'), (2, 2))
+
+
+def test_init_from_an_onnx_export_starts_from_its_weights(tmp_path):
+  pytest.importorskip('onnx')
+  from fedjax_face import experiment
+  from tests import config_files
+  _, state, template = _r18_file(tmp_path)
+  _write_onnx(tmp_path / 'r18.onnx', state, stages=(2, 2, 2, 2), size=112, dim=8)
+  config = config_files.load_config('fedgc')
+  config.model.name, config.model.embedding_dim, config.data.image_size = 'iresnet18', 8, 112
+  config.init_from = str(tmp_path / 'r18.onnx')
+  experiment.validate(config)
+  got = experiment.warm_start(config)['server']['model']
+  expected = arcface_torch.variables_from_state_dict(state, template)
+  # Folded BatchNorms come back as their function, not their parameters: the same embeddings.
+  images = np.random.default_rng(6).uniform(-1, 1, (2, 112, 112, 3)).astype(np.float32)
+  from fedjax_face import models
+  model = models.build_backbone(config.model)
+  np.testing.assert_allclose(np.asarray(model.apply(got, images, train=False)),
+                             np.asarray(model.apply(expected, images, train=False)),
+                             rtol=1e-4, atol=1e-4)
+  config.model.name = 'small_cnn'
+  with pytest.raises(ValueError, match=r"an ONNX export is read as the IResNet config.model "
+                                       r"names; config.model.name='small_cnn'"):
+    experiment.validate(config)
