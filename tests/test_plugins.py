@@ -184,6 +184,6 @@ def test_an_unregistered_source_is_refused_naming_the_registered_ones(tmp_path):
   config = toy_config()   # data.source='toy' without the registration
   with pytest.raises(ValueError, match=r"config\.data\.source='toy'; expected one of "
                      r"\('synthetic', 'insightface', 'image_folder', 'tfds', 'fedfr_split', "
-                     r"'pad', 'pad_lists'\)\."):
+                     r"'client_folders', 'pad', 'pad_lists'\)\."):
     experiment.train_and_evaluate(config, str(tmp_path / 'run'))
   assert not (tmp_path / 'run').exists()

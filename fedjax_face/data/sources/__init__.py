@@ -6,6 +6,7 @@
 | `insightface` | recognition | `<root>/{train.rec, train.idx, property}`, streamed | `data.insightface` |
 | `image_folder` | recognition | `<root>/<identity>/*.jpg`, streamed | `data.image_folder` |
 | `tfds` | recognition | a TFDS data set prepared in `data_dir`, streamed | `data.tfds` |
+| `client_folders` | recognition | `<root>/<client>/<identity>/*.jpg`: one image folder per client, streamed | `data.client_folders` |
 | `fedfr_split` | recognition | FedFR's pre-split RecordIO: one set per client, the public set, the held-out images (`data/formats/fedfr_split.py`), streamed | `data.fedfr_split` |
 | `pad` | anti_spoofing | the five-domain PAD benchmark (`data/synthetic/pad_benchmark.py`) | `data.pad` |
 | `pad_lists` | anti_spoofing | real PAD data: a root per data center in the FedGPAD / SSDG / MCIO list layouts (`data/formats/pad_lists.py`) | `data.pad_lists` |
@@ -46,6 +47,7 @@ SOURCES = {
     'image_folder': 'fedjax_face.data.sources.image_folder',
     'tfds': 'fedjax_face.data.sources.tfds',
     'fedfr_split': 'fedjax_face.data.sources.fedfr_split',
+    'client_folders': 'fedjax_face.data.sources.client_folders',
     'pad': 'fedjax_face.data.sources.pad',
     'pad_lists': 'fedjax_face.data.sources.pad_lists',
 }
