@@ -43,7 +43,8 @@ def get_config(arg=None):
   c.fedgc = fedgc.config_section()   # section (d) benches FedGC's server step
 
   b = c.bench = ml_collections.ConfigDict()
-  b.sections = ('rounds', 'regularizer', 'eval', 'scaling', 'one_per_client', 'fedavg_cnn', 'ijb')
+  b.sections = ('rounds', 'regularizer', 'eval', 'scaling', 'one_per_client', 'fedavg_cnn', 'ijb',
+                'backbone_training')
   b.backends = ('vmap', 'map', 'loop')     # engine.BACKENDS; 'map' once per map width
   b.map_widths = (2, 4, 8)
   b.loop_threads = (1, 0)                  # 'loop' on 1 thread and on 0 = the usable CPUs (auto)
@@ -122,6 +123,16 @@ def get_config(arg=None):
   b.ijb.templates = 23_124           # IJB-C's
   b.ijb.num_pairs = 1_000_000
 
+  # (j) a backbone's training images/s beside PyTorch's (tools/bench/backbone_training.py).
+  b.backbone_training = ml_collections.ConfigDict()
+  b.backbone_training.model = 'iresnet50'
+  b.backbone_training.image_size = 112
+  b.backbone_training.dim = 512
+  b.backbone_training.width = 0          # small_cnn / gn_cnn only
+  b.backbone_training.batch_size = 64
+  b.backbone_training.classes = 1000
+  b.backbone_training.torch = True       # the PyTorch rows, when torch is installed
+
   if args.get('runlocal'):
     runlocal(c)
   if args.get('full'):
@@ -169,6 +180,9 @@ def runlocal(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   b.fedavg_cnn.torch = False   # the tests never depend on an optional package
   b.ijb.model, b.ijb.image_size, b.ijb.dim, b.ijb.batch_size = 'small_cnn', 16, 8, 8
   b.ijb.crops, b.ijb.crop_size, b.ijb.templates, b.ijb.num_pairs = 8, 48, 50, 1000
+  t = b.backbone_training
+  t.model, t.image_size, t.dim, t.width, t.batch_size, t.classes = 'small_cnn', 16, 8, 2, 8, 10
+  t.torch = False
   return c
 
 

@@ -128,6 +128,10 @@ def test_bench_json_has_every_section_and_combination(tiny_run):
                                            i['embed_images_per_s'], i['pairs_s']))
   images_rate = min(max(i['host_images_per_s'].values()), i['embed_images_per_s'] / 2)
   assert i['ijbc_estimate_s'] == pytest.approx(469_375 / images_rate + i['pairs_s'] * 15_600)
+  t = saved['backbone_training']
+  assert t['model'] == 'small_cnn 16x16 d=8' and t['pytorch'] == []   # torch off in runlocal
+  assert positive_finite(t['engine']['images_per_s']) and t['engine_over_best_pytorch'] is None
+  assert t['engine']['images_per_round'] == b.backbone_training.batch_size
   assert f['classes'] == b.fedavg_cnn.cohort.num_clients * b.fedavg_cnn.cohort.identities_per_client
 
 

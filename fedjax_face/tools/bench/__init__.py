@@ -23,6 +23,8 @@ Sections (keys of bench.json; `bench.sections` picks them):
   ijb          (i) an IJB evaluation's costs: loose crops decoded and aligned on the host, the
                backbone's (IResNet-50's) embedding rate, pair scoring with the ROC, and the time
                of one IJB-C evaluation from them (`ijb`).
+  backbone_training  (j) IResNet-50's training images/s at batch 64 beside PyTorch's own
+               IResNet-50 (threads, and one process per core) when torch is installed.
 
 How figures are taken (`timing.measure`): each call's result is blocked on (`jax.block_until_ready`);
 `warmup` untimed calls come first, the first of them traces and compiles; then up to `repeats`
@@ -36,7 +38,8 @@ Sizes and what is skipped live in `configs/bench.py`; skipped combinations appea
 `status: skipped` and the reason.
 
 Modules: `common` (names, checks, the synthetic problem), `rounds` (a-c), `server_step` (d),
-`evaluation` (e), `scaling` (f), `one_per_client` (g), `fedavg_cnn` (h), `ijb` (i), `report` (the
+`evaluation` (e), `scaling` (f), `one_per_client` (g), `fedavg_cnn` (h), `ijb` (i),
+`backbone_training` (j), `torch_reference` (the PyTorch rows' models and processes), `report` (the
 tables), `pipeline` (the real-data input pipeline, its own command); `run` below runs the
 configured sections.
 """
@@ -47,6 +50,7 @@ import time
 
 from fedjax_face import models
 from fedjax_face.core import policy
+from fedjax_face.tools.bench.backbone_training import bench_backbone_training
 from fedjax_face.tools.bench.common import make_problem, platform_info, validate
 from fedjax_face.tools.bench.evaluation import bench_eval
 from fedjax_face.tools.bench.fedavg_cnn import bench_fedavg_cnn
@@ -99,6 +103,8 @@ def run(config, out_dir: str, log=print) -> dict:
     results['fedavg_cnn'] = bench_fedavg_cnn(config, log)
   if 'ijb' in b.sections:
     results['ijb'] = bench_ijb(config, log)
+  if 'backbone_training' in b.sections:
+    results['backbone_training'] = bench_backbone_training(config, log)
   results['total_s'] = time.perf_counter() - t_start
   results['platform']['load_average_1min_end'] = os.getloadavg()[0] if hasattr(
       os, 'getloadavg') else None

@@ -14,12 +14,11 @@ Figures:
   - GFLOP/s: XLA's `cost_analysis` FLOPs of one client's compiled update times the clients, over
     the round's time, and its share of the machine's measured peak (`peak_gflops`: the best of a
     large float32 matmul and a large convolution, compiled by XLA on all cores);
-  - the same model and cohort as a plain PyTorch loop (one client at a time; `torch.set_num_threads`
-    1 and all usable CPUs, and torch's CUDA device when it sees one), only when torch is installed.
-    It is not a requirement of the project: `pip install torch` to see those rows.
+  - the same model and cohort as a plain PyTorch loop (`torch_reference.py`: one client at a time
+    on 1 and on all usable threads, the clients split over one process per usable core with one
+    thread each, and torch's CUDA device when it sees one), only when torch is installed. It is
+    not a requirement of the project: `pip install torch` to see those rows.
 """
-
-import importlib.util
 
 import flax.linen as nn
 import jax
@@ -37,6 +36,7 @@ from fedjax_face.data import preprocess
 from fedjax_face.data import stores
 from fedjax_face.models import conv as conv_lib
 from fedjax_face.models import pooling
+from fedjax_face.tools.bench import torch_reference
 from fedjax_face.tools.bench.common import images_per_round, make_problem, measured, round_inputs
 from fedjax_face.tools.timing import measure
 
@@ -137,23 +137,21 @@ def client_flops(algorithm: Algorithm, state: RoundState, client_ids: np.ndarray
 
 def torch_rows(spec, image_size: int, num_classes: int, learning_rate: float, timing: dict,
                seed: int) -> list[dict]:
-  """The same model and cohort as a PyTorch loop, one client at a time (skipped without torch)."""
-  if importlib.util.find_spec('torch') is None:
+  """The same model and cohort as a PyTorch loop (skipped without torch): one client at a time in
+  this process on 1 and on all usable threads, on CUDA when torch sees it, and the clients split
+  over one process per usable core, one thread each (`torch_reference.PerCore`)."""
+  if not torch_reference.available():
     return [{'name': 'pytorch', 'status': 'skipped',
              'reason': 'torch is not installed (optional: pip install torch)'}]
   import torch  # pylint: disable=g-import-not-at-top
-  from torch import nn as tnn  # pylint: disable=g-import-not-at-top
   torch.manual_seed(seed)
-  flat = 64 * (image_size // 4) ** 2
-  model = tnn.Sequential(
-      tnn.Conv2d(3, 32, 3, padding=1), tnn.ReLU(), tnn.MaxPool2d(2),
-      tnn.Conv2d(32, 64, 3, padding=1), tnn.ReLU(), tnn.MaxPool2d(2), tnn.Flatten(),
-      tnn.Linear(flat, 128), tnn.ReLU(), tnn.Linear(128, num_classes))
-  rng = np.random.default_rng(seed)
-  shape = (spec.cohort_size, spec.local_steps, spec.batch_size, 3, image_size, image_size)
-  host_images = torch.from_numpy(rng.integers(0, 256, shape, dtype=np.uint8))
-  host_labels = torch.from_numpy(rng.integers(0, num_classes, shape[:3]).astype(np.int64))
-  loss_fn = tnn.CrossEntropyLoss()
+  model = torch_reference.cnn(image_size, num_classes)
+  spec = spec.to_dict()
+  host_images, host_labels = (torch.from_numpy(a) for a in torch_reference.cnn_round_data(
+      spec, image_size, num_classes, seed))
+  loss_fn = torch.nn.CrossEntropyLoss()
+  clients, images_per = spec['cohort_size'], (spec['cohort_size'] * spec['local_steps']
+                                              * spec['batch_size'])
 
   def round_on(device: str):
     """The round with model and data moved to `device`: a function that trains the cohort once
@@ -164,15 +162,15 @@ def torch_rows(spec, image_size: int, num_classes: int, learning_rate: float, ti
 
     def round_():
       total = {k: torch.zeros_like(v) for k, v in start.items()}
-      for client in range(spec.cohort_size):
+      for client in range(clients):
         model.load_state_dict(start)
         opt = torch.optim.SGD(model.parameters(), lr=learning_rate)
-        for s in range(spec.local_steps):
+        for s in range(spec['local_steps']):
           opt.zero_grad()
           loss_fn(model(images[client, s].float() / 127.5 - 1.0), labels[client, s]).backward()
           opt.step()
         for k, v in model.state_dict().items():
-          total[k] += v / spec.cohort_size
+          total[k] += v / clients
       if device == 'cuda':
         torch.cuda.synchronize()   # CUDA runs asynchronously: time the work, not its launch
       return total
@@ -180,7 +178,6 @@ def torch_rows(spec, image_size: int, num_classes: int, learning_rate: float, ti
 
   rows = []
   threads_before = torch.get_num_threads()
-  images_per = spec.cohort_size * spec.local_steps * spec.batch_size
   on_cpu = round_on('cpu')
   for threads in dict.fromkeys((1, stores.usable_cpus())):
     torch.set_num_threads(threads)
@@ -188,6 +185,22 @@ def torch_rows(spec, image_size: int, num_classes: int, learning_rate: float, ti
     rows.append(measured({'name': f'pytorch {torch.__version__}, {threads} thread(s)',
                           'threads': threads}, images_per, timed))
   torch.set_num_threads(threads_before)
+  processes = min(stores.usable_cpus(), clients)
+  pool = torch_reference.PerCore(processes, torch_reference.cnn_clients,
+                                 (spec, image_size, num_classes, learning_rate, seed))
+  start = {k: v.cpu().numpy() for k, v in model.state_dict().items()}
+  chunks = [c.tolist() for c in np.array_split(np.arange(clients), processes)]
+
+  def per_core_round():
+    sums = pool.map([(start, chunk) for chunk in chunks])
+    return {k: sum(s[k] for s in sums) / clients for k in start}
+  try:
+    timed = measure(per_core_round, **timing)
+  finally:
+    pool.close()
+  rows.append(measured({'name': f'pytorch {torch.__version__}, {processes} process(es) x 1 '
+                                'thread', 'threads': 1, 'processes': processes},
+                       images_per, timed))
   if torch.cuda.is_available():
     timed = measure(round_on('cuda'), **timing)
     rows.append(measured({'name': f'pytorch {torch.__version__}, cuda '

@@ -1,6 +1,7 @@
 """The bench's markdown tables (bench.md and the printed summary).
 """
 
+from fedjax_face.tools.bench import backbone_training as bench_backbone_training
 from fedjax_face.tools.bench import ijb as bench_ijb
 from fedjax_face.tools.bench import regularizer as bench_regularizer
 
@@ -124,5 +125,7 @@ def markdown(results: dict) -> str:
     parts += fedavg_cnn_lines(results['fedavg_cnn'])
   if 'ijb' in results:
     parts += bench_ijb.markdown_lines(results['ijb'])
+  if 'backbone_training' in results:
+    parts += bench_backbone_training.markdown_lines(results['backbone_training'])
   parts.append(f"\ntotal {results['total_s']:.1f} s")
   return '\n'.join(parts)

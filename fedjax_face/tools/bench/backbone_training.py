@@ -1,0 +1,115 @@
+"""Section `backbone_training`: training images/s of one backbone (IResNet-50 at 112 px by default)
+with a linear softmax classifier, SGD with momentum, one batch a step, against PyTorch's own
+IResNet-50 (`torch_reference.iresnet`, the same layout) when torch is installed: in this process
+on 1 and on all usable threads, and one process per usable core with one thread each (each
+training its own replica: the images/s of all of them together).
+"""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+
+from fedjax_face import models
+from fedjax_face.algorithms import common
+from fedjax_face.core.policy import usable_cpus
+from fedjax_face.models import arcface_torch
+from fedjax_face.tools.bench import torch_reference
+from fedjax_face.tools.bench.common import measured
+from fedjax_face.tools.timing import measure
+
+
+def engine_row(s, seed: int, timing: dict) -> dict:
+  """The backbone's jitted training step (forward, backward, SGD with momentum)."""
+  model = models.build_backbone(ml_collections.ConfigDict(dict(
+      name=s.model, embedding_dim=s.dim, dtype='float32', width=s.width)))
+  head = nn.Dense(s.classes)
+  size = s.image_size
+  variables = common.init_backbone(model, jax.random.PRNGKey(seed), (size, size, 3))
+  head_params = head.init(jax.random.PRNGKey(seed + 1), jnp.zeros((1, s.dim)))
+  params = {'backbone': variables['params'], 'head': head_params}
+  opt = optax.sgd(0.1, momentum=0.9)
+  rng = np.random.default_rng(seed)
+  images = jnp.asarray(rng.uniform(-1, 1, (s.batch_size, size, size, 3)).astype(np.float32))
+  labels = jnp.asarray(rng.integers(0, s.classes, s.batch_size))
+
+  def loss_fn(params, stats):
+    emb, updated = model.apply({'params': params['backbone'], 'batch_stats': stats}, images,
+                               train=True, mutable=['batch_stats'])
+    logits = head.apply(params['head'], emb)
+    return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean(), updated
+
+  @jax.jit
+  def step(params, stats, opt_state):
+    (loss, updated), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, stats)
+    updates, opt_state = opt.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), updated['batch_stats'], opt_state, loss
+
+  timed = measure(step, params, variables['batch_stats'], opt.init(params), **timing)
+  return measured({'name': 'engine (one jitted step)'}, s.batch_size, timed)
+
+
+def torch_rows(s, seed: int, timing: dict) -> list[dict]:
+  """PyTorch's IResNet: 1 and all usable threads here, then one process per core."""
+  if not torch_reference.available():
+    return [{'name': 'pytorch', 'status': 'skipped',
+             'reason': 'torch is not installed (optional: pip install torch)'}]
+  names = {name: sizes for sizes, name in arcface_torch.DEPTHS.items()}
+  if s.model not in names:
+    return [{'name': 'pytorch', 'status': 'skipped',
+             'reason': f'{s.model} is no arcface_torch IResNet'}]
+  import torch   # pylint: disable=g-import-not-at-top
+  args = (names[s.model], s.image_size, s.batch_size, s.classes, seed)
+  train = torch_reference.backbone_steps(*args)
+  rows, before = [], torch.get_num_threads()
+  for threads in dict.fromkeys((1, usable_cpus())):
+    torch.set_num_threads(threads)
+    timed = measure(train, 1, **timing)
+    rows.append(measured({'name': f'pytorch {torch.__version__}, {threads} thread(s)',
+                          'threads': threads}, s.batch_size, timed))
+  torch.set_num_threads(before)
+  processes = usable_cpus()
+  pool = torch_reference.PerCore(processes, torch_reference.backbone_steps, args)
+  try:
+    timed = measure(lambda: pool.map([(1,)] * processes), **timing)
+  finally:
+    pool.close()
+  rows.append(measured({'name': f'pytorch {torch.__version__}, {processes} process(es) x 1 '
+                                'thread', 'threads': 1, 'processes': processes},
+                       s.batch_size * processes, timed))
+  return rows
+
+
+def bench_backbone_training(config, log=print) -> dict:
+  s = config.bench.backbone_training
+  timing = dict(warmup=config.bench.warmup, repeats=config.bench.repeats,
+                budget_s=config.bench.max_timed_s)
+  engine = engine_row(s, config.seed, timing)
+  log(f"backbone_training: {s.model} {s.image_size}px batch {s.batch_size}: engine "
+      f"{engine['images_per_s']:,.1f} images/s")
+  reference = torch_rows(s, config.seed, timing) if s.torch else []
+  for row in reference:
+    if row['status'] == 'measured':
+      log(f"backbone_training/{row['name']}: {row['images_per_s']:,.1f} images/s")
+  best = max((r['images_per_s'] for r in reference if r['status'] == 'measured'), default=None)
+  return {'model': f'{s.model} {s.image_size}x{s.image_size} d={s.dim}',
+          'batch_size': s.batch_size, 'classes': s.classes, 'engine': engine,
+          'pytorch': reference,
+          'engine_over_best_pytorch': engine['images_per_s'] / best if best else None}
+
+
+def markdown_lines(r: dict) -> list[str]:
+  lines = [f"## (j) backbone training: {r['model']}, batch {r['batch_size']}, "
+           f"{r['classes']} classes, SGD", '| how | images/s | compile s |', '| --- | ---: | ---: |',
+           f"| {r['engine']['name']} | {r['engine']['images_per_s']:,.1f} | "
+           f"{r['engine']['compile_s']:.1f} |"]
+  for row in r['pytorch']:
+    if row['status'] == 'measured':
+      lines.append(f"| {row['name']} | {row['images_per_s']:,.1f} | |")
+    else:
+      lines.append(f"| {row['name']}: skipped ({row['reason']}) | | |")
+  if r['engine_over_best_pytorch'] is not None:
+    lines.append(f"engine / best PyTorch: {r['engine_over_best_pytorch']:.2f}")
+  return lines
