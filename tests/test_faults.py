@@ -328,7 +328,19 @@ def _signal_after(command, prefix: str, sig) -> tuple[subprocess.Popen, str]:
   return proc, err
 
 
-@pytest.mark.parametrize('sig', [signal.SIGTERM, signal.SIGINT])
+def test_sigint_is_taken_as_sigterm_is():
+  # One handler serves both (lifecycle.PREEMPTION_SIGNALS); the run below is driven by SIGTERM.
+  from fedjax_face import lifecycle
+  assert {s.name for s in lifecycle.PREEMPTION_SIGNALS} == {'SIGTERM', 'SIGINT'}
+  for sig in lifecycle.PREEMPTION_SIGNALS:
+    with lifecycle.Preemption() as preemption:
+      assert preemption.requested(True) is None
+      os.kill(os.getpid(), sig)
+      assert preemption.requested(True) == sig.name
+    assert signal.getsignal(sig) is not preemption._handle   # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize('sig', [signal.SIGTERM])
 def test_a_signal_mid_round_saves_the_round_reached_and_the_rerun_ends_as_an_uninterrupted_run(
     tmp_path, uninterrupted_8, sig):
   # Sent while round 3 trains (round 2's line is printed after it, as round 3 starts): before,

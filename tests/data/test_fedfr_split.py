@@ -1,6 +1,7 @@
 """FedFR's pre-split RecordIO (`data.source='fedfr_split'`) on a fixture of the tests' own writer
 (tests/fedfr_split_files.py): the given clients, the public set and the held-out images read as
-written, FedFR end to end on them, and every bad file named."""
+written, and every bad file named. FedFR end to end on the layout, and equal to the in-memory
+run: tests/tools/test_export_fedfr_split.py."""
 
 import json
 import os
@@ -59,19 +60,6 @@ def test_the_given_clients_public_set_and_held_out_images_read_as_written(writte
     _, central = sources.get('fedfr_split').training_views(config, data, one_client=True)
     assert central.num_clients == 1 and len(central.client_indices[0]) == num_images
   experiment.validate(config)   # the personalized evaluator takes the verification set
-
-
-def test_fedfr_runs_on_the_given_splits_and_evaluates_each_client_on_the_held_out_set(written,
-                                                                                       tmp_path):
-  root, out = written
-  config = _config(root)
-  del config.evals.verification   # the fixture has no .bin pair sets
-  results = experiment.train_and_evaluate(config, str(tmp_path / 'fedfr'))
-  assert results['personalized']['clients'] == 3
-  saved = json.loads((tmp_path / 'fedfr' / 'results.json').read_text())
-  assert saved['personalized'] == results['personalized']
-  assert 'Personalized evaluation' in (tmp_path / 'fedfr' / 'report.md').read_text()
-  del out
 
 
 def _rewrite_header(path_dir: str, prefix: str, header_labels) -> None:
