@@ -61,6 +61,16 @@ def one_client_data(fed, config):
   return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), data)
 
 
+def load_data(config, method):
+  """(the data source, its data, what the method trains on, the evaluators built on the source's
+  federated view): what a run and an evaluation alone both start from."""
+  source = sources.get(config.data.source)
+  data = source.load(config)
+  fed_view, fed = source.training_views(config, data, method.ONE_CLIENT)
+  evaluators = eval_lib.make_evaluators(config, eval_lib.EvalSetup(config, data, fed_view))
+  return source, data, fed, evaluators
+
+
 def warm_start(config):
   """What `Algorithm.init` starts from, or None: the final state of the finished run
   `config.init_from` names, or its round `config.init_from_step`, verified against its digests as
@@ -161,10 +171,7 @@ def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start
   say = print if chief else (lambda *args, **kwargs: None)
   # Data and partition.
   t0 = time.perf_counter()
-  source = sources.get(config.data.source)
-  data = source.load(config)
-  fed_view, fed = source.training_views(config, data, method.ONE_CLIENT)
-  evaluators = eval_lib.make_evaluators(config, eval_lib.EvalSetup(config, data, fed_view))
+  source, data, fed, evaluators = load_data(config, method)
   data_s = time.perf_counter() - t0
   say(f'data ({config.data.source}): {source.describe(data)}; evaluators '
       f'{[e.type for e in evaluators]} ({data_s:.1f} s)', flush=True)
@@ -419,10 +426,7 @@ def evaluate_model(config, workdir: str) -> dict:
   if chief:
     files.check_workdir(workdir)
     files.makedirs(workdir)
-  source = sources.get(config.data.source)
-  data = source.load(config)
-  fed_view, fed = source.training_views(config, data, method.ONE_CLIENT)
-  evaluators = eval_lib.make_evaluators(config, eval_lib.EvalSetup(config, data, fed_view))
+  _, _, fed, evaluators = load_data(config, method)
   _, step_mode, _, conv_gradient = policy.resolve_engine(config)
   model = models.build_backbone(config.model, conv_gradient=conv_gradient)
   algorithm = method.build(config, model, fed, step_mode=step_mode)

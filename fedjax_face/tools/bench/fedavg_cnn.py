@@ -144,65 +144,34 @@ def torch_rows(spec, image_size: int, num_classes: int, learning_rate: float, ti
     return [{'name': 'pytorch', 'status': 'skipped',
              'reason': 'torch is not installed (optional: pip install torch)'}]
   import torch  # pylint: disable=g-import-not-at-top
-  torch.manual_seed(seed)
-  model = torch_reference.cnn(image_size, num_classes)
   spec = spec.to_dict()
-  host_images, host_labels = (torch.from_numpy(a) for a in torch_reference.cnn_round_data(
-      spec, image_size, num_classes, seed))
-  loss_fn = torch.nn.CrossEntropyLoss()
-  clients, images_per = spec['cohort_size'], (spec['cohort_size'] * spec['local_steps']
-                                              * spec['batch_size'])
-
-  def round_on(device: str):
-    """The round with model and data moved to `device`: a function that trains the cohort once
-    and returns once the device has finished."""
-    model.to(device)
-    start = {k: v.clone() for k, v in model.state_dict().items()}
-    images, labels = host_images.to(device), host_labels.to(device)
-
-    def round_():
-      total = {k: torch.zeros_like(v) for k, v in start.items()}
-      for client in range(clients):
-        model.load_state_dict(start)
-        opt = torch.optim.SGD(model.parameters(), lr=learning_rate)
-        for s in range(spec['local_steps']):
-          opt.zero_grad()
-          loss_fn(model(images[client, s].float() / 127.5 - 1.0), labels[client, s]).backward()
-          opt.step()
-        for k, v in model.state_dict().items():
-          total[k] += v / clients
-      if device == 'cuda':
-        torch.cuda.synchronize()   # CUDA runs asynchronously: time the work, not its launch
-      return total
-    return round_
-
+  args = (spec, image_size, num_classes, learning_rate, seed)
+  clients = spec['cohort_size']
+  images_per = clients * spec['local_steps'] * spec['batch_size']
+  start = torch_reference.initial_cnn_state(image_size, num_classes, seed)
+  mean = lambda sums: {k: sum(s[k] for s in sums) / clients for k in start}
   rows = []
   threads_before = torch.get_num_threads()
-  on_cpu = round_on('cpu')
+  train = torch_reference.cnn_clients(*args)
   for threads in dict.fromkeys((1, stores.usable_cpus())):
     torch.set_num_threads(threads)
-    timed = measure(on_cpu, **timing)
+    timed = measure(lambda: mean([train(start, range(clients))]), **timing)
     rows.append(measured({'name': f'pytorch {torch.__version__}, {threads} thread(s)',
                           'threads': threads}, images_per, timed))
   torch.set_num_threads(threads_before)
   processes = min(stores.usable_cpus(), clients)
-  pool = torch_reference.PerCore(processes, torch_reference.cnn_clients,
-                                 (spec, image_size, num_classes, learning_rate, seed))
-  start = {k: v.cpu().numpy() for k, v in model.state_dict().items()}
+  pool = torch_reference.PerCore(processes, torch_reference.cnn_clients, args)
   chunks = [c.tolist() for c in np.array_split(np.arange(clients), processes)]
-
-  def per_core_round():
-    sums = pool.map([(start, chunk) for chunk in chunks])
-    return {k: sum(s[k] for s in sums) / clients for k in start}
   try:
-    timed = measure(per_core_round, **timing)
+    timed = measure(lambda: mean(pool.map([(start, chunk) for chunk in chunks])), **timing)
   finally:
     pool.close()
   rows.append(measured({'name': f'pytorch {torch.__version__}, {processes} process(es) x 1 '
                                 'thread', 'threads': 1, 'processes': processes},
                        images_per, timed))
   if torch.cuda.is_available():
-    timed = measure(round_on('cuda'), **timing)
+    on_cuda = torch_reference.cnn_clients(*args, device='cuda')
+    timed = measure(lambda: mean([on_cuda(start, range(clients))]), **timing)
     rows.append(measured({'name': f'pytorch {torch.__version__}, cuda '
                                   f'({torch.cuda.get_device_name()})', 'threads': None},
                          images_per, timed))

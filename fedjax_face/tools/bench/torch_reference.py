@@ -120,16 +120,20 @@ def cnn_round_data(spec, image_size: int, num_classes: int, seed: int):
           rng.integers(0, num_classes, shape[:3]).astype(np.int64))
 
 
-def cnn_clients(spec, image_size: int, num_classes: int, learning_rate: float, seed: int):
-  """A worker's task: `(start state, client ids) -> the sum of those clients' trained states`."""
+def cnn_clients(spec, image_size: int, num_classes: int, learning_rate: float, seed: int,
+                device: str = 'cpu'):
+  """The round's client work on `device`: `(start state, client ids) -> the sum of those
+  clients' trained states` (numpy in and out; on CUDA, returning waits for the device). A
+  `PerCore` worker's task, and the in-process rows' round."""
   import torch   # pylint: disable=g-import-not-at-top
-  model = cnn(image_size, num_classes)
-  images, labels = (torch.from_numpy(a) for a in cnn_round_data(spec, image_size, num_classes,
-                                                                seed))
+  torch.manual_seed(seed)
+  model = cnn(image_size, num_classes).to(device)
+  images, labels = (torch.from_numpy(a).to(device)
+                    for a in cnn_round_data(spec, image_size, num_classes, seed))
   loss_fn = torch.nn.CrossEntropyLoss()
 
-  def train(start: dict, clients: list[int]) -> dict:
-    start = {k: torch.from_numpy(v) for k, v in start.items()}
+  def train(start: dict, clients) -> dict:
+    start = {k: torch.from_numpy(v).to(device) for k, v in start.items()}
     total = {k: torch.zeros_like(v) for k, v in start.items()}
     for client in clients:
       model.load_state_dict(start)
@@ -140,8 +144,15 @@ def cnn_clients(spec, image_size: int, num_classes: int, learning_rate: float, s
         opt.step()
       for k, v in model.state_dict().items():
         total[k] += v
-    return {k: v.numpy() for k, v in total.items()}
+    return {k: v.cpu().numpy() for k, v in total.items()}
   return train
+
+
+def initial_cnn_state(image_size: int, num_classes: int, seed: int) -> dict:
+  """The CNN's initial state dict as numpy (the round's start, the same in every process)."""
+  import torch   # pylint: disable=g-import-not-at-top
+  torch.manual_seed(seed)
+  return {k: v.numpy() for k, v in cnn(image_size, num_classes).state_dict().items()}
 
 
 # -- backbone training steps -------------------------------------------------------------------
