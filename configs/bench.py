@@ -195,4 +195,6 @@ def full(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   b.cohorts.large = cohort(256, 256, 2, 16, 2, 16)
   b.regularizer.classes = (1000, 5000, 10000, 20000)
   b.regularizer.block = 4096
+  b.ijb.batch_size = 256                 # embedding batches as large as an accelerator takes
+  b.backbone_training.batch_size = 128   # arcface_torch's batch per GPU
   return c

@@ -7,6 +7,7 @@
 #
 # Every part gets at most what is left of SECONDS (default 540). BENCH_CONFIG overrides the bench
 # config (configs/bench.py:full; configs/bench.py:runlocal tries the script on a CPU in seconds).
+# PARTS names the parts to run, in order (the list at the end; default all).
 # OUT_DIR receives log.txt (every part's output) and bench_<part>.json, flat, with no folders.
 # The project's packages missing from a machine's image (on the lent NVIDIA machines:
 # ml-collections and tensorboardX; flax, optax and orbax-checkpoint at other versions) go on
@@ -62,14 +63,26 @@ print(jax.devices())'
 } >>"$log" 2>&1
 
 cohort() { echo "--config.bench.sections=('rounds',)" "--config.bench.run_cohorts=('$1',)"; }
-# shellcheck disable=SC2046  (the overrides are words without spaces)
-bench rounds_fedgc 150 $(cohort fedgc)
-# shellcheck disable=SC2046
-bench rounds_fedfv 120 $(cohort fedfv)
-# shellcheck disable=SC2046
-bench rounds_large 150 $(cohort large)
-bench fedavg_cnn 90 "--config.bench.sections=('fedavg_cnn',)"
-bench regularizer 90 "--config.bench.sections=('regularizer',)"
-bench eval_and_fedfv 90 "--config.bench.sections=('eval','one_per_client')"
-part "engine tests" 200 python3 -m pytest -q -p no:cacheprovider tests/core/test_engine.py
+sections() { echo "--config.bench.sections=($1)"; }
+
+# The parts, by name; PARTS picks some and their order (default: all, in this order).
+run_part() {
+  # shellcheck disable=SC2046  (the overrides are words without spaces)
+  case $1 in
+    rounds_fedgc) bench rounds_fedgc 150 $(cohort fedgc) ;;
+    rounds_fedfv) bench rounds_fedfv 120 $(cohort fedfv) ;;
+    rounds_large) bench rounds_large 150 $(cohort large) ;;
+    fedavg_cnn) bench fedavg_cnn 90 $(sections "'fedavg_cnn',") ;;
+    regularizer) bench regularizer 90 $(sections "'regularizer',") ;;
+    eval_and_fedfv) bench eval_and_fedfv 90 $(sections "'eval','one_per_client'") ;;
+    ijb) bench ijb 90 $(sections "'ijb',") ;;
+    backbone_training) bench backbone_training 120 $(sections "'backbone_training',") ;;
+    engine_tests) part "engine tests" 200 python3 -m pytest -q -p no:cacheprovider \
+      tests/core/test_engine.py ;;
+    *) echo "== $1: no such part" | tee -a "$log" ;;
+  esac
+}
+for name in ${PARTS:-rounds_fedgc rounds_fedfv rounds_large fedavg_cnn regularizer eval_and_fedfv ijb backbone_training engine_tests}; do
+  run_part "$name"
+done
 echo "== done, $(left) s of the limit left" | tee -a "$log"

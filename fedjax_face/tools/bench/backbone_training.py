@@ -52,7 +52,8 @@ def engine_row(s, seed: int, timing: dict) -> dict:
 
 
 def torch_rows(s, seed: int, timing: dict) -> list[dict]:
-  """PyTorch's IResNet: 1 and all usable threads here, then one process per core."""
+  """PyTorch's IResNet on the hardware the engine ran on: on CUDA when JAX runs on a GPU and
+  torch sees one; on CPU, 1 and all usable threads here, then one process per core."""
   if not torch_reference.available():
     return [{'name': 'pytorch', 'status': 'skipped',
              'reason': 'torch is not installed (optional: pip install torch)'}]
@@ -62,6 +63,13 @@ def torch_rows(s, seed: int, timing: dict) -> list[dict]:
              'reason': f'{s.model} is no arcface_torch IResNet'}]
   import torch   # pylint: disable=g-import-not-at-top
   args = (names[s.model], s.image_size, s.batch_size, s.classes, seed)
+  if jax.default_backend() == 'gpu':
+    if not torch.cuda.is_available():
+      return [{'name': 'pytorch', 'status': 'skipped', 'reason': 'torch sees no CUDA device'}]
+    timed = measure(torch_reference.backbone_steps(*args, device='cuda'), 1, **timing)
+    return [measured({'name': f'pytorch {torch.__version__}, cuda '
+                              f'({torch.cuda.get_device_name()})', 'threads': None},
+                     s.batch_size, timed)]
   train = torch_reference.backbone_steps(*args)
   rows, before = [], torch.get_num_threads()
   for threads in dict.fromkeys((1, usable_cpus())):

@@ -157,18 +157,19 @@ def initial_cnn_state(image_size: int, num_classes: int, seed: int) -> dict:
 
 # -- backbone training steps -------------------------------------------------------------------
 
-def backbone_steps(stage_sizes, image_size: int, batch_size: int, num_classes: int, seed: int):
+def backbone_steps(stage_sizes, image_size: int, batch_size: int, num_classes: int, seed: int,
+                   device: str = 'cpu'):
   """A worker's task: `(steps,) -> final loss` of SGD on an IResNet plus a linear classifier,
-  batch `batch_size` of random images."""
+  batch `batch_size` of random images, on `device` (returning the loss waits for it)."""
   import torch   # pylint: disable=g-import-not-at-top
   torch.manual_seed(seed)
   model = torch.nn.Sequential(iresnet(stage_sizes, 512, image_size),
-                              torch.nn.Linear(512, num_classes))
+                              torch.nn.Linear(512, num_classes)).to(device)
   opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
   rng = np.random.default_rng(seed)
   images = torch.from_numpy(rng.uniform(-1, 1, (batch_size, 3, image_size, image_size))
-                            .astype(np.float32))
-  labels = torch.from_numpy(rng.integers(0, num_classes, batch_size).astype(np.int64))
+                            .astype(np.float32)).to(device)
+  labels = torch.from_numpy(rng.integers(0, num_classes, batch_size).astype(np.int64)).to(device)
   loss_fn = torch.nn.CrossEntropyLoss()
 
   def train(steps: int) -> float:
