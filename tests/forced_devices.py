@@ -13,6 +13,12 @@ from tests import config_files
 ROOT = config_files.ROOT
 
 
+def python_path() -> str:
+  """The repository first, then whatever PYTHONPATH already holds (packages installed with
+  `pip --target`, as on the lent accelerator machines, stay importable in the subprocess)."""
+  return os.pathsep.join(p for p in (ROOT, os.environ.get('PYTHONPATH')) if p)
+
+
 def device_count_flags(num_devices: int) -> str:
   """XLA_FLAGS forcing `num_devices` CPU devices, with the CPU defaults the entry points set."""
   return xla_flags.xla_flags_with_defaults(
@@ -21,7 +27,7 @@ def device_count_flags(num_devices: int) -> str:
 
 def run(code: str, num_devices: int = 8, timeout: int = 600) -> str:
   """Runs `code` with `num_devices` CPU devices; asserts exit 0; returns its stdout."""
-  env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=ROOT,
+  env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=python_path(),
              XLA_FLAGS=device_count_flags(num_devices))
   out = subprocess.run([sys.executable, '-c', code], env=env, cwd=ROOT, capture_output=True,
                        text=True, timeout=timeout)

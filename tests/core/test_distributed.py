@@ -84,7 +84,7 @@ def start_processes(out: str, num_processes: int = 2, devices_per_process: int =
   port = free_port()
   procs = []
   for i in range(num_processes):
-    env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=forced_devices.ROOT,
+    env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=forced_devices.python_path(),
                XLA_FLAGS=forced_devices.device_count_flags(devices_per_process),
                JAX_COORDINATOR_ADDRESS=f'127.0.0.1:{port}', JAX_NUM_PROCESSES=str(num_processes),
                JAX_PROCESS_ID=str(i))
