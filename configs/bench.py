@@ -118,7 +118,9 @@ def get_config(arg=None):
   b.ijb.image_size = 112
   b.ijb.dim = 512
   b.ijb.batch_size = 64
-  b.ijb.crops = 128                  # loose crops decoded and aligned for the host rate
+  b.ijb.crops = 1024                 # loose-crop files decoded and aligned for the host rate
+  b.ijb.distinct_crops = 128         # rendered faces among them, each written crops/distinct times
+  b.ijb.crops_per_chunk = 128        # the evaluator loads 16 batches a chunk; the bench this many
   b.ijb.crop_size = 150
   b.ijb.templates = 23_124           # IJB-C's
   b.ijb.num_pairs = 1_000_000
@@ -180,6 +182,7 @@ def runlocal(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   b.fedavg_cnn.torch = False   # the tests never depend on an optional package
   b.ijb.model, b.ijb.image_size, b.ijb.dim, b.ijb.batch_size = 'small_cnn', 16, 8, 8
   b.ijb.crops, b.ijb.crop_size, b.ijb.templates, b.ijb.num_pairs = 8, 48, 50, 1000
+  b.ijb.distinct_crops, b.ijb.crops_per_chunk = 4, 4
   t = b.backbone_training
   t.model, t.image_size, t.dim, t.width, t.batch_size, t.classes = 'small_cnn', 16, 8, 2, 8, 10
   t.torch = False
@@ -196,5 +199,6 @@ def full(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   b.regularizer.classes = (1000, 5000, 10000, 20000)
   b.regularizer.block = 4096
   b.ijb.batch_size = 256                 # embedding batches as large as an accelerator takes
+  b.ijb.crops = 8192                     # enough for the workers of a many-core host
   b.backbone_training.batch_size = 128   # arcface_torch's batch per GPU
   return c

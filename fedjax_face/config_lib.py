@@ -148,10 +148,11 @@ def base_config(task: str = 'recognition') -> ml_collections.ConfigDict:
   # IJB-B / IJB-C 1:1 and 1:N (eval/recognition/ijb.py): off until `root` names a set's root
   # (meta/ and loose_crop/). layout 'insightface' | 'fedfr' (meta/<SET>_meta/); switches
   # 'insightface' (= 'FND') | 'fedfr' (= 'ND') | letters of F (flip), N (norms), D (faceness);
-  # tar_rule 'nearest_roc_point' (the IJB scripts') | 'far_at_most'; threads 0 = the usable CPUs.
+  # tar_rule 'nearest_roc_point' (the IJB scripts') | 'far_at_most'; workers: the host processes that
+  # read and align the images (0 = the usable CPUs).
   c.evals.ijb = ml_collections.ConfigDict(dict(
       root='', set='IJBC', layout='insightface', switches='insightface',
-      tar_rule='nearest_roc_point', threads=0))
+      tar_rule='nearest_roc_point', workers=0))
   return c
 
 

@@ -9,6 +9,8 @@ Pixel coordinates are cv2's: (x, y) = (column, row) of a pixel centre, the landm
 Another output size scales the template with it.
 """
 
+import functools
+
 import numpy as np
 
 # ArcFace's five points in a 112 x 112 crop (x, y).
@@ -36,26 +38,33 @@ def similarity_transform(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
   return matrix
 
 
+@functools.lru_cache(maxsize=8)
+def _output_pixels(size: int) -> np.ndarray:
+  """float64 [3, size * size]: every output pixel's homogeneous (x, y, 1), row-major."""
+  ys, xs = np.mgrid[0:size, 0:size].astype(np.float64)
+  pixels = np.stack([xs.ravel(), ys.ravel(), np.ones(size * size)])
+  pixels.flags.writeable = False   # shared by every call
+  return pixels
+
+
 def warp_affine(image: np.ndarray, matrix: np.ndarray, size: int) -> np.ndarray:
   """`image` uint8 [H, W, C] warped by the 2 x 3 `matrix` (source -> output pixel coordinates)
   into a uint8 [size, size, C] image, bilinear, 0 outside the source."""
   inverse = np.linalg.inv(np.vstack([matrix, [0.0, 0.0, 1.0]]))[:2]
-  ys, xs = np.mgrid[0:size, 0:size].astype(np.float64)
-  sx = inverse[0, 0] * xs + inverse[0, 1] * ys + inverse[0, 2]
-  sy = inverse[1, 0] * xs + inverse[1, 1] * ys + inverse[1, 2]
-  x0, y0 = np.floor(sx).astype(np.int64), np.floor(sy).astype(np.int64)
-  fx, fy = (sx - x0)[..., None], (sy - y0)[..., None]
-  h, w = image.shape[:2]
-  padded = np.pad(image.astype(np.float64), ((1, 1), (1, 1), (0, 0)))   # the black border
-
-  def at(yy, xx):   # source pixels, 0 outside (indices shifted by the padding of one)
-    inside = (yy >= -1) & (yy <= h) & (xx >= -1) & (xx <= w)
-    return np.where(inside[..., None], padded[np.clip(yy + 1, 0, h + 1),
-                                              np.clip(xx + 1, 0, w + 1)], 0.0)
-
-  out = ((1 - fy) * ((1 - fx) * at(y0, x0) + fx * at(y0, x0 + 1))
-         + fy * ((1 - fx) * at(y0 + 1, x0) + fx * at(y0 + 1, x0 + 1)))
-  return np.clip(np.rint(out), 0, 255).astype(np.uint8)
+  sx, sy = inverse @ _output_pixels(size)
+  x0, y0 = np.floor(sx), np.floor(sy)
+  fx, fy = (sx - x0)[:, None], (sy - y0)[:, None]
+  h, w, c = image.shape
+  # A border of one black pixel, and every source pixel beyond it clipped onto the border: so
+  # the four neighbours of any point are rows of the flattened padded image, 0 outside.
+  padded = np.pad(image, ((1, 1), (1, 1), (0, 0))).reshape(-1, c)
+  x0, y0 = x0.astype(np.int64) + 1, y0.astype(np.int64) + 1
+  left, right = np.clip(x0, 0, w + 1), np.clip(x0 + 1, 0, w + 1)
+  top, bottom = np.clip(y0, 0, h + 1) * (w + 2), np.clip(y0 + 1, 0, h + 1) * (w + 2)
+  at = lambda index: padded[index].astype(np.float64)
+  out = ((1 - fy) * ((1 - fx) * at(top + left) + fx * at(top + right))
+         + fy * ((1 - fx) * at(bottom + left) + fx * at(bottom + right)))
+  return np.clip(np.rint(out), 0, 255).astype(np.uint8).reshape(size, size, c)
 
 
 def align_face(image: np.ndarray, landmarks: np.ndarray, size: int = ARCFACE_SIZE) -> np.ndarray:

@@ -123,10 +123,13 @@ def test_bench_json_has_every_section_and_combination(tiny_run):
   assert f['pytorch'] == [] and f['auto_over_best_pytorch'] is None   # torch off in runlocal
   i = saved['ijb']
   assert i['model'] == 'small_cnn 16x16 d=8' and i['num_pairs'] == b.ijb.num_pairs
-  assert set(i['host_images_per_s']) == {'1', str(stores.usable_cpus())}
-  assert all(positive_finite(r) for r in (*i['host_images_per_s'].values(),
+  host = i['host_workers']
+  assert set(host) == {'1', str(stores.usable_cpus())}
+  assert all(h['images'] == b.ijb.crops for h in host.values())
+  assert all(positive_finite(r) for r in (*(h['images_per_s'] for h in host.values()),
+                                           *(h['first_chunk_s'] for h in host.values()),
                                            i['embed_images_per_s'], i['pairs_s']))
-  images_rate = min(max(i['host_images_per_s'].values()), i['embed_images_per_s'] / 2)
+  images_rate = min(max(h['images_per_s'] for h in host.values()), i['embed_images_per_s'] / 2)
   assert i['ijbc_estimate_s'] == pytest.approx(469_375 / images_rate + i['pairs_s'] * 15_600)
   t = saved['backbone_training']
   assert t['model'] == 'small_cnn 16x16 d=8' and t['pytorch'] == []   # torch off in runlocal

@@ -23,6 +23,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from fedjax_face.data import align
+from fedjax_face.data.formats import recordio
+
 SETS = ('IJBB', 'IJBC')
 LAYOUTS = ('insightface', 'fedfr')
 GALLERIES = ('G1', 'G2')
@@ -196,3 +199,20 @@ def read_protocol(root: str, ijb_set: str = 'IJBC', layout: str = 'insightface',
   return Protocol(root=root, names=names, templates=templates, medias=medias,
                   landmarks=landmarks, faceness=faceness, pairs=pairs, labels=labels,
                   galleries=galleries, probes=probes)
+
+
+def read_aligned(root: str, names: np.ndarray, landmarks: np.ndarray, size: int) -> np.ndarray:
+  """uint8 [n, size, size, 3]: the loose crops `names` read, decoded and aligned by their
+  `landmarks` [n, 5, 2]. Top-level and light to import: the task of the evaluator's host worker
+  processes (`eval/recognition/ijb.aligned_chunks`)."""
+  out = np.empty((len(names), size, size, 3), np.uint8)
+  for i, (name, points) in enumerate(zip(names, landmarks)):
+    path = os.path.join(root, 'loose_crop', name)
+    with open(path, 'rb') as f:
+      data = f.read()
+    try:
+      image = recordio.decode_image(data)
+    except recordio.ImageDecodeError as e:
+      raise IJBFormatError(f'{path}: {e}') from None
+    out[i] = align.align_face(image, points, size)
+  return out

@@ -34,18 +34,16 @@ from __future__ import annotations
 
 import concurrent.futures
 import math
-import os
+import multiprocessing
 import time
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
 from fedjax_face.core import arrays
 from fedjax_face.core.checks import check_choice, check_int
 from fedjax_face.core.policy import usable_cpus
-from fedjax_face.data import align
 from fedjax_face.data.formats import ijb as ijb_format
-from fedjax_face.data.formats import recordio
 from fedjax_face.eval import EvalOutput, Evaluator, plots
 from fedjax_face.eval.recognition import identification, verification
 from fedjax_face.io import metrics
@@ -55,6 +53,7 @@ TAR_RULES = ('nearest_roc_point', 'far_at_most')
 FARS = verification.TAR_FARS
 FPIRS = (1e-2, 1e-1)
 RANKS = (1, 5, 10)
+TASK_IMAGES = 64      # images a host worker process reads and aligns per task
 PAIR_BLOCK = 50_000   # pairs scored at once: 2 x 50,000 x d float64 features (0.4 GB at d = 512)
 
 
@@ -71,45 +70,55 @@ def parse_switches(value: str) -> str:
 
 # -- images -> features ------------------------------------------------------------------------
 
-def load_aligned(protocol: ijb_format.Protocol, index: int, size: int) -> np.ndarray:
-  """Image `index` of the protocol decoded and aligned to `size` x `size`."""
-  path = os.path.join(protocol.root, 'loose_crop', protocol.names[index])
-  with open(path, 'rb') as f:
-    data = f.read()
+def aligned_chunks(protocol: ijb_format.Protocol, size: int, *, chunk: int, workers: int
+                   ) -> Iterator[np.ndarray]:
+  """Every image of the protocol read, decoded and aligned (`ijb_format.read_aligned`), as uint8
+  [<= chunk, size, size, 3] arrays in order, the next chunk loading while the caller works on
+  this one.
+
+  The host work runs in `workers` spawned processes (0: the usable CPUs), TASK_IMAGES images a
+  task: it is NumPy and PIL calls that mostly hold the GIL, so threads do not scale. One worker,
+  or a set of one chunk, loads in this process.
+  """
+  num = len(protocol.names)
+  spans = [(lo, min(lo + chunk, num)) for lo in range(0, num, chunk)]
+  task = lambda lo, hi: (protocol.root, protocol.names[lo:hi], protocol.landmarks[lo:hi], size)
+  workers = workers or usable_cpus()
+  if workers == 1 or len(spans) <= 1:
+    for lo, hi in spans:
+      yield ijb_format.read_aligned(*task(lo, hi))
+    return
+  pool = concurrent.futures.ProcessPoolExecutor(
+      workers, mp_context=multiprocessing.get_context('spawn'))
+  submit = lambda lo, hi: [pool.submit(ijb_format.read_aligned, *task(a, min(a + TASK_IMAGES, hi)))
+                           for a in range(lo, hi, TASK_IMAGES)]
   try:
-    image = recordio.decode_image(data)
-  except recordio.ImageDecodeError as e:
-    raise ijb_format.IJBFormatError(f'{path}: {e}') from None
-  return align.align_face(image, protocol.landmarks[index], size)
+    pending = submit(*spans[0])
+    for following in spans[1:] + [None]:
+      ready, pending = pending, submit(*following) if following else []
+      yield np.concatenate([f.result() for f in ready])
+  finally:
+    pool.shutdown(cancel_futures=True)
 
 
 def image_features(embed, protocol: ijb_format.Protocol, image_size: int, *, batch_size: int,
-                   flip: bool, threads: int = 0, log=print, log_every_s: float = 30.0
+                   flip: bool, workers: int = 0, log=print, log_every_s: float = 30.0
                    ) -> np.ndarray:
   """float32 [N, d] embedding of every image (with F, plus that of its mirror), unnormalised.
 
-  Images are read, decoded and aligned on `threads` host threads (0: the usable CPUs), a chunk of
-  16 batches at a time, while the device embeds the previous chunk.
+  The images are loaded by `aligned_chunks` on `workers` host processes, 16 batches a chunk,
+  while the device embeds the previous chunk.
   """
   num = len(protocol.names)
-  chunk = 16 * batch_size
-  threads = threads or usable_cpus()
   features, start_time, last_log = [], time.perf_counter(), time.perf_counter()
-  with concurrent.futures.ThreadPoolExecutor(threads) as pool:
-    load = lambda lo: np.stack(list(pool.map(
-        lambda i: load_aligned(protocol, i, image_size), range(lo, min(lo + chunk, num)))))
-    pending = pool.submit(load, 0) if num else None
-    for lo in range(0, num, chunk):
-      images = pending.result()
-      pending = pool.submit(load, lo + chunk) if lo + chunk < num else None
-      features.append(verification.raw_embeddings(embed, images, batch_size=batch_size,
-                                                   flip=flip))
-      done, now = lo + len(images), time.perf_counter()
-      if now - last_log >= log_every_s or done == num:
-        rate = done / max(now - start_time, 1e-9)
-        log(f'ijb: {done:,}/{num:,} images embedded ({rate:,.0f} images/s, ETA '
-            f'{metrics.format_duration((num - done) / rate)})', flush=True)
-        last_log = now
+  for images in aligned_chunks(protocol, image_size, chunk=16 * batch_size, workers=workers):
+    features.append(verification.raw_embeddings(embed, images, batch_size=batch_size, flip=flip))
+    done, now = sum(map(len, features)), time.perf_counter()
+    if now - last_log >= log_every_s or done == num:
+      rate = done / max(now - start_time, 1e-9)
+      log(f'ijb: {done:,}/{num:,} images embedded ({rate:,.0f} images/s, ETA '
+          f'{metrics.format_duration((num - done) / rate)})', flush=True)
+      last_log = now
   return np.concatenate(features) if features else np.zeros((0, 0), np.float32)
 
 
@@ -287,7 +296,7 @@ def markdown(results: dict, ijb_set: str) -> list[str]:
 
 
 def check_ijb(config, section) -> None:
-  """`evals.ijb` (`config_lib.base_config`): set, layout, switches, tar_rule, threads; `root` ''
+  """`evals.ijb` (`config_lib.base_config`): set, layout, switches, tar_rule, workers; `root` ''
   turns the evaluator off (the root's files are read at the run's start, by `make_ijb`)."""
   if not isinstance(section.root, str):
     raise ValueError(f"config.evals.ijb.root={section.root!r}; expected the IJB set's root "
@@ -296,7 +305,7 @@ def check_ijb(config, section) -> None:
   check_choice('evals.ijb.layout', section.layout, ijb_format.LAYOUTS)
   check_choice('evals.ijb.tar_rule', section.tar_rule, TAR_RULES)
   parse_switches(section.switches)
-  check_int('evals.ijb.threads', section.threads, allow_zero=True)
+  check_int('evals.ijb.workers', section.workers, allow_zero=True)
   check_int('eval.batch_size', config.eval.batch_size)
 
 
@@ -313,7 +322,7 @@ def make_ijb(config, section, setup) -> Evaluator | None:
     t0 = time.perf_counter()
     features = image_features(inputs.embed, protocol, config.data.image_size,
                               batch_size=config.eval.batch_size, flip='F' in switches,
-                              threads=section.threads)
+                              workers=section.workers)
     embed_s = time.perf_counter() - t0
     results, (fpr, tpr) = evaluate_protocol(features, protocol, switches, section.tar_rule)
     results.update(set=section.set, layout=section.layout, embed_s=embed_s,

@@ -1,7 +1,9 @@
 """Section `ijb`: what an IJB evaluation (`eval/recognition/ijb.py`) costs on this machine.
 
-  host    loose crops (rendered faces, JPEG) read from memory, decoded and aligned by their five
-          landmarks (`ijb.load_aligned`'s work), images/s on one thread and on the usable CPUs;
+  host    loose crops (rendered faces, JPEG files) read, decoded and aligned by their five
+          landmarks as the evaluator loads them (`ijb.aligned_chunks`), images/s in this process
+          and on one worker process per usable CPU (after the first chunk: the workers' start is
+          reported apart);
   embed   the backbone (`bench.ijb.model`, IResNet-50 by default) in eval mode on aligned
           `image_size` crops, images/s at `batch_size` (a flip-test image costs two);
   pairs   template pair scores and the ROC with TAR at every FAR over `num_pairs` random pairs of
@@ -11,7 +13,8 @@ From these, the time one IJB-C evaluation (469,375 images, 15.6 M pairs) takes h
 at the slower of host and embedding, the pairs scaled from `num_pairs`.
 """
 
-import concurrent.futures
+import os
+import tempfile
 import time
 
 import jax
@@ -22,7 +25,8 @@ from fedjax_face import models
 from fedjax_face.algorithms import common
 from fedjax_face.core import arrays
 from fedjax_face.core.policy import usable_cpus
-from fedjax_face.data import align, preprocess
+from fedjax_face.data import preprocess
+from fedjax_face.data.formats import ijb as ijb_format
 from fedjax_face.data.formats import recordio
 from fedjax_face.data.synthetic import faces
 from fedjax_face.eval.recognition import ijb
@@ -32,29 +36,44 @@ from fedjax_face.tools.timing import measure
 IJBC_IMAGES, IJBC_PAIRS = 469_375, 15_600_000   # REFERENCE_NOTES §10: 469,375 images, 15.6 M pairs
 
 
-def _crops(num: int, size: int, seed: int) -> tuple[list[bytes], np.ndarray]:
+def _crop_files(directory: str, num: int, distinct: int, size: int, seed: int
+                ) -> ijb_format.Protocol:
+  """`num` loose-crop JPEG files under `directory`/loose_crop (`distinct` rendered faces, each
+  written num / distinct times) and a protocol naming them with their landmarks."""
   rng = np.random.default_rng(seed)
-  ip = faces.sample_identities(rng, num)
-  nz = faces.sample_nuisance(rng, num, 'cfp_frontal', 1.0)
+  ip = faces.sample_identities(rng, distinct)
+  nz = faces.sample_nuisance(rng, distinct, 'cfp_frontal', 1.0)
   nz['yaw'][:] = nz['pitch'][:] = 0.0
-  images = faces.render_faces(ip, nz, size)
-  return ([recordio.encode_image(image, 'jpeg') for image in images],
-          faces.face_landmarks(ip, nz, size))
+  encoded = [recordio.encode_image(image, 'jpeg') for image in faces.render_faces(ip, nz, size)]
+  os.makedirs(os.path.join(directory, 'loose_crop'))
+  names = np.asarray([f'{i}.jpg' for i in range(num)])
+  for i, name in enumerate(names):
+    with open(os.path.join(directory, 'loose_crop', name), 'wb') as f:
+      f.write(encoded[i % distinct])
+  landmarks = faces.face_landmarks(ip, nz, size)[np.arange(num) % distinct]
+  none = np.zeros(0, np.int64)
+  return ijb_format.Protocol(directory, names, none, none, landmarks, none, none, none, {}, None)
 
 
-def _host_rate(encoded: list[bytes], landmarks: np.ndarray, size: int, threads: int) -> float:
-  work = lambda i: align.align_face(recordio.decode_image(encoded[i]), landmarks[i], size)
+def _host_rate(protocol: ijb_format.Protocol, size: int, chunk: int, workers: int) -> dict:
+  """Images/s loading the protocol's images, counted after the first chunk arrives (with
+  workers, that chunk's wait includes their start: `first_chunk_s`)."""
   start = time.perf_counter()
-  with concurrent.futures.ThreadPoolExecutor(threads) as pool:
-    list(pool.map(work, range(len(encoded))))
-  return len(encoded) / (time.perf_counter() - start)
+  chunks = ijb.aligned_chunks(protocol, size, chunk=chunk, workers=workers)
+  first = len(next(chunks))
+  after_first = time.perf_counter()
+  rest = sum(map(len, chunks))
+  return {'images_per_s': per_second(rest, time.perf_counter() - after_first),
+          'first_chunk_s': after_first - start, 'images': first + rest}
 
 
 def bench_ijb(config, log=print) -> dict:
   """The three rates and the IJB-C estimate."""
   s, b = config.bench.ijb, config.bench
-  encoded, landmarks = _crops(s.crops, s.crop_size, config.seed)
-  host = {t: _host_rate(encoded, landmarks, s.image_size, t) for t in sorted({1, usable_cpus()})}
+  with tempfile.TemporaryDirectory() as directory:
+    protocol = _crop_files(directory, s.crops, s.distinct_crops, s.crop_size, config.seed)
+    host = {w: _host_rate(protocol, s.image_size, s.crops_per_chunk, w)
+            for w in sorted({1, usable_cpus()})}
   model_config = ml_collections.ConfigDict(dict(
       name=s.model, embedding_dim=s.dim, dtype='float32', width=config.model.width))
   model = models.build_backbone(model_config)
@@ -74,23 +93,26 @@ def bench_ijb(config, log=print) -> dict:
   scores = ijb.pair_scores(ids, feats, pairs)
   ijb.tar_at_far(scores, genuine)
   pairs_s = time.perf_counter() - start
-  images_rate = min(max(host.values()), embed_rate / 2)   # insightface's default flips
+  host_rates = {w: h['images_per_s'] for w, h in host.items()}
+  images_rate = min(max(host_rates.values()), embed_rate / 2)   # insightface's default flips
   out = {'model': f'{s.model} {s.image_size}x{s.image_size} d={s.dim}', 'batch_size': s.batch_size,
-         'host_images_per_s': {str(t): r for t, r in host.items()},
+         'crops_per_chunk': s.crops_per_chunk,
+         'host_workers': {str(w): h for w, h in host.items()},
          'embed_images_per_s': embed_rate, 'embed': timed,
          'num_pairs': s.num_pairs, 'pairs_s': pairs_s,
          'ijbc_estimate_s': IJBC_IMAGES / images_rate + pairs_s * IJBC_PAIRS / s.num_pairs}
-  log(f"ijb: host {', '.join(f'{r:,.0f}' for r in host.values())} images/s (threads "
+  log(f"ijb: host {', '.join(f'{r:,.0f}' for r in host_rates.values())} images/s (workers "
       f"{', '.join(map(str, host))}); {out['model']} {embed_rate:,.0f} images/s; "
       f"{s.num_pairs:,} pairs {pairs_s:.2f} s")
   return out
 
 
 def markdown_lines(r: dict) -> list[str]:
-  host = ', '.join(f'{rate:,.0f} ({t} thread{"s" if t != "1" else ""})'
-                   for t, rate in r['host_images_per_s'].items())
-  return ['## (i) IJB evaluation', '| what | figure |', '| --- | ---: |',
-          f'| read, decode, align a loose crop | {host} images/s |',
+  where = lambda w: 'this process' if w == '1' else f'{w} worker processes'
+  host = [f"| read, decode, align a loose crop, {where(w)} | {h['images_per_s']:,.0f} images/s "
+          f"(first chunk of {r['crops_per_chunk']}: {h['first_chunk_s']:.2f} s) |"
+          for w, h in r['host_workers'].items()]
+  return ['## (i) IJB evaluation', '| what | figure |', '| --- | ---: |', *host,
           f"| embed, {r['model']}, batch {r['batch_size']} | {r['embed_images_per_s']:,.0f} "
           'images/s (flip test: half) |',
           f"| score {r['num_pairs']:,} pairs + ROC | {r['pairs_s']:.2f} s |",

@@ -85,6 +85,36 @@ def test_a_face_warped_by_a_known_similarity_aligns_back_to_the_unwarped_alignme
       align.ARCFACE_TEMPLATE[0], atol=3.0)
 
 
+def _bilinear_per_pixel(image, matrix, size):
+  """cv2.warpAffine's bilinear warp with a black border, one output pixel at a time."""
+  inverse = np.linalg.inv(np.vstack([matrix, [0.0, 0.0, 1.0]]))
+  h, w, c = image.shape
+  source = lambda y, x: image[y, x].astype(np.float64) if 0 <= y < h and 0 <= x < w else np.zeros(c)
+  out = np.zeros((size, size, c), np.uint8)
+  for y in range(size):
+    for x in range(size):
+      sx = inverse[0, 0] * x + inverse[0, 1] * y + inverse[0, 2]
+      sy = inverse[1, 0] * x + inverse[1, 1] * y + inverse[1, 2]
+      x0, y0 = math.floor(sx), math.floor(sy)
+      fx, fy = sx - x0, sy - y0
+      value = ((1 - fy) * ((1 - fx) * source(y0, x0) + fx * source(y0, x0 + 1))
+               + fy * ((1 - fx) * source(y0 + 1, x0) + fx * source(y0 + 1, x0 + 1)))
+      out[y, x] = np.clip(np.rint(value), 0, 255)
+  return out
+
+
+def test_the_warp_is_bilinear_pixel_by_pixel_with_a_black_border():
+  rng = np.random.default_rng(0)
+  for _ in range(6):
+    image = rng.integers(0, 256, (rng.integers(3, 30), rng.integers(3, 30), 3), dtype=np.uint8)
+    # Rotations, scales and shifts that reach past every edge of the source.
+    angle, scale = rng.uniform(-math.pi, math.pi), rng.uniform(0.4, 3.0)
+    matrix = np.c_[scale * np.array([[math.cos(angle), -math.sin(angle)],
+                                     [math.sin(angle), math.cos(angle)]]), rng.uniform(-15, 15, 2)]
+    np.testing.assert_array_equal(align.warp_affine(image, matrix, 17),
+                                  _bilinear_per_pixel(image, matrix, 17))
+
+
 # -- the protocol's numbers, against NumPy written here ----------------------------------------
 
 def _reference_templates(features, templates, medias):
@@ -247,6 +277,19 @@ def test_the_evaluator_embeds_aligned_crops_and_scores_both_protocols(written, s
   assert '| mixed | 4 |' in text
 
 
+def test_worker_processes_load_what_this_process_loads(written, monkeypatch):
+  root, _ = written
+  protocol = ijb_format.read_protocol(root)
+  monkeypatch.setattr(ijb, 'TASK_IMAGES', 3)   # several tasks a chunk, one cut short
+  here = list(ijb.aligned_chunks(protocol, 16, chunk=10, workers=1))
+  workers = list(ijb.aligned_chunks(protocol, 16, chunk=10, workers=2))
+  assert [len(c) for c in workers] == [len(c) for c in here] == [10, 10, 10, 2]
+  np.testing.assert_array_equal(np.concatenate(workers), np.concatenate(here))
+  np.testing.assert_array_equal(np.concatenate(here)[5], align.align_face(
+      np.asarray(Image.open(os.path.join(root, 'loose_crop', protocol.names[5])).convert('RGB')),
+      protocol.landmarks[5], 16))
+
+
 # -- bad input ---------------------------------------------------------------------------------
 
 def _copy(src, dst):
@@ -295,6 +338,18 @@ def test_bad_meta_files_are_named_with_the_line(written, tmp_path):
     ijb_format.read_protocol(bad)
 
 
+def test_a_corrupt_crop_is_named_by_the_worker_that_reads_it(written, tmp_path):
+  root, _ = written
+  bad = _copy(root, tmp_path / 'corrupt')
+  protocol = ijb_format.read_protocol(bad)
+  path = os.path.join(bad, 'loose_crop', protocol.names[20])
+  with open(path, 'wb') as f:
+    f.write(b'not an image')
+  chunks = ijb.aligned_chunks(protocol, 16, chunk=8, workers=2)
+  with pytest.raises(ijb_format.IJBFormatError, match=rf'{path}: cannot decode image \(12 bytes\)'):
+    list(chunks)
+
+
 def test_bad_config_fields_are_named(written):
   root, _ = written
   config = _config(root)
@@ -305,7 +360,8 @@ def test_bad_config_fields_are_named(written):
       ('set', 'IJBA', r"evals.ijb.set='IJBA'"),
       ('layout', 'mine', r"evals.ijb.layout='mine'"),
       ('switches', 'FX', r"config.evals.ijb.switches='FX'; expected a preset"),
-      ('tar_rule', 'best', r"evals.ijb.tar_rule='best'")]:
+      ('tar_rule', 'best', r"evals.ijb.tar_rule='best'"),
+      ('workers', -1, r'evals.ijb.workers')]:
     config = _config(root)
     config.evals.ijb[field] = value
     with pytest.raises(ValueError, match=match):
