@@ -118,9 +118,10 @@ def get_config(arg=None):
   b.ijb.image_size = 112
   b.ijb.dim = 512
   b.ijb.batch_size = 64
-  b.ijb.crops = 1024                 # loose-crop files decoded and aligned for the host rate
-  b.ijb.distinct_crops = 128         # rendered faces among them, each written crops/distinct times
-  b.ijb.crops_per_chunk = 128        # the evaluator loads 16 batches a chunk; the bench this many
+  # Loose-crop files decoded and aligned for the host rate, in the evaluator's chunks of 16
+  # batches: four chunks. `distinct_crops` rendered faces among them, each written repeatedly.
+  b.ijb.crops = 4096
+  b.ijb.distinct_crops = 128
   b.ijb.crop_size = 150
   b.ijb.templates = 23_124           # IJB-C's
   b.ijb.num_pairs = 1_000_000
@@ -181,8 +182,8 @@ def runlocal(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   b.fedavg_cnn.image_size = 8
   b.fedavg_cnn.torch = False   # the tests never depend on an optional package
   b.ijb.model, b.ijb.image_size, b.ijb.dim, b.ijb.batch_size = 'small_cnn', 16, 8, 8
-  b.ijb.crops, b.ijb.crop_size, b.ijb.templates, b.ijb.num_pairs = 8, 48, 50, 1000
-  b.ijb.distinct_crops, b.ijb.crops_per_chunk = 4, 4
+  b.ijb.crop_size, b.ijb.templates, b.ijb.num_pairs = 48, 50, 1000
+  b.ijb.crops, b.ijb.distinct_crops = 384, 4   # three chunks of 16 batches of 8
   t = b.backbone_training
   t.model, t.image_size, t.dim, t.width, t.batch_size, t.classes = 'small_cnn', 16, 8, 2, 8, 10
   t.torch = False
@@ -199,6 +200,6 @@ def full(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   b.regularizer.classes = (1000, 5000, 10000, 20000)
   b.regularizer.block = 4096
   b.ijb.batch_size = 256                 # embedding batches as large as an accelerator takes
-  b.ijb.crops = 8192                     # enough for the workers of a many-core host
+  b.ijb.crops = 16384                    # four chunks of 16 batches of 256
   b.backbone_training.batch_size = 128   # arcface_torch's batch per GPU
   return c

@@ -53,6 +53,7 @@ TAR_RULES = ('nearest_roc_point', 'far_at_most')
 FARS = verification.TAR_FARS
 FPIRS = (1e-2, 1e-1)
 RANKS = (1, 5, 10)
+CHUNK_BATCHES = 16    # embedding batches loaded at once (the next chunk loads during this one)
 TASK_IMAGES = 64      # images a host worker process reads and aligns per task
 PAIR_BLOCK = 50_000   # pairs scored at once: 2 x 50,000 x d float64 features (0.4 GB at d = 512)
 
@@ -106,12 +107,13 @@ def image_features(embed, protocol: ijb_format.Protocol, image_size: int, *, bat
                    ) -> np.ndarray:
   """float32 [N, d] embedding of every image (with F, plus that of its mirror), unnormalised.
 
-  The images are loaded by `aligned_chunks` on `workers` host processes, 16 batches a chunk,
-  while the device embeds the previous chunk.
+  The images are loaded by `aligned_chunks` on `workers` host processes, CHUNK_BATCHES batches a
+  chunk, while the device embeds the previous chunk.
   """
   num = len(protocol.names)
   features, start_time, last_log = [], time.perf_counter(), time.perf_counter()
-  for images in aligned_chunks(protocol, image_size, chunk=16 * batch_size, workers=workers):
+  for images in aligned_chunks(protocol, image_size, chunk=CHUNK_BATCHES * batch_size,
+                               workers=workers):
     features.append(verification.raw_embeddings(embed, images, batch_size=batch_size, flip=flip))
     done, now = sum(map(len, features)), time.perf_counter()
     if now - last_log >= log_every_s or done == num:

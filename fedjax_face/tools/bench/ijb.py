@@ -72,7 +72,8 @@ def bench_ijb(config, log=print) -> dict:
   s, b = config.bench.ijb, config.bench
   with tempfile.TemporaryDirectory() as directory:
     protocol = _crop_files(directory, s.crops, s.distinct_crops, s.crop_size, config.seed)
-    host = {w: _host_rate(protocol, s.image_size, s.crops_per_chunk, w)
+    chunk = ijb.CHUNK_BATCHES * s.batch_size   # the evaluator's chunks, so as many tasks queue
+    host = {w: _host_rate(protocol, s.image_size, chunk, w)
             for w in sorted({1, usable_cpus()})}
   model_config = ml_collections.ConfigDict(dict(
       name=s.model, embedding_dim=s.dim, dtype='float32', width=config.model.width))
@@ -96,7 +97,7 @@ def bench_ijb(config, log=print) -> dict:
   host_rates = {w: h['images_per_s'] for w, h in host.items()}
   images_rate = min(max(host_rates.values()), embed_rate / 2)   # insightface's default flips
   out = {'model': f'{s.model} {s.image_size}x{s.image_size} d={s.dim}', 'batch_size': s.batch_size,
-         'crops_per_chunk': s.crops_per_chunk,
+         'crops_per_chunk': chunk,
          'host_workers': {str(w): h for w, h in host.items()},
          'embed_images_per_s': embed_rate, 'embed': timed,
          'num_pairs': s.num_pairs, 'pairs_s': pairs_s,
