@@ -33,6 +33,7 @@ ALGORITHMS = {
     'fedfr': 'fedjax_face.algorithms.fedfr',
     'fedpad': 'fedjax_face.algorithms.fedgpad',    # FedGPAD's module: its Alg. 1, no ES / Dec
     'fedgpad': 'fedjax_face.algorithms.fedgpad',
+    'fedma': 'fedjax_face.algorithms.fedma',        # FedGPAD's Table V baseline
 }
 
 

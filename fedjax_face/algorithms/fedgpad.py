@@ -120,6 +120,22 @@ def _parts(variables: dict, parts) -> dict:
           if _split(tree, parts)}
 
 
+def training_batch(batch: dict) -> dict:
+  """A data center's step batch as the PAD losses take it: frames and depth maps flipped together
+  at random, RGB + HSV inputs, live = an odd local class."""
+  images = preprocess.random_flip(batch['rng'], batch['images'])
+  depth = preprocess.random_flip(batch['rng'], batch['depth'][..., None])[..., 0]
+  return {'inputs': preprocess.rgb_hsv(images), 'depth': depth,
+          'live': batch['labels'] % 2 == 1, 'mask': batch['mask']}
+
+
+def step_inputs(data: dict, rng) -> dict:
+  """The local steps' inputs `[steps, ...]` (`training_batch`'s fields) of a round's data."""
+  num_steps = data['images'].shape[0]
+  return {'images': data['images'], 'labels': data['labels'], 'mask': data['mask'],
+          'depth': data['targets']['depth'], 'rng': jax.random.split(rng, num_steps)}
+
+
 def build(config, model, fed, *, step_mode: str) -> Algorithm:
   """FedGPAD (`model.disentangle`) or FedPAD over the data centers `fed` (clients)."""
   weights = dict(config.fedgpad.loss_weights)
@@ -161,13 +177,9 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
 
   def step(carry, batch):
     params, batch_stats, opt_state = carry
-    images = preprocess.random_flip(batch['rng'], batch['images'])
-    inputs = preprocess.rgb_hsv(images)
-    depth = preprocess.random_flip(batch['rng'], batch['depth'][..., None])[..., 0]
-    full = {'inputs': inputs, 'depth': depth, 'live': batch['labels'] % 2 == 1,
-            'mask': batch['mask']}
+    # Eq. 9: each part's partial derivative of Eq. 8.
     (_, (batch_stats, terms)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        params, batch_stats, full)   # Eq. 9: each part's partial derivative of Eq. 8
+        params, batch_stats, training_batch(batch))
     updates, opt_state = optimizer.update(grads, opt_state, params)
     if batch.get('lr_scale') is not None:
       updates = jax.tree.map(lambda u: u * batch['lr_scale'], updates)
@@ -179,9 +191,7 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     # A fresh optimizer every round (the authors' code), or the data center's own kept one.
     opt_state = private['opt_state'] if keep_opt_state else optimizer.init(params)
     carry = (params, batch_stats, opt_state)
-    num_steps = data['images'].shape[0]
-    xs = {'images': data['images'], 'labels': data['labels'], 'mask': data['mask'],
-          'depth': data['targets']['depth'], 'rng': jax.random.split(rng, num_steps)}
+    xs = step_inputs(data, rng)
     lr_scale = client_input.shared.get('lr_scale')
     run = (lambda c, b: step(c, {**b, 'lr_scale': lr_scale}))
     (params, batch_stats, opt_state), terms = local.run_steps(local.skip_if_empty(run), carry, xs,

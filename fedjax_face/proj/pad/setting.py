@@ -15,7 +15,7 @@ import itertools
 import ml_collections
 
 from fedjax_face import config_lib
-from fedjax_face.algorithms import fedgpad
+from fedjax_face.algorithms import fedgpad, fedma
 from fedjax_face.data.sources import pad as pad_source
 from fedjax_face.data.synthetic import pad_benchmark
 
@@ -93,6 +93,31 @@ def pad_config(algorithm: str, protocol: str = 'OCI_M', runlocal: bool = False,
     p = c.data.pad
     p.subjects, p.test_subjects, p.live_videos, p.attack_videos, p.frames = 4, 2, 1, 2, 2
     c.eval.batch_size = 64
+  return c
+
+
+def fedma_config(arg: str | None) -> ml_collections.ConfigDict:
+  """configs/pad/fedma.py: FedMA on FedPAD's `backbone=pad_net` network (EI, C, Dep), each data
+  center at the width FedPAD trains and the matched widths capped at 1.5 times it; the same local
+  steps in all as FedPAD's 400 rounds of one: 16 matching rounds, one for the output layers and
+  8 FedAvg rounds, 16 steps each (`protocol=`, `centers=`, `target=`, `paper`, `runlocal`)."""
+  args = config_lib.parse_arg(arg, {'protocol': PROTOCOLS, 'centers': CENTERS,
+                                    'target': pad_benchmark.DOMAIN_NAMES, 'paper': (True,),
+                                    'runlocal': (True,)})
+  c = pad_config('fedpad', protocol=args.get('protocol', 'OCI_M'),
+                 runlocal=bool(args.get('runlocal')), paper=bool(args.get('paper')),
+                 centers=args.get('centers'), target=args.get('target'), backbone='pad_net')
+  c.algorithm = 'fedma'
+  c.fedma = fedma.config_section()
+  c.fedma.client_width = c.model.width
+  c.model.width = c.model.width * 3 // 2   # the cap
+  c.federated.local_steps = 16
+  c.num_rounds = fedma.L + 1 + 8
+  c.log_every = 5
+  c.checkpoint_every = 5
+  if args.get('runlocal'):
+    c.federated.local_steps = 1
+    c.num_rounds = fedma.L + 2
   return c
 
 
