@@ -44,7 +44,7 @@ def get_config(arg=None):
 
   b = c.bench = ml_collections.ConfigDict()
   b.sections = ('rounds', 'regularizer', 'eval', 'scaling', 'one_per_client', 'fedavg_cnn', 'ijb',
-                'backbone_training')
+                'backbone_training', 'fedma_matching')
   b.backends = ('vmap', 'map', 'loop')     # engine.BACKENDS; 'map' once per map width
   b.map_widths = (2, 4, 8)
   b.loop_threads = (1, 0)                  # 'loop' on 1 thread and on 0 = the usable CPUs (auto)
@@ -136,6 +136,15 @@ def get_config(arg=None):
   b.backbone_training.classes = 1000
   b.backbone_training.torch = True       # the PyTorch rows, when torch is installed
 
+  # (k) FedMA's host matching per layer (tools/bench/fedma_matching.py): configs/pad/fedma.py's
+  # widths (a data center's and the cap) and data centers, and ResNet-18's convolutions.
+  b.fedma_matching = ml_collections.ConfigDict()
+  b.fedma_matching.client_width = 8
+  b.fedma_matching.cap_width = 12
+  b.fedma_matching.clients = 3
+  b.fedma_matching.iterations = 5
+  b.fedma_matching.resnet18 = True
+
   if args.get('runlocal'):
     runlocal(c)
   if args.get('full'):
@@ -187,6 +196,8 @@ def runlocal(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   t = b.backbone_training
   t.model, t.image_size, t.dim, t.width, t.batch_size, t.classes = 'small_cnn', 16, 8, 2, 8, 10
   t.torch = False
+  m = b.fedma_matching
+  m.client_width, m.cap_width, m.resnet18 = 2, 3, False
   return c
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from fedjax_face import algorithms, models
+from fedjax_face.algorithms.fedma import layers as fedma_layers
 from fedjax_face.tools import timing
 from fedjax_face.tools.bench import common as bench_common
 from fedjax_face.tools.bench import report as bench_report
@@ -135,6 +136,15 @@ def test_bench_json_has_every_section_and_combination(tiny_run):
   assert t['model'] == 'small_cnn 16x16 d=8' and t['pytorch'] == []   # torch off in runlocal
   assert positive_finite(t['engine']['images_per_s']) and t['engine_over_best_pytorch'] is None
   assert t['engine']['images_per_round'] == b.backbone_training.batch_size
+  m = saved['fedma_matching']
+  assert [r['layer'] for r in m['rows']] == [f'pad_net {layer.name}' for layer in
+                                             fedma_layers.MATCHED]   # ResNet-18 off in runlocal
+  assert [r['neurons'] for r in m['rows']] == [layer.channels(2) for layer in fedma_layers.MATCHED]
+  # A neuron: its 3x3 inputs over the cap-wide (3) producers and its BatchNorm scale and bias.
+  assert m['rows'][1]['dim'] == 9 * 3 + 2 and m['rows'][0]['dim'] == 9 * 6 + 2
+  assert m['rows'][13]['dim'] == 8 * 3 + 1   # C's hidden dense: inputs and bias
+  assert m['pad_net_total_s'] == pytest.approx(sum(r['seconds'] for r in m['rows']))
+  assert m['resnet18_total_s'] is None
   assert f['classes'] == b.fedavg_cnn.cohort.num_clients * b.fedavg_cnn.cohort.identities_per_client
 
 
@@ -312,6 +322,8 @@ def test_shipped_configs_validate(arg):
     ('bench.step_modes', ('scan', 'while'), r"config.bench.step_modes has 'while'"),
     ('bench.sections', ('rounds', 'speed'), r"config.bench.sections has 'speed'"),
     ('bench.repeats', 0, r'config.bench.repeats=0; expected a positive integer'),
+    ('bench.fedma_matching.cap_width', 1, r'bench.fedma_matching.cap_width=1 < its '
+                                          'client_width=2'),
     ('bench.max_timed_s', 0.0, r'config.bench.max_timed_s=0.0; expected a positive'),
     ('bench.skip', ('scan',), r"config.bench.skip has 'scan'; expected a pattern"),
     ('bench.run_cohorts', ('fedgc', 'huge'), r"config.bench.run_cohorts has 'huge'"),

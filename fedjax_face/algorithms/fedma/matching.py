@@ -74,8 +74,11 @@ def cost_matrix(neurons: np.ndarray, weights: np.ndarray, precisions: np.ndarray
   `counts` [L]) or the k-th new one, added = min(Lj, cap - L) (module docstring)."""
   sigma, sigma0, mu0, gamma = prior
   w = neurons / sigma
-  existing = (np.sum((weights[None] + w[:, None]) ** 2, -1) / (precisions + 1 / sigma)[None]
-              - (np.sum(weights ** 2, -1) / precisions)[None])
+  # ||g_i + w~_l||^2 expanded, so that no [Lj, L, D] array is formed (ResNet-18's 512-wide
+  # layers would need gigabytes).
+  gg, ww = np.sum(weights ** 2, -1), np.sum(w ** 2, -1)
+  existing = ((gg[None] + 2 * w @ weights.T + ww[:, None]) / (precisions + 1 / sigma)[None]
+              - (gg / precisions)[None])
   c = np.minimum(counts, COUNT_CAP)
   existing = existing + np.log(c / (num_clients - c))[None]
   prior_natural = mu0 / sigma0

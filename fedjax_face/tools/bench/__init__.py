@@ -25,6 +25,8 @@ Sections (keys of bench.json; `bench.sections` picks them):
                of one IJB-C evaluation from them (`ijb`).
   backbone_training  (j) IResNet-50's training images/s at batch 64 beside PyTorch's own
                IResNet-50 (threads, and one process per core) when torch is installed.
+  fedma_matching  (k) FedMA's host matching time per layer, for its network and for ResNet-18's
+               convolutions (`fedma_matching`).
 
 How figures are taken (`timing.measure`): each call's result is blocked on (`jax.block_until_ready`);
 `warmup` untimed calls come first, the first of them traces and compiles; then up to `repeats`
@@ -39,7 +41,7 @@ Sizes and what is skipped live in `configs/bench.py`; skipped combinations appea
 
 Modules: `common` (names, checks, the synthetic problem), `rounds` (a-c), `server_step` (d),
 `evaluation` (e), `scaling` (f), `one_per_client` (g), `fedavg_cnn` (h), `ijb` (i),
-`backbone_training` (j), `torch_reference` (the PyTorch rows' models and processes), `report` (the
+`backbone_training` (j), `fedma_matching` (k), `torch_reference` (the PyTorch rows' models and processes), `report` (the
 tables), `pipeline` (the real-data input pipeline, its own command); `run` below runs the
 configured sections.
 """
@@ -54,6 +56,7 @@ from fedjax_face.tools.bench.backbone_training import bench_backbone_training
 from fedjax_face.tools.bench.common import make_problem, platform_info, validate
 from fedjax_face.tools.bench.evaluation import bench_eval
 from fedjax_face.tools.bench.fedavg_cnn import bench_fedavg_cnn
+from fedjax_face.tools.bench.fedma_matching import bench_fedma_matching
 from fedjax_face.tools.bench.ijb import bench_ijb
 from fedjax_face.tools.bench.one_per_client import bench_one_per_client
 from fedjax_face.tools.bench.report import markdown
@@ -105,6 +108,8 @@ def run(config, out_dir: str, log=print) -> dict:
     results['ijb'] = bench_ijb(config, log)
   if 'backbone_training' in b.sections:
     results['backbone_training'] = bench_backbone_training(config, log)
+  if 'fedma_matching' in b.sections:
+    results['fedma_matching'] = bench_fedma_matching(config, log)
   results['total_s'] = time.perf_counter() - t_start
   results['platform']['load_average_1min_end'] = os.getloadavg()[0] if hasattr(
       os, 'getloadavg') else None

@@ -20,7 +20,7 @@ from fedjax_face.data import stores
 
 
 SECTIONS = ('rounds', 'regularizer', 'eval', 'scaling', 'one_per_client', 'fedavg_cnn', 'ijb',
-            'backbone_training')
+            'backbone_training', 'fedma_matching')
 
 
 COHORT_FIELDS = ('num_clients', 'cohort_size', 'identities_per_client', 'images_per_identity',
@@ -214,6 +214,12 @@ def validate(config, num_devices: int | None = None) -> None:
     raise ValueError(f'config.bench.eval.num_pairs={b.eval.num_pairs}; expected a multiple of '
                      f'2 x bench.eval.num_folds = {2 * b.eval.num_folds} (equal folds, half '
                      'genuine).')
+  m = b.fedma_matching
+  for field in ('client_width', 'cap_width', 'clients'):
+    _positive_int(f'bench.fedma_matching.{field}', m[field])
+  if m.cap_width < m.client_width:
+    raise ValueError(f'config.bench.fedma_matching.cap_width={m.cap_width} < its client_width='
+                     f'{m.client_width}; expected the cap at least the width.')
   o = b.one_per_client
   if isinstance(o.rounds, bool) or not isinstance(o.rounds, int) or o.rounds < 2:
     raise ValueError(f'config.bench.one_per_client.rounds={o.rounds!r}; expected an integer of at '

@@ -2,6 +2,7 @@
 """
 
 from fedjax_face.tools.bench import backbone_training as bench_backbone_training
+from fedjax_face.tools.bench import fedma_matching as bench_fedma_matching
 from fedjax_face.tools.bench import ijb as bench_ijb
 from fedjax_face.tools.bench import regularizer as bench_regularizer
 
@@ -127,5 +128,7 @@ def markdown(results: dict) -> str:
     parts += bench_ijb.markdown_lines(results['ijb'])
   if 'backbone_training' in results:
     parts += bench_backbone_training.markdown_lines(results['backbone_training'])
+  if 'fedma_matching' in results:
+    parts += bench_fedma_matching.markdown_lines(results['fedma_matching'])
   parts.append(f"\ntotal {results['total_s']:.1f} s")
   return '\n'.join(parts)
