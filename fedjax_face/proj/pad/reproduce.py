@@ -312,6 +312,23 @@ TABLES = {
         'removing Diff or Rec raises the HTER (Table VI, O&C&M -> I)', SETTING, titles=TITLES,
         orderings=sum((_average_ahead('FedGPAD', f'FedGPAD without {term}')
                        for term in ('Diff', 'Rec')), ())),
+    '_fedma': Table(
+        "FedMA's global neuron: the posterior mean (the authors' code) or the plain mean of the "
+        'matched neurons (ours; why FedMA trails FedAvg here)', 'results', COLUMNS,
+        tuple(Row(f'{label} {ARROW[p]}', Run(f'pad/{config}', f'protocol={p}{arg}', overrides),
+                  (None,) * 3)
+              for label, config, arg, overrides in (
+                  ('FedMA', 'fedma', '', ()),
+                  ('FedMA, matched mean', 'fedma', '', (('fedma.estimate', 'matched_mean'),)),
+                  ('FedAvg (Table II network)', 'fedpad', ',backbone=pad_net', ()))
+              for p in pad_benchmark.PROTOCOLS),
+        'none: FedMA trails FedAvg here (Table V); no paper measures the estimate',
+        SETTING, titles=TITLES,
+        orderings=(_average_ahead('FedMA, matched mean', 'FedMA',
+                                  'the matched mean ahead of the posterior mean')
+                   + _average_ahead('FedMA, matched mean', 'FedAvg (Table II network)',
+                                    'FedMA with the matched mean ahead of FedAvg of the same '
+                                    'network'))),
     '_all_batch_norm': Table(
         'All: BatchNorm over the pooled batch or per data center, Adam kept or restarted (ours; '
         'why All is no upper bound)', 'results', ('pad/in_domain/hter',) + COLUMNS,
