@@ -2,7 +2,7 @@
 (`algorithms/fedma/matching.match_layer`: the data centers added in turn, then `iterations`
 passes), per layer shape, for the network FedMA trains here (`configs/pad/fedma.py`) and for
 ResNet-18's convolutions (64-512 channels, 3x3: a neuron of 9 x in + 2 numbers with its
-BatchNorm), each at the configured number of data centers and cap.
+BatchNorm; the inputs at the cap width), each at the configured number of data centers and cap.
 
 The neurons are random (every data center's drawn apart), so most open new global neurons up to
 the cap: the widest, slowest case of the Hungarian assignment.
@@ -43,8 +43,10 @@ def _shapes(client_width: int, cap_width: int) -> list[tuple[str, int, int, int]
   """(name, neurons, neuron length, how many such layers) of both networks."""
   pad = [(f'pad_net {layer.name}', layer.channels(client_width),
           _neuron_length(layer, cap_width), 1) for layer in layers.MATCHED]
+  grow = cap_width / client_width   # ResNet-18's inputs at the same cap
   resnet = [('resnet18 stem 7x7', 64, 49 * layers.INPUT_CHANNELS + 2, 1)]
-  resnet += [(f'resnet18 3x3 {cin}->{cout}', cout, 9 * cin + 2, n) for cin, cout, n in RESNET18]
+  resnet += [(f'resnet18 3x3 {cin}->{cout}', cout, 9 * int(cin * grow) + 2, n)
+             for cin, cout, n in RESNET18]
   return pad + resnet
 
 
