@@ -2,8 +2,8 @@ r"""The global widths FedMA's matching reached, read from finished runs' final c
 
     python -m fedjax_face.tools.fedma_widths --root=results/pad_tables
 
-Prints a markdown table: each matched layer's width per run (every `pad-fedma*` workdir under
-`--root` that has checkpoints), beside a data center's width and the cap (`config.json`).
+Prints a markdown table: each matched layer's width per run (every finished `pad-fedma*`
+workdir under `--root` that has checkpoints), beside a data center's width and the cap (`config.json`).
 """
 
 import os
@@ -27,9 +27,10 @@ def run_widths(workdir: str) -> list[int]:
 
 def widths_table(root: str) -> str:
   runs = sorted(d for d in os.listdir(root) if d.startswith('pad-fedma')
-                and os.path.isdir(os.path.join(root, d, 'checkpoints')))
+                and os.path.isdir(os.path.join(root, d, 'checkpoints'))
+                and os.path.isfile(os.path.join(root, d, 'results.json')))   # finished
   if not runs:
-    raise FileNotFoundError(f'no pad-fedma* workdir with checkpoints under {root}')
+    raise FileNotFoundError(f'no finished pad-fedma* workdir with checkpoints under {root}')
   config = files.read_json(os.path.join(root, runs[0], 'config.json'))
   own = [layer.channels(config['fedma']['client_width']) for layer in layers.MATCHED]
   cap = [layer.channels(config['model']['width']) for layer in layers.MATCHED]

@@ -39,6 +39,6 @@ def test_the_table_has_each_run_s_widths_and_how_many_reached_the_cap(tmp_path):
 
 
 def test_a_root_without_fedma_runs_is_named(tmp_path):
-  with pytest.raises(FileNotFoundError, match=f'no pad-fedma\\* workdir with checkpoints under '
-                                              f'{tmp_path}'):
+  match = f'no finished pad-fedma\\* workdir with checkpoints under {tmp_path}'
+  with pytest.raises(FileNotFoundError, match=match):
     fedma_widths.widths_table(str(tmp_path))
