@@ -131,7 +131,7 @@ def test_workdir_of_another_config_is_refused_and_left_intact(tmp_path):
 
 @pytest.mark.parametrize('field,value,match', [
     ('algorithm', 'fedavgx',
-     r"algorithm='fedavgx' is unknown; expected one of \['centralized', 'fedaws', 'fedface', 'fedfr', 'fedfv', 'fedgc', 'fedgpad', 'fedpad', 'fedpe', 'feduv'\]"),
+     r"algorithm='fedavgx' is unknown; expected one of \['centralized', 'fedaws', 'fedface', 'fedfr', 'fedfv', 'fedgc', 'fedgpad', 'fedma', 'fedpad', 'fedpe', 'feduv'\]"),
     ('head.loss', 'sphereface', r"head.loss='sphereface'; expected one of \('softmax', 'cosface', 'arcface', "
      r"'positive_cosine', 'positive_dot'\)"),
     ('engine.backend', 'pmap', r"engine.backend='pmap'; expected one of"),

@@ -18,14 +18,14 @@ def test_table_names_and_selection():
   assert names == ([f'fedgc{i}' for i in range(1, 13)] + ['fedfv1', 'fedfv2', 'fedfv3', 'fedfv4']
                    + ['fedfr1', 'fedfr2', 'fedfr_fig3', 'fedfr_fig4']
                    + ['pad1', 'pad3', 'pad5', 'pad6', 'pad7', 'pad8', 'pad9', 'pad10',
-                      'pad_all_batch_norm', 'pad_terms']
+                      'pad_all_batch_norm', 'pad_fedma', 'pad_terms']
                    + ['privacy1', 'privacy2'])
   assert reproduce.select('fedgc4') == [('fedgc', 4)]
   assert reproduce.select('fedfv') == [('fedfv', 1), ('fedfv', 2), ('fedfv', 3), ('fedfv', 4)]
   assert reproduce.select('fedfr_fig3') == [('fedfr', '_fig3')]
   assert reproduce.out_name('fedfr', '_fig3') == 'fedfr_fig3.md'
   assert reproduce.out_name('fedfr', 1) == 'fedfr_table1.md'
-  assert len(reproduce.select('all')) == 32
+  assert len(reproduce.select('all')) == 33
   with pytest.raises(app.UsageError, match=r"--table=fedfv5; expected one of \['fedgc1'"):
     reproduce.select('fedfv5')
 
