@@ -192,7 +192,7 @@ def runlocal(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   b.fedavg_cnn.torch = False   # the tests never depend on an optional package
   b.ijb.model, b.ijb.image_size, b.ijb.dim, b.ijb.batch_size = 'small_cnn', 16, 8, 8
   b.ijb.crop_size, b.ijb.templates, b.ijb.num_pairs = 48, 50, 1000
-  b.ijb.crops, b.ijb.distinct_crops = 384, 4   # three chunks of 16 batches of 8
+  b.ijb.crops, b.ijb.distinct_crops = 256, 4   # two chunks of 16 batches of 8
   t = b.backbone_training
   t.model, t.image_size, t.dim, t.width, t.batch_size, t.classes = 'small_cnn', 16, 8, 2, 8, 10
   t.torch = False

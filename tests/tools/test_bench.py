@@ -322,6 +322,8 @@ def test_shipped_configs_validate(arg):
     ('bench.step_modes', ('scan', 'while'), r"config.bench.step_modes has 'while'"),
     ('bench.sections', ('rounds', 'speed'), r"config.bench.sections has 'speed'"),
     ('bench.repeats', 0, r'config.bench.repeats=0; expected a positive integer'),
+    ('bench.ijb.crops', 128, r'config.bench.ijb.crops=128; expected more than one chunk of 16 x '
+                             'bench.ijb.batch_size = 128'),
     ('bench.fedma_matching.cap_width', 1, r'bench.fedma_matching.cap_width=1 < its '
                                           'client_width=2'),
     ('bench.max_timed_s', 0.0, r'config.bench.max_timed_s=0.0; expected a positive'),

@@ -17,6 +17,7 @@ from fedjax_face.core import engine as engine_lib
 from fedjax_face.core import local
 from fedjax_face.data import federated
 from fedjax_face.data import stores
+from fedjax_face.eval.recognition import ijb
 
 
 SECTIONS = ('rounds', 'regularizer', 'eval', 'scaling', 'one_per_client', 'fedavg_cnn', 'ijb',
@@ -214,6 +215,11 @@ def validate(config, num_devices: int | None = None) -> None:
     raise ValueError(f'config.bench.eval.num_pairs={b.eval.num_pairs}; expected a multiple of '
                      f'2 x bench.eval.num_folds = {2 * b.eval.num_folds} (equal folds, half '
                      'genuine).')
+  chunk = ijb.CHUNK_BATCHES * b.ijb.batch_size
+  if b.ijb.crops <= chunk:
+    raise ValueError(f'config.bench.ijb.crops={b.ijb.crops}; expected more than one chunk of '
+                     f'{ijb.CHUNK_BATCHES} x bench.ijb.batch_size = {chunk} (the rate is counted '
+                     'after the first).')
   m = b.fedma_matching
   for field in ('client_width', 'cap_width', 'clients'):
     _positive_int(f'bench.fedma_matching.{field}', m[field])
