@@ -136,6 +136,16 @@ def step_inputs(data: dict, rng) -> dict:
           'depth': data['targets']['depth'], 'rng': jax.random.split(rng, num_steps)}
 
 
+def loss_metrics(terms: dict, mask, weights: dict) -> dict:
+  """Each loss term's mean over the steps that had frames (`mask` [steps, batch]), and their
+  weighted sum as 'train_loss'."""
+  active = jnp.any(mask, axis=-1)
+  mean = lambda x: jnp.sum(x * active) / jnp.maximum(active.sum(), 1)
+  metrics = {f'loss_{k}': mean(v) for k, v in terms.items()}
+  metrics['train_loss'] = sum(weights[k] * metrics[f'loss_{k}'] for k in terms)
+  return metrics
+
+
 def build(config, model, fed, *, step_mode: str) -> Algorithm:
   """FedGPAD (`model.disentangle`) or FedPAD over the data centers `fed` (clients)."""
   weights = dict(config.fedgpad.loss_weights)
@@ -197,10 +207,7 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     (params, batch_stats, opt_state), terms = local.run_steps(local.skip_if_empty(run), carry, xs,
                                                               mode=step_mode)
     trained = {'params': params, 'batch_stats': batch_stats}
-    active = jnp.any(data['mask'], axis=-1)
-    mean = lambda x: jnp.sum(x * active) / jnp.maximum(active.sum(), 1)
-    metrics = {f'loss_{k}': mean(v) for k, v in terms.items()}
-    metrics['train_loss'] = sum(weights[k] * metrics[f'loss_{k}'] for k in terms)
+    metrics = loss_metrics(terms, data['mask'], weights)
     kept = _parts(trained, private_parts) if private_parts else {}
     if keep_opt_state:
       kept['opt_state'] = opt_state

@@ -200,7 +200,8 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     start = layers.select_layers(from_server, shared['model'], private['model'])
     moved = layers.permute_inputs(start, matched - 1, client_input.per_client['assign'],
                                   cap_width)
-    start = layers.apply_masks(layers.select_layers([~fedavg] * count, moved, start), out_masks)
+    start = layers.apply_masks(jax.tree.map(lambda m, s: jnp.where(fedavg, s, m), moved, start),
+                               out_masks)
     zeros = jax.tree.map(jnp.zeros_like, start)
 
     def step(carry, batch):
@@ -221,10 +222,7 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
         local.skip_if_empty(step), carry, fedgpad.step_inputs(data, rng), mode=step_mode)
     # The held layers' running statistics stay the server's.
     trained = layers.select_layers(held, start, {'params': params, 'batch_stats': batch_stats})
-    active = jnp.any(data['mask'], axis=-1)
-    mean = lambda x: jnp.sum(x * active) / jnp.maximum(active.sum(), 1)
-    metrics = {f'loss_{k}': mean(v) for k, v in terms.items()}
-    metrics['train_loss'] = sum(weights[k] * metrics[f'loss_{k}'] for k in terms)
+    metrics = fedgpad.loss_metrics(terms, data['mask'], weights)
     # What crosses: every layer the server does not already hold.
     return ClientResult(update=layers.select_layers(held, zeros, trained),
                         private={'model': trained}, metrics=metrics)
