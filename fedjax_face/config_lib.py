@@ -9,10 +9,11 @@ the module that uses them and checked from there.
 
 import ml_collections
 
-from fedjax_face.core import distributed, engine, local, privacy
+from fedjax_face.core import (compression, distributed, engine, local, local_terms, privacy,
+                              server_optimizers)
 from fedjax_face.core.checks import (check_bool, check_choice, check_fraction, check_int,  # pylint: disable=unused-import
                                      check_number, section)
-from fedjax_face.data import partition, sources
+from fedjax_face.data import participation, partition, sources
 from fedjax_face.models import heads
 from fedjax_face.models.conv import CONV_GRADIENTS
 
@@ -73,6 +74,14 @@ def base_config(task: str = 'recognition') -> ml_collections.ConfigDict:
   c.federated.client_optimizer_state = 'reset'   # 'reset': fresh momentum every round (a new
                                        # optimizer per round, as FL code usually does); 'keep':
                                        # each client keeps its own from its last round
+  # Who takes part (data/participation.py): 'uniform' (round(C·K) without replacement) |
+  # 'weighted' (by data size, without replacement) | 'availability' (client k online with its own
+  # probability each round, drawn once from a Dirichlet of concentration availability_alpha
+  # scaled to mean C; the cohort is up to round(C·K) of those online).
+  c.federated.sampling = 'uniform'
+  c.federated.availability_alpha = 1.0
+  c.federated.straggler_drop = 0.0     # the slowest fraction of each cohort misses the deadline
+  c.federated.speed_sigma = 0.5        # client speeds: ln s ~ N(0, sigma^2), drawn once per seed
 
   c.model = ml_collections.ConfigDict()
   c.model.name = 'small_cnn'           # or 'iresnet18' / 'iresnet34' (112x112, accelerators)
@@ -96,6 +105,20 @@ def base_config(task: str = 'recognition') -> ml_collections.ConfigDict:
   c.optimizer.decay_factor = 0.1
   c.optimizer.momentum = 0.9
   c.optimizer.weight_decay = 5e-4
+  c.optimizer.correction = 'none'      # 'fedprox' | 'scaffold' (option II): core/local_terms.py
+  c.optimizer.prox_mu = 0.01           # FedProx's mu
+
+  # The server's step on the pseudo-gradient (core/server_optimizers.py); 'fedavg' with rate 0
+  # or 1 is the method's own step unchanged.
+  c.server_optimizer = ml_collections.ConfigDict(dict(
+      name='fedavg', learning_rate=0.0, momentum=0.9, b1=0.9, b2=0.99, tau=1e-3))
+  # What a client sends, compressed (core/compression.py): 'quantize' (bits per coordinate) |
+  # 'topk' (fraction of each tensor, error feedback).
+  c.compression = ml_collections.ConfigDict(dict(codec='none', bits=8, fraction=0.01))
+  # Pairwise-masked sums in Z_2^32 (core/secure_aggregation.py): fraction_bits of fixed point;
+  # neighbors 0 = every pair (Bonawitz et al.), k = k on each side of a ring of the cohort.
+  c.secure_aggregation = ml_collections.ConfigDict(dict(enabled=False, fraction_bits=24,
+                                                        neighbors=0))
 
   c.engine = ml_collections.ConfigDict()
   c.engine.backend = 'auto'            # 'auto' | 'vmap' | 'map' | 'loop'
@@ -238,6 +261,12 @@ def _check_federated(c: ml_collections.ConfigDict) -> None:
   check_number('federated.local_epochs', fl.local_epochs, allow_zero=True)
   check_int('federated.batch_size', fl.batch_size)
   check_choice('federated.client_optimizer_state', fl.client_optimizer_state, ('reset', 'keep'))
+  check_choice('federated.sampling', fl.sampling, participation.SAMPLINGS)
+  check_number('federated.availability_alpha', fl.availability_alpha)
+  if not isinstance(fl.straggler_drop, (int, float)) or not 0 <= fl.straggler_drop < 1:
+    raise ValueError(f'config.federated.straggler_drop={fl.straggler_drop!r}; expected a '
+                     'fraction in [0, 1) of each cohort to drop.')
+  check_number('federated.speed_sigma', fl.speed_sigma, allow_zero=True)
   check_bool('federated.balanced_classes', fl.balanced_classes)
 
 
@@ -262,6 +291,28 @@ def _check_optimizer(c: ml_collections.ConfigDict) -> None:
     raise ValueError(f'config.optimizer.decay_at={decay_at!r}; expected increasing fractions of '
                      'num_rounds in (0, 1), e.g. (2/3, 13/15).')
   check_fraction('optimizer.decay_factor', c.optimizer.decay_factor)
+  check_choice('optimizer.correction', c.optimizer.correction, local_terms.KINDS)
+  check_number('optimizer.prox_mu', c.optimizer.prox_mu, allow_zero=True)
+
+
+def _check_blocks(c: ml_collections.ConfigDict) -> None:
+  so = c.server_optimizer
+  check_choice('server_optimizer.name', so.name, server_optimizers.OPTIMIZERS)
+  check_number('server_optimizer.learning_rate', so.learning_rate, allow_zero=True)
+  check_number('server_optimizer.tau', so.tau)
+  for name in ('momentum', 'b1', 'b2'):
+    if not isinstance(so[name], (int, float)) or not 0 <= so[name] < 1:
+      raise ValueError(f'config.server_optimizer.{name}={so[name]!r}; expected a number in '
+                       '[0, 1).')
+  check_choice('compression.codec', c.compression.codec, compression.CODECS)
+  check_choice('compression.bits', c.compression.bits, compression.BITS)
+  check_fraction('compression.fraction', c.compression.fraction)
+  sa = c.secure_aggregation
+  check_bool('secure_aggregation.enabled', sa.enabled)
+  if not isinstance(sa.fraction_bits, int) or not 1 <= sa.fraction_bits <= 30:
+    raise ValueError(f'config.secure_aggregation.fraction_bits={sa.fraction_bits!r}; expected '
+                     'an integer from 1 to 30 (fixed point in 32 bits).')
+  check_int('secure_aggregation.neighbors', sa.neighbors, allow_zero=True)
 
 
 def _check_engine(c: ml_collections.ConfigDict) -> None:
@@ -285,6 +336,14 @@ def _check_dp(c: ml_collections.ConfigDict) -> None:
     raise ValueError(f'config.dp.target_delta={d.target_delta!r}; expected a number in (0, 1).')
   check_choice('dp.class_rows', d.class_rows, privacy.CLASS_ROWS)
   check_number('dp.target_epsilon', d.target_epsilon, allow_zero=True)
+  if d.enabled and c.federated.sampling == 'weighted':
+    raise ValueError("config.federated.sampling='weighted' with dp.enabled: the cohort would be "
+                     "drawn by the clients' data sizes, which DP must not reveal; expected "
+                     "'uniform' (amplified) or 'availability' (data-independent, not amplified).")
+  if d.enabled and c.federated.straggler_drop:
+    raise ValueError(f'config.federated.straggler_drop={c.federated.straggler_drop} with '
+                     'dp.enabled: who misses the deadline depends on the data size, which DP '
+                     'must not reveal; expected 0.')
 
 
 def validate(c: ml_collections.ConfigDict) -> None:
@@ -313,5 +372,6 @@ def validate(c: ml_collections.ConfigDict) -> None:
   _check_optimizer(c)
   _check_engine(c)
   _check_dp(c)
+  _check_blocks(c)
   check_int('eval.every_rounds', c.eval.every_rounds, allow_zero=True)
   check_int('eval.batch_size', c.eval.batch_size)

@@ -25,9 +25,11 @@ import numpy as np
 from absl import logging
 
 from fedjax_face import algorithms, config_lib, eval as eval_lib, lifecycle, models
-from fedjax_face.core import communication, distributed, policy, privacy
+from fedjax_face.core import (communication, distributed, policy, privacy,
+                              secure_aggregation)
+from fedjax_face.core import blocks as blocks_lib
 from fedjax_face.core import engine as engine_lib
-from fedjax_face.data import federated, pipeline, sources, stores
+from fedjax_face.data import federated, participation, pipeline, sources, stores
 from fedjax_face.eval import diagnostics
 from fedjax_face.io import artifacts, checkpoint, files, metrics, provenance, report
 from fedjax_face.models import arcface_torch
@@ -82,8 +84,17 @@ def warm_start(config):
   if arcface_torch.is_backbone_file(config.init_from):
     return {'server': {'model': arcface_torch.load_variables(
         config.init_from, config.model, config.data.image_size)}}
-  return checkpoint.load_final_state(config.init_from, config.init_from_step,
-                                     config.trust_unverified_checkpoints)
+  # A run with the federated blocks on keeps the method's state under 'method'.
+  return blocks_lib.method_start(checkpoint.load_final_state(
+      config.init_from, config.init_from_step, config.trust_unverified_checkpoints))
+
+
+def build_algorithm(config, method, model, fed, step_mode: str):
+  """The method's `Algorithm`, wrapped in the federated blocks its config switches on
+  (core/blocks.py: server optimizer, FedProx / SCAFFOLD, compression)."""
+  algorithm = method.build(config, model, fed, step_mode=step_mode)
+  blocks = blocks_lib.from_config(config)
+  return blocks_lib.wrap(algorithm, blocks, fed.num_clients) if blocks.active else algorithm
 
 
 def class_embedding_norms(algorithm, state) -> dict:
@@ -123,9 +134,12 @@ def plan_engine(config, algorithm, state, fed, cohort_size: int, backend: str, m
                                  memory_fraction=config.engine.memory_fraction, dp=dp,
                                  client_state=config.engine.client_state)
     map_width = plan.map_width
-  eng = engine_lib.RoundEngine(algorithm, backend=backend, map_width=map_width, mesh=mesh,
-                               loop_threads=loop_threads, dp=dp,
-                               client_state=config.engine.client_state)
+  secure = config.secure_aggregation
+  eng = engine_lib.RoundEngine(
+      algorithm, backend=backend, map_width=map_width, mesh=mesh, loop_threads=loop_threads,
+      dp=dp, client_state=config.engine.client_state,
+      secure=secure_aggregation.Spec(secure.fraction_bits, secure.neighbors)
+      if secure.enabled else None)
   return eng, plan
 
 
@@ -187,7 +201,7 @@ def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start
   build_config, kept = lifecycle.with_start_decay_rounds(config, prior)
   if kept:
     say(kept, flush=True)
-  algorithm = method.build(build_config, model, fed, step_mode=step_mode)
+  algorithm = build_algorithm(build_config, method, model, fed, step_mode)
   embed = eval_lib.make_embed(model)
   mesh = None
   if backend != 'loop' or jax.process_count() > 1:   # several processes: the mesh spans them
@@ -217,7 +231,8 @@ def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start
   # Rounds.
   fl = config.federated
   num_examples = fed.num_examples.astype(np.float32)
-  cohort_size = len(federated.select_clients(fed.num_clients, fl.participation, 0, config.seed))
+  cohorts = participation.Cohorts(fl, fed.num_examples, config.seed)
+  cohort_size = cohorts.size
   history, planned = lifecycle.noise_history(config, record, start_round, algorithm.client_rows,
                                    fed.num_clients, cohort_size, say)
   dp = privacy.spec_from_config(config, algorithm.client_rows, fed.num_clients, cohort_size,
@@ -240,9 +255,7 @@ def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start
       (prior or {}).get('lr_schedule') if kept else lifecycle.decay_record(config))
   if plan is not None:
     say(f'engine: {plan.describe()}', flush=True)
-  cohort_of = lambda r: federated.pad_cohort(
-      federated.select_clients(fed.num_clients, fl.participation, r, config.seed),
-      eng.cohort_multiple(), fed.num_clients)
+  cohort_of = lambda r: cohorts.padded(r, eng.cohort_multiple())
   rows = eng.process_rows(len(cohort_of(0)))   # this process loads only these clients' data
   images_per_round = cohort_size * fl.local_steps * fl.batch_size
   say(f'{config.algorithm}: {fed.num_clients} clients, {cohort_size} per round, '
@@ -391,8 +404,8 @@ def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start
                   if dp is not None else {'enabled': False}),
       'communication': None if method.ONE_CLIENT else communication.ledger(
           algorithm, state, one_client_data(fed, config),
-          [federated.select_clients(fed.num_clients, fl.participation, r, config.seed)
-           for r in range(config.num_rounds)], fed.num_clients, wire=eng.client_wire),
+          [cohorts(r) for r in range(config.num_rounds)], fed.num_clients,
+          wire=eng.client_wire),
       **{kind: out.results for kind, out in outputs.items()},
       'plots': plots,
       'provenance': provenance.collect(),

@@ -21,7 +21,7 @@ from absl import app, flags
 from fedjax_face.io import files
 from fedjax_face.tools import tables
 
-PAPERS = ('fedgc', 'fedfv', 'fedfr', 'pad', 'privacy')   # fedjax_face/proj/<paper>/reproduce.py
+PAPERS = ('fedgc', 'fedfv', 'fedfr', 'pad', 'privacy', 'blocks')   # fedjax_face/proj/<paper>/reproduce.py
 
 
 def paper_module(paper: str):

@@ -4,6 +4,7 @@ import jax
 import numpy as np
 
 from fedjax_face import algorithms, config_lib, models
+from fedjax_face.core import blocks as blocks_lib
 from fedjax_face.core import engine as engine_lib
 from fedjax_face.data import federated
 
@@ -33,21 +34,29 @@ def run_rounds(algorithm_name: str, backend: str, *, step_mode: str = 'scan',
                map_width: int | None = None,
                mesh=None, cohorts=((0, 1, 2, 3, 4), (1, 3, 4)), pad_to: int = 1,
                reg_lambda: float | None = None, loop_threads: int = 1, dp=None,
-               client_state: str = 'device'):
+               client_state: str = 'device', configure=None, secure=None):
   """Runs one round per cohort; returns the final RoundState as numpy and the engine.
 
-  `map_width` None: chunks of 2 for 'map', the whole cohort at once for 'vmap'.
+  `map_width` None: chunks of 2 for 'map', the whole cohort at once for 'vmap'. `configure`
+  changes the config in place (the federated blocks it switches on wrap the method, as a run
+  does); `secure` is the engine's secure-aggregation spec.
   """
   if map_width is None:
     map_width = 2 if backend == 'map' else 0
   config = tiny_config(algorithm_name)
   if reg_lambda is not None:
     config.fedgc.reg_lambda = reg_lambda
+  if configure is not None:
+    configure(config)
   fed = tiny_problem()
   model = models.build_backbone(config.model)
   algorithm = algorithms.get(algorithm_name).build(config, model, fed, step_mode=step_mode)
+  blocks = blocks_lib.from_config(config)
+  if blocks.active:
+    algorithm = blocks_lib.wrap(algorithm, blocks, fed.num_clients)
   eng = engine_lib.RoundEngine(algorithm, backend=backend, map_width=map_width, mesh=mesh,
-                               loop_threads=loop_threads, dp=dp, client_state=client_state)
+                               loop_threads=loop_threads, dp=dp, client_state=client_state,
+                               secure=secure)
   state = algorithm.init(jax.random.PRNGKey(0))
   if client_state == 'host':
     state = state.replace(clients=engine_lib.host_clients(state.clients))

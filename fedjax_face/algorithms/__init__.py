@@ -22,6 +22,8 @@ Adding a method is one line here (WORKSPACE.md, "How to add a method").
 import importlib
 import types
 
+from fedjax_face.core import blocks
+
 ALGORITHMS = {
     'centralized': 'fedjax_face.algorithms.centralized',
     'fedpe': 'fedjax_face.algorithms.fedpe',
@@ -35,6 +37,27 @@ ALGORITHMS = {
     'fedgpad': 'fedjax_face.algorithms.fedgpad',
     'fedma': 'fedjax_face.algorithms.fedma',        # FedGPAD's Table V baseline
 }
+
+
+# Methods the federated building blocks (core/blocks.py: server optimizers, FedProx / SCAFFOLD,
+# compression; secure aggregation) do not apply to, and why. Participation applies to all.
+NOT_FOR_BLOCKS = {
+    'centralized': 'one client trains on every identity: nothing is sent or aggregated.',
+    'fedma': "its server matches neurons across the clients' models, so it needs each model "
+             'as sent: no mean to step on, compress against or sum under masks.',
+}
+
+
+def blocks_refusal(config) -> str | None:
+  """Why the blocks `config` switches on do not apply to its method, or None."""
+  if config.algorithm in NOT_FOR_BLOCKS:
+    return NOT_FOR_BLOCKS[config.algorithm]
+  if (config.secure_aggregation.enabled and config.algorithm in ('fedpad', 'fedgpad')
+      and config.fedgpad.weighting == 'uniform'):
+    return ("secure_aggregation.enabled with fedgpad.weighting='uniform': the server sees only "
+            "the sum, which clients weight by the engine's n_k; set fedgpad.weighting="
+            "'examples'.")
+  return None
 
 
 def get(name: str) -> types.ModuleType:
@@ -62,4 +85,8 @@ def check_config(config) -> None:
     raise ValueError(f'config.dp.enabled=True with {config.algorithm}: client-level differential '
                      'privacy needs clients; a centralized run has one. Expected a federated '
                      'method, or dp.enabled=False.')
+  refusal = blocks_refusal(config)
+  if refusal and config.secure_aggregation.enabled:
+    raise ValueError(f'secure_aggregation.enabled=True with {config.algorithm}: {refusal}')
+  blocks.check(config, config.algorithm, refusal)
   method.check_config(config)

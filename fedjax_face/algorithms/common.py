@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedjax_face.core import arrays, local
+from fedjax_face.core import arrays, local, local_terms
 from fedjax_face.data import preprocess
 from fedjax_face.io import checkpoint
 from fedjax_face.models import heads
@@ -18,15 +18,16 @@ def make_optimizer(config) -> optax.GradientTransformation:
 
   `config` is the `optimizer` section: learning_rate (constant, as in FedGC), momentum,
   weight_decay; `name='adam'` is Adam at that rate with the same weight decay added to the
-  gradient (PyTorch's Adam, which FedGPAD's code uses).
+  gradient (PyTorch's Adam, which FedGPAD's code uses). `correction` 'fedprox' / 'scaffold'
+  chains `core.local_terms.transform` first: FedProx's proximal gradient or SCAFFOLD's c − c_i
+  on the received model's parameters (`core/blocks.py` names them each round).
   """
+  steps = [optax.add_decayed_weights(config.weight_decay)]
+  if config.get('correction', 'none') != 'none':
+    steps.insert(0, local_terms.transform())
   if config.get('name', 'sgd') == 'adam':
-    return optax.chain(optax.add_decayed_weights(config.weight_decay),
-                       optax.adam(config.learning_rate))
-  return optax.chain(
-      optax.add_decayed_weights(config.weight_decay),
-      optax.sgd(config.learning_rate, momentum=config.momentum or None),
-  )
+    return optax.chain(*steps, optax.adam(config.learning_rate))
+  return optax.chain(*steps, optax.sgd(config.learning_rate, momentum=config.momentum or None))
 
 
 def lr_scale_schedule(config) -> Callable[[jax.Array], jax.Array] | None:

@@ -48,7 +48,7 @@ from absl import logging
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from fedjax_face.core import aggregation, arrays, privacy
+from fedjax_face.core import aggregation, arrays, privacy, secure_aggregation
 from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, RoundState
 
 BACKENDS = ('vmap', 'map', 'loop')
@@ -196,21 +196,47 @@ def _prepare(algorithm: Algorithm, state: RoundState, client_ids, positions, rng
   return client_input, private
 
 
+def aggregation_shares(weights, dp: privacy.DpSpec | None):
+  """Each row's share of the mean under secure aggregation: w_k / Σw, or 1 / m over the real
+  rows under DP (whose mean is uniform)."""
+  weights = (weights > 0).astype(jnp.float32) if dp is not None else weights
+  return weights / jnp.maximum(jnp.sum(weights), 1e-30)
+
+
 def _one_client(algorithm: Algorithm, shared, per_client, private, data, client_id,
-                rng, dp: privacy.DpSpec | None = None) -> ClientResult:
+                rng, dp: privacy.DpSpec | None = None,
+                secure: secure_aggregation.Spec | None = None, position=None, share=None,
+                cohort: int = 0) -> ClientResult:
   """One client's update; its randomness is fold_in(round rng, client id). With `dp` the client
-  clips what it sends (its difference from what it received) before it leaves."""
+  clips what it sends (its difference from what it received) before it leaves. With `secure`
+  the client at cohort row `position` (of `cohort`) sends its averaged keys as masked ring
+  vectors of `share` times its difference (and, with `dp`, its share of the sum's noise)."""
+  round_rng = rng
   rng = jax.random.fold_in(rng, client_id)
   client_input = ClientInput(shared, per_client)
   result = algorithm.client_update(client_input, private, data, rng)
-  if dp is None:
+  if dp is None and secure is None:
     return result
-  covered, passed = dp.covered(result.update)
   origin = algorithm.update_origin(client_input)
-  clipped, norm = privacy.clip_update(covered, {k: origin[k] for k in covered}, dp.clip_norm)
-  metrics = {**result.metrics, 'dp/update_norm': norm,
-             'dp/clipped': (norm > dp.clip_norm).astype(jnp.float32)}
-  return result._replace(update={**clipped, **passed}, metrics=metrics)
+  if dp is not None:
+    covered, passed = dp.covered(result.update)
+    clipped, norm = privacy.clip_update(covered, {k: origin[k] for k in covered}, dp.clip_norm)
+    metrics = {**result.metrics, 'dp/update_norm': norm,
+               'dp/clipped': (norm > dp.clip_norm).astype(jnp.float32)}
+    result = result._replace(update={**clipped, **passed}, metrics=metrics)
+  if secure is None:
+    return result
+  summed = [k for k in result.update if k not in algorithm.client_rows]
+  delta = {k: jax.tree.map(lambda u, o: u.astype(jnp.float32) - o.astype(jnp.float32),
+                           result.update[k], origin[k]) for k in summed}
+  if dp is not None:   # distributed DP: each client adds N(0, (σS)²·share), the sum N(0, (σS)²)
+    delta = privacy.noise_share(delta, dp.noise_std * jnp.sqrt(share),
+                                jax.random.fold_in(rng, privacy.NOISE_STREAM))
+  masked, clamped = secure_aggregation.mask_update(
+      secure, delta, share, jax.random.fold_in(round_rng, secure_aggregation.SECRET_STREAM),
+      position, cohort)
+  return result._replace(update={**result.update, **masked},
+                         metrics={**result.metrics, 'secagg/clamped': clamped})
 
 
 def plan_width(algorithm: Algorithm, state: RoundState, cohort_size: int, client_data, *,
@@ -289,7 +315,8 @@ class RoundEngine:
 
   def __init__(self, algorithm: Algorithm, *, backend: str, map_width: int = 0,
                mesh: Mesh | None = None, loop_threads: int = 1,
-               dp: privacy.DpSpec | None = None, client_state: str = 'device'):
+               dp: privacy.DpSpec | None = None, client_state: str = 'device',
+               secure: secure_aggregation.Spec | None = None):
     if backend not in BACKENDS:
       raise ValueError(f'engine.backend={backend!r}; expected one of {BACKENDS}.')
     if client_state not in CLIENT_STATES:
@@ -306,8 +333,13 @@ class RoundEngine:
     if dp is not None and algorithm.update_origin is None:
       raise ValueError(f'dp.enabled=True but {algorithm.name} does not say what its clients '
                        'received (Algorithm.update_origin), so their updates cannot be clipped.')
+    if secure is not None and algorithm.update_origin is None:
+      raise ValueError(f'secure_aggregation.enabled=True but {algorithm.name} does not say what '
+                       'its clients received (Algorithm.update_origin), so their differences '
+                       'cannot be summed.')
     self.algorithm = algorithm
     self.dp = dp
+    self.secure = secure
     self.client_state = client_state
     self.backend = backend
     self.map_width = int(map_width)
@@ -362,27 +394,58 @@ class RoundEngine:
 
   # -- pure pieces ---------------------------------------------------------------------------
 
-  def _one_client(self, shared, per_client, private, data, client_id, rng) -> ClientResult:
+  def _one_client(self, shared, per_client, private, data, client_id, rng, position, share,
+                  cohort: int) -> ClientResult:
     result = _one_client(self.algorithm, shared, per_client, private, data, client_id, rng,
-                         self.dp)
+                         self.dp, self.secure, position, share, cohort)
     # Inside vmap / lax.map / the loop's program alike, these are one client's shapes.
     self.client_wire = arrays.shape_structs((shared, per_client, result.update))
     return result
 
-  def _client_at(self, shared, per_client, private, data, index, client_id, rng) -> ClientResult:
+  def _client_at(self, shared, per_client, private, data, index, client_id, rng, position,
+                 shares) -> ClientResult:
     """The loop backend's client: row `index` of the cohort's stacked `per_client` / `private`
-    is taken inside the jitted program, so a client costs one dispatch, not one per leaf."""
+    is taken inside the jitted program, so a client costs one dispatch, not one per leaf.
+    `position` is its row in the whole cohort, `shares` every row's (secure aggregation)."""
     take = lambda x: x[index]
     return self._one_client(shared, jax.tree.map(take, per_client), jax.tree.map(take, private),
-                            data, client_id, rng)
+                            data, client_id, rng, position, shares[position], len(shares))
 
   def _prepare_fn(self, state: RoundState, client_ids, positions, rng):
     return _prepare(self.algorithm, state, client_ids, positions, rng)
 
+  def _unmask(self, state: RoundState, updates: dict, weights, client_ids, broadcast_key):
+    """Secure aggregation's server side: the masked sums decoded into the mean of the averaged
+    keys, given to every row (any weighted mean of the rows is then that mean); the client rows
+    as sent. The mean adds the shares of what each client received, which the server sent."""
+    # The broadcast again, from the pre-round state: the origins each client differenced from.
+    client_input = self.algorithm.broadcast(state.server, client_ids, state.round, broadcast_key)
+    origins = jax.vmap(lambda row: self.algorithm.update_origin(
+        ClientInput(client_input.shared, row)), axis_size=len(client_ids))(
+            client_input.per_client)
+    shares = aggregation_shares(weights, self.dp)
+    out = dict(updates)
+    for k, masked in updates.items():
+      if k in self.algorithm.client_rows:
+        continue
+      total = secure_aggregation.unmasked_sum(self.secure, masked)
+      def mean_row(origin, summed):
+        mean = jnp.tensordot(shares, origin.astype(jnp.float32), axes=1) + summed
+        return jnp.broadcast_to(mean.astype(origin.dtype), origin.shape)
+      out[k] = jax.tree.map(mean_row, origins[k], total)
+    return out
+
   def _finish_fn(self, state: RoundState, results: ClientResult, weights, client_ids, positions,
                  rng):
     updates, server_weights = results.update, weights
-    if self.dp is not None:   # the noise is the server's, drawn inside this jitted step
+    if self.secure is not None:
+      updates = self._unmask(state, updates, weights, client_ids, server_keys(rng)[0])
+      if self.dp is not None:   # the averaged keys' noise came from the clients
+        rows = {k: v for k, v in updates.items() if k in self.algorithm.client_rows}
+        noise_rng = jax.random.fold_in(server_keys(rng)[1], privacy.NOISE_STREAM)
+        rows, server_weights = privacy.noisy_updates(rows, weights, self.dp, noise_rng)
+        updates = {**updates, **rows}
+    elif self.dp is not None:   # the noise is the server's, drawn inside this jitted step
       noise_rng = jax.random.fold_in(server_keys(rng)[1], privacy.NOISE_STREAM)
       updates, server_weights = privacy.noisy_updates(updates, weights, self.dp, noise_rng)
     server = self.algorithm.server_update(state.server, updates, server_weights, client_ids,
@@ -405,25 +468,29 @@ class RoundEngine:
     sharding = NamedSharding(self.mesh, spec)
     return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, sharding), tree)
 
-  def _run_clients(self, client_input: ClientInput, private, data, client_ids, rng):
-    over_clients = jax.vmap(self._one_client, in_axes=(None, 0, 0, 0, 0, None))
-    xs = (client_input.per_client, private, data, client_ids)
-    if self.width is None or self.width == len(client_ids):
-      per_client, private, data, client_ids = self._shard(xs, axis=0)
-      return over_clients(client_input.shared, per_client, private, data, client_ids, rng)
+  def _run_clients(self, client_input: ClientInput, private, data, client_ids, rng, weights):
+    m = len(client_ids)
+    one = functools.partial(self._one_client, cohort=m)
+    over_clients = jax.vmap(one, in_axes=(None, 0, 0, 0, 0, None, 0, 0))
+    xs = (client_input.per_client, private, data, client_ids,
+          jnp.arange(m, dtype=jnp.int32), aggregation_shares(weights, self.dp))
+    if self.width is None or self.width == m:
+      per_client, private, data, client_ids, rows, shares = self._shard(xs, axis=0)
+      return over_clients(client_input.shared, per_client, private, data, client_ids, rng,
+                          rows, shares)
     # Chunks of `width` clients under vmap, one after another. Row r = j·G + g goes to chunk g,
     # so a device's block of rows (the cohort axis is split in blocks over the mesh) is exactly
     # its share of every chunk: no client's data moves between devices.
     width = self.width
     chunks = jax.tree.map(lambda x: jnp.swapaxes(x.reshape((width, -1) + x.shape[1:]), 0, 1), xs)
     chunks = self._shard(chunks, axis=1)
-    run_chunk = lambda c: over_clients(client_input.shared, *c, rng)
+    run_chunk = lambda c: over_clients(client_input.shared, *c[:4], rng, *c[4:])
     results = jax.lax.map(run_chunk, chunks)
     return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1).reshape((-1,) + x.shape[2:]), results)
 
   def _round_fn(self, state: RoundState, client_ids, positions, weights, data, rng):
     client_input, private = self._prepare_fn(state, client_ids, positions, rng)
-    results = self._run_clients(client_input, private, data, client_ids, rng)
+    results = self._run_clients(client_input, private, data, client_ids, rng, weights)
     return self._finish_fn(state, results, weights, client_ids, positions, rng)
 
   def _loop(self, run_client, n: int, signature) -> list[ClientResult]:
@@ -539,10 +606,13 @@ class RoundEngine:
     ids = client_ids[rows]
     client_input, private = self._prepare(local_copy(state), ids, positions[rows], rng)
 
+    shares = np.asarray(aggregation_shares(weights, self.dp), np.float32)
+
     def run_client(i: int) -> ClientResult:
       # Host data is sliced on the host (free); device-resident rows are sliced in `_client_at`.
       return self._client(client_input.shared, client_input.per_client, private,
-                          jax.tree.map(lambda x: x[i], data), np.int32(i), ids[i], rng)
+                          jax.tree.map(lambda x: x[i], data), np.int32(i), ids[i], rng,
+                          np.int32(rows.start + i), shares)
 
     signature = tuple((x.shape, x.dtype) for x in jax.tree.leaves(
         (client_input.per_client, private, data)))

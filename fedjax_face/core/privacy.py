@@ -63,6 +63,8 @@ class DpSpec(NamedTuple):
   client_rows: tuple[str, ...] = ()
   class_rows: str = 'private'
   noise_multiplier: float = 0.0
+  sampling: str = 'uniform'   # config.federated.sampling: only 'uniform' is amplified
+  secure: bool = False        # secure aggregation: the averaged keys' noise drawn by the clients
 
   def covered(self, update: dict) -> tuple[dict, dict]:
     """(the keys of `update` clipped and noised, the keys passed as they are)."""
@@ -83,7 +85,8 @@ def spec_from_config(config, client_rows: tuple[str, ...], num_clients: int = 0,
   if not dp.enabled:
     return None
   spec = DpSpec(clip_norm=float(dp.clip_norm), noise_std=0.0, client_rows=tuple(client_rows),
-                class_rows=dp.class_rows)
+                class_rows=dp.class_rows, sampling=config.federated.sampling,
+                secure=bool(config.secure_aggregation.enabled))
   sigma = float(dp.noise_multiplier)
   if dp.target_epsilon:
     sigma = target_noise(dp.target_epsilon, num_clients, cohort_size, config.num_rounds,
@@ -202,6 +205,17 @@ def noisy_updates(updates: dict, weights: jax.Array, spec: DpSpec, rng: jax.Arra
       out.append(leaf + (mask * noise).astype(leaf.dtype))
     noisy[name] = jax.tree.unflatten(treedef, out)
   return {**noisy, **passed}, real
+
+
+def noise_share(delta: PyTree, std, rng: jax.Array) -> PyTree:
+  """`delta` (float leaves) plus N(0, std²) per coordinate: one client's share of the sum's
+  noise under secure aggregation (distributed DP: the shares of the cohort add up to the
+  central draw's distribution, and the server never sees the sum without it)."""
+  leaves, treedef = jax.tree.flatten(delta)
+  keys = jax.random.split(rng, max(len(leaves), 1))
+  return jax.tree.unflatten(treedef, [
+      x + std * arrays.drawn_flat(jax.random.normal, key, x.shape, dtype=jnp.float32)
+      for x, key in zip(leaves, keys)])
 
 
 def valid_statistics(server: PyTree) -> PyTree:
@@ -324,9 +338,20 @@ def noise_for_epsilon(target: float, num_clients: int, cohort_size: int, rounds:
   return high
 
 
+# What the accountant may assume of each `federated.sampling` (data/participation.py).
+SAMPLING_ASSUMED = {
+    'uniform': '{m} of {k} clients a round, uniformly without replacement, fixed size',
+    'availability': ('up to {m} of {k} clients a round, of those online (each with its own '
+                     'data-independent probability): not a fixed-size uniform sample, so no '
+                     'amplification is claimed'),
+}
+
+
 def amplified(spec: DpSpec) -> bool:
-  """Whether sampling amplifies the run's guarantee: not when client rows leave under DP."""
-  return not (spec.client_rows and spec.class_rows == 'private')
+  """Whether sampling amplifies the run's guarantee: only a fixed-size uniform cohort
+  (`federated.sampling='uniform'`; data/participation.py), and not when client rows leave
+  under DP."""
+  return spec.sampling == 'uniform' and not (spec.client_rows and spec.class_rows == 'private')
 
 
 def ledger(config, spec: DpSpec, num_clients: int, cohort_size: int, rounds: int,
@@ -344,8 +369,9 @@ def ledger(config, spec: DpSpec, num_clients: int, cohort_size: int, rounds: int
       'noise_history': [{'rounds': int(n), 'noise_multiplier': float(s)} for n, s in history],
       'noise_std': spec.noise_std, 'accountant': 'RDP (dp-accounting), replace-one neighbours',
       'unit': 'client (all of its data)',
-      'sampling': (f'{cohort_size} of {num_clients} clients a round, uniformly without '
-                   'replacement, fixed size'),
+      'sampling': SAMPLING_ASSUMED[spec.sampling].format(m=cohort_size, k=num_clients),
+      'noise_drawn_by': ('the clients, a share each, under secure aggregation (distributed DP)'
+                         if spec.secure else 'the server'),
       'amplified_by_sampling': amp,
       'client_rows': list(spec.client_rows),
       'class_rows': spec.class_rows if spec.client_rows else None,

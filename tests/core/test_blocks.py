@@ -1,0 +1,140 @@
+"""The federated blocks around a method (core/blocks.py): what crosses with each, off means
+unwrapped, the refusals and config errors, and a run with them resumed as the uninterrupted one."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_face import algorithms, config_lib, experiment, models
+from fedjax_face.core import blocks, communication, secure_aggregation
+from fedjax_face.core.algorithm import ClientInput
+from fedjax_face.core import engine as engine_lib
+from fedjax_face.data import federated
+from tests import config_files, engine_cases
+
+
+def _wire(name: str, secure=None, **fields):
+  """(down keys -> dtypes, up keys -> dtypes) of one client of `name` on the tiny problem."""
+  def configure(config):
+    for field, value in fields.items():
+      section, key = field.split('__')
+      config[section][key] = value
+  _, eng = engine_cases.run_rounds(name, 'loop', cohorts=((0, 1, 2),), configure=configure,
+                                   secure=secure)
+  shared, row, update = eng.client_wire
+  dtypes = lambda tree: {k: sorted({str(x.dtype) for x in jax.tree.leaves(v)})
+                         for k, v in tree.items()}
+  return dtypes({**shared, **row}), dtypes(update), update
+
+
+def test_what_crosses_with_each_block():
+  down, up, _ = _wire('fedpe')
+  assert down == up == {'model': ['float32']}
+  # A server optimizer's moments stay on the server.
+  assert _wire('fedpe', server_optimizer__name='fedyogi')[:2] == (down, up)
+  # FedProx sends nothing more.
+  assert _wire('fedpe', optimizer__correction='fedprox')[:2] == (down, up)
+  # SCAFFOLD: c down with the model, Δc up with it.
+  down_s, up_s, update = _wire('fedpe', optimizer__correction='scaffold')
+  assert down_s == {'model': ['float32'], 'scaffold_c': ['float32']}
+  assert up_s == {'model': ['float32'], blocks.CONTROL_DELTA: ['float32']}
+  assert set(update[blocks.CONTROL_DELTA]) == set(blocks.chosen_leaves({'model': update['model']}))
+  # Compressed: only the payload (codes and per-tensor scales; values and indices).
+  _, up_q, update = _wire('fedgc', compression__codec='quantize', compression__bits=4)
+  assert up_q == {'model': ['float32', 'uint8'], 'W': ['float32', 'uint8']}
+  assert set(update['W']) == {'codes', 'low', 'step'}
+  _, up_k, update = _wire('fedgc', compression__codec='topk')
+  assert up_k == {'model': ['float32', 'int32'], 'W': ['float32', 'int32']}
+  assert set(update['W']) == {'values', 'indices'}
+  # Secure aggregation: the averaged model as masked ring vectors; FedGC's W_k as they are.
+  _, up_a, _ = _wire('fedgc', secure=secure_aggregation.Spec())
+  assert up_a == {'model': ['uint32'], 'W': ['float32']}
+
+
+def test_with_every_block_off_the_method_is_not_wrapped():
+  config = config_files.load_config('fedgc/fedpe')
+  assert not blocks.from_config(config).active
+  fed = engine_cases.tiny_problem()
+  config = engine_cases.tiny_config('fedpe')
+  algorithm = experiment.build_algorithm(config, algorithms.get('fedpe'),
+                                         models.build_backbone(config.model), fed, 'scan')
+  assert algorithm.init.__module__ == 'fedjax_face.algorithms.fedpe'
+  config.server_optimizer.name = 'fedavgm'
+  wrapped = experiment.build_algorithm(config, algorithms.get('fedpe'),
+                                       models.build_backbone(config.model), fed, 'scan')
+  assert wrapped.init.__module__ == 'fedjax_face.core.blocks'
+
+
+def test_a_started_run_reads_the_method_part_of_a_wrapped_run():
+  inner = {'server': {'model': 1}, 'clients': {'W': 2}, 'round': 3}
+  wrapped = {'server': {'method': {'model': 1}, 'blocks': {'control': 0}},
+             'clients': {'method': {'W': 2}, 'blocks': {}}, 'round': 3}
+  assert blocks.method_start(wrapped) == inner
+  assert blocks.method_start(inner) is inner and blocks.method_start(None) is None
+
+
+@pytest.mark.parametrize('field, value, message', [
+    ('server_optimizer.name', 'fedsgd', "server_optimizer.name='fedsgd'"),
+    ('server_optimizer.b1', 1.0, 'server_optimizer.b1=1.0'),
+    ('server_optimizer.tau', 0.0, 'server_optimizer.tau=0.0'),
+    ('optimizer.correction', 'prox', "optimizer.correction='prox'"),
+    ('optimizer.prox_mu', -0.1, 'optimizer.prox_mu=-0.1'),
+    ('compression.codec', 'zip', "compression.codec='zip'"),
+    ('compression.bits', 3, 'compression.bits=3'),
+    ('compression.fraction', 0.0, 'compression.fraction=0.0'),
+    ('secure_aggregation.fraction_bits', 31, 'secure_aggregation.fraction_bits=31'),
+    ('secure_aggregation.neighbors', -1, 'secure_aggregation.neighbors=-1'),
+])
+def test_block_config_errors_name_the_field(field, value, message):
+  config = engine_cases.tiny_config('fedpe')
+  section, key = field.split('.')
+  config[section][key] = value
+  with pytest.raises(ValueError, match=message.replace('.', r'\.').replace('(', r'\(')):
+    config_lib.validate(config)
+
+
+def test_refused_combinations_say_why():
+  config = config_files.load_config('pad/fedma')
+  config.server_optimizer.name = 'fedadam'
+  with pytest.raises(ValueError, match="server_optimizer.name='fedadam' with fedma: its server "
+                                       'matches neurons'):
+    algorithms.check_config(config)
+  config = config_files.load_config('pad/fedgpad')
+  config.secure_aggregation.enabled = True
+  with pytest.raises(ValueError, match="fedgpad.weighting='uniform'"):
+    algorithms.check_config(config)
+  config.fedgpad.weighting = 'examples'
+  algorithms.check_config(config)
+  config = config_files.load_config('fedgc/fedpe')
+  config.optimizer.correction = 'fedprox'
+  config.federated.client_optimizer_state = 'keep'
+  with pytest.raises(ValueError, match="client_optimizer_state='reset'"):
+    algorithms.check_config(config)
+  config.federated.client_optimizer_state = 'reset'
+  config.optimizer.correction = 'scaffold'
+  config.dp.enabled = True
+  with pytest.raises(ValueError, match="'scaffold' with dp.enabled"):
+    algorithms.check_config(config)
+
+
+def test_a_run_with_the_blocks_resumes_to_the_uninterrupted_run(tmp_path):
+  def config_for(rounds):
+    config = config_files.load_config('fedgc/fedpe')
+    config.num_rounds = rounds
+    config.checkpoint_every = 1
+    config.optimizer.correction = 'scaffold'
+    config.server_optimizer.name = 'fedadam'
+    config.compression.codec = 'topk'
+    config.federated.participation = 0.5
+    config.federated.straggler_drop = 0.5
+    config.evals = type(config.evals)()   # training state only
+    return config
+  experiment.train_and_evaluate(config_for(1), str(tmp_path / 'a'))
+  resumed = experiment.train_and_evaluate(config_for(2), str(tmp_path / 'a'))
+  straight = experiment.train_and_evaluate(config_for(2), str(tmp_path / 'b'))
+  assert resumed['last_logged_round'] == straight['last_logged_round']
+  assert resumed['communication'] == straight['communication']
+  assert resumed['communication']['client_rounds'] == 2   # 2 of 4, one of them dropped, 2 rounds

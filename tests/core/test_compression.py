@@ -1,0 +1,113 @@
+"""Compressed updates: quantization unbiased and its bytes exact, top-k with error feedback, and
+a compressed round decoded by the server."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_face.core import blocks, compression, communication
+from tests import engine_cases
+
+
+@pytest.mark.parametrize('bits', compression.BITS)
+def test_codes_pack_and_unpack_exactly(bits):
+  codes = jax.random.randint(jax.random.PRNGKey(bits), (37,), 0, 1 << bits).astype(jnp.uint8)
+  packed = compression._pack(codes, bits)
+  assert packed.dtype == jnp.uint8 and packed.size == math.ceil(37 * bits / 8)
+  np.testing.assert_array_equal(compression._unpack(packed, bits, 37), codes)
+
+
+@pytest.mark.parametrize('bits', [8, 4])
+def test_quantization_is_unbiased_within_its_stated_spread(bits):
+  x = jax.random.normal(jax.random.PRNGKey(0), (6, 5))
+  draws = 4000
+  decode = jax.jit(jax.vmap(lambda key: compression.dequantize(
+      compression.quantize(x, bits, key), bits, x.shape, x.dtype)))
+  values = np.asarray(decode(jax.random.split(jax.random.PRNGKey(1), draws)), np.float64)
+  step = float(x.max() - x.min()) / ((1 << bits) - 1)
+  # One draw is within a step of x (a level on either side); its variance is at most step²/4, so
+  # the mean of `draws` lies within 5 standard deviations, 5·step/(2·sqrt(draws)), of x.
+  assert np.all(np.abs(values - np.asarray(x)) <= step * (1 + 1e-5))
+  np.testing.assert_array_less(np.abs(values.mean(axis=0) - np.asarray(x)),
+                               5 * step / (2 * math.sqrt(draws)))
+  assert len(np.unique(values[:, 0, 0])) == 2   # two levels, not a deterministic rounding
+
+
+def test_quantized_bytes_are_the_packed_codes_and_two_floats_per_tensor():
+  delta = {'a': jnp.ones((10, 3)), 'b': {'c': jnp.ones((7,))}}
+  spec = compression.Spec('quantize', bits=4)
+  payload, residual = compression.encode(spec, delta, None, jax.random.PRNGKey(0))
+  assert residual is None
+  assert communication.by_key(payload) == {'a': math.ceil(30 * 4 / 8) + 8,
+                                           'b': math.ceil(7 * 4 / 8) + 8}
+
+
+def test_topk_sends_the_largest_and_keeps_the_rest_as_error_feedback():
+  spec = compression.Spec('topk', fraction=0.25)
+  first = {'w': jnp.array([0.1, -3.0, 0.2, 2.0, 0.0, -0.5, 0.05, 1.0])}
+  residual = compression.residual_like(first)
+  payload, residual = compression.encode(spec, first, residual, jax.random.PRNGKey(0))
+  assert sorted(np.asarray(payload['w']['indices']).tolist()) == [1, 3]   # k = ceil(0.25·8)
+  assert communication.by_key(payload) == {'w': 2 * 4 + 2 * 4}            # values + indices
+  sent = compression.decode(spec, payload, first)
+  np.testing.assert_array_equal(sent['w'], [0, -3.0, 0, 2.0, 0, 0, 0, 0])
+  np.testing.assert_array_equal(residual['0000'], first['w'] - sent['w'])
+  # The next round sends from update + residual: the 1.0 left behind now wins.
+  second = {'w': jnp.zeros(8).at[0].set(0.9)}
+  payload, residual = compression.encode(spec, second, residual, jax.random.PRNGKey(1))
+  assert sorted(np.asarray(payload['w']['indices']).tolist()) == [0, 7]
+  total_sent = sent['w'] + compression.decode(spec, payload, second)['w']
+  np.testing.assert_allclose(total_sent + residual['0000'], first['w'] + second['w'], rtol=1e-7)
+
+
+@pytest.mark.parametrize('codec, field, value', [('quantize', 'bits', 8),
+                                                 ('topk', 'fraction', 1.0)])
+def test_a_compressed_round_is_decoded_against_what_each_client_received(codec, field, value):
+  """At 8 bits the round is FedAvg within a quantization step; top-k of every coordinate is
+  FedAvg to float rounding (o + (u − o) for u)."""
+  def configure(config):
+    config.compression.codec = codec
+    config.compression[field] = value
+  cohorts = ((0, 1, 2, 3, 4), (1, 3, 4))
+  plain, _ = engine_cases.run_rounds('fedgc', 'loop', cohorts=cohorts)
+  comp, eng = engine_cases.run_rounds('fedgc', 'loop', cohorts=cohorts, configure=configure)
+  tolerance = 0.05 if codec == 'quantize' else 1e-5
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=tolerance),
+               comp.server['method'], plain.server)
+  shared, row, update = eng.client_wire
+  # What crosses: payloads alone, for the model and for FedGC's own class rows W_k.
+  leaves = jax.tree.leaves(update)
+  if codec == 'quantize':
+    assert {x.dtype for x in leaves} == {jnp.dtype('uint8'), jnp.dtype('float32')}
+    floats = sum(x.size for x in leaves if x.dtype == jnp.float32)
+    assert floats == 2 * len([x for x in leaves if x.dtype == jnp.uint8])   # low, step per tensor
+  else:
+    assert set(update) == {'model', 'W'}
+  wire = communication.wire_bytes(shared, row, update)
+  assert sum(wire['up'].values()) == sum(x.size * x.dtype.itemsize for x in leaves)
+
+
+def test_topk_residuals_are_kept_per_client_and_padding_rows_keep_theirs():
+  def configure(config):
+    config.compression.codec = 'topk'
+    config.compression.fraction = 0.1
+  state, _ = engine_cases.run_rounds('fedpe', 'vmap', cohorts=((0, 2),), pad_to=4,
+                                     configure=configure)
+  residual = state.clients['blocks']['residual']
+  moved = [np.any(r != 0, axis=tuple(range(1, r.ndim))) for r in jax.tree.leaves(residual)]
+  assert np.all(np.any(moved, axis=0) == np.array([True, False, True, False, False]))
+
+
+def test_compression_refuses_dp_and_secure_aggregation():
+  config = engine_cases.tiny_config('fedpe')
+  config.compression.codec = 'topk'
+  config.dp.enabled = True
+  with pytest.raises(ValueError, match='compression.codec with dp.enabled'):
+    blocks.check(config, 'fedpe', None)
+  config.dp.enabled = False
+  config.secure_aggregation.enabled = True
+  with pytest.raises(ValueError, match='secure_aggregation.enabled with compression'):
+    blocks.check(config, 'fedpe', None)

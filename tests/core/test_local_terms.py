@@ -1,0 +1,156 @@
+"""FedProx and SCAFFOLD: their gradient terms and variates by hand, and on real rounds."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_face import algorithms, experiment, models
+from fedjax_face.core import blocks, local_terms
+from fedjax_face.data import sources
+from tests import config_files, engine_cases
+
+COHORTS = ((0, 1, 2, 3, 4), (1, 3, 4))
+
+
+def _set(**fields):
+  def configure(config):
+    for name, value in fields.items():
+      section, key = name.split('__')
+      config[section][key] = value
+  return configure
+
+
+def test_fedprox_gradient_is_mu_times_the_distance_to_what_was_received():
+  received = jnp.array([1.0, -2.0, 0.5])
+  own = jnp.array([3.0, 4.0])                      # a parameter the client did not receive
+  params = {'model': received, 'W': own}
+  with local_terms.applied([received], None, mu=0.1) as matched:
+    state = local_terms.transform().init(params)
+  assert matched == {0}
+  moved = {'model': jnp.array([1.5, -2.5, 0.5]), 'W': jnp.array([0.0, 0.0])}
+  grads = {'model': jnp.array([0.2, 0.3, -0.1]), 'W': jnp.array([1.0, 2.0])}
+  out, _ = local_terms.transform().update(grads, state, moved)
+  np.testing.assert_allclose(out['model'], [0.2 + 0.1 * 0.5, 0.3 - 0.1 * 0.5, -0.1], rtol=1e-6)
+  np.testing.assert_array_equal(out['W'], grads['W'])
+
+
+def test_scaffold_adds_c_minus_c_i_and_fedprox_at_mu_zero_adds_nothing():
+  received = jnp.array([1.0, 2.0])
+  with local_terms.applied([received], [jnp.array([0.25, -0.5])], mu=0.0):
+    state = local_terms.transform().init({'p': received})
+  grads = {'p': jnp.array([1.0, 1.0])}
+  out, _ = local_terms.transform().update(grads, state, {'p': jnp.array([9.0, 9.0])})
+  np.testing.assert_array_equal(out['p'], [1.25, 0.5])
+  with local_terms.applied([received], None, mu=0.0):
+    state = local_terms.transform().init({'p': received})
+  out, _ = local_terms.transform().update(grads, state, {'p': jnp.array([9.0, 9.0])})
+  np.testing.assert_array_equal(out['p'], grads['p'])
+
+
+def test_an_optimizer_initialised_outside_a_client_update_is_refused():
+  with pytest.raises(ValueError, match='outside a client update'):
+    local_terms.transform().init({'p': jnp.zeros(2)})
+
+
+def test_scaffold_option_two_by_hand():
+  c_i, c = [jnp.array([0.1, 0.2])], [jnp.array([0.3, -0.1])]
+  x, y = [jnp.array([1.0, 1.0])], [jnp.array([0.8, 1.1])]
+  new = local_terms.scaffold_control(c_i, c, x, y, jnp.float32(4), jnp.float32(0.05))
+  # c_i − c + (x − y) / (K η) = [0.1 − 0.3 + 0.2 / 0.2, 0.2 + 0.1 − 0.1 / 0.2]
+  np.testing.assert_allclose(new[0], [0.8, -0.2], rtol=1e-6)
+  kept = local_terms.scaffold_control(c_i, c, x, y, jnp.float32(0), jnp.float32(0.05))
+  np.testing.assert_array_equal(kept[0], c_i[0])   # a client without a step keeps c_i
+
+
+@pytest.mark.parametrize('backend', ['loop', 'vmap'])
+def test_fedprox_at_mu_zero_is_fedavg_bit_for_bit(backend):
+  plain, _ = engine_cases.run_rounds('fedpe', backend, cohorts=COHORTS)
+  prox, _ = engine_cases.run_rounds('fedpe', backend, cohorts=COHORTS,
+                                    configure=_set(optimizer__correction='fedprox',
+                                                   optimizer__prox_mu=0.0))
+  jax.tree.map(np.testing.assert_array_equal, prox.server['method'], plain.server)
+  jax.tree.map(np.testing.assert_array_equal, prox.clients['method'], plain.clients)
+
+
+def test_fedprox_pulls_the_clients_toward_the_global_model():
+  plain, _ = engine_cases.run_rounds('fedpe', 'loop', cohorts=COHORTS[:1])
+  x0, _ = engine_cases.run_rounds('fedpe', 'loop', cohorts=())
+  prox, _ = engine_cases.run_rounds('fedpe', 'loop', cohorts=COHORTS[:1],
+                                    configure=_set(optimizer__correction='fedprox',
+                                                   optimizer__prox_mu=5.0))
+  start = blocks.chosen_leaves(x0.server['model'])
+  distance = lambda s: np.sqrt(sum(np.sum((v - start[p])**2)
+                                   for p, v in blocks.chosen_leaves(s).items()))
+  assert distance(prox.server['method']['model']) < distance(plain.server['model'])
+
+
+def test_scaffold_first_round_is_fedavg_and_its_variates_follow_option_two():
+  cohort = ((0, 2, 4),)
+  config = engine_cases.tiny_config('fedpe')
+  plain, _ = engine_cases.run_rounds('fedpe', 'loop', cohorts=cohort)
+  x0, _ = engine_cases.run_rounds('fedpe', 'loop', cohorts=())
+  sc, _ = engine_cases.run_rounds('fedpe', 'loop', cohorts=cohort,
+                                  configure=_set(optimizer__correction='scaffold'))
+  # Zero variates: the corrected gradient is the plain one, so the round is FedAvg's bit for bit.
+  jax.tree.map(np.testing.assert_array_equal, sc.server['method'], plain.server)
+  # c_i⁺ = (x − y_i) / (K η) with K = 2 local steps (c = c_i = 0); y_i is not kept by FedPE, so
+  # recompute it: the server's mean of the y_i, weighted by n_k, equals the weighted mean of
+  # x − K η c_i⁺, and c = |S|/N · mean(c_i⁺).
+  fed = engine_cases.tiny_problem()
+  ids = np.array(cohort[0])
+  weights = fed.num_examples[ids].astype(np.float64)
+  k_eta = 2 * config.optimizer.learning_rate
+  x = blocks.chosen_leaves({'model': x0.server['model']})
+  mean = blocks.chosen_leaves({'model': plain.server['model']})
+  control = sc.clients['blocks']['control']
+  for path in x:
+    c_i = control[path][ids].astype(np.float64)
+    y = x[path] - k_eta * c_i
+    np.testing.assert_allclose(np.tensordot(weights / weights.sum(), y, axes=1), mean[path],
+                               rtol=1e-4, atol=1e-6, err_msg=path)
+    others = np.setdiff1d(np.arange(fed.num_clients), ids)
+    assert not np.any(control[path][others])
+    np.testing.assert_allclose(sc.server['blocks']['control'][path],
+                               len(ids) / fed.num_clients * c_i.mean(axis=0), rtol=1e-5,
+                               atol=1e-7)
+
+
+MODEL_SENDING = ['fedgc/fedpe', 'fedgc', 'fedfv', 'fedfv/fedaws', 'fedfv/fedface', 'fedfv/feduv',
+                 'fedfr/fedfr', 'pad/fedpad', 'pad/fedgpad']
+
+
+@pytest.mark.parametrize('name', MODEL_SENDING)
+def test_every_averaged_parameter_is_tied_and_its_origin_is_the_server_s(name):
+  """The link FedProx / SCAFFOLD make by identity reaches every parameter leaf the method
+  averages, and what a client received for them does not depend on the broadcast's key (the
+  server's compression decoder recomputes it from its own state)."""
+  config = config_files.load_config(name)
+  config.optimizer.correction = 'scaffold'
+  fed, _ = sources.training_views(config, sources.load(config), one_client=False)
+  algorithm = algorithms.get(config.algorithm).build(config, models.build_backbone(config.model),
+                                                     fed, step_mode='scan')
+  wrapped = blocks.wrap(algorithm, blocks.from_config(config), fed.num_clients)
+  state = wrapped.init(jax.random.PRNGKey(0))
+  ids = jnp.array([0, 1], jnp.int32)
+  row = lambda ci: ci._replace(per_client=jax.tree.map(lambda x: x[0], ci.per_client))
+  origin = jax.jit(lambda server, key: wrapped.update_origin(row(wrapped.broadcast(
+      server, ids, state.round, key))))
+  jax.tree.map(np.testing.assert_array_equal, origin(state.server, jax.random.PRNGKey(1)),
+               origin(state.server, jax.random.PRNGKey(2)))
+  data = experiment.one_client_data(fed, config)
+  slots = {}
+
+  def traced(server, clients, data):
+    ci = row(algorithm.broadcast(server['method'], ids, state.round, jax.random.PRNGKey(1)))
+    received = blocks.chosen_leaves({k: v for k, v in algorithm.update_origin(ci).items()
+                                     if k not in algorithm.client_rows})
+    private = jax.tree.map(lambda x: x[0], clients['method'])
+    with local_terms.applied(list(received.values()), None, 0.0) as matched:
+      algorithm.client_update(ci, private, data, jax.random.PRNGKey(0))
+    slots['all'], slots['matched'] = list(received), sorted(matched)
+    return 0
+
+  jax.eval_shape(traced, state.server, state.clients, data)
+  assert slots['all'] and slots['matched'] == list(range(len(slots['all']))), [
+      p for i, p in enumerate(slots['all']) if i not in slots['matched']]
