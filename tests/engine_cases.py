@@ -30,6 +30,15 @@ def tiny_problem(num_clients: int = 5, seed: int = 0):
   return federated.build(images, labels, [np.sort(i).astype(np.int32) for i in ids])
 
 
+def set_fields(**fields):
+  """A `configure` for `run_rounds`: `section__key=value` sets `config.section.key`."""
+  def configure(config):
+    for name, value in fields.items():
+      section, key = name.split('__')
+      config[section][key] = value
+  return configure
+
+
 def run_rounds(algorithm_name: str, backend: str, *, step_mode: str = 'scan',
                map_width: int | None = None,
                mesh=None, cohorts=((0, 1, 2, 3, 4), (1, 3, 4)), pad_to: int = 1,

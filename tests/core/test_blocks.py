@@ -18,12 +18,8 @@ from tests import config_files, engine_cases
 
 def _wire(name: str, secure=None, **fields):
   """(down keys -> dtypes, up keys -> dtypes) of one client of `name` on the tiny problem."""
-  def configure(config):
-    for field, value in fields.items():
-      section, key = field.split('__')
-      config[section][key] = value
-  _, eng = engine_cases.run_rounds(name, 'loop', cohorts=((0, 1, 2),), configure=configure,
-                                   secure=secure)
+  _, eng = engine_cases.run_rounds(name, 'loop', cohorts=((0, 1, 2),),
+                                   configure=engine_cases.set_fields(**fields), secure=secure)
   shared, row, update = eng.client_wire
   dtypes = lambda tree: {k: sorted({str(x.dtype) for x in jax.tree.leaves(v)})
                          for k, v in tree.items()}

@@ -13,13 +13,6 @@ from tests import config_files, engine_cases
 COHORTS = ((0, 1, 2, 3, 4), (1, 3, 4))
 
 
-def _set(**fields):
-  def configure(config):
-    for name, value in fields.items():
-      section, key = name.split('__')
-      config[section][key] = value
-  return configure
-
 
 def test_fedprox_gradient_is_mu_times_the_distance_to_what_was_received():
   received = jnp.array([1.0, -2.0, 0.5])
@@ -66,9 +59,9 @@ def test_scaffold_option_two_by_hand():
 @pytest.mark.parametrize('backend', ['loop', 'vmap'])
 def test_fedprox_at_mu_zero_is_fedavg_bit_for_bit(backend):
   plain, _ = engine_cases.run_rounds('fedpe', backend, cohorts=COHORTS)
-  prox, _ = engine_cases.run_rounds('fedpe', backend, cohorts=COHORTS,
-                                    configure=_set(optimizer__correction='fedprox',
-                                                   optimizer__prox_mu=0.0))
+  prox, _ = engine_cases.run_rounds(
+      'fedpe', backend, cohorts=COHORTS,
+      configure=engine_cases.set_fields(optimizer__correction='fedprox', optimizer__prox_mu=0.0))
   jax.tree.map(np.testing.assert_array_equal, prox.server['method'], plain.server)
   jax.tree.map(np.testing.assert_array_equal, prox.clients['method'], plain.clients)
 
@@ -76,9 +69,9 @@ def test_fedprox_at_mu_zero_is_fedavg_bit_for_bit(backend):
 def test_fedprox_pulls_the_clients_toward_the_global_model():
   plain, _ = engine_cases.run_rounds('fedpe', 'loop', cohorts=COHORTS[:1])
   x0, _ = engine_cases.run_rounds('fedpe', 'loop', cohorts=())
-  prox, _ = engine_cases.run_rounds('fedpe', 'loop', cohorts=COHORTS[:1],
-                                    configure=_set(optimizer__correction='fedprox',
-                                                   optimizer__prox_mu=5.0))
+  prox, _ = engine_cases.run_rounds(
+      'fedpe', 'loop', cohorts=COHORTS[:1],
+      configure=engine_cases.set_fields(optimizer__correction='fedprox', optimizer__prox_mu=5.0))
   start = blocks.chosen_leaves(x0.server['model'])
   distance = lambda s: np.sqrt(sum(np.sum((v - start[p])**2)
                                    for p, v in blocks.chosen_leaves(s).items()))
@@ -90,8 +83,9 @@ def test_scaffold_first_round_is_fedavg_and_its_variates_follow_option_two():
   config = engine_cases.tiny_config('fedpe')
   plain, _ = engine_cases.run_rounds('fedpe', 'loop', cohorts=cohort)
   x0, _ = engine_cases.run_rounds('fedpe', 'loop', cohorts=())
-  sc, _ = engine_cases.run_rounds('fedpe', 'loop', cohorts=cohort,
-                                  configure=_set(optimizer__correction='scaffold'))
+  sc, _ = engine_cases.run_rounds(
+      'fedpe', 'loop', cohorts=cohort,
+      configure=engine_cases.set_fields(optimizer__correction='scaffold'))
   # Zero variates: the corrected gradient is the plain one, so the round is FedAvg's bit for bit.
   jax.tree.map(np.testing.assert_array_equal, sc.server['method'], plain.server)
   # c_i⁺ = (x − y_i) / (K η) with K = 2 local steps (c = c_i = 0); y_i is not kept by FedPE, so

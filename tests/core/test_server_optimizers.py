@@ -72,13 +72,6 @@ def test_unknown_optimizer_is_refused():
     server_optimizers.make('fedsgd')
 
 
-def _set(**fields):
-  def configure(config):
-    for name, value in fields.items():
-      section, key = name.split('__')
-      config[section][key] = value
-  return configure
-
 
 def test_fedadam_on_a_round_steps_from_the_fedavg_mean_and_leaves_batch_stats_to_it():
   cohorts = ((0, 1, 2, 3, 4),)
@@ -86,7 +79,8 @@ def test_fedadam_on_a_round_steps_from_the_fedavg_mean_and_leaves_batch_stats_to
   x0, _ = engine_cases.run_rounds('fedpe', 'loop', cohorts=())
   adam, _ = engine_cases.run_rounds(
       'fedpe', 'loop', cohorts=cohorts,
-      configure=_set(server_optimizer__name='fedadam', server_optimizer__learning_rate=ETA))
+      configure=engine_cases.set_fields(server_optimizer__name='fedadam',
+                                        server_optimizer__learning_rate=ETA))
   before = blocks.chosen_leaves(x0.server['model'])
   mean = blocks.chosen_leaves(plain.server['model'])
   after = blocks.chosen_leaves(adam.server['method']['model'])
