@@ -33,6 +33,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 # Folded into the round's key: the pair secrets' stream (clients fold their ids, the server its
 # own stream, DP's noise another).
@@ -68,13 +69,13 @@ def decode(ring: jax.Array, fraction_bits: int) -> jax.Array:
 
 
 def pair_mask(secret: jax.Array, position: jax.Array, cohort: int, neighbors: int,
-              shape: tuple, leaf: int) -> jax.Array:
-  """Position p's mask for one tensor: Σ_j PRG(p, j) − PRG(p − j, j) mod 2^32, where PRG(p, j)
-  is the draw of the pair (p, p + j) (known to both of its members)."""
+              size: int) -> jax.Array:
+  """Position p's mask of `size` ring elements: Σ_j PRG(p, j) − PRG(p − j, j) mod 2^32, where
+  PRG(p, j) is the draw of the pair (p, p + j) (known to both of its members)."""
   def draw(first, j):
-    key = jax.random.fold_in(jax.random.fold_in(jax.random.fold_in(secret, leaf), first), j)
-    return jax.random.bits(key, shape, jnp.uint32)
-  mask = jnp.zeros(shape, jnp.uint32)
+    key = jax.random.fold_in(jax.random.fold_in(secret, first), j)
+    return jax.random.bits(key, (size,), jnp.uint32)
+  mask = jnp.zeros((size,), jnp.uint32)
   for j in offsets(cohort, neighbors):
     mask = mask + draw(position, j) - draw((position - j) % cohort, j)
   return mask
@@ -83,14 +84,15 @@ def pair_mask(secret: jax.Array, position: jax.Array, cohort: int, neighbors: in
 def mask_update(spec: Spec, delta, share: jax.Array, secret: jax.Array, position: jax.Array,
                 cohort: int) -> tuple[dict, jax.Array]:
   """One client's masked ring vectors of share · delta (a pytree of float leaves), and how many
-  coordinates were clamped to the ring's range."""
+  coordinates were clamped to the ring's range. The leaves are masked as one vector: one draw
+  per pair, not one per pair and tensor (each draw is a program XLA compiles)."""
   leaves, tree = jax.tree.flatten(delta)
-  masked, clamped = [], jnp.float32(0.0)
-  for i, x in enumerate(leaves):
-    fixed, n = encode(share * x.astype(jnp.float32), spec.fraction_bits)
-    masked.append(fixed + pair_mask(secret, position, cohort, spec.neighbors, x.shape, i))
-    clamped = clamped + n
-  return jax.tree.unflatten(tree, masked), clamped
+  flat = jnp.concatenate([share * x.astype(jnp.float32).reshape(-1) for x in leaves])
+  fixed, clamped = encode(flat, spec.fraction_bits)
+  masked = fixed + pair_mask(secret, position, cohort, spec.neighbors, flat.size)
+  ends = np.cumsum([x.size for x in leaves])[:-1]
+  parts = jnp.split(masked, ends)
+  return jax.tree.unflatten(tree, [p.reshape(x.shape) for p, x in zip(parts, leaves)]), clamped
 
 
 def unmasked_sum(spec: Spec, masked) -> dict:

@@ -134,3 +134,18 @@ def test_a_run_with_the_blocks_resumes_to_the_uninterrupted_run(tmp_path):
   assert resumed['last_logged_round'] == straight['last_logged_round']
   assert resumed['communication'] == straight['communication']
   assert resumed['communication']['client_rounds'] == 2   # 2 of 4, one of them dropped, 2 rounds
+
+
+def test_the_blocks_config_runs_fedfv_with_secure_aggregation_and_dp_end_to_end(tmp_path):
+  config = config_files.load_config('blocks/fedfv_setting', 'block=secagg_dp16,runlocal')
+  config.num_rounds = 2
+  config.evals = type(config.evals)({'verification': config.evals.verification})
+  config.evals.verification.pair_sets = ('lfw',)
+  results = experiment.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert results['privacy']['noise_drawn_by'].startswith('the clients')
+  assert results['privacy']['amplified_by_sampling'] is False   # FedFV's class rows leave
+  assert 0 < results['privacy']['epsilon'] <= 16.0 + 1e-6
+  # Up: the model as masked ring vectors (4 bytes a coordinate) and the client's own row.
+  by_key = results['communication']['bytes_per_client_round']['up_by_key']
+  assert set(by_key) == {'model', 'W'}
+  assert 0 <= results['verification']['lfw']['accuracy'] <= 1

@@ -15,7 +15,7 @@ from tests import engine_cases
 def test_pairwise_masks_cancel_bit_for_bit(cohort, neighbors):
   secret = jax.random.PRNGKey(7)
   values = jax.random.randint(jax.random.PRNGKey(1), (cohort, 11), 0, 2**31 - 1).astype(jnp.uint32)
-  masked = jnp.stack([values[p] + sa.pair_mask(secret, jnp.int32(p), cohort, neighbors, (11,), 0)
+  masked = jnp.stack([values[p] + sa.pair_mask(secret, jnp.int32(p), cohort, neighbors, 11)
                       for p in range(cohort)])
   np.testing.assert_array_equal(jnp.sum(masked, axis=0, dtype=jnp.uint32),
                                 jnp.sum(values, axis=0, dtype=jnp.uint32))
