@@ -16,7 +16,15 @@ The accountant (`epsilon`) is dp-accounting's RDP accountant with the replace-on
 replace-one the L2 sensitivity of the sum of clipped differences is 2S (one client's S-ball point
 swapped for another's), so the Gaussian event it composes has noise multiplier σ/2. Sampling a
 fixed-size cohort without replacement amplifies it (`SampledWithoutReplacementDpEvent`, Wang,
-Balle and Kasiviswanathan 2019).
+Balle and Kasiviswanathan 2019). That holds for `federated.sampling='uniform'` alone: an
+'availability' cohort is drawn independently of the data but not as a fixed-size uniform sample,
+so ε is composed without amplification (`amplified`; results.json says which), and cohorts chosen
+by data size ('weighted', stragglers) are refused with DP (data/participation.py).
+
+Under secure aggregation (core/secure_aggregation.py) the noise of the averaged keys is drawn by
+the clients, each N(0, (σS)²·s_k) on its clipped difference before masking (s_k = 1/m, its share
+of the uniform mean: `noise_share`), so the sum carries the same N(0, (σS)²) and the server never
+sees it without; the accountant is unchanged.
 
 Class-embedding rows that a client sends for its own identities (FedGC's W_k, FedFV's, FedAwS's
 and FedFace's w_i: `Algorithm.client_rows`) are not averaged with anyone's: the server writes them
