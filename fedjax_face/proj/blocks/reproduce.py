@@ -13,15 +13,14 @@ from fedjax_face.tools.tables import Row, Run, Table
 
 COLUMNS = ('verification/lfw/accuracy', 'verification/sllfw/accuracy',
            'communication/bytes_per_client_round/up', 'communication/bytes_per_client_round/down',
-           'privacy/epsilon', 'timing/in_rounds_s')
+           'privacy/epsilon')
 TITLES = ('LFW-like', 'SLLFW-like', 'bytes up per client-round', 'bytes down per client-round',
-          'epsilon', 'seconds in rounds')
+          'epsilon')
 FEDFV_COLUMNS = ('verification/lfw/accuracy', 'verification/cfp_fp/accuracy',
                  'communication/bytes_per_client_round/up',
-                 'communication/bytes_per_client_round/down', 'privacy/epsilon',
-                 'timing/in_rounds_s')
+                 'communication/bytes_per_client_round/down', 'privacy/epsilon')
 FEDFV_TITLES = ('LFW-like', 'CFP-FP-like', 'bytes up per client-round',
-                'bytes down per client-round', 'epsilon', 'seconds in rounds')
+                'bytes down per client-round', 'epsilon')
 
 
 def _rows(config: str, name: str, columns) -> tuple[Row, ...]:
@@ -35,9 +34,8 @@ TABLES = {
              'none (no paper compares them here)',
              'ours: FedPE in the FedGC paper setting of configs/fedgc/ (36 clients, all in every '
              'round unless the row says otherwise, 60 rounds, small CNN), synthetic benchmark; '
-             'epsilon at delta = 1e-5 where DP is on; seconds in rounds: training wall time '
-             'on the machine that ran the row (2 CPU cores; results.json timing.in_rounds_s).',
-             titles=TITLES, column_digits=(2, 2, 0, 0, 2, 0)),
+             'epsilon at delta = 1e-5 where DP is on.',
+             titles=TITLES, column_digits=(2, 2, 0, 0, 2)),
     2: Table('Federated building blocks: FedFV, one identity per client', 'results',
              FEDFV_COLUMNS, _rows('blocks/fedfv_setting', 'fedfv', FEDFV_COLUMNS),
              'none (no paper compares them here)',
@@ -45,5 +43,5 @@ TABLES = {
              'round, 1,500 rounds, GroupNorm CNN), synthetic benchmark; FedFV sends its class '
              'row w_i with the model (in the clear under secure aggregation: the server writes '
              'it per client).',
-             titles=FEDFV_TITLES, column_digits=(2, 2, 0, 0, 2, 0)),
+             titles=FEDFV_TITLES, column_digits=(2, 2, 0, 0, 2)),
 }
