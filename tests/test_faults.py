@@ -126,7 +126,7 @@ def test_an_unknown_field_is_one_line_with_the_closest_name(tmp_path):
   lines = [line for line in out.stderr.splitlines() if 'num_clientz' in line]
   assert len(lines) == 1 and 'Traceback' not in out.stderr
   assert ("--config.federated.num_clientz: config.federated has no field 'num_clientz'. Did you "
-          "mean 'num_clients'? Its fields: balanced_classes, batch_size,") in lines[0]
+          "mean 'num_clients'? Its fields: availability_alpha, balanced_classes, batch_size,") in lines[0]
   assert not (tmp_path / 'run').exists()
 
 

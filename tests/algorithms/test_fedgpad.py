@@ -29,7 +29,9 @@ def setup(request, data):
   return request.param, config, data, algorithm, state
 
 
-def _client(algorithm, state, fed, config, k):
+def _client(algorithm, state, fed, config, k, trace_only=False):
+  """Data center k's batch, its private state and its client update; with `trace_only`, the
+  update's shapes alone (`jax.eval_shape`: traced, nothing runs)."""
   from fedjax_face.data import federated
   client_input = algorithm.broadcast(state.server, jnp.array([k]), state.round,
                                      jax.random.PRNGKey(1))
@@ -38,13 +40,18 @@ def _client(algorithm, state, fed, config, k):
                                 batch_size=config.federated.batch_size, balanced=True)
   data = jax.tree.map(lambda x: x[0], data)
   private = jax.tree.map(lambda x: x[k], state.clients)
-  return data, private, algorithm.client_update(client_input, private, data,
-                                                jax.random.PRNGKey(2))
+  update = jax.eval_shape if trace_only else lambda f, *args: f(*args)
+  return data, private, update(algorithm.client_update, client_input, private, data,
+                               jax.random.PRNGKey(2))
 
 
 def test_privacy_only_ei_c_and_dep_cross_to_the_server(setup):
   name, config, fed, algorithm, state = setup
-  data, private, result = _client(algorithm, state, fed, config, 1)
+  # What crosses is the update's structure; only FedGPAD's check that ES and Dec trained needs
+  # values. FedPAD's client update runs in the runs of tests/test_experiment.py (ResNet-18, 'all')
+  # and tests/data/test_pad_lists.py (Table II) and in test_kept_optimizer_... below; run here
+  # as well, it took ~12 s of the suite.
+  data, private, result = _client(algorithm, state, fed, config, 1, trace_only=name != 'fedgpad')
   assert set(result.update) == {'params', 'batch_stats'}
   if name == 'fedpad':
     # FedPAD's ResNet-18: its trunk and its live logit, every parameter (Eq. 3); Eq. 1 alone.
@@ -75,9 +82,13 @@ def test_privacy_only_ei_c_and_dep_cross_to_the_server(setup):
 
 def test_server_takes_the_data_centers_plain_mean(setup):
   _, config, _, algorithm, state = setup
-  stacked = jax.tree.map(lambda x: jnp.stack([x, x + 3.0, x + 30.0]), state.server)
-  out = algorithm.server_update(state.server, stacked, jnp.array([10.0, 50.0, 0.0]),
-                                jnp.array([0, 1, 3]), jnp.int32(0), jax.random.PRNGKey(0))
+
+  @jax.jit   # one program: op by op, every leaf shape compiled its own (~2 s of the test)
+  def server_step(server):
+    stacked = jax.tree.map(lambda x: jnp.stack([x, x + 3.0, x + 30.0]), server)
+    return algorithm.server_update(server, stacked, jnp.array([10.0, 50.0, 0.0]),
+                                   jnp.array([0, 1, 3]), jnp.int32(0), jax.random.PRNGKey(0))
+  out = server_step(state.server)
   # Two real data centers (the third is padding): (x + x + 3) / 2, whatever their frame counts.
   jax.tree.map(lambda o, x: np.testing.assert_allclose(o, x + 1.5, rtol=1e-6, atol=1e-6),
                out, state.server)

@@ -9,18 +9,36 @@ import numpy as np
 import pytest
 
 from fedjax_face import algorithms, config_lib, experiment, models
-from fedjax_face.core import blocks, communication, secure_aggregation
-from fedjax_face.core.algorithm import ClientInput
+from fedjax_face.core import blocks, secure_aggregation
 from fedjax_face.core import engine as engine_lib
 from fedjax_face.data import federated
 from tests import config_files, engine_cases
 
 
 def _wire(name: str, secure=None, **fields):
-  """(down keys -> dtypes, up keys -> dtypes) of one client of `name` on the tiny problem."""
-  _, eng = engine_cases.run_rounds(name, 'loop', cohorts=((0, 1, 2),),
-                                   configure=engine_cases.set_fields(**fields), secure=secure)
-  shared, row, update = eng.client_wire
+  """(down keys -> dtypes, up keys -> dtypes, update shapes) of one client of `name` on the tiny
+  problem, traced as the engine runs it (shapes only: nothing compiles)."""
+  config = engine_cases.tiny_config(name)
+  engine_cases.set_fields(**fields)(config)
+  fed = engine_cases.tiny_problem()
+  algorithm = experiment.build_algorithm(config, algorithms.get(name),
+                                         models.build_backbone(config.model), fed, 'scan')
+  data = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype),
+                      federated.sample_round(fed, np.array([0]), round_index=0, seed=0, steps=2,
+                                             batch_size=4))
+  key = jax.random.PRNGKey(0)
+
+  def one(state, data):
+    ids = jnp.array([0, 1, 2], jnp.int32)
+    ci = algorithm.broadcast(state.server, ids, state.round, key)
+    row = jax.tree.map(lambda x: x[0], ci.per_client)
+    private = jax.tree.map(lambda x: x[0], state.clients)
+    result = engine_lib._one_client(algorithm, ci.shared, row, private, data, 0, key,
+                                    secure=secure, position=jnp.int32(0),
+                                    share=jnp.float32(1 / 3), cohort=3)
+    return ci.shared, row, result.update
+
+  shared, row, update = jax.eval_shape(one, jax.eval_shape(algorithm.init, key), data)
   dtypes = lambda tree: {k: sorted({str(x.dtype) for x in jax.tree.leaves(v)})
                          for k, v in tree.items()}
   return dtypes({**shared, **row}), dtypes(update), update

@@ -71,7 +71,7 @@ def test_a_compressed_round_is_decoded_against_what_each_client_received(codec, 
   def configure(config):
     config.compression.codec = codec
     config.compression[field] = value
-  cohorts = ((0, 1, 2, 3, 4), (1, 3, 4))
+  cohorts = ((0, 1, 2, 3, 4),)
   plain, _ = engine_cases.run_rounds('fedgc', 'loop', cohorts=cohorts)
   comp, eng = engine_cases.run_rounds('fedgc', 'loop', cohorts=cohorts, configure=configure)
   tolerance = 0.05 if codec == 'quantize' else 1e-5

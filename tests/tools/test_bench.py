@@ -30,7 +30,10 @@ def load_config(arg: str | None = 'runlocal'):
 
 # runlocal on its FedFV-like cohort (3 clients: the map width 2 pads them to 4) with one class
 # count. Every combination stays listed, but only one per backend compiles (scan and unroll both
-# among them); the rest are skipped by pattern, which keeps the run in seconds.
+# among them); the rest are skipped by pattern, which keeps the run in seconds. Every client
+# trains one local step (runlocal: 2), in (a)-(c) and (f), (g) and (h) alike: the unrolled
+# programs compile half the steps (~10 s less of the fixture), and what is checked counts steps
+# from the config.
 TINY = {
     'bench.run_cohorts': ('fedfv',),
     'bench.scaling.cohort': 'fedfv',
@@ -38,8 +41,11 @@ TINY = {
     'bench.regularizer.classes': (40,),
     'bench.skip_on_cpu': (),
     'bench.skip': ('fedfv/vmap/unroll', 'fedfv/map2/scan', 'fedfv/loop/scan', 'fedfv/loop2/scan'),
-    # (g): 2 of FedFV runlocal's 16 clients per round, so its one jitted loop unrolls 4 steps.
+    'bench.cohorts.fedfv.local_steps': 1,
+    # (g): 2 of FedFV runlocal's 16 clients per round, so its one jitted loop unrolls 2 steps.
     'bench.one_per_client.run.federated.participation': 0.125,
+    'bench.one_per_client.run.federated.local_steps': 1,
+    'bench.fedavg_cnn.cohort.local_steps': 1,
 }
 NUM_DEVICES = 2
 
@@ -362,15 +368,15 @@ def test_one_per_client_section_compares_the_run_loop_with_one_jitted_loop(tiny_
   config, saved, out, _ = tiny_run
   o = saved['one_per_client']
   run, single = o['run'], o['single']
-  # FedFV runlocal (16 clients, 2 steps of 3 images) at TINY's 2 clients per round.
-  assert o['setting'].startswith('16 clients, 2 per round, 2 steps of 3')
+  # FedFV runlocal (16 clients, steps of 3 images) at TINY's 2 clients per round and 1 step.
+  assert o['setting'].startswith('16 clients, 2 per round, 1 steps of 3')
   assert run['rounds'] == config.bench.one_per_client.rounds
-  assert run['images_per_round'] == 2 * 2 * 3
+  assert run['images_per_round'] == 2 * 1 * 3
   assert sorted(single['variants']) == ['scan/canonical', 'unroll/xla']
   assert single['best'] in single['variants']
   assert single['images_per_s'] == max(v['images_per_s'] for v in single['variants'].values())
   for v in single['variants'].values():
-    assert v['steps'] == 2 * 2 and v['batch_size'] == 3
+    assert v['steps'] == 2 * 1 and v['batch_size'] == 3
   for rate in (run['rounds_per_s'], run['images_per_s'], single['images_per_s']):
     assert positive_finite(rate)
   assert run['images_per_s'] == pytest.approx(run['images_per_round'] * run['rounds_per_s'])

@@ -38,12 +38,14 @@ def by_hand(problem, model, params, ids, weights, data):
     ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
     return (ce * mask).sum() / mask.sum()
 
+  # One compiled gradient for every step: run op by op, the six took ~4 s of the test.
+  grad = jax.jit(jax.grad(loss))
   finals = []
   for row, k in enumerate(ids):
     p = params
     for s in range(SPEC.local_steps):
       labels = problem.fed.identity_table[k][data['labels'][row, s]]
-      g = jax.grad(loss)(p, data['images'][row, s], labels, data['mask'][row, s])
+      g = grad(p, data['images'][row, s], labels, data['mask'][row, s])
       p = jax.tree.map(lambda a, b: a - LEARNING_RATE * b, p, g)
     finals.append(p)
   w = weights / weights.sum()
@@ -71,8 +73,10 @@ def test_a_client_sends_its_parameters_only():
   _, _, algorithm, state, ids, _, data = setup()
   client_input = algorithm.broadcast(state.server, jnp.asarray(ids), state.round, None)
   one = client_input._replace(per_client=jax.tree.map(lambda x: x[0], client_input.per_client))
-  result = algorithm.client_update(one, {}, jax.tree.map(lambda x: x[0], data),
-                                   jax.random.PRNGKey(2))
+  # What is sent, not its values: traced only (run op by op, the update took ~3 s; the round
+  # test above runs it).
+  result = jax.eval_shape(algorithm.client_update, one, {}, jax.tree.map(lambda x: x[0], data),
+                          jax.random.PRNGKey(2))
   assert set(result.update) == {'params'} and result.private == {}
   assert jax.tree.structure(result.update['params']) == jax.tree.structure(state.server['params'])
   jax.tree.map(lambda a, b: np.testing.assert_equal(a.shape, b.shape), result.update['params'],
