@@ -253,7 +253,7 @@ def check(config, method_name: str, refusal: str | None) -> None:
   if not blocks.active:
     return
   if refusal:
-    raise ValueError(f'{_switched_on(config)} with {method_name}: {refusal}')
+    raise ValueError(f'{_switched_on(config, blocks)} with {method_name}: {refusal}')
   if blocks.correction != 'none' and config.federated.client_optimizer_state == 'keep':
     raise ValueError(f"optimizer.correction={blocks.correction!r} needs "
                      "federated.client_optimizer_state='reset': FedProx's anchor and SCAFFOLD's "
@@ -271,12 +271,13 @@ def check(config, method_name: str, refusal: str | None) -> None:
                      "codes need one shared scale, SCAFFOLD's Δc an unweighted mean); not built.")
 
 
-def _switched_on(config) -> str:
+def _switched_on(config, blocks: Blocks) -> str:
+  """The fields of the blocks `from_config` switched on, for an error message."""
   on = []
-  if config.server_optimizer.name != 'fedavg' or config.server_optimizer.learning_rate not in (0, 1):
+  if blocks.server_optimizer is not None:
     on.append(f'server_optimizer.name={config.server_optimizer.name!r}')
-  if config.optimizer.correction != 'none':
-    on.append(f'optimizer.correction={config.optimizer.correction!r}')
-  if config.compression.codec != 'none':
-    on.append(f'compression.codec={config.compression.codec!r}')
+  if blocks.correction != 'none':
+    on.append(f'optimizer.correction={blocks.correction!r}')
+  if blocks.compression is not None:
+    on.append(f'compression.codec={blocks.compression.codec!r}')
   return ', '.join(on)
