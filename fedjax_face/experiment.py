@@ -287,7 +287,7 @@ def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start
 
   def save(at: int):
     """Process 0 saves round `at`'s state (never a non-finite one) with its run record."""
-    ckpt.save(at, lifecycle.for_checkpoint(lifecycle.checked_finite(state, at)),
+    ckpt.save(at, lifecycle.checked_finite(lifecycle.for_checkpoint(state), at),
               recorded(at, guard, last_logged))
 
   def stop_if_preempted():

@@ -224,21 +224,13 @@ def check_divergence(config, done: int, round_metrics: dict, first_loss):
   return first_loss
 
 
-@jax.jit
-def _all_finite(leaves: list[jax.Array]) -> jax.Array:
-  """One program for every device leaf of a state (eagerly, each leaf shape compiled two)."""
-  return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))
-
-
 def checked_finite(state, done: int):
   """`state`, or FloatingPointError when any of it is nan or inf: a non-finite state is never
-  checkpointed (it would replace the good checkpoints as they rotate out). Host-held leaves
-  (`engine.client_state='host'`) are checked where they are, never copied to the device."""
-  leaves = [x for x in jax.tree.leaves(state)
-            if jnp.issubdtype(jnp.result_type(x), jnp.inexact)]
-  on_device = [x for x in leaves if isinstance(x, jax.Array)]
-  finite = (all(np.all(np.isfinite(x)) for x in leaves if not isinstance(x, jax.Array))
-            and (not on_device or bool(_all_finite(on_device))))
+  checkpointed (it would replace the good checkpoints as they rotate out). Checked on the host,
+  where the checkpoint goes anyway: one device program over every leaf of a large state compiles
+  for seconds, once per run (BUILD_NOTES, "The test suite")."""
+  finite = all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree.leaves(state)
+               if jnp.issubdtype(jnp.result_type(x), jnp.inexact))
   if not finite:
     raise FloatingPointError(f'round {done}: the state holds nan or inf; it is not checkpointed '
                              '(the last finite checkpoint stays). Lower optimizer.learning_rate '
