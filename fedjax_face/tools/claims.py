@@ -1,0 +1,121 @@
+r"""What reproduces, in one place: each paper's summary of verdicts, collected from its tables.
+
+    python -m fedjax_face.tools.claims            # rewrite the summaries in docs/<paper>.md
+    python -m fedjax_face.tools.claims --check    # exit 1 naming each summary that is stale
+
+The verdicts are made once, by `reproduce` (`tools/tables.py:judge`), at the end of each generated
+table (docs/<paper>_table<N>.md, docs/<paper>_fig<N>.md, ...). A paper's page states no verdict
+of its own: between the two markers below it holds a copy of its tables' verdict lines, which
+this tool writes and `tests/test_docs.py` checks, so a page cannot say more than its tables show.
+"""
+
+import os
+import re
+import sys
+
+from absl import app, flags
+
+from fedjax_face.io import files
+
+BEGIN = ('<!-- verdicts: copied from the tables below by `python -m fedjax_face.tools.claims`; '
+         'edit the tables, not this -->')
+END = '<!-- /verdicts -->'
+ORDERINGS_HEAD = "The paper's orderings on ours"
+
+
+def verdict_lines(table_text: str) -> list[str]:
+  """A generated table's verdict lines (the list after its orderings paragraph), or []."""
+  lines = table_text.splitlines()
+  start = next((i for i, line in enumerate(lines) if line.startswith(ORDERINGS_HEAD)), None)
+  if start is None:
+    return []
+  out = []
+  for line in lines[start + 1:]:
+    if line.startswith(('- ', '  - ')):
+      out.append(line)
+    elif out and not line.strip():
+      break
+  return out
+
+
+def table_files(docs_dir: str, paper: str) -> list[str]:
+  """docs/<paper>_*.md in reading order: numbered tables first, by number, then the rest."""
+  names = [n for n in os.listdir(docs_dir) if n.startswith(f'{paper}_') and n.endswith('.md')]
+
+  def key(name):
+    number = re.fullmatch(rf'{paper}_table(\d+)\.md', name)
+    return (0, int(number.group(1)), '') if number else (1, 0, name)
+  return sorted(names, key=key)
+
+
+def summary(docs_dir: str, paper: str) -> str:
+  """The block for docs/<paper>.md: per table with orderings, its title linked, then its lines."""
+  parts = [BEGIN]
+  for name in table_files(docs_dir, paper):
+    text = files.read_text(os.path.join(docs_dir, name))
+    lines = verdict_lines(text)
+    if not lines:
+      continue
+    title = next((line[3:] for line in text.splitlines() if line.startswith('## ')), name)
+    parts += ['', f'**[{title}]({name})**', ''] + lines
+  return '\n'.join(parts + ['', END])
+
+
+def replace_block(page: str, block: str, where: str) -> str:
+  """`page` with its marked block replaced by `block`; ValueError naming `where` without one."""
+  start, end = page.find(BEGIN), page.find(END)
+  if start < 0 or end < start:
+    raise ValueError(f'{where}: no verdict block; expected a line {BEGIN!r} and, after it, '
+                     f'{END!r}.')
+  return page[:start] + block + page[end + len(END):]
+
+
+def papers_with_blocks(docs_dir: str) -> list[str]:
+  """The papers whose page docs/<paper>.md holds a verdict block."""
+  out = []
+  for name in sorted(os.listdir(docs_dir)):
+    stem, ext = os.path.splitext(name)
+    if ext == '.md' and '_' not in stem and BEGIN in files.read_text(os.path.join(docs_dir, name)):
+      out.append(stem)
+  return out
+
+
+def stale(docs_dir: str) -> list[str]:
+  """The pages whose block differs from their tables' verdicts."""
+  out = []
+  for paper in papers_with_blocks(docs_dir):
+    path = os.path.join(docs_dir, f'{paper}.md')
+    page = files.read_text(path)
+    if replace_block(page, summary(docs_dir, paper), path) != page:
+      out.append(path)
+  return out
+
+
+def write_all(docs_dir: str) -> list[str]:
+  """Rewrites every page's block; returns the pages changed."""
+  changed = stale(docs_dir)
+  for path in changed:
+    paper = os.path.splitext(os.path.basename(path))[0]
+    files.write_text_atomic(path, replace_block(files.read_text(path), summary(docs_dir, paper),
+                                                path))
+  return changed
+
+
+def main(argv):
+  del argv
+  docs_dir = flags.FLAGS.docs
+  if flags.FLAGS.check:
+    paths = stale(docs_dir)
+    if paths:
+      sys.exit('stale verdict blocks (run python -m fedjax_face.tools.claims): '
+               + ', '.join(paths))
+    print('every verdict block matches its tables')
+    return
+  for path in write_all(docs_dir):
+    print(f'rewrote {path}')
+
+
+if __name__ == '__main__':
+  flags.DEFINE_string('docs', 'docs', 'The docs directory.')
+  flags.DEFINE_bool('check', False, 'Only check; exit 1 naming each stale page.')
+  app.run(main)

@@ -1,0 +1,53 @@
+"""A paper's page says what reproduces only by copying its generated tables' verdict lines."""
+
+import os
+
+import pytest
+
+from fedjax_face.tools import claims
+from tests import config_files
+
+DOCS = os.path.join(config_files.ROOT, 'docs')
+
+TABLE = """## T1: a table
+
+| method | LFW |
+| --- | --- |
+
+The paper's orderings on ours, seed by seed (...). Reproduced: ...
+
+- A above B (LFW): **reproduced**: holds in 3 of 3 seeds (by +1.00 to +2.00; t = 6.93 > 2.92).
+- C above D: reproduced on 0 of 2 columns:
+  - LFW: **within noise**: holds in 2 of 3 seeds (by -0.10 to +0.50; |t| = 1.00 ≤ 2.92).
+  - CFP-FP: **within noise**: holds in 1 of 3 seeds (by -0.30 to +0.10; |t| = 0.50 ≤ 2.92).
+
+Made by `cmd`; ours: x.
+"""
+
+
+def test_every_paper_page_copies_its_tables_verdicts():
+  assert claims.papers_with_blocks(DOCS) == ['fedfr', 'pad']
+  assert claims.stale(DOCS) == []
+
+
+def test_the_block_is_the_tables_lines_under_their_titles(tmp_path):
+  (tmp_path / 'p_table1.md').write_text(TABLE)
+  (tmp_path / 'p_table2.md').write_text('## T2\n\nno orderings\n')
+  (tmp_path / 'p.md').write_text(f'# P\n\nintro\n\n{claims.BEGIN}\nold\n{claims.END}\n\nafter\n')
+  assert claims.verdict_lines(TABLE) == TABLE.split('\n\n')[3].splitlines()
+  assert claims.stale(str(tmp_path)) == [str(tmp_path / 'p.md')]
+  claims.write_all(str(tmp_path))
+  lines = TABLE.split('\n\n')[3]
+  assert (tmp_path / 'p.md').read_text() == (
+      f'# P\n\nintro\n\n{claims.BEGIN}\n\n**[T1: a table](p_table1.md)**\n\n{lines}\n\n'
+      f'{claims.END}\n\nafter\n')
+  assert claims.stale(str(tmp_path)) == []
+  # An edit of a table makes the page stale again.
+  (tmp_path / 'p_table1.md').write_text(TABLE.replace('**reproduced**', '**reversed**'))
+  assert claims.stale(str(tmp_path)) == [str(tmp_path / 'p.md')]
+
+
+def test_a_page_without_both_markers_is_named():
+  with pytest.raises(ValueError, match=r"^docs/x.md: no verdict block; expected a line '<!-- "
+                     r"verdicts: .*' and, after it, '<!-- /verdicts -->'\.$"):
+    claims.replace_block(f'# X\n{claims.END}\n{claims.BEGIN}\n', 'new', 'docs/x.md')
