@@ -105,7 +105,9 @@ class Table:
   digits: int = 2                   # decimals of ours (3 for cosines)
   titles: tuple[str, ...] = ()      # column titles ('results' tables)
   column_digits: tuple[int, ...] = ()   # decimals per column where they differ (0 for bytes)
-  orderings: tuple[Ordering, ...] = ()  # the paper's orderings, said reproduced or not per seed
+  orderings: tuple[Ordering, ...] = ()  # the paper's orderings, judged per seed (`judge`)
+  paper_titles: tuple[str, ...] = ()  # the paper's columns where they measure something else
+                                      # than ours (FedGC Table 6: MegaFace TPR@FPR=1e-6)
 
   def __post_init__(self):
     labels = [row.label for row in self.rows]
@@ -493,9 +495,10 @@ def markdown(table: Table, results: dict[tuple[Run, int], dict], command: str,
   paper has no number anywhere in it); `commits` (`commits_line`) goes under the footnote."""
   has_paper = any(v is not None for row in table.rows for v in row.paper)
   header = ['method']
-  for column in table.columns:
+  for i, column in enumerate(table.columns):
     title = _column_title(table, column)
-    header += [f'{title} (ours)', f'{title} (paper)'] if has_paper else [title]
+    paper_title = table.paper_titles[i] if table.paper_titles else title
+    header += [f'{title} (ours)', f'{paper_title} (paper)'] if has_paper else [title]
   lines = [f'## {table.title}', '', f'Paper: {table.claim}.', '',
            '| ' + ' | '.join(header) + ' |', '|' + ' --- |' * len(header)]
   for row in table.rows:

@@ -410,3 +410,14 @@ def test_the_commits_include_the_runs_a_table_combines_or_starts_from(tmp_path):
   dirs = tables.finished_workdirs(table, str(tmp_path), (), (0,))
   assert dirs == [str(tmp_path / name) for name in (run.name(), start.name(), single.name())]
   assert tables.commit_counts(dirs) == {'aaaaaaaaaaaa': 1, 'bbbbbbbbbbbb': 1, 'cccccccccccc': 1}
+
+
+def test_the_paper_s_column_keeps_its_own_title_where_it_measures_something_else():
+  a = Run('fedgc/fedgc', 'loss=softmax')
+  table = Table('T', 'identification', ('tpir_at_fpir:0.01', 'rank_1'),
+                (Row('A', a, (69.87, 61.26)),), 'c',
+                paper_titles=('MegaFace TPR@FPR=1e-6', 'MegaFace rank-1'))
+  text = tables.markdown(table, {(a, 0): fake_result(rank_1=0.5, tpir=0.25)}, 'cmd')
+  assert ('| method | TPIR@FPIR=0.01 (ours) | MegaFace TPR@FPR=1e-6 (paper) | rank-1 (ours) | '
+          'MegaFace rank-1 (paper) |' in text)
+  assert '| A | 25.00 | 69.87 | 50.00 | 61.26 |' in text
