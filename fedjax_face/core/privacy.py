@@ -380,7 +380,9 @@ def ledger(config, spec: DpSpec, num_clients: int, cohort_size: int, rounds: int
       'sampling': SAMPLING_ASSUMED[spec.sampling].format(m=cohort_size, k=num_clients),
       'noise_drawn_by': ('the clients, a share each, under secure aggregation (distributed DP)'
                          if spec.secure else 'the server'),
-      'amplified_by_sampling': amp,
+      # Only a cohort smaller than the population is a sample (`dp_event`): with every client
+      # in every round there is nothing to amplify, whatever the sampling rule.
+      'amplified_by_sampling': amp and cohort_size < num_clients,
       'client_rows': list(spec.client_rows),
       'class_rows': spec.class_rows if spec.client_rows else None,
   }

@@ -282,3 +282,17 @@ def test_a_target_is_reached_over_the_history_or_refused_when_spent():
   planned = {'num_rounds': 25, 'target_epsilon': spent + 1.0, 'noise_multiplier': 1.0}
   assert privacy.target_noise(spent + 1.0, 100, 10, 25, 1e-5, True, ran, planned) == 1.0
   assert privacy.target_noise(spent + 1.0, 100, 10, 30, 1e-5, True, ran, planned) != 1.0
+
+
+@pytest.mark.parametrize('cohort_size, amplified', [(2, True), (4, False)])
+def test_the_ledger_claims_amplification_only_for_a_cohort_smaller_than_the_population(
+    cohort_size, amplified):
+  config = config_files.load_config('fedpe')
+  config.dp.enabled = True
+  spec = privacy.DpSpec(clip_norm=1.0, noise_std=1.0, client_rows=(), class_rows='private',
+                        noise_multiplier=1.0)
+  priv = privacy.ledger(config, spec, num_clients=4, cohort_size=cohort_size, rounds=3)
+  assert priv['amplified_by_sampling'] is amplified
+  # Every client every round: the epsilon of the unsampled Gaussian, either way of asking.
+  if cohort_size == 4:
+    assert priv['epsilon'] == privacy.epsilon(4, 4, 1.0, 3, 1e-5, amplified=False)
