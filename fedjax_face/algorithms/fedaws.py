@@ -39,7 +39,7 @@ ONE_CLIENT = False
 def config_section() -> ml_collections.ConfigDict:
   """`config.fedaws` (configs/fedfv/fedaws.py)."""
   return spreadout.config_section(distance='euclidean', margin=float(np.sqrt(2.0)),
-                                  reg_lambda=1.0)
+                                  reg_lambda=1.0, reduction='sum')   # Eq. 3 as written
 
 
 def check_one_class_setting(config, name: str) -> None:

@@ -7,8 +7,8 @@ cos(f, w_i)})^2). Several identities per client (the FedFR paper's Fig. 4 re-imp
 configs/fedfr/fedface.py): CosFace over the client's own classes, as that paper describes. Either
 way the client sends theta and its class embeddings; the server averages theta, stores the class
 embeddings it received and spreads all of them apart on cosines: relu(cos - 0.3)^2 per ordered
-pair of normalised embeddings (`spreadout` with distance 'cosine', margin 0.7), W <- W -
-lambda·eta_t·grad.
+pair of normalised embeddings (`spreadout` with distance 'cosine', margin 0.7), averaged over the
+C(C-1) ordered pairs, W <- W - lambda·eta_t·grad.
 
 Readings:
   * FedFace initialises each class embedding as the mean feature of its images under a
@@ -19,6 +19,9 @@ Readings:
     round 0; without it (the FedFV setting, no pre-training) it is the current global model.
   * FedFace's public code optimises the spreadout with its own SGD (momentum, lr 0.01); here it is
     one step of lambda·eta_t like FedAwS, lambda = `fedface.reg_lambda`.
+  * The public code averages the pair penalties; the FedFV paper's Eq. 3, which it uses for
+    FedAwS and FedFace alike, sums them. The default follows the code
+    (`fedface.reduction='mean'`); 'sum' is Eq. 3, a step C(C-1) times larger at equal lambda.
 """
 
 import ml_collections
@@ -34,7 +37,8 @@ EMBEDDING_INITS = ('mean_feature', 'random')
 
 def config_section() -> ml_collections.ConfigDict:
   """`config.fedface` (configs/fedfv/fedface.py, configs/fedfr/fedface.py)."""
-  c = spreadout.config_section(distance='cosine', margin=0.7, reg_lambda=1.0)
+  # The mean over pairs: FedFace's public code (the docstring).
+  c = spreadout.config_section(distance='cosine', margin=0.7, reg_lambda=1.0, reduction='mean')
   c.embedding_init = 'mean_feature'   # first selection: the client's mean features | 'random'
   return c
 

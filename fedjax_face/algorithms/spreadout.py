@@ -9,7 +9,9 @@ which holds every w_i: after averaging, one gradient step on the spreadout regul
 
 over all C class embeddings, `W <- W - lambda·eta·grad reg_sp(W)` (FedAwS's server update, with
 the clients' learning rate eta of the round). FedFace (Aggarwal et al. 2021) uses the same step on
-cosines. The sum runs over ordered pairs, as Eq. 3 writes it (each unordered pair twice).
+cosines. The sum runs over ordered pairs, as Eq. 3 writes it (each unordered pair twice);
+`reduction='mean'` divides it by the number of ordered pairs C(C-1), as FedFace's public code
+averages its off-diagonal penalties, so at equal lambda its step is C(C-1) times smaller.
 
 Distances, on L2-normalised rows (`spreadout.distance`):
   'euclidean': d = ||w_i/|w_i| - w_i'/|w_i'||| = sqrt(2 - 2 cos), FedAwS's form; a margin nu = sqrt(2)
@@ -29,17 +31,20 @@ from fedjax_face.algorithms import pairwise
 from fedjax_face.core import arrays
 
 DISTANCES = ('euclidean', 'cosine')
+REDUCTIONS = ('sum', 'mean')   # over the ordered pairs i != i' of valid rows
 DEFAULT_BLOCK = 1024
 # The squared distance is floored here before its square root, so d and its gradient stay finite
 # for coinciding rows (the diagonal, which the sum masks out, still enters autodiff).
 _MIN_SQUARED_DISTANCE = 1e-12
 
 
-def config_section(*, distance: str, margin: float, reg_lambda: float) -> ml_collections.ConfigDict:
+def config_section(*, distance: str, margin: float, reg_lambda: float,
+                   reduction: str) -> ml_collections.ConfigDict:
   """The fields FedAwS and FedFace share (their sections differ in defaults only)."""
   c = ml_collections.ConfigDict()
   c.distance = distance              # 'euclidean' | 'cosine' (module docstring)
   c.margin = margin                  # nu of Eq. 3
+  c.reduction = reduction            # 'sum' (Eq. 3) | 'mean' over the ordered pairs
   c.reg_lambda = reg_lambda          # lambda: the step is lambda·eta_t·grad reg_sp
   c.server_steps = 1                 # gradient steps per round (FedAwS: 1)
   c.reg_implementation = 'auto'      # 'dense' | 'blockwise' (streamed) | 'auto' (by class count)
@@ -51,6 +56,7 @@ def check_config(config, name: str) -> None:
   """Checks `config.<name>` (a `config_section`), naming the wrong field."""
   c = config_lib.section(config, name, f'{name}.config_section() (configs/fedfv/{name}.py)')
   config_lib.check_choice(f'{name}.distance', c.distance, DISTANCES)
+  config_lib.check_choice(f'{name}.reduction', c.reduction, REDUCTIONS)
   config_lib.check_number(f'{name}.margin', c.margin)
   config_lib.check_number(f'{name}.reg_lambda', c.reg_lambda, allow_zero=True)
   config_lib.check_int(f'{name}.server_steps', c.server_steps)
@@ -81,12 +87,21 @@ def pair_penalty(distance: str, margin: float):
 
 
 def spreadout(w: jax.Array, valid: jax.Array, *, distance: str, margin: float,
-              implementation: str = 'dense', block_size: int | None = None) -> jax.Array:
-  """reg_sp(W) of Eq. 3 over the valid rows of `w [C, d]` (ordered pairs i != i')."""
+              implementation: str = 'dense', block_size: int | None = None,
+              reduction: str = 'sum') -> jax.Array:
+  """reg_sp(W) of Eq. 3 over the valid rows of `w [C, d]` (ordered pairs i != i'), or its
+  mean over those pairs (`reduction='mean'`)."""
+  config_lib.check_choice('spreadout reduction', reduction, REDUCTIONS)
   penalty = pair_penalty(distance, margin)
   if pairwise.uses_streamed(implementation, w.shape[0]):
-    return pairwise.streamed_pairwise_sum(penalty, w, valid, block_size=block_size or DEFAULT_BLOCK)
-  return pairwise.dense_pairwise_sum(penalty, w, valid)
+    total = pairwise.streamed_pairwise_sum(penalty, w, valid,
+                                           block_size=block_size or DEFAULT_BLOCK)
+  else:
+    total = pairwise.dense_pairwise_sum(penalty, w, valid)
+  if reduction == 'sum':
+    return total
+  n = jnp.sum(valid.astype(total.dtype))
+  return total / jnp.maximum(n * (n - 1), 1)
 
 
 def spreadout_step(w: jax.Array, valid: jax.Array, *, step_size, steps: int = 1,
@@ -102,5 +117,5 @@ def spreadout_step(w: jax.Array, valid: jax.Array, *, step_size, steps: int = 1,
 def kwargs_from_config(section) -> dict:
   """`spreadout` keywords from a FedAwS / FedFace section."""
   return {'distance': section.distance, 'margin': float(section.margin),
-          'implementation': section.reg_implementation,
+          'reduction': section.reduction, 'implementation': section.reg_implementation,
           'block_size': section.reg_block_size or None}

@@ -74,6 +74,11 @@ def test_positive_dot_loss_by_hand():
     heads.logits(f, w, None, None, kind='positive_dot')
 
 
+def pair_count(section, n: int) -> int:
+  """What the section's spreadout divides Eq. 3's sum by: 1, or the n(n-1) ordered pairs."""
+  return n * (n - 1) if section.reduction == 'mean' else 1
+
+
 @pytest.mark.parametrize('name', ['fedaws', 'fedface'])
 def test_privacy_a_client_receives_its_own_w_and_sends_theta_and_w_only(name):
   _, fed, _, algorithm, state = _setup(name)
@@ -110,6 +115,7 @@ def test_server_update_averages_then_spreads_every_class_embedding(name):
   section = config[name]
   _, grad = hand_value_and_grad(stored, np.ones(NUM_CLIENTS, bool), section.distance,
                                 section.margin)
+  grad = grad / pair_count(section, NUM_CLIENTS)
   eta = config.optimizer.learning_rate * 0.01
   np.testing.assert_allclose(out['W'][:, 0], stored - section.reg_lambda * eta * grad,
                              rtol=1e-5, atol=1e-6)
@@ -244,6 +250,7 @@ def test_fedface_several_identities_spreads_only_the_real_rows():
   section = config.fedface
   _, grad = hand_value_and_grad(rows[valid], np.ones(valid.sum(), bool), section.distance,
                                 section.margin)
+  grad = grad / pair_count(section, valid.sum())
   expected = rows.copy()
   expected[valid] -= section.reg_lambda * 0.1 * grad
   np.testing.assert_allclose(np.asarray(out['W']).reshape(-1, DIM), expected, rtol=1e-5,

@@ -71,6 +71,30 @@ def test_cosine_form_is_fedfaces_relu_cos_minus_point_three_squared():
   np.testing.assert_allclose(value, expected, rtol=1e-5)
 
 
+def test_the_mean_divides_by_the_ordered_pairs_of_valid_rows():
+  # FedFace's public code: the penalties averaged over the n(n-1) ordered pairs of the n valid
+  # rows (7 of 9 here: 42 pairs); padding rows neither count nor feel a gradient.
+  w = jax.random.normal(jax.random.PRNGKey(1), (9, 4))
+  valid = np.arange(9) % 4 != 1
+  unit = np.asarray(w) / np.linalg.norm(w, axis=1, keepdims=True)
+  pairs = np.outer(valid, valid) & ~np.eye(9, dtype=bool)
+  penalties = np.maximum(unit @ unit.T - 0.3, 0.0)[pairs] ** 2
+  assert penalties.size == 7 * 6
+  for impl in ('dense', 'blockwise'):
+    fn = lambda w, reduction: spreadout.spreadout(w, jnp.asarray(valid), distance='cosine',
+                                                  margin=0.7, reduction=reduction,
+                                                  implementation=impl, block_size=4)
+    np.testing.assert_allclose(fn(w, 'mean'), np.mean(penalties), rtol=1e-5)
+    np.testing.assert_allclose(jax.grad(fn)(w, 'mean'), jax.grad(fn)(w, 'sum') / 42,
+                               rtol=1e-5, atol=1e-9)
+
+
+def test_fedface_averages_as_its_code_and_fedaws_sums_as_eq_3():
+  from fedjax_face.algorithms import fedaws, fedface  # pylint: disable=g-import-not-at-top
+  assert fedface.config_section().reduction == 'mean'
+  assert fedaws.config_section().reduction == 'sum'
+
+
 def test_dense_equals_streamed_value_and_gradient():
   w = jax.random.normal(jax.random.PRNGKey(2), (37, 6))
   valid = jnp.arange(37) % 5 != 3
