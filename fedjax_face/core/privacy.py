@@ -355,6 +355,10 @@ SAMPLING_ASSUMED = {
 }
 
 
+NOISE_SEED_CAVEAT = ('drawn from config.seed (recorded in config.json): epsilon holds only while '
+                     'the seed is kept secret')
+
+
 def amplified(spec: DpSpec) -> bool:
   """Whether sampling amplifies the run's guarantee: only a fixed-size uniform cohort
   (`federated.sampling='uniform'`; data/participation.py), and not when client rows leave
@@ -380,6 +384,9 @@ def ledger(config, spec: DpSpec, num_clients: int, cohort_size: int, rounds: int
       'sampling': SAMPLING_ASSUMED[spec.sampling].format(m=cohort_size, k=num_clients),
       'noise_drawn_by': ('the clients, a share each, under secure aggregation (distributed DP)'
                          if spec.secure else 'the server'),
+      # The noise is a function of config.seed, which config.json records: whoever reads the
+      # seed can subtract the noise, so epsilon holds only while the seed stays secret.
+      'noise_seed': NOISE_SEED_CAVEAT,
       # Only a cohort smaller than the population is a sample (`dp_event`): with every client
       # in every round there is nothing to amplify, whatever the sampling rule.
       'amplified_by_sampling': amp and cohort_size < num_clients,

@@ -39,6 +39,8 @@ def privacy_lines(priv: dict) -> list[str]:
   if len(history) > 1:   # an extended run: its rounds ran at several noise multipliers
     lines.append('Noise multiplier by stretch of rounds: ' + ', '.join(
         f"{h['rounds']} rounds at {h['noise_multiplier']:g}" for h in history) + '.')
+  if priv.get('noise_seed'):
+    lines.append(f"The noise is {priv['noise_seed']}.")
   if priv.get('not_covered'):
     lines.append(f"Not covered: {priv['not_covered']}.")
   return lines + ['']

@@ -1,5 +1,6 @@
 """report.md from results.json: sections appear only for the evaluators a run had."""
 
+from fedjax_face.core import privacy
 from fedjax_face.io import report
 
 
@@ -28,11 +29,14 @@ def test_communication_and_privacy_lines():
       'once for each of the 4 clients reached.)', '']
   priv = {'epsilon': 3.99, 'delta': 1e-5, 'rounds': 60, 'accountant': 'RDP', 'unit': 'client',
           'sampling': '36 of 36', 'amplified_by_sampling': False, 'clip_norm': 1.0,
-          'noise_multiplier': 17.9, 'not_covered': 'the class rows'}
+          'noise_multiplier': 17.9, 'not_covered': 'the class rows',
+          'noise_seed': privacy.NOISE_SEED_CAVEAT}
   lines = report.privacy_lines(priv)
   assert lines[0].startswith('Client-level differential privacy: epsilon = 3.990 at delta = 1e-05 '
                              'after 60 rounds (RDP; unit: client; 36 of 36; without amplification')
-  assert lines[1] == 'Not covered: the class rows.'
+  assert lines[1] == ('The noise is drawn from config.seed (recorded in config.json): epsilon '
+                      'holds only while the seed is kept secret.')
+  assert lines[2] == 'Not covered: the class rows.'
   assert report.privacy_lines({'enabled': False}) == ['Differential privacy: off.', '']
 
 
