@@ -10,10 +10,20 @@ workdir under `--root` already holds results.json are read, not run again (`tool
 `--out_dir` writes `<paper>_table<N>.md` per table, and a paper's extras (FedFV's Fig. 5) beside.
 Each table names the commits its runs came from; a table whose runs came from several commits is
 refused (one line naming them) unless `--allow_mixed_commits`.
+
+    python -m fedjax_face.reproduce --check     # every table in docs/ against results/, runs nothing
+
+`--check` rebuilds each generated table from the run archive alone (`results/<paper>_tables`),
+with the command its footnote records, and names every table that differs or whose runs the
+archive lacks.
 """
 
+import contextlib
 import importlib
+import io
 import os
+import re
+import shlex
 import sys
 
 from absl import app, flags
@@ -57,6 +67,67 @@ def select(name: str) -> list[tuple[str, int]]:
   return [(paper, int(tid) if tid.isdigit() else tid)]
 
 
+MADE_BY = re.compile(r'Made by `python -m fedjax_face\.reproduce ([^`]*)`')
+
+
+def recorded_command(doc: str) -> dict | None:
+  """The flags of the command a generated table names in its footnote (None without one):
+  {'command': its text, 'seeds', 'set', 'allow_mixed_commits'}."""
+  match = MADE_BY.search(doc)
+  if match is None:
+    return None
+  out = {'command': 'python -m fedjax_face.reproduce ' + match.group(1), 'seeds': ['0'],
+         'set': [], 'allow_mixed_commits': False}
+  for arg in shlex.split(match.group(1)):
+    key, _, value = arg.partition('=')
+    if key == '--seeds':
+      out['seeds'] = value.split(',')
+    elif key == '--set':
+      out['set'].append(value)
+    elif key == '--allow_mixed_commits':
+      out['allow_mixed_commits'] = value.lower() not in ('false', '0')
+  return out
+
+
+def check_table(paper: str, tid, docs_dir: str, archive_dir: str) -> str:
+  """'ok', or why the table in docs does not rebuild from the archive alone
+  (`<archive_dir>/<paper>_tables`; nothing is run)."""
+  path = os.path.join(docs_dir, out_name(paper, tid))
+  if not os.path.exists(path):
+    return 'no generated table in docs'
+  doc = files.read_text(path)
+  recorded = recorded_command(doc)
+  if recorded is None:
+    return 'no "Made by" command in its footnote'
+  table = paper_module(paper).TABLES[tid]
+  root = os.path.join(archive_dir, f'{paper}_tables')
+  extra = tables.parse_overrides(recorded['set'])
+  seeds = tables.parse_seeds(recorded['seeds'])
+  with contextlib.redirect_stdout(io.StringIO()) as printed:
+    results = tables.run_all(table, root, extra, dry_run=True, seeds=seeds)
+  missing = printed.getvalue().count('missing: ')
+  if missing:
+    return f'{missing} run{"" if missing == 1 else "s"} not in {root}'
+  counts = tables.commit_counts(tables.finished_workdirs(table, root, extra, seeds))
+  try:
+    commits = tables.commits_line(counts, recorded['allow_mixed_commits'])
+  except tables.MixedCommitsError as e:
+    return str(e)
+  rebuilt = tables.markdown(table, results, recorded['command'], seeds, commits)
+  if rebuilt == doc:
+    return 'ok'
+  differing = [i + 1 for i, (a, b) in enumerate(zip(rebuilt.splitlines(), doc.splitlines()))
+               if a != b]
+  first = differing[0] if differing else min(len(rebuilt.splitlines()), len(doc.splitlines())) + 1
+  return f'differs from the archive from line {first}'
+
+
+def check(docs_dir: str, archive_dir: str) -> list[tuple[str, str]]:
+  """(table name, `check_table`) for every table of every paper."""
+  return [(f'{paper}{tid}', check_table(paper, tid, docs_dir, archive_dir))
+          for paper in PAPERS for tid in table_ids(paper)]
+
+
 def define_flags():
   """The flags, defined only when run as a program: other tools define an `out` flag too, and absl
   refuses a flag defined twice in one process (e.g. a test session importing both)."""
@@ -67,6 +138,10 @@ def define_flags():
   flags.DEFINE_multi_string('set', [], 'field=value override applied to every run.')
   flags.DEFINE_bool('dry_run', False, 'Print the commands and the table of what exists.')
   flags.DEFINE_list('seeds', ['0'], 'config.seed values; several: mean ± std over them.')
+  flags.DEFINE_bool('check', False, 'Rebuild every table in --docs from the archive alone '
+                    '(--archive/<paper>_tables; nothing is run) and fail on any difference.')
+  flags.DEFINE_string('docs', 'docs', 'The generated tables (--check).')
+  flags.DEFINE_string('archive', 'results', 'The run archive (--check).')
   flags.DEFINE_bool('allow_mixed_commits', False, 'Make a table whose runs came from several '
                     'commits (the table names them) instead of refusing it.')
 
@@ -74,6 +149,15 @@ def define_flags():
 def main(argv):
   del argv
   f = flags.FLAGS
+  if f.check:
+    verdicts = check(f.docs, f.archive)
+    for name, status in verdicts:
+      print(f'{name}: {status}')
+    bad = [name for name, status in verdicts if status != 'ok']
+    if bad:
+      sys.exit(f'{len(bad)} of {len(verdicts)} tables do not rebuild from {f.archive}: '
+               + ', '.join(bad))
+    return
   if f.table is None:
     raise app.UsageError(f'--table is required: one of {table_names()}, a paper or all.')
   try:

@@ -79,3 +79,37 @@ def test_command_line_refuses_a_table_of_mixed_commits_unless_allowed(tmp_path):
   assert text in allowed.stdout and '| FedPE | 80.00 ± 0.00 | 94.77 |' in text
   assert ('\ncommits (mixed, --allow_mixed_commits): bbbbbbbbbbbb (2 runs), aaaaaaaaaaaa (1 run)\n'
           in text)
+
+
+def test_check_rebuilds_each_table_from_the_archive_alone(tmp_path, monkeypatch):
+  """`--check`: a generated table equals what its footnote's command makes from the archived
+  runs, or it is named with the first differing line, or the runs the archive lacks."""
+  import types  # pylint: disable=g-import-not-at-top
+  a, b = tables.Run('fedgc/fedgc'), tables.Run('fedgc/fedpe')
+  table = tables.Table('Toy', 'verification', ('lfw',),
+                       (tables.Row('A', a, (None,)), tables.Row('B', b, (None,))), 'A > B')
+  monkeypatch.setattr(reproduce, 'PAPERS', ('toy',))
+  monkeypatch.setattr(reproduce, 'paper_module',
+                      lambda paper: types.SimpleNamespace(TABLES={1: table}))
+  archive, docs = tmp_path / 'results', tmp_path / 'docs'
+  docs.mkdir()
+  for run, seeds in ((a, (0, 1)), (b, (0, 1))):
+    for seed in seeds:
+      run_dir = archive / 'toy_tables' / run.name(tables.seed_overrides((), seed))
+      run_dir.mkdir(parents=True)
+      (run_dir / 'results.json').write_text(json.dumps(
+          {'verification': {'lfw': {'accuracy': 0.8 + 0.01 * seed}}}))
+  command = 'python -m fedjax_face.reproduce --table=toy1 --seeds=0,1 --root=/elsewhere'
+  results = tables.run_all(table, str(archive / 'toy_tables'), (), seeds=(0, 1))
+  doc = tables.markdown(table, results, command, (0, 1),
+                        'commit: unrecorded (runs made before provenance was recorded)')
+  assert reproduce.check(str(docs), str(archive)) == [('toy1', 'no generated table in docs')]
+  (docs / 'toy_table1.md').write_text(doc)
+  assert reproduce.check(str(docs), str(archive)) == [('toy1', 'ok')]
+  (docs / 'toy_table1.md').write_text(doc.replace('| A | 80.50 ± 0.71 |', '| A | 80.51 ± 0.71 |'))
+  assert reproduce.check(str(docs), str(archive)) == [('toy1',
+                                                       'differs from the archive from line 7')]
+  (docs / 'toy_table1.md').write_text(doc)
+  (archive / 'toy_tables' / b.name(tables.seed_overrides((), 1)) / 'results.json').unlink()
+  assert reproduce.check(str(docs), str(archive)) == [
+      ('toy1', f'1 run not in {archive / "toy_tables"}')]
