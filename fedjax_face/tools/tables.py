@@ -439,7 +439,7 @@ def judge(margins: dict[int, float], seeds: tuple[int, ...]) -> Verdict:
 def _verdict_detail(verdict: Verdict, seeds: tuple[int, ...]) -> str:
   """'**reproduced**: holds in 3 of 3 seeds (by +0.35 to +1.35; t = 4.10 > 2.92)'."""
   if not verdict.margins:
-    return 'not measured yet'
+    return 'not measured: no seed has a value on both sides (not run, or failed)'
   low, high = min(verdict.margins.values()), max(verdict.margins.values())
   spread = f'by {low:+.2f}' if len(verdict.margins) == 1 else f'by {low:+.2f} to {high:+.2f}'
   if verdict.t is None:

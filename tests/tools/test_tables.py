@@ -278,7 +278,8 @@ def test_an_ordering_averages_rows_reads_lower_as_better_and_counts_missing_seed
   assert ('- A, C below B (LFW): **within noise**: holds in 1 of 2 seeds (by +25.00; one seed '
           'gives no noise estimate; seed 1: no value (not run or failed), counted against).'
           in text)
-  assert tables.ordering_line(table, table.orderings[0], {}, (0,)).endswith('not measured yet.')
+  assert tables.ordering_line(table, table.orderings[0], {}, (0,)).endswith(
+      'not measured: no seed has a value on both sides (not run, or failed).')
 
 
 def test_a_claim_on_several_columns_is_checked_on_each():
