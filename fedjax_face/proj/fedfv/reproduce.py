@@ -13,12 +13,14 @@ docs/fedfv_fig5.png, with its statistics in docs/fedfv_fig5.md.
 The paper's columns are LFW, AgeDB-30, CFP-FP, in that order; so are ours.
 """
 
+import dataclasses
+
 import numpy as np
 
 from fedjax_face.eval import plots
 from fedjax_face.io import artifacts, files
 from fedjax_face.tools import tables
-from fedjax_face.tools.tables import Row, Run, Table
+from fedjax_face.tools.tables import Ordering, Row, Run, Table
 
 PAIR_SETS = ('lfw', 'agedb_30', 'cfp_fp')
 SETTING = ('ours: the GroupNorm CNN of configs/fedfv/ (width 16, 128-d, 32x32) on the synthetic '
@@ -76,6 +78,30 @@ TABLES[4] = Table(
                                    ('Eq. 4, d = 512', (('model.embedding_dim', '512'),)))
         for n, paper in _UV_PAPER.items()),
     'FedUV-511 > FedUV-255 > FedUV-127 (Table 3; the paper runs d = 512 and Eq. 4)', SETTING)
+
+
+
+def _chain(labels, claim: str) -> tuple[Ordering, ...]:
+  """Each label above the next, on every pair set (the paper reports all three)."""
+  return tuple(Ordering((ahead,), (behind,), column, claim)
+               for ahead, behind in zip(labels, labels[1:]) for column in PAIR_SETS)
+
+
+# The paper's orderings, judged per pair set. Table 1: rising from 1 to 5 (where it is fastest);
+# Table 2: FedFV(2) above FedFV(100) (falling with k); Tables 3-4: its stated chain.
+ORDERINGS = {
+    1: _chain(('FedFV-5', 'FedFV-1'), 'FedFV-5 above FedFV-1'),
+    2: _chain(('FedFV(2)', 'FedFV(100)'), 'FedFV(2) above FedFV(100)'),
+    3: sum((_chain((a, b), f'{a} above {b}') for a, b in (
+        ('Centralized', 'FedFV-100'), ('FedFV-100', 'FedAwS'), ('FedAwS', 'FedUV-511'),
+        ('FedUV-511', 'FedUV-255'), ('FedUV-255', 'FedUV-127'))), ()),
+    4: sum((_chain((f'FedUV-{a} {variant}', f'FedUV-{b} {variant}'),
+                   f'FedUV-{a} above FedUV-{b} ({variant})')
+            for variant in ('Eq. 4', '1/‖v‖', 'Eq. 4, d = 512')
+            for a, b in ((511, 255), (255, 127))), ()),
+}
+TABLES = {tid: dataclasses.replace(table, orderings=ORDERINGS[tid])
+          for tid, table in TABLES.items()}
 
 FIGURE5_ROWS = ('Centralized', 'FedAwS', 'FedUV-511', 'FedFV-100', 'FedFace')
 BINS = np.linspace(-1.0, 1.0, 81)   # the bins of `plots.similarity_figure`
