@@ -145,6 +145,10 @@ def base_config(task: str = 'recognition') -> ml_collections.ConfigDict:
   c.dp.target_delta = 1e-5             # epsilon is reported at this delta
   c.dp.target_epsilon = 0.0            # > 0: the noise multiplier that reaches this epsilon
                                        # after num_rounds replaces noise_multiplier
+  c.dp.noise_seed = 'config'           # where the noise comes from: 'config' = keys of
+                                       # config.seed (recorded, so epsilon holds only while it
+                                       # is secret; resumes bit for bit) | 'os' = XORed with a
+                                       # secret from the OS, new at every start (core/privacy.py)
   c.dp.class_rows = 'private'          # a client's own class rows (FedGC's W_k): 'private' =
                                        # clipped and noised with the rest | 'unprotected' = sent
                                        # as they are, outside epsilon
@@ -335,6 +339,7 @@ def _check_dp(c: ml_collections.ConfigDict) -> None:
   if not isinstance(d.target_delta, float) or not 0 < d.target_delta < 1:
     raise ValueError(f'config.dp.target_delta={d.target_delta!r}; expected a number in (0, 1).')
   check_choice('dp.class_rows', d.class_rows, privacy.CLASS_ROWS)
+  check_choice('dp.noise_seed', d.noise_seed, privacy.NOISE_SEEDS)
   check_number('dp.target_epsilon', d.target_epsilon, allow_zero=True)
   if d.enabled and c.federated.sampling == 'weighted':
     raise ValueError("config.federated.sampling='weighted' with dp.enabled: the cohort would be "

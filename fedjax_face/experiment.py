@@ -139,7 +139,8 @@ def plan_engine(config, algorithm, state, fed, cohort_size: int, backend: str, m
       algorithm, backend=backend, map_width=map_width, mesh=mesh, loop_threads=loop_threads,
       dp=dp, client_state=config.engine.client_state,
       secure=secure_aggregation.Spec(secure.fraction_bits, secure.neighbors)
-      if secure.enabled else None)
+      if secure.enabled else None,
+      noise_secret=privacy.noise_secret(config.dp.noise_seed) if dp is not None else None)
   return eng, plan
 
 

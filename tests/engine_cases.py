@@ -43,12 +43,12 @@ def run_rounds(algorithm_name: str, backend: str, *, step_mode: str = 'scan',
                map_width: int | None = None,
                mesh=None, cohorts=((0, 1, 2, 3, 4), (1, 3, 4)), pad_to: int = 1,
                reg_lambda: float | None = None, loop_threads: int = 1, dp=None,
-               client_state: str = 'device', configure=None, secure=None):
+               client_state: str = 'device', configure=None, secure=None, noise_secret=None):
   """Runs one round per cohort; returns the final RoundState as numpy and the engine.
 
   `map_width` None: chunks of 2 for 'map', the whole cohort at once for 'vmap'. `configure`
   changes the config in place (the federated blocks it switches on wrap the method, as a run
-  does); `secure` is the engine's secure-aggregation spec.
+  does); `secure` is the engine's secure-aggregation spec, `noise_secret` its DP noise secret.
   """
   if map_width is None:
     map_width = 2 if backend == 'map' else 0
@@ -65,7 +65,7 @@ def run_rounds(algorithm_name: str, backend: str, *, step_mode: str = 'scan',
     algorithm = blocks_lib.wrap(algorithm, blocks, fed.num_clients)
   eng = engine_lib.RoundEngine(algorithm, backend=backend, map_width=map_width, mesh=mesh,
                                loop_threads=loop_threads, dp=dp, client_state=client_state,
-                               secure=secure)
+                               secure=secure, noise_secret=noise_secret)
   state = algorithm.init(jax.random.PRNGKey(0))
   if client_state == 'host':
     state = state.replace(clients=engine_lib.host_clients(state.clients))

@@ -187,6 +187,12 @@ def server_keys(round_rng: jax.Array) -> tuple[jax.Array, jax.Array]:
   return keys[0], keys[1]
 
 
+def noise_key(base: jax.Array, secret: jax.Array | None) -> jax.Array:
+  """The key DP noise is drawn from: `base` (a function of the run's seed), or `base` XOR a
+  secret drawn from the operating system (`dp.noise_seed='os'`), which nothing records."""
+  return base if secret is None else base ^ secret
+
+
 def _prepare(algorithm: Algorithm, state: RoundState, client_ids, positions, rng):
   """What the cohort receives (`broadcast`) and its private rows, read at `positions` of
   `state.clients` (the client ids themselves, or 0..m-1 when `state.clients` holds the
@@ -206,7 +212,7 @@ def aggregation_shares(weights, dp: privacy.DpSpec | None):
 def _one_client(algorithm: Algorithm, shared, per_client, private, data, client_id,
                 rng, dp: privacy.DpSpec | None = None,
                 secure: secure_aggregation.Spec | None = None, position=None, share=None,
-                cohort: int = 0) -> ClientResult:
+                cohort: int = 0, secret: jax.Array | None = None) -> ClientResult:
   """One client's update; its randomness is fold_in(round rng, client id). With `dp` the client
   clips what it sends (its difference from what it received) before it leaves. With `secure`
   the client at cohort row `position` (of `cohort`) sends its averaged keys as masked ring
@@ -231,7 +237,7 @@ def _one_client(algorithm: Algorithm, shared, per_client, private, data, client_
                            result.update[k], origin[k]) for k in summed}
   if dp is not None:   # distributed DP: each client adds N(0, (σS)²·share), the sum N(0, (σS)²)
     delta = privacy.noise_share(delta, dp.noise_std * jnp.sqrt(share),
-                                jax.random.fold_in(rng, privacy.NOISE_STREAM))
+                                noise_key(jax.random.fold_in(rng, privacy.NOISE_STREAM), secret))
   masked, clamped = secure_aggregation.mask_update(
       secure, delta, share, jax.random.fold_in(round_rng, secure_aggregation.SECRET_STREAM),
       position, cohort)
@@ -316,7 +322,8 @@ class RoundEngine:
   def __init__(self, algorithm: Algorithm, *, backend: str, map_width: int = 0,
                mesh: Mesh | None = None, loop_threads: int = 1,
                dp: privacy.DpSpec | None = None, client_state: str = 'device',
-               secure: secure_aggregation.Spec | None = None):
+               secure: secure_aggregation.Spec | None = None,
+               noise_secret: np.ndarray | None = None):
     if backend not in BACKENDS:
       raise ValueError(f'engine.backend={backend!r}; expected one of {BACKENDS}.')
     if client_state not in CLIENT_STATES:
@@ -337,8 +344,13 @@ class RoundEngine:
       raise ValueError(f'secure_aggregation.enabled=True but {algorithm.name} does not say what '
                        'its clients received (Algorithm.update_origin), so their differences '
                        'cannot be summed.')
+    if noise_secret is not None and np.shape(noise_secret) != (2,):
+      raise ValueError(f'noise_secret of shape {np.shape(noise_secret)}; expected a uint32 [2] '
+                       'key (privacy.noise_secret).')
     self.algorithm = algorithm
     self.dp = dp
+    # XORed into every DP noise key (`noise_key`); None: the noise follows the round keys alone.
+    self.noise_secret = None if noise_secret is None else np.asarray(noise_secret, np.uint32)
     self.secure = secure
     self.client_state = client_state
     self.backend = backend
@@ -395,21 +407,22 @@ class RoundEngine:
   # -- pure pieces ---------------------------------------------------------------------------
 
   def _one_client(self, shared, per_client, private, data, client_id, rng, position, share,
-                  cohort: int) -> ClientResult:
+                  secret, cohort: int) -> ClientResult:
     result = _one_client(self.algorithm, shared, per_client, private, data, client_id, rng,
-                         self.dp, self.secure, position, share, cohort)
+                         self.dp, self.secure, position, share, cohort, secret)
     # Inside vmap / lax.map / the loop's program alike, these are one client's shapes.
     self.client_wire = arrays.shape_structs((shared, per_client, result.update))
     return result
 
   def _client_at(self, shared, per_client, private, data, index, client_id, rng, position,
-                 shares) -> ClientResult:
+                 shares, secret) -> ClientResult:
     """The loop backend's client: row `index` of the cohort's stacked `per_client` / `private`
     is taken inside the jitted program, so a client costs one dispatch, not one per leaf.
     `position` is its row in the whole cohort, `shares` every row's (secure aggregation)."""
     take = lambda x: x[index]
     return self._one_client(shared, jax.tree.map(take, per_client), jax.tree.map(take, private),
-                            data, client_id, rng, position, shares[position], len(shares))
+                            data, client_id, rng, position, shares[position], secret,
+                            len(shares))
 
   def _prepare_fn(self, state: RoundState, client_ids, positions, rng):
     return _prepare(self.algorithm, state, client_ids, positions, rng)
@@ -436,17 +449,18 @@ class RoundEngine:
     return out
 
   def _finish_fn(self, state: RoundState, results: ClientResult, weights, client_ids, positions,
-                 rng):
+                 rng, secret):
     updates, server_weights = results.update, weights
     if self.secure is not None:
       updates = self._unmask(state, updates, weights, client_ids, server_keys(rng)[0])
       if self.dp is not None:   # the averaged keys' noise came from the clients
         rows = {k: v for k, v in updates.items() if k in self.algorithm.client_rows}
-        noise_rng = jax.random.fold_in(server_keys(rng)[1], privacy.NOISE_STREAM)
+        noise_rng = noise_key(jax.random.fold_in(server_keys(rng)[1], privacy.NOISE_STREAM),
+                              secret)
         rows, server_weights = privacy.noisy_updates(rows, weights, self.dp, noise_rng)
         updates = {**updates, **rows}
     elif self.dp is not None:   # the noise is the server's, drawn inside this jitted step
-      noise_rng = jax.random.fold_in(server_keys(rng)[1], privacy.NOISE_STREAM)
+      noise_rng = noise_key(jax.random.fold_in(server_keys(rng)[1], privacy.NOISE_STREAM), secret)
       updates, server_weights = privacy.noisy_updates(updates, weights, self.dp, noise_rng)
     server = self.algorithm.server_update(state.server, updates, server_weights, client_ids,
                                           state.round, server_keys(rng)[1])
@@ -457,9 +471,9 @@ class RoundEngine:
     return RoundState(server=server, clients=clients, round=state.round + 1), metrics
 
   def _finish_list_fn(self, state: RoundState, results: list[ClientResult], weights, client_ids,
-                      positions, rng):
+                      positions, rng, secret):
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *results)
-    return self._finish_fn(state, stacked, weights, client_ids, positions, rng)
+    return self._finish_fn(state, stacked, weights, client_ids, positions, rng, secret)
 
   def _shard(self, tree, axis: int):
     if self.num_shards == 1:
@@ -468,30 +482,31 @@ class RoundEngine:
     sharding = NamedSharding(self.mesh, spec)
     return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, sharding), tree)
 
-  def _run_clients(self, client_input: ClientInput, private, data, client_ids, rng, weights):
+  def _run_clients(self, client_input: ClientInput, private, data, client_ids, rng, weights,
+                   secret):
     m = len(client_ids)
     one = functools.partial(self._one_client, cohort=m)
-    over_clients = jax.vmap(one, in_axes=(None, 0, 0, 0, 0, None, 0, 0))
+    over_clients = jax.vmap(one, in_axes=(None, 0, 0, 0, 0, None, 0, 0, None))
     xs = (client_input.per_client, private, data, client_ids,
           jnp.arange(m, dtype=jnp.int32), aggregation_shares(weights, self.dp))
     if self.width is None or self.width == m:
       per_client, private, data, client_ids, rows, shares = self._shard(xs, axis=0)
       return over_clients(client_input.shared, per_client, private, data, client_ids, rng,
-                          rows, shares)
+                          rows, shares, secret)
     # Chunks of `width` clients under vmap, one after another. Row r = j·G + g goes to chunk g,
     # so a device's block of rows (the cohort axis is split in blocks over the mesh) is exactly
     # its share of every chunk: no client's data moves between devices.
     width = self.width
     chunks = jax.tree.map(lambda x: jnp.swapaxes(x.reshape((width, -1) + x.shape[1:]), 0, 1), xs)
     chunks = self._shard(chunks, axis=1)
-    run_chunk = lambda c: over_clients(client_input.shared, *c[:4], rng, *c[4:])
+    run_chunk = lambda c: over_clients(client_input.shared, *c[:4], rng, *c[4:], secret)
     results = jax.lax.map(run_chunk, chunks)
     return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1).reshape((-1,) + x.shape[2:]), results)
 
-  def _round_fn(self, state: RoundState, client_ids, positions, weights, data, rng):
+  def _round_fn(self, state: RoundState, client_ids, positions, weights, data, rng, secret):
     client_input, private = self._prepare_fn(state, client_ids, positions, rng)
-    results = self._run_clients(client_input, private, data, client_ids, rng, weights)
-    return self._finish_fn(state, results, weights, client_ids, positions, rng)
+    results = self._run_clients(client_input, private, data, client_ids, rng, weights, secret)
+    return self._finish_fn(state, results, weights, client_ids, positions, rng, secret)
 
   def _loop(self, run_client, n: int, signature) -> list[ClientResult]:
     """`run_client(i)` for i < n, in order, on up to `loop_threads` threads at once.
@@ -599,7 +614,7 @@ class RoundEngine:
     if self.backend != 'loop':
       if self.mesh is not None:
         data = self._global_rows(data, m)
-      return self._round(state, client_ids, positions, weights, data, rng)
+      return self._round(state, client_ids, positions, weights, data, rng, self.noise_secret)
     # loop: this process runs its rows one by one on its first device, then all processes meet
     # in the jitted server step.
     rows = self.process_rows(m)
@@ -612,12 +627,13 @@ class RoundEngine:
       # Host data is sliced on the host (free); device-resident rows are sliced in `_client_at`.
       return self._client(client_input.shared, client_input.per_client, private,
                           jax.tree.map(lambda x: x[i], data), np.int32(i), ids[i], rng,
-                          np.int32(rows.start + i), shares)
+                          np.int32(rows.start + i), shares, self.noise_secret)
 
     signature = tuple((x.shape, x.dtype) for x in jax.tree.leaves(
         (client_input.per_client, private, data)))
     results = self._loop(run_client, len(ids), signature)
     if self.mesh is None:
-      return self._finish_list(state, results, weights, client_ids, positions, rng)
+      return self._finish_list(state, results, weights, client_ids, positions, rng,
+                               self.noise_secret)
     stacked = self._global_rows(jax.tree.map(lambda *xs: jnp.stack(xs), *results), m)
-    return self._finish(state, stacked, weights, client_ids, positions, rng)
+    return self._finish(state, stacked, weights, client_ids, positions, rng, self.noise_secret)

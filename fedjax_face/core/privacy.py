@@ -26,6 +26,11 @@ the clients, each N(0, (σS)²·s_k) on its clipped difference before masking (s
 of the uniform mean: `noise_share`), so the sum carries the same N(0, (σS)²) and the server never
 sees it without; the accountant is unchanged.
 
+The noise keys follow the round keys of `config.seed`, which config.json records, so ε holds only
+while the seed is secret (results.json's `noise_seed` says so); `dp.noise_seed='os'` XORs a
+secret from the operating system into each of them (`noise_secret`, `engine.noise_key`), at the
+price of bit-identical resume.
+
 Class-embedding rows that a client sends for its own identities (FedGC's W_k, FedFV's, FedAwS's
 and FedFace's w_i: `Algorithm.client_rows`) are not averaged with anyone's: the server writes them
 into its class matrix. `dp.class_rows` says what happens to them:
@@ -47,6 +52,7 @@ FedGPAD's private parts) never leaves it; evaluation data is not training data.
 """
 
 import functools
+import os
 from typing import Any, NamedTuple
 
 import jax
@@ -355,8 +361,27 @@ SAMPLING_ASSUMED = {
 }
 
 
-NOISE_SEED_CAVEAT = ('drawn from config.seed (recorded in config.json): epsilon holds only while '
-                     'the seed is kept secret')
+NOISE_SEEDS = ('config', 'os')
+NOISE_SEED_CAVEAT = {
+    'config': ('drawn from config.seed (recorded in config.json): epsilon holds only while the '
+               'seed is kept secret'),
+    'os': ('drawn from config.seed XOR a secret from the operating system, new at every start and '
+           'never recorded: a resumed run continues with other noise than an uninterrupted one '
+           'would have drawn (epsilon is the same)'),
+}
+
+
+def noise_secret(noise_seed: str) -> np.ndarray | None:
+  """`dp.noise_seed`: None for 'config' (the noise follows the run's keys), else 64 bits from
+  the operating system's entropy, the same on every process (process 0's). Read-only."""
+  if noise_seed == 'config':
+    return None
+  secret = np.frombuffer(os.urandom(8), np.uint32).copy()
+  if jax.process_count() > 1:   # every process draws the server's noise: one secret
+    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+    secret = np.asarray(multihost_utils.broadcast_one_to_all(secret), np.uint32)
+  secret.setflags(write=False)
+  return secret
 
 
 def amplified(spec: DpSpec) -> bool:
@@ -386,7 +411,7 @@ def ledger(config, spec: DpSpec, num_clients: int, cohort_size: int, rounds: int
                          if spec.secure else 'the server'),
       # The noise is a function of config.seed, which config.json records: whoever reads the
       # seed can subtract the noise, so epsilon holds only while the seed stays secret.
-      'noise_seed': NOISE_SEED_CAVEAT,
+      'noise_seed': NOISE_SEED_CAVEAT[dp.get('noise_seed', 'config')],
       # Only a cohort smaller than the population is a sample (`dp_event`): with every client
       # in every round there is nothing to amplify, whatever the sampling rule.
       'amplified_by_sampling': amp and cohort_size < num_clients,

@@ -184,7 +184,9 @@ def test_config_errors_name_the_field():
                               ('noise_multiplier', -1.0, 'config.dp.noise_multiplier=-1.0'),
                               ('target_delta', 1.0, r'config.dp.target_delta=1.0; expected a '
                                r'number in \(0, 1\)'),
-                              ('class_rows', 'public', "config.dp.class_rows='public'")]:
+                              ('class_rows', 'public', "config.dp.class_rows='public'"),
+                              ('noise_seed', 'urandom', r"config.dp.noise_seed='urandom'; "
+                               r"expected one of \('config', 'os'\)")]:
     bad = config_files.load_config('fedgc')
     bad.dp[field] = value
     with pytest.raises(ValueError, match=match):
@@ -296,3 +298,31 @@ def test_the_ledger_claims_amplification_only_for_a_cohort_smaller_than_the_popu
   # Every client every round: the epsilon of the unsampled Gaussian, either way of asking.
   if cohort_size == 4:
     assert priv['epsilon'] == privacy.epsilon(4, 4, 1.0, 3, 1e-5, amplified=False)
+
+
+@pytest.mark.parametrize('secure', [False, True])
+def test_noise_from_the_os_is_the_seed_s_noise_xor_a_secret(secure):
+  """`dp.noise_seed='os'`: the engine XORs a secret into every noise key, and nothing else moves:
+  a zero secret is the seed's noise bit for bit, another secret other noise of the same
+  spread. Under secure aggregation the clients' shares change with it too."""
+  from fedjax_face.core import secure_aggregation  # pylint: disable=g-import-not-at-top
+  spec = privacy.DpSpec(clip_norm=0.5, noise_std=0.5, client_rows=(), class_rows='private',
+                        noise_multiplier=1.0, secure=secure)
+  run = lambda secret: engine_cases.run_rounds(
+      'fedpe', 'loop', cohorts=((0, 1, 2, 3, 4),), dp=spec, noise_secret=secret,
+      secure=secure_aggregation.Spec() if secure else None)[0]
+  seeded, zero, other = (run(None), run(np.zeros(2, np.uint32)),
+                         run(np.array([0x1234, 0xABCD], np.uint32)))
+  jax.tree.map(np.testing.assert_array_equal, zero, seeded)
+  params = lambda state: np.concatenate([np.ravel(x) for x in
+                                         jax.tree.leaves(state.server['model']['params'])])
+  moved = params(other) - params(seeded)
+  assert np.all(moved != 0)
+  # Two draws of N(0, (σS/m)²) per coordinate apart: std sqrt(2)·0.5/5.
+  assert np.std(moved) == pytest.approx(np.sqrt(2) * 0.5 / 5, rel=0.25)
+
+
+def test_the_os_secret_is_new_at_every_start_and_the_config_s_seed_draws_none():
+  assert privacy.noise_secret('config') is None
+  first, second = privacy.noise_secret('os'), privacy.noise_secret('os')
+  assert first.dtype == np.uint32 and first.shape == (2,) and not np.array_equal(first, second)

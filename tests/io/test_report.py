@@ -30,7 +30,7 @@ def test_communication_and_privacy_lines():
   priv = {'epsilon': 3.99, 'delta': 1e-5, 'rounds': 60, 'accountant': 'RDP', 'unit': 'client',
           'sampling': '36 of 36', 'amplified_by_sampling': False, 'clip_norm': 1.0,
           'noise_multiplier': 17.9, 'not_covered': 'the class rows',
-          'noise_seed': privacy.NOISE_SEED_CAVEAT}
+          'noise_seed': privacy.NOISE_SEED_CAVEAT['config']}
   lines = report.privacy_lines(priv)
   assert lines[0].startswith('Client-level differential privacy: epsilon = 3.990 at delta = 1e-05 '
                              'after 60 rounds (RDP; unit: client; 36 of 36; without amplification')
