@@ -67,17 +67,21 @@ def test_fedpe_server_update_is_the_weighted_mean():
 def test_fedgc_server_update_scatters_then_corrects_all_clients():
   config, fed, algorithm = _setup('fedgc')
   state = algorithm.init(jax.random.PRNGKey(0))
-  w = state.server['W']
-  new_rows = w[jnp.array([2, 4])] + 0.5 * jnp.asarray(fed.class_mask)[jnp.array([2, 4])][..., None]
-  models_stacked = jax.tree.map(lambda x: jnp.stack([x, x]), state.server['model'])
-  out = algorithm.server_update(state.server, {'model': models_stacked, 'W': new_rows},
-                                jnp.array([2.0, 2.0]), jnp.array([2, 4]), state.round,
-                                jax.random.PRNGKey(2))
-  w_tilde = w.at[jnp.array([2, 4])].set(new_rows)              # line 12
+  w = np.asarray(state.server['W'])
+  mask = np.asarray(fed.class_mask)
+  new_rows = w[[2, 4]] + 0.5 * mask[[2, 4]][..., None]
+  models_stacked = jax.tree.map(lambda x: np.stack([x, x]), state.server['model'])
+  # Jitted, as the engine runs it: the server step's arithmetic is the subject, not op-by-op
+  # dispatch, which would compile each of its many small ops on its own.
+  out = jax.jit(algorithm.server_update)(
+      state.server, {'model': models_stacked, 'W': new_rows}, jnp.array([2.0, 2.0]),
+      jnp.array([2, 4]), state.round, jax.random.PRNGKey(2))
+  w_tilde = w.copy()
+  w_tilde[[2, 4]] = new_rows                                   # line 12
   step = config.fedgc.reg_lambda * config.optimizer.learning_rate
-  grad = jax.grad(regularizer.softmax_regularizer)(
-      w_tilde, jnp.asarray(fed.class_mask), self_gradient=config.fedgc.reg_self_gradient)
-  expected = w_tilde - step * grad * jnp.asarray(fed.class_mask)[..., None]   # line 14
+  grad = jax.jit(jax.grad(lambda x: regularizer.softmax_regularizer(
+      x, jnp.asarray(mask), self_gradient=config.fedgc.reg_self_gradient)))(w_tilde)
+  expected = w_tilde - step * np.asarray(grad) * mask[..., None]   # line 14
   np.testing.assert_allclose(out['W'], expected, rtol=1e-5, atol=1e-7)
   # Clients outside the cohort are corrected too: the regularizer spans every client's W.
   assert not np.allclose(out['W'][0], w[0])
@@ -147,8 +151,12 @@ def test_kept_optimizer_state_stays_private_and_continues_across_rounds(name):
 
   def two_rounds(algorithm):
     state = algorithm.init(jax.random.PRNGKey(0))
+    # The server's steps jitted, as the engine runs them: their arithmetic is the subject, and op
+    # by op each of their many small ops would compile on its own.
+    broadcast, server_update = jax.jit(algorithm.broadcast), jax.jit(algorithm.server_update)
+    scatter = jax.jit(aggregation.scatter_clients)
     for r, data in enumerate(rounds):
-      client_input = algorithm.broadcast(state.server, ids, jnp.int32(r), jax.random.PRNGKey(1))
+      client_input = broadcast(state.server, ids, jnp.int32(r), jax.random.PRNGKey(1))
       take = lambda x: x[0]
       private = jax.tree.map(take, aggregation.gather_clients(state.clients, ids))
       result = algorithm.client_update(
@@ -157,10 +165,9 @@ def test_kept_optimizer_state_stays_private_and_continues_across_rounds(name):
       assert set(result.update) == ({'model'} if name == 'fedpe' else {'model', 'W'})
       assert 'opt_state' not in result.update                  # the momentum never leaves
       stacked = jax.tree.map(lambda x: x[None], result.update)
-      server = algorithm.server_update(state.server, stacked, jnp.ones(1), ids, jnp.int32(r),
-                                       jax.random.PRNGKey(2))
-      clients = aggregation.scatter_clients(state.clients, ids,
-                                            jax.tree.map(lambda x: x[None], result.private))
+      server = server_update(state.server, stacked, jnp.ones(1), ids, jnp.int32(r),
+                             jax.random.PRNGKey(2))
+      clients = scatter(state.clients, ids, jax.tree.map(lambda x: x[None], result.private))
       state = RoundState(server=server, clients=clients, round=state.round + 1)
     return result
 

@@ -110,6 +110,24 @@ def test_scaffold_first_round_is_fedavg_and_its_variates_follow_option_two():
                                atol=1e-7)
 
 
+def _state(wrapped):
+  """A RoundState at `wrapped.init`'s structure, shapes and dtypes. Where every leaf but the round
+  is a float (the PAD methods: their init compiles all of their networks as one large program),
+  each is drawn on the host, uniform in [0.5, 1.5): the key must not reach what a client receives
+  from any server state, and a generic one (its control variates nonzero, unlike init's) shows
+  that at least as well as init's. Other methods hold flags or data whose values mean something
+  (FedFace's `initialised`, FedFR's public set and `started`), so they are initialized."""
+  shapes = jax.eval_shape(wrapped.init, jax.random.PRNGKey(0))
+  if not all(jnp.issubdtype(s.dtype, jnp.floating)
+             for s in jax.tree.leaves((shapes.server, shapes.clients))):
+    return wrapped.init(jax.random.PRNGKey(0))
+  rng = np.random.default_rng(0)
+  draw = lambda s: jnp.asarray(rng.uniform(0.5, 1.5, s.shape), s.dtype)
+  return shapes.replace(server=jax.tree.map(draw, shapes.server),
+                        clients=jax.tree.map(draw, shapes.clients),
+                        round=jnp.zeros(shapes.round.shape, shapes.round.dtype))
+
+
 MODEL_SENDING = ['fedgc/fedpe', 'fedgc', 'fedfv', 'fedfv/fedaws', 'fedfv/fedface', 'fedfv/feduv',
                  'fedfr/fedfr', 'pad/fedpad', 'pad/fedgpad']
 
@@ -125,13 +143,14 @@ def test_every_averaged_parameter_is_tied_and_its_origin_is_the_server_s(name):
   algorithm = algorithms.get(config.algorithm).build(config, models.build_backbone(config.model),
                                                      fed, step_mode='scan')
   wrapped = blocks.wrap(algorithm, blocks.from_config(config), fed.num_clients)
-  state = wrapped.init(jax.random.PRNGKey(0))
+  state = _state(wrapped)
   ids = jnp.array([0, 1], jnp.int32)
   row = lambda ci: ci._replace(per_client=jax.tree.map(lambda x: x[0], ci.per_client))
   origin = jax.jit(lambda server, key: wrapped.update_origin(row(wrapped.broadcast(
       server, ids, state.round, key))))
-  jax.tree.map(np.testing.assert_array_equal, origin(state.server, jax.random.PRNGKey(1)),
-               origin(state.server, jax.random.PRNGKey(2)))
+  first = origin(state.server, jax.random.PRNGKey(1))
+  assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(first))
+  jax.tree.map(np.testing.assert_array_equal, first, origin(state.server, jax.random.PRNGKey(2)))
   data = experiment.one_client_data(fed, config)
   slots = {}
 
