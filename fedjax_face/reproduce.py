@@ -138,6 +138,9 @@ def define_flags():
   flags.DEFINE_multi_string('set', [], 'field=value override applied to every run.')
   flags.DEFINE_bool('dry_run', False, 'Print the commands and the table of what exists.')
   flags.DEFINE_list('seeds', ['0'], 'config.seed values; several: mean ± std over them.')
+  flags.DEFINE_string('archive_to', None, "Copy each run's results, config, failure record and "
+                      'the files tables read (tools/tables.py:ARCHIVED) to '
+                      '<archive_to>/<paper>_tables/<run>/, e.g. --archive_to=results.')
   flags.DEFINE_bool('check', False, 'Rebuild every table in --docs from the archive alone '
                     '(--archive/<paper>_tables; nothing is run) and fail on any difference.')
   flags.DEFINE_string('docs', 'docs', 'The generated tables (--check).')
@@ -188,6 +191,10 @@ def main(argv):
     out = f.out or (os.path.join(f.out_dir, out_name(paper, tid)) if f.out_dir else None)
     if out:
       files.write_text_atomic(out, text)
+    if f.archive_to:
+      target = os.path.join(f.archive_to, f'{paper}_tables')
+      kept = tables.archive_runs(table, f.root, extra, seeds, target)
+      print(f'archived {len(kept)} runs of {paper}{tid} in {target}', flush=True)
     extras = getattr(module, 'EXTRAS', {})
     if tid in extras:
       file_name, make = extras[tid]

@@ -13,7 +13,10 @@ trained by different code are no mean ± std of one method.
 """
 
 import dataclasses
+import glob
 import json
+import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -238,16 +241,17 @@ def failure(run: Run, root: str, extra: tuple, seed: int) -> str | None:
   return None if run.init_from is None else failure(run.init_from, root, extra, seed)
 
 
-def finished_workdirs(table: Table, root: str, extra: tuple,
-                      seeds: tuple[int, ...]) -> list[str]:
+def finished_workdirs(table: Table, root: str, extra: tuple, seeds: tuple[int, ...],
+                      ended: tuple[str, ...] = ('results.json',)) -> list[str]:
   """The workdirs (each once) of the finished runs a table is made of: its rows' runs, the runs a
   `Combined` row combines, and the runs each of them started from (`init_from`: a fine-tuned
-  model is the pre-training's code too)."""
+  model is the pre-training's code too). A run counts when its workdir holds one of `ended`."""
   out = []
 
   def add(run: Run, seed: int):
     run_dir = workdir(root, run, extra, seed)
-    if files.exists(files.join(run_dir, 'results.json')) and run_dir not in out:
+    if (any(files.exists(files.join(run_dir, name)) for name in ended)
+        and run_dir not in out):
       out.append(run_dir)
     if run.init_from is not None:
       add(run.init_from, seed)
@@ -257,6 +261,31 @@ def finished_workdirs(table: Table, root: str, extra: tuple,
       for run in (() if row.run is None else row.run.runs if isinstance(row.run, Combined)
                   else (row.run,)):
         add(run, seed)
+  return out
+
+
+# What a table is rebuilt from (`reproduce --check`), kept per run by `archive_runs`: its results,
+# its config (with the commits it ran at), a failure's record, and the run files tables read
+# (PAD's per-video scores for Fused and Fig. 5, FedFV's class-embedding cosines for Fig. 5).
+ARCHIVED = ('results.json', 'config.json', FAILED, 'pad_video_scores*.npz',
+            'class_embedding_similarity.npz')
+
+
+def archive_runs(table: Table, root: str, extra: tuple, seeds: tuple[int, ...],
+                 archive_root: str) -> list[str]:
+  """Copies the `ARCHIVED` files of every run the table is made of (finished or failed) from
+  `root` to `archive_root`/<run name>/; returns the archived workdirs. Local paths only."""
+  out = []
+  for run_dir in finished_workdirs(table, root, extra, seeds, ended=('results.json', FAILED)):
+    target = os.path.join(archive_root, os.path.basename(run_dir))
+    if os.path.abspath(target) == os.path.abspath(run_dir):
+      out.append(target)
+      continue
+    os.makedirs(target, exist_ok=True)
+    for pattern in ARCHIVED:
+      for path in sorted(glob.glob(os.path.join(run_dir, pattern))):
+        shutil.copy2(path, os.path.join(target, os.path.basename(path)))
+    out.append(target)
   return out
 
 
@@ -388,9 +417,9 @@ SIGNIFICANCE = 0.05   # one-sided, over the seeds' paired margins
 VERDICT_RULE = ('Reproduced: the ordering holds in every seed asked for, and the mean of the '
                 "seeds' margins passes a one-sided paired t-test at 5 % (t = mean / (sd / "
                 "sqrt(n)) above Student's t quantile with n - 1 degrees of freedom: 2.92 for 3 "
-                'seeds, 2.13 for 5). Reversed: the same for the opposite ordering. Otherwise within '
-                'noise. A seed without a value (not run, failed or diverged) counts against the '
-                'ordering, and one seed alone gives no noise estimate, so it never decides.')
+                'seeds, 2.13 for 5). Reversed: the same for the opposite ordering. Otherwise '
+                'within noise. A seed without a value (not run, failed or diverged) counts against '
+                'the ordering, and one seed alone gives no noise estimate, so it never decides.')
 
 
 @dataclasses.dataclass(frozen=True)

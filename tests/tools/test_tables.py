@@ -422,3 +422,33 @@ def test_the_paper_s_column_keeps_its_own_title_where_it_measures_something_else
   assert ('| method | TPIR@FPIR=0.01 (ours) | MegaFace TPR@FPR=1e-6 (paper) | rank-1 (ours) | '
           'MegaFace rank-1 (paper) |' in text)
   assert '| A | 25.00 | 69.87 | 50.00 | 61.26 |' in text
+
+
+def test_archive_keeps_what_a_table_is_rebuilt_from_and_nothing_else(tmp_path):
+  start, failing = Run('fedfr/pretrain'), Run('fedfr/fedface')
+  run = Run('fedfr/fedfr', init_from=start)
+  table = Table('T', 'verification', ('lfw',), (Row('A', run, (None,)),
+                                                Row('B', failing, (None,))), 'c')
+  root, archive = tmp_path / 'sweep', tmp_path / 'results' / 'toy_tables'
+  ended = {start: ('results.json', fake_result(lfw=0.7)),
+           run: ('results.json', fake_result(lfw=0.8)),
+           failing: (tables.FAILED, {'returncode': 1, 'error': 'boom'})}
+  for r, (name, content) in ended.items():
+    run_dir = root / r.name()
+    (run_dir / 'checkpoints' / '4').mkdir(parents=True)
+    (run_dir / name).write_text(json.dumps(content))
+    for extra in ('config.json', 'pad_video_scores.npz', 'pad_video_scores_O.npz',
+                  'class_embedding_similarity.npz', 'report.md', 'pad_roc.png', 'log.txt'):
+      (run_dir / extra).write_text('x')
+  kept = tables.archive_runs(table, str(root), (), (0,), str(archive))
+  assert sorted(kept) == sorted(str(archive / r.name()) for r in ended)
+  assert sorted(p.name for p in (archive / run.name()).iterdir()) == [
+      'class_embedding_similarity.npz', 'config.json', 'pad_video_scores.npz',
+      'pad_video_scores_O.npz', 'results.json']
+  assert sorted(p.name for p in (archive / failing.name()).iterdir()) == [
+      'class_embedding_similarity.npz', 'config.json', tables.FAILED, 'pad_video_scores.npz',
+      'pad_video_scores_O.npz']
+  # The archive is a root that `run_all` reads back as it read the sweep, nothing started.
+  assert (tables.run_all(table, str(archive), (), dry_run=True)
+          == tables.run_all(table, str(root), (), dry_run=True)
+          == {(run, 0): fake_result(lfw=0.8), (failing, 0): {'failed': 'boom'}})
