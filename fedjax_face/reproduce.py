@@ -15,7 +15,9 @@ refused (one line naming them) unless `--allow_mixed_commits`.
 
 `--check` rebuilds each generated table from the run archive alone (`results/<paper>_tables`),
 with the command its footnote records, and names every table that differs or whose runs the
-archive lacks.
+archive lacks. `--archive_to=results` copies a sweep's runs into the archive
+(`tools/tables.py:ARCHIVED`); `--spot_check --root=DIR` reruns one run per method of each table
+at this checkout and compares its printed cells with the archived run's.
 """
 
 import contextlib
@@ -141,6 +143,9 @@ def define_flags():
   flags.DEFINE_string('archive_to', None, "Copy each run's results, config, failure record and "
                       'the files tables read (tools/tables.py:ARCHIVED) to '
                       '<archive_to>/<paper>_tables/<run>/, e.g. --archive_to=results.')
+  flags.DEFINE_bool('spot_check', False, "Rerun one run per method of each --table's at seed 0 "
+                    'under --root (this checkout) and compare its printed cells with the '
+                    "archive's (--archive/<paper>_tables); exit 1 if any differ.")
   flags.DEFINE_bool('check', False, 'Rebuild every table in --docs from the archive alone '
                     '(--archive/<paper>_tables; nothing is run) and fail on any difference.')
   flags.DEFINE_string('docs', 'docs', 'The generated tables (--check).')
@@ -171,6 +176,17 @@ def main(argv):
   if any(key == 'seed' for key, _ in extra):
     raise app.UsageError('--set=seed=... is not allowed; use --seeds.')
   chosen = select(f.table)
+  if f.spot_check:
+    differing = 0
+    for paper, tid in chosen:
+      archive_root = os.path.join(f.archive, f'{paper}_tables')
+      for line in tables.spot_check(paper_module(paper).TABLES[tid], archive_root, f.root,
+                                    f.dry_run):
+        print(f'{paper}{tid}: {line}', flush=True)
+        differing += line.startswith('differs')
+    if differing:
+      sys.exit(f'{differing} spot-checked runs differ from the archive')
+    return
   if f.out and len(chosen) > 1:
     raise app.UsageError(f'--out names one file but --table={f.table} is {len(chosen)} tables; '
                          'use --out_dir.')

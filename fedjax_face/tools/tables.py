@@ -289,6 +289,55 @@ def archive_runs(table: Table, root: str, extra: tuple, seeds: tuple[int, ...],
   return out
 
 
+def column_digits(table: Table, column: str) -> int:
+  """The decimals a table prints `column` with."""
+  return (table.column_digits[table.columns.index(column)] if table.column_digits
+          else table.digits)
+
+
+def spot_runs(table: Table) -> list[Run]:
+  """One run per method (config file) of a table, its first row's: what `spot_check` reruns."""
+  out = {}
+  for row in table.rows:
+    if isinstance(row.run, Run) and row.run.config not in out:
+      out[row.run.config] = row.run
+  return list(out.values())
+
+
+def spot_check(table: Table, archive_root: str, root: str, dry_run: bool = False) -> list[str]:
+  """Reruns `spot_runs` at seed 0 under `root` (at this checkout's code) and compares each
+  column, as the table prints it, with the archived run's: one line per run saying 'same
+  digits' or which cells differ, with the commits of both. Lines start with 'differs' when a
+  cell differs; a run the archive lacks is said so and rerun all the same."""
+  lines = []
+  for run in spot_runs(table):
+    archived_dir = workdir(archive_root, run, (), 0)
+    archived_path = files.join(archived_dir, 'results.json')
+    fresh_dir = ensure_run(run, root, (), 0, dry_run)
+    fresh_path = files.join(fresh_dir, 'results.json')
+    name = run.name()
+    if not files.exists(fresh_path):
+      lines.append(f'{name}: not rerun ({failure(run, root, (), 0) or "dry run"})')
+      continue
+    if not files.exists(archived_path):
+      lines.append(f'{name}: not in the archive; rerun at '
+                   f'{", ".join(run_commits(fresh_dir))}')
+      continue
+    old, new = files.read_json(archived_path), files.read_json(fresh_path)
+    differ = []
+    for column in table.columns:
+      digits = column_digits(table, column)
+      cells = [None if v is None else f'{v:.{digits}f}'
+               for v in (_ours(old, table, column), _ours(new, table, column))]
+      if cells[0] != cells[1]:
+        differ.append(f'{_column_title(table, column)} {cells[0]} -> {cells[1]}')
+    commits = (f'archive at {", ".join(run_commits(archived_dir))}, rerun at '
+               f'{", ".join(run_commits(fresh_dir))}')
+    lines.append(f'differs: {name}: {"; ".join(differ)} ({commits})' if differ else
+                 f'{name}: same digits ({commits})')
+  return lines
+
+
 def run_commits(run_dir: str) -> list[str]:
   """The commit labels (`provenance.commit_label`) a finished run was trained at: its
   config.json's record of its start and resumes when it has one (results.json's provenance is
@@ -535,8 +584,7 @@ def markdown(table: Table, results: dict[tuple[Run, int], dict], command: str,
     failed = sum('failed' in results.get((row.run, seed), {}) for seed in seeds)
     for column, paper in zip(table.columns, row.paper):
       values = [] if row.run is None else row_values(table, row, column, results, seeds)
-      digits = (table.column_digits[table.columns.index(column)] if table.column_digits
-                else table.digits)
+      digits = column_digits(table, column)
       cell = summarize(values, len(seeds) - failed, digits) if values else 'failed'
       if failed and values:
         cell += f' ({failed} failed)'

@@ -452,3 +452,31 @@ def test_archive_keeps_what_a_table_is_rebuilt_from_and_nothing_else(tmp_path):
   assert (tables.run_all(table, str(archive), (), dry_run=True)
           == tables.run_all(table, str(root), (), dry_run=True)
           == {(run, 0): fake_result(lfw=0.8), (failing, 0): {'failed': 'boom'}})
+
+
+def test_spot_check_reruns_one_run_per_method_and_compares_the_printed_cells(tmp_path,
+                                                                           monkeypatch):
+  a1, a2 = Run('fedgc/fedgc', 'loss=softmax'), Run('fedgc/fedgc', 'loss=cosface')
+  b = Run('fedgc/fedpe')
+  table = Table('T', 'verification', ('lfw',), (Row('A1', a1, (None,)), Row('A2', a2, (None,)),
+                                                Row('B', b, (None,))), 'c')
+  assert tables.spot_runs(table) == [a1, b]   # one per config file: the first row's
+  archive = tmp_path / 'archive'
+  write_run(archive, a1, 0, fake_result(lfw=0.812341))
+  write_run(archive, b, 0, fake_result(lfw=0.75))
+  rerun = {a1: 0.812344, b: 0.7512}   # the same at 2 decimals (81.23), and not (75.00 -> 75.12)
+  started = []
+
+  def command(self, workdir, extra=()):
+    started.append(self)
+    result = fake_result(lfw=rerun[self])
+    script = ('import json, os, sys; os.makedirs(sys.argv[1], exist_ok=True); '
+              f'json.dump({result!r}, open(os.path.join(sys.argv[1], "results.json"), "w"))')
+    return [sys.executable, '-c', script, workdir]
+
+  monkeypatch.setattr(Run, 'command', command)
+  lines = tables.spot_check(table, str(archive), str(tmp_path / 'fresh'))
+  assert started == [a1, b]
+  assert lines == [
+      f'{a1.name()}: same digits (archive at unrecorded, rerun at unrecorded)',
+      f'differs: {b.name()}: LFW 75.00 -> 75.12 (archive at unrecorded, rerun at unrecorded)']
