@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Every table of every paper standing on one commit, as queues that resume (issue 38). Run from a
+# worktree of the commit the tables are to stand on, one process per core if you like:
+#
+#   git worktree add /tmp/final <commit> && cd /tmp/final
+#   bash launch/every_table.sh spot /tmp/spot /work/main/results          # first
+#   bash launch/every_table.sh full /tmp/sweep /work/main/results [LANE LANES]
+#
+# spot: for each table that rebuilds from the archive (`reproduce --check`), one run per method at
+#   seed 0, compared cell by cell with the archived run (`reproduce --spot_check`). A table whose
+#   spot check gives the same digits stands on the archive; add one that differs to FULL below.
+# full: the tables that must be run again: never archived, stale, or with the five seeds of a
+#   headline ordering. Each table runs what ROOT lacks and reads what is there (a run with
+#   results.json or failed.json is not started again), writes docs/<paper>_table<N>.md in the
+#   worktree and copies its runs' kept files to ARCHIVE/<paper>_tables (tools/tables.py:ARCHIVED).
+#   With LANE and LANES (0 2 and 1 2 in two shells) a process takes every LANES-th table.
+# Stop either at any time: the same command goes on where it stopped. Afterwards copy the
+# worktree's generated docs to the checkout, then `python -m fedjax_face.tools.claims` and
+# `python -m fedjax_face.reproduce --check`.
+set -euo pipefail
+mode=${1:?usage: every_table.sh spot|full ROOT ARCHIVE [LANE LANES]}
+root=${2:?usage: every_table.sh spot|full ROOT ARCHIVE [LANE LANES]}
+archive=${3:?usage: every_table.sh spot|full ROOT ARCHIVE [LANE LANES]}
+lane=${4:-0}
+lanes=${5:-1}
+
+SPOT=(fedgc1 fedgc2 fedgc3 fedgc4 fedgc5 fedgc6 fedgc7 fedgc8 fedgc9 fedgc10 fedgc11
+      fedfr2 fedfr_fig3 pad5 pad6 pad7 pad_fedma privacy1 privacy2 blocks1)
+# "table seeds". Five seeds for the headline orderings (FedGC > FedPE, reset and kept momentum;
+# FedFV > FedAwS > FedUV-511; FedFR's modules; FedGPAD < FedPAD < Fused < Single); FedFace's
+# rows moved with `fedface.reduction` (FedFV 3, FedFR Fig. 4); the rest lack archived runs.
+FULL=("fedgc12 0,1,2,3,4" "fedfv3 0,1,2,3,4" "fedfv1 0,1,2" "fedfv2 0,1,2" "fedfv4 0"
+      "fedfr1 0,1,2,3,4" "fedfr_fig4 0,1,2" "pad3 0,1,2,3,4" "pad1 0,1,2" "pad8 0,1,2"
+      "pad9 0,1,2" "pad10 0,1,2" "pad_all_batch_norm 0" "pad_terms 0,1" "blocks2 0,1,2")
+
+case $mode in
+  spot)
+    for table in "${SPOT[@]}"; do
+      echo "== $table"
+      python -m fedjax_face.reproduce --table="$table" --spot_check --root="$root" \
+          --archive="$archive" || echo "== $table: differs or failed (above); the queue goes on"
+    done ;;
+  full)
+    for i in "${!FULL[@]}"; do
+      (( i % lanes == lane )) || continue
+      read -r table seeds <<< "${FULL[$i]}"
+      echo "== $table (seeds $seeds)"
+      python -m fedjax_face.reproduce --table="$table" --seeds="$seeds" --root="$root" \
+          --out_dir=docs --archive_to="$archive"
+    done ;;
+  *) echo "mode $mode; expected spot or full" >&2; exit 2 ;;
+esac
