@@ -69,6 +69,15 @@ def select(name: str) -> list[tuple[str, int]]:
   return [(paper, int(tid) if tid.isdigit() else tid)]
 
 
+def table_text(table: tables.Table, root: str, extra: tuple, seeds: tuple[int, ...],
+               command: str, allow_mixed: bool, dry_run: bool) -> str:
+  """A table's markdown from the runs under `root` (running what is missing unless `dry_run`);
+  MixedCommitsError when its runs came from several commits and `allow_mixed` is False."""
+  results = tables.run_all(table, root, extra, dry_run, seeds)
+  counts = tables.commit_counts(tables.finished_workdirs(table, root, extra, seeds))
+  return tables.markdown(table, results, command, seeds, tables.commits_line(counts, allow_mixed))
+
+
 MADE_BY = re.compile(r'Made by `python -m fedjax_face\.reproduce ([^`]*)`')
 
 
@@ -105,17 +114,17 @@ def check_table(paper: str, tid, docs_dir: str, archive_dir: str) -> str:
   root = os.path.join(archive_dir, f'{paper}_tables')
   extra = tables.parse_overrides(recorded['set'])
   seeds = tables.parse_seeds(recorded['seeds'])
-  with contextlib.redirect_stdout(io.StringIO()) as printed:
-    results = tables.run_all(table, root, extra, dry_run=True, seeds=seeds)
+  try:
+    with contextlib.redirect_stdout(io.StringIO()) as printed:   # dry run: "missing: $ ..."
+      rebuilt = table_text(table, root, extra, seeds, recorded['command'],
+                           recorded['allow_mixed_commits'], dry_run=True)
+  except tables.MixedCommitsError as e:
+    rebuilt = e
   missing = printed.getvalue().count('missing: ')
   if missing:
     return f'{missing} run{"" if missing == 1 else "s"} not in {root}'
-  counts = tables.commit_counts(tables.finished_workdirs(table, root, extra, seeds))
-  try:
-    commits = tables.commits_line(counts, recorded['allow_mixed_commits'])
-  except tables.MixedCommitsError as e:
-    return str(e)
-  rebuilt = tables.markdown(table, results, recorded['command'], seeds, commits)
+  if isinstance(rebuilt, tables.MixedCommitsError):
+    return str(rebuilt)
   if rebuilt == doc:
     return 'ok'
   differing = [i + 1 for i, (a, b) in enumerate(zip(rebuilt.splitlines(), doc.splitlines()))
@@ -196,13 +205,10 @@ def main(argv):
   for paper, tid in chosen:
     module = paper_module(paper)
     table = module.TABLES[tid]
-    results = tables.run_all(table, f.root, extra, f.dry_run, seeds)
-    counts = tables.commit_counts(tables.finished_workdirs(table, f.root, extra, seeds))
     try:
-      commits = tables.commits_line(counts, f.allow_mixed_commits)
+      text = table_text(table, f.root, extra, seeds, command, f.allow_mixed_commits, f.dry_run)
     except tables.MixedCommitsError as e:
       sys.exit(f'--table={paper}{tid}: {e}')   # one line on stderr, exit status 1
-    text = tables.markdown(table, results, command, seeds, commits)
     print(text, flush=True)
     out = f.out or (os.path.join(f.out_dir, out_name(paper, tid)) if f.out_dir else None)
     if out:
