@@ -80,24 +80,28 @@ def papers_with_blocks(docs_dir: str) -> list[str]:
   return out
 
 
-def stale(docs_dir: str) -> list[str]:
-  """The pages whose block differs from their tables' verdicts."""
+def pages(docs_dir: str) -> list[tuple[str, str, str]]:
+  """(path, page as it is, page with its block rewritten) for every paper page with a block."""
   out = []
   for paper in papers_with_blocks(docs_dir):
     path = os.path.join(docs_dir, f'{paper}.md')
     page = files.read_text(path)
-    if replace_block(page, summary(docs_dir, paper), path) != page:
-      out.append(path)
+    out.append((path, page, replace_block(page, summary(docs_dir, paper), path)))
   return out
 
 
+def stale(docs_dir: str) -> list[str]:
+  """The pages whose block differs from their tables' verdicts."""
+  return [path for path, page, updated in pages(docs_dir) if updated != page]
+
+
 def write_all(docs_dir: str) -> list[str]:
-  """Rewrites every page's block; returns the pages changed."""
-  changed = stale(docs_dir)
-  for path in changed:
-    paper = os.path.splitext(os.path.basename(path))[0]
-    files.write_text_atomic(path, replace_block(files.read_text(path), summary(docs_dir, paper),
-                                                path))
+  """Rewrites every stale page's block; returns those pages."""
+  changed = []
+  for path, page, updated in pages(docs_dir):
+    if updated != page:
+      files.write_text_atomic(path, updated)
+      changed.append(path)
   return changed
 
 
