@@ -24,14 +24,15 @@ archive=${3:?usage: every_table.sh spot|full ROOT ARCHIVE [LANE LANES]}
 lane=${4:-0}
 lanes=${5:-1}
 
-SPOT=(fedgc2 fedgc10 fedgc11 fedfr2 fedfr_fig3 pad5 pad6 pad7 pad_fedma privacy1 privacy2 blocks1)
+SPOT=(fedfr2 fedfr_fig3 pad5 pad6 pad7 pad_fedma privacy1 privacy2 blocks1)
 # "table seeds". Five seeds for the headline orderings (FedGC > FedPE, reset and kept momentum;
-# FedFV > FedAwS > FedUV-511; FedFR's modules; FedGPAD < FedPAD < Fused < Single). FedGC's tables
-# with FedPE rows: the spot check of FedGC Table 4 at 89aab8b gave other digits for the archived
-# FedPE and FedCos runs (BUILD_NOTES, "The run archive"). FedFace's rows moved with
+# FedFV > FedAwS > FedUV-511; FedFR's modules; FedGPAD < FedPAD < Fused < Single). Every FedGC
+# table: spot checks of Tables 2, 4 and 10 gave other digits for archived runs (BUILD_NOTES, "The
+# run archive"). FedFace's rows moved with
 # `fedface.reduction` (FedFV 3, FedFR Fig. 4). The rest lack archived runs.
-FULL=("fedgc12 0,1,2,3,4" "fedgc1 0,1,2" "fedgc3 0,1,2" "fedgc4 0,1,2" "fedgc5 0,1,2"
-      "fedgc6 0,1,2" "fedgc7 0,1,2" "fedgc8 0,1,2" "fedgc9 0,1,2"
+FULL=("fedgc12 0,1,2,3,4" "fedgc1 0,1,2" "fedgc2 0,1,2" "fedgc3 0,1,2" "fedgc4 0,1,2"
+      "fedgc5 0,1,2" "fedgc6 0,1,2" "fedgc7 0,1,2" "fedgc8 0,1,2" "fedgc9 0,1,2"
+      "fedgc10 0,1,2" "fedgc11 0,1,2"
       "fedfv3 0,1,2,3,4" "fedfv1 0,1,2" "fedfv2 0,1,2" "fedfv4 0"
       "fedfr1 0,1,2,3,4" "fedfr_fig4 0,1,2" "pad3 0,1,2,3,4" "pad1 0,1,2" "pad8 0,1,2"
       "pad9 0,1,2" "pad10 0,1,2" "pad_all_batch_norm 0" "pad_terms 0,1" "blocks2 0,1,2")
