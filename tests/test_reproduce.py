@@ -1,6 +1,7 @@
 """`python -m fedjax_face.reproduce`: table names, the command end to end on finished runs."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -113,3 +114,21 @@ def test_check_rebuilds_each_table_from_the_archive_alone(tmp_path, monkeypatch)
   (archive / 'toy_tables' / b.name(tables.seed_overrides((), 1)) / 'results.json').unlink()
   assert reproduce.check(str(docs), str(archive)) == [
       ('toy1', f'1 run not in {archive / "toy_tables"}')]
+
+
+# The tables whose runs are not in `results/` yet: issue 38's one-commit sweep archives them
+# (FedFV's were never archived, PAD's extra tables mix an unrecorded commit, Table 2 of the
+# blocks is still running). Each leaves this set when its runs land.
+AWAITING_THE_SWEEP = {'fedfv1', 'fedfv2', 'fedfv3', 'fedfv4', 'pad1', 'pad8', 'pad9', 'pad10',
+                      'pad_all_batch_norm', 'pad_terms', 'blocks2'}
+
+
+def test_every_table_in_docs_rebuilds_from_the_repository_s_archive():
+  """`reproduce --check` on this repository: every generated table equals what its footnote's
+  command makes from `results/`, and only the tables awaiting the sweep lack their runs."""
+  status = dict(reproduce.check(os.path.join(config_files.ROOT, 'docs'),
+                                os.path.join(config_files.ROOT, 'results')))
+  assert set(status) == set(reproduce.table_names())
+  not_ok = {name: why for name, why in status.items() if why != 'ok'}
+  assert not [why for why in not_ok.values() if why.startswith('differs')], not_ok
+  assert set(not_ok) == AWAITING_THE_SWEEP, not_ok
