@@ -408,6 +408,7 @@ def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start
           [cohorts(r) for r in range(config.num_rounds)], fed.num_clients,
           wire=eng.client_wire),
       **{kind: out.results for kind, out in outputs.items()},
+      **({'method_state': algorithm.summary(state)} if algorithm.summary else {}),
       'plots': plots,
       'provenance': provenance.collect(),
   }
@@ -456,6 +457,7 @@ def evaluate_model(config, workdir: str) -> dict:
       'evaluated': config.init_from, 'rounds': 0, 'images_seen': 0,
       'timing': {'total_s': time.perf_counter() - t_start},
       **{kind: out.results for kind, out in outputs.items()},
+      **({'method_state': algorithm.summary(state)} if algorithm.summary else {}),
       'plots': plots, 'provenance': provenance.collect(),
   }
   files.write_json_atomic(files.join(workdir, 'config.json'),

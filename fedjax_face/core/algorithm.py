@@ -97,6 +97,9 @@ class Algorithm(NamedTuple):
       into a matrix rather than averaged (FedGC's 'W').
     sent_once: keys of `ClientInput.shared` a client keeps after its first download (FedFR's
       public images), counted once per client by `core/communication.py`.
+    summary: final RoundState -> a JSON-able dict of what the method's own state reached (FedMA's
+      matched widths), written to results.json as 'method_state', so that an archive of
+      results.json alone keeps it; None: nothing to record.
   """
   name: str
   init: Callable[..., RoundState]   # (rng, start=None)
@@ -109,6 +112,7 @@ class Algorithm(NamedTuple):
   update_origin: Callable[[ClientInput], PyTree] | None = None
   client_rows: tuple[str, ...] = ()
   sent_once: tuple[str, ...] = ()
+  summary: Callable[[RoundState], dict] | None = None
 
 
 def origin_by_key(client_input: ClientInput, keys) -> dict:

@@ -244,7 +244,9 @@ def wrap(algorithm: Algorithm, blocks: Blocks, num_clients: int) -> Algorithm:
       init=init, broadcast=broadcast, client_update=client_update, server_update=server_update,
       eval_variables=lambda server: algorithm.eval_variables(server['method']),
       class_embeddings=lambda state: algorithm.class_embeddings(unwrapped(state)),
-      personalized=personalized, update_origin=update_origin)
+      personalized=personalized, update_origin=update_origin,
+      summary=None if algorithm.summary is None else (
+          lambda state: algorithm.summary(unwrapped(state))))
 
 
 def check(config, method_name: str, refusal: str | None) -> None:

@@ -1,9 +1,11 @@
-r"""The global widths FedMA's matching reached, read from finished runs' final checkpoints.
+r"""The global widths FedMA's matching reached, read from finished runs.
 
     python -m fedjax_face.tools.fedma_widths --root=results/pad_tables
 
 Prints a markdown table: each matched layer's width per run (every finished `pad-fedma*`
-workdir under `--root` that has checkpoints), beside a data center's width and the cap (`config.json`).
+workdir under `--root`), beside a data center's width and the cap (`config.json`). A run records
+its widths in results.json ('method_state', `Algorithm.summary`); runs made before it did are
+read from their final checkpoint.
 """
 
 import os
@@ -20,6 +22,9 @@ _ROOT = flags.DEFINE_string('root', 'results/pad_tables', 'Directory of the runs
 
 def run_widths(workdir: str) -> list[int]:
   """Each matched layer's global width at the end of the FedMA run in `workdir`."""
+  recorded = files.read_json(os.path.join(workdir, 'results.json')).get('method_state', {})
+  if 'widths' in recorded:
+    return [int(w) for w in recorded['widths']]
   masks = checkpoint.load_final_state(workdir)['server']['masks']
   masks = [masks[k] for k in sorted(masks, key=int)] if isinstance(masks, dict) else masks
   return [int(np.asarray(m).sum()) for m in masks]
@@ -27,10 +32,9 @@ def run_widths(workdir: str) -> list[int]:
 
 def widths_table(root: str) -> str:
   runs = sorted(d for d in os.listdir(root) if d.startswith('pad-fedma')
-                and os.path.isdir(os.path.join(root, d, 'checkpoints'))
                 and os.path.isfile(os.path.join(root, d, 'results.json')))   # finished
   if not runs:
-    raise FileNotFoundError(f'no finished pad-fedma* workdir with checkpoints under {root}')
+    raise FileNotFoundError(f'no finished pad-fedma* workdir under {root}')
   config = files.read_json(os.path.join(root, runs[0], 'config.json'))
   own = [layer.channels(config['fedma']['client_width']) for layer in layers.MATCHED]
   cap = [layer.channels(config['model']['width']) for layer in layers.MATCHED]

@@ -265,7 +265,7 @@ def test_masked_channels_stay_exactly_zero_and_widths_stay_under_the_cap(setup, 
 
 def test_a_whole_run_compiles_its_round_once(setup, run):
   """Every stage (16 matched layers, the output layers, a FedAvg round) runs one program."""
-  config, _, _ = setup
+  config, _, algorithm = setup
   eng, states, _ = run
   assert set(eng.traces) == {'round'} and eng.trace_count == 1, dict(eng.traces)
   assert int(states[-1].round) == config.num_rounds == layers.NUM_MATCHED + 2
@@ -275,6 +275,8 @@ def test_a_whole_run_compiles_its_round_once(setup, run):
     changed = [i for i in range(layers.NUM_MATCHED) if widths[r][i] != widths[r - 1][i] or not
                np.array_equal(states[r].server['masks'][i], states[r - 1].server['masks'][i])]
     assert set(changed) <= {r - 1}, (r, changed)
+  # What results.json records of it ('method_state'): each matched layer's active channels.
+  assert algorithm.summary(states[-1]) == {'widths': widths[-1]}
 
 
 @pytest.mark.parametrize('field, value, match', [

@@ -1,4 +1,5 @@
-"""tools/fedma_widths: the widths a FedMA run's final checkpoint holds, as a table."""
+"""tools/fedma_widths: the widths a FedMA run reached (its results.json, or its final checkpoint),
+as a table."""
 
 import json
 
@@ -38,7 +39,19 @@ def test_the_table_has_each_run_s_widths_and_how_many_reached_the_cap(tmp_path):
   assert len(table) == 5
 
 
+def test_widths_recorded_in_results_json_need_no_checkpoint(tmp_path):
+  workdir = tmp_path / 'pad-fedma_protocol-OMI_C'
+  workdir.mkdir()
+  widths = [layer.channels(3) for layer in layers.MATCHED]
+  (workdir / 'results.json').write_text(json.dumps({'method_state': {'widths': widths}}))
+  (workdir / 'config.json').write_text(json.dumps(
+      {'model': {'width': 3}, 'fedma': {'client_width': 2}}))
+  assert fedma_widths.run_widths(str(workdir)) == widths
+  assert fedma_widths.widths_table(str(tmp_path)).splitlines()[4] == (
+      '| pad-fedma_protocol-OMI_C | ' + ' | '.join(map(str, widths)) + f' | {layers.NUM_MATCHED} |')
+
+
 def test_a_root_without_fedma_runs_is_named(tmp_path):
-  match = f'no finished pad-fedma\\* workdir with checkpoints under {tmp_path}'
+  match = f'no finished pad-fedma\\* workdir under {tmp_path}'
   with pytest.raises(FileNotFoundError, match=match):
     fedma_widths.widths_table(str(tmp_path))

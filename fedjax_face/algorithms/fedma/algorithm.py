@@ -259,7 +259,11 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     return jax.lax.switch(jnp.clip(round_index, 0, L + 1), branches, server, updates,
                           client_weights, client_ids, rng)
 
+  def summary(state: RoundState) -> dict:
+    """Each matched layer's global width (its active channels), in `layers.MATCHED` order."""
+    return {'widths': [int(np.asarray(mask).sum()) for mask in state.server['masks']]}
+
   return Algorithm(name='fedma', init=init, broadcast=broadcast, client_update=client_update,
                    server_update=server_update,
                    eval_variables=lambda server: server['model'],
-                   class_embeddings=lambda state: None)
+                   class_embeddings=lambda state: None, summary=summary)
