@@ -33,11 +33,13 @@ FEDFV_SMALLER_STEPS = {
 }
 
 
-def _rows(config: str, name: str, columns, smaller_steps=None) -> tuple[Row, ...]:
+def _rows(config: str, name: str, columns, smaller_steps: dict | None = None
+          ) -> tuple[Row, ...]:
+  smaller_steps = smaller_steps or {}
   rows = []
   for block, (label, _) in setting.variants(name).items():
     rows.append(Row(label, Run(config, f'block={block}'), (None,) * len(columns)))
-    if block in (smaller_steps or {}):
+    if block in smaller_steps:
       label, rate = smaller_steps[block]
       rows.append(Row(label, Run(config, f'block={block}',
                                  (('server_optimizer.learning_rate', rate),)),
@@ -54,7 +56,8 @@ TABLES = {
              'epsilon at delta = 1e-5 where DP is on.',
              titles=TITLES, column_digits=(2, 2, 0, 0, 2)),
     2: Table('Federated building blocks: FedFV, one identity per client', 'results',
-             FEDFV_COLUMNS, _rows('blocks/fedfv_setting', 'fedfv', FEDFV_COLUMNS, FEDFV_SMALLER_STEPS),
+             FEDFV_COLUMNS,
+             _rows('blocks/fedfv_setting', 'fedfv', FEDFV_COLUMNS, FEDFV_SMALLER_STEPS),
              'none (no paper compares them here)',
              'ours: FedFV in its setting of configs/fedfv/ (1,000 clients of one identity, 8 a '
              'round, 1,500 rounds, GroupNorm CNN), synthetic benchmark; FedFV sends its class '
