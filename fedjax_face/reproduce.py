@@ -17,7 +17,8 @@ refused (one line naming them) unless `--allow_mixed_commits`.
 with the command its footnote records, and names every table that differs or whose runs the
 archive lacks. `--archive_to=results` copies a sweep's runs into the archive
 (`tools/tables.py:ARCHIVED`); `--spot_check --root=DIR` reruns one run per method of each table
-at this checkout and compares its printed cells with the archived run's.
+at this checkout and compares its printed cells with the archived run's. `--park` shrinks a
+stopped sweep's root to the files a commit carries, so that its queue goes on in another sitting.
 """
 
 import contextlib
@@ -155,6 +156,9 @@ def define_flags():
   flags.DEFINE_bool('spot_check', False, "Rerun one run per method of each --table's at seed 0 "
                     'under --root (this checkout) and compare its printed cells with the '
                     "archive's (--archive/<paper>_tables); exit 1 if any differ.")
+  flags.DEFINE_bool('park', False, "Shrink --root's runs of each --table (at --seeds) to their "
+                    'archived files, so that a commit carries the sweep to another sitting; '
+                    'removes the runs that have not ended (stop the sweep first). Trains nothing.')
   flags.DEFINE_bool('check', False, 'Rebuild every table in --docs from the archive alone '
                     '(--archive/<paper>_tables; nothing is run) and fail on any difference.')
   flags.DEFINE_string('docs', 'docs', 'The generated tables (--check).')
@@ -195,6 +199,11 @@ def main(argv):
         differing += line.startswith('differs')
     if differing:
       sys.exit(f'{differing} spot-checked runs differ from the archive')
+    return
+  if f.park:
+    for paper, tid in chosen:
+      for line in tables.park(paper_module(paper).TABLES[tid], f.root, extra, seeds):
+        print(f'{paper}{tid}: {line}', flush=True)
     return
   if f.out and len(chosen) > 1:
     raise app.UsageError(f'--out names one file but --table={f.table} is {len(chosen)} tables; '

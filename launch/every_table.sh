@@ -14,13 +14,20 @@
 #   results.json or failed.json is not started again), writes docs/<paper>_table<N>.md in the
 #   worktree and copies its runs' kept files to ARCHIVE/<paper>_tables (tools/tables.py:ARCHIVED).
 #   With LANE and LANES (0 2 and 1 2 in two shells) a process takes every LANES-th table.
+# park: at the end of a sitting whose machine keeps nothing but commits, with the lanes stopped,
+#   shrink ROOT's ended runs of the FULL tables to their archived files and remove the unfinished
+#   ones (`reproduce --park`); keep ROOT inside a checkout (e.g. results/sweep) and commit it.
+#   The next sitting makes the same worktree and runs `full` with that ROOT: it goes on. Commit a
+#   table's archived runs only with its docs (`reproduce --check` holds the two together), or
+#   give `full` a scratch ARCHIVE until the last sitting.
 # Stop either at any time: the same command goes on where it stopped. Afterwards copy the
 # worktree's generated docs to the checkout, then `python -m fedjax_face.tools.claims` and
 # `python -m fedjax_face.reproduce --check`.
 set -euo pipefail
-mode=${1:?usage: every_table.sh spot|full ROOT ARCHIVE [LANE LANES]}
-root=${2:?usage: every_table.sh spot|full ROOT ARCHIVE [LANE LANES]}
-archive=${3:?usage: every_table.sh spot|full ROOT ARCHIVE [LANE LANES]}
+usage='usage: every_table.sh spot|full ROOT ARCHIVE [LANE LANES], or park ROOT'
+mode=${1:?$usage}
+root=${2:?$usage}
+[[ $mode == park ]] || archive=${3:?$usage}
 lane=${4:-0}
 lanes=${5:-1}
 
@@ -52,5 +59,10 @@ case $mode in
       python -m fedjax_face.reproduce --table="$table" --seeds="$seeds" --root="$root" \
           --out_dir=docs --archive_to="$archive"
     done ;;
-  *) echo "mode $mode; expected spot or full" >&2; exit 2 ;;
+  park)
+    for entry in "${FULL[@]}"; do
+      read -r table seeds <<< "$entry"
+      python -m fedjax_face.reproduce --table="$table" --seeds="$seeds" --root="$root" --park
+    done ;;
+  *) echo "mode $mode; expected spot, full or park" >&2; exit 2 ;;
 esac

@@ -56,6 +56,13 @@ def test_command_line_dry_run_with_seeds(tmp_path):
     bad = subprocess.run(cmd[:3] + args + [f'--root={tmp_path}', '--dry_run'],
                          cwd=config_files.ROOT, capture_output=True, text=True)
     assert bad.returncode != 0 and message in bad.stderr + bad.stdout, args
+  # --park trains nothing and leaves each ended run its archived files (tools/tables.park).
+  seed_0 = tmp_path / fedpe.name(tables.seed_overrides((), 0))
+  (seed_0 / 'checkpoints').mkdir()
+  parked = subprocess.run(cmd[:3] + ['--table=fedgc4', f'--root={tmp_path}', '--seeds=0', '--park'],
+                          cwd=config_files.ROOT, capture_output=True, text=True, check=True)
+  assert parked.stdout == f'fedgc4: pruned to its archived files: {seed_0}\n'
+  assert [p.name for p in seed_0.iterdir()] == ['results.json']
 
 
 def test_command_line_refuses_a_table_of_mixed_commits_unless_allowed(tmp_path):

@@ -241,27 +241,32 @@ def failure(run: Run, root: str, extra: tuple, seed: int) -> str | None:
   return None if run.init_from is None else failure(run.init_from, root, extra, seed)
 
 
-def finished_workdirs(table: Table, root: str, extra: tuple, seeds: tuple[int, ...],
-                      ended: tuple[str, ...] = ('results.json',)) -> list[str]:
-  """The workdirs (each once) of the finished runs a table is made of: its rows' runs, the runs a
+def table_workdirs(table: Table, root: str, extra: tuple,
+                   seeds: tuple[int, ...]) -> dict[str, bool]:
+  """Every workdir a table is made of, each once and in order: its rows' runs, the runs a
   `Combined` row combines, and the runs each of them started from (`init_from`: a fine-tuned
-  model is the pre-training's code too). A run counts when its workdir holds one of `ended`."""
-  out = []
+  model is the pre-training's code too). Each maps to whether another run starts from it."""
+  out = {}
 
-  def add(run: Run, seed: int):
+  def add(run: Run, seed: int, started_from: bool):
     run_dir = workdir(root, run, extra, seed)
-    if (any(files.exists(files.join(run_dir, name)) for name in ended)
-        and run_dir not in out):
-      out.append(run_dir)
+    out[run_dir] = out.get(run_dir, False) or started_from
     if run.init_from is not None:
-      add(run.init_from, seed)
+      add(run.init_from, seed, True)
 
   for row in table.rows:
     for seed in seeds:
       for run in (() if row.run is None else row.run.runs if isinstance(row.run, Combined)
                   else (row.run,)):
-        add(run, seed)
+        add(run, seed, False)
   return out
+
+
+def finished_workdirs(table: Table, root: str, extra: tuple, seeds: tuple[int, ...],
+                      ended: tuple[str, ...] = ('results.json',)) -> list[str]:
+  """The workdirs of `table_workdirs` whose run has finished: those holding one of `ended`."""
+  return [run_dir for run_dir in table_workdirs(table, root, extra, seeds)
+          if any(files.exists(files.join(run_dir, name)) for name in ended)]
 
 
 # What a table is rebuilt from (`reproduce --check`), kept per run by `archive_runs`: its results,
@@ -287,6 +292,36 @@ def archive_runs(table: Table, root: str, extra: tuple, seeds: tuple[int, ...],
         shutil.copy2(path, os.path.join(target, os.path.basename(path)))
     out.append(target)
   return out
+
+
+def park(table: Table, root: str, extra: tuple, seeds: tuple[int, ...]) -> list[str]:
+  """Shrinks a sweep's `root` to what a commit carries, so that its queue goes on in another
+  sitting from a fresh checkout (`launch/every_table.sh park`). Each finished or failed run of
+  the table keeps only its `ARCHIVED` files, except a run that others start from (`init_from`),
+  which is kept whole for them; a run that has not ended is removed, to start again. Returns a
+  line per workdir changed or kept whole. Stop the sweep first: a running run is removed.
+  Local paths only."""
+  lines = []
+  for run_dir, started_from in table_workdirs(table, root, extra, seeds).items():
+    if not os.path.isdir(run_dir):
+      continue
+    if not any(os.path.exists(os.path.join(run_dir, name)) for name in ('results.json', FAILED)):
+      shutil.rmtree(run_dir)
+      lines.append(f'removed, not ended: {run_dir}')
+      continue
+    if started_from:
+      lines.append(f'kept whole, other runs start from it: {run_dir}')
+      continue
+    kept = {path for pattern in ARCHIVED for path in glob.glob(os.path.join(run_dir, pattern))}
+    dropped = sorted({os.path.join(run_dir, name) for name in os.listdir(run_dir)} - kept)
+    for path in dropped:
+      if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+      else:
+        os.remove(path)
+    if dropped:
+      lines.append(f'pruned to its archived files: {run_dir}')
+  return lines
 
 
 def column_digits(table: Table, column: str) -> int:

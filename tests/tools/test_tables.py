@@ -454,6 +454,45 @@ def test_archive_keeps_what_a_table_is_rebuilt_from_and_nothing_else(tmp_path):
           == {(run, 0): fake_result(lfw=0.8), (failing, 0): {'failed': 'boom'}})
 
 
+def test_park_leaves_what_a_commit_carries_and_the_queue_resumes_from_it(tmp_path):
+  start, failing, unfinished = Run('fedfr/pretrain'), Run('fedfr/fedface'), Run('fedgc/fedpe')
+  run = Run('fedfr/fedfr', init_from=start)
+  outside = Run('fedgc/fedgc')   # in the root, but no run of this table
+  table = Table('T', 'verification', ('lfw',), (Row('A', run, (None,)), Row('B', failing, (None,)),
+                                                Row('C', unfinished, (None,))), 'c')
+  root = tmp_path / 'sweep'
+  everything = ('config.json', 'pad_video_scores.npz', 'report.md', '.hidden', 'log.txt')
+  for r, ended in ((start, 'results.json'), (run, 'results.json'), (failing, tables.FAILED),
+                   (unfinished, None), (outside, 'results.json')):
+    run_dir = root / r.name()
+    (run_dir / 'checkpoints' / '4').mkdir(parents=True)
+    (run_dir / 'checkpoints' / '4' / 'state').write_text('x')
+    for name in everything:
+      (run_dir / name).write_text('x')
+    if ended == tables.FAILED:
+      (run_dir / ended).write_text(json.dumps({'returncode': 1, 'error': 'boom'}))
+    elif ended:
+      (run_dir / ended).write_text(json.dumps(fake_result(lfw=0.8)))
+  before = tables.run_all(table, str(root), (), dry_run=True)
+
+  lines = tables.park(table, str(root), (), (0, 1))
+  assert lines == [f'pruned to its archived files: {root / run.name()}',
+                   f'kept whole, other runs start from it: {root / start.name()}',
+                   f'pruned to its archived files: {root / failing.name()}',
+                   f'removed, not ended: {root / unfinished.name()}']
+  listing = lambda r: sorted(p.name for p in (root / r.name()).iterdir())
+  assert listing(run) == ['config.json', 'pad_video_scores.npz', 'results.json']
+  assert listing(failing) == ['config.json', tables.FAILED, 'pad_video_scores.npz']
+  assert listing(start) == sorted(everything + ('checkpoints', 'results.json'))
+  assert (root / start.name() / 'checkpoints' / '4' / 'state').exists()
+  assert listing(outside) == sorted(everything + ('checkpoints', 'results.json'))
+  assert not (root / unfinished.name()).exists()
+  # Read back, the parked root is the same table; only the unfinished run is missing again.
+  assert tables.run_all(table, str(root), (), dry_run=True) == before
+  assert tables.park(table, str(root), (), (0, 1)) == [
+      f'kept whole, other runs start from it: {root / start.name()}']   # nothing more to do
+
+
 def test_spot_check_reruns_one_run_per_method_and_compares_the_printed_cells(tmp_path,
                                                                            monkeypatch):
   a1, a2 = Run('fedgc/fedgc', 'loss=softmax'), Run('fedgc/fedgc', 'loss=cosface')
