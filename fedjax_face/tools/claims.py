@@ -20,13 +20,16 @@ from fedjax_face.io import files
 BEGIN = ('<!-- verdicts: copied from the tables below by `python -m fedjax_face.tools.claims`; '
          'edit the tables, not this -->')
 END = '<!-- /verdicts -->'
-ORDERINGS_HEAD = "The paper's orderings on ours"
+# The sentence that starts a generated table's verdict lines (`tools/tables.py:markdown`): the
+# paper's orderings, or, in a table no paper reports, orderings of our own asking.
+ORDERINGS_HEADS = ("The paper's orderings on ours", 'Our own orderings')
 
 
 def verdict_lines(table_text: str) -> list[str]:
   """A generated table's verdict lines (the list after its orderings paragraph), or []."""
   lines = table_text.splitlines()
-  start = next((i for i, line in enumerate(lines) if line.startswith(ORDERINGS_HEAD)), None)
+  start = next((i for i, line in enumerate(lines) if line.startswith(ORDERINGS_HEADS)),
+               None)
   if start is None:
     return []
   out = []

@@ -26,6 +26,7 @@ from typing import Callable
 from fedjax_face.io import checkpoint
 from fedjax_face.io import files
 from fedjax_face.io import provenance
+from fedjax_face.tools import claims
 
 PERCENT_SECTIONS = ('verification', 'identification', 'personalized', 'pad')   # rates, shown in %
 PAIR_TITLES = {'lfw': 'LFW', 'cfp_fp': 'CFP-FP', 'agedb_30': 'AgeDB-30', 'sllfw': 'SLLFW',
@@ -109,6 +110,8 @@ class Table:
   titles: tuple[str, ...] = ()      # column titles ('results' tables)
   column_digits: tuple[int, ...] = ()   # decimals per column where they differ (0 for bytes)
   orderings: tuple[Ordering, ...] = ()  # the paper's orderings, judged per seed (`judge`)
+  own_orderings: bool = False       # the orderings are questions of ours, not a paper's claims:
+                                    # they read 'ahead' / 'behind' (OWN_WORDS), not 'reproduced'
   paper_titles: tuple[str, ...] = ()  # the paper's columns where they measure something else
                                       # than ours (FedGC Table 6: MegaFace TPR@FPR=1e-6)
 
@@ -498,6 +501,7 @@ def ordering_margins(table: Table, ordering: Ordering, results: dict,
 
 
 SIGNIFICANCE = 0.05   # one-sided, over the seeds' paired margins
+OWN_WORDS = {'reproduced': 'ahead', 'reversed': 'behind'}   # the verdicts of our own orderings
 VERDICT_RULE = ('Reproduced: the ordering holds in every seed asked for, and the mean of the '
                 "seeds' margins passes a one-sided paired t-test at 5 % (t = mean / (sd / "
                 "sqrt(n)) above Student's t quantile with n - 1 degrees of freedom: 2.92 for 3 "
@@ -549,8 +553,9 @@ def judge(margins: dict[int, float], seeds: tuple[int, ...]) -> Verdict:
   return Verdict(verdict, margins, missing, t, critical)
 
 
-def _verdict_detail(verdict: Verdict, seeds: tuple[int, ...]) -> str:
-  """'**reproduced**: holds in 3 of 3 seeds (by +0.35 to +1.35; t = 4.10 > 2.92)'."""
+def _verdict_detail(verdict: Verdict, seeds: tuple[int, ...], own: bool = False) -> str:
+  """'**reproduced**: holds in 3 of 3 seeds (by +0.35 to +1.35; t = 4.10 > 2.92)'; an ordering
+  of our own (`own`) reads '**ahead**: ahead in 3 of 3 seeds ...'."""
   if not verdict.margins:
     return 'not measured: no seed has a value on both sides (not run, or failed)'
   low, high = min(verdict.margins.values()), max(verdict.margins.values())
@@ -567,7 +572,8 @@ def _verdict_detail(verdict: Verdict, seeds: tuple[int, ...]) -> str:
     names = ', '.join(map(str, verdict.missing))
     missing = (f'; seed{"" if len(verdict.missing) == 1 else "s"} {names}: no value (not run or '
                'failed), counted against')
-  return (f'**{verdict.verdict}**: holds in {verdict.held} of {len(seeds)} seed'
+  word = OWN_WORDS.get(verdict.verdict, verdict.verdict) if own else verdict.verdict
+  return (f'**{word}**: {"ahead" if own else "holds"} in {verdict.held} of {len(seeds)} seed'
           f'{"" if len(seeds) == 1 else "s"} ({spread}; {test}{missing})')
 
 
@@ -577,7 +583,7 @@ def ordering_line(table: Table, ordering: Ordering, results: dict,
   to +1.35; t = 4.10 > 2.92).' (`judge`: a tie does not hold the ordering, and a seed without a
   value counts against it.)"""
   verdict = judge(ordering_margins(table, ordering, results, seeds), seeds)
-  detail = _verdict_detail(verdict, seeds)
+  detail = _verdict_detail(verdict, seeds, table.own_orderings)
   return f'- {ordering.claim} ({_column_title(table, ordering.column)}): {detail}.'
 
 
@@ -595,9 +601,12 @@ def ordering_lines(table: Table, results: dict, seeds: tuple[int, ...]) -> list[
     verdicts = [judge(ordering_margins(table, o, results, seeds), seeds) for o in orderings]
     counts = {word: sum(v.verdict == word for v in verdicts)
               for word in ('reproduced', 'reversed')}
-    lines.append(f'- {claim}: reproduced on {counts["reproduced"]} of {len(orderings)} columns'
-                 + (f', reversed on {counts["reversed"]}' if counts['reversed'] else '') + ':')
-    lines += [f'  - {_column_title(table, o.column)}: {_verdict_detail(v, seeds)}.'
+    said = OWN_WORDS if table.own_orderings else {word: word for word in counts}
+    lines.append(f'- {claim}: {said["reproduced"]} on {counts["reproduced"]} of {len(orderings)} '
+                 'columns' + (f', {said["reversed"]} on {counts["reversed"]}'
+                              if counts['reversed'] else '') + ':')
+    lines += [f'  - {_column_title(table, o.column)}: '
+              f'{_verdict_detail(v, seeds, table.own_orderings)}.'
               for o, v in zip(orderings, verdicts)]
   return lines
 
@@ -631,8 +640,14 @@ def markdown(table: Table, results: dict[tuple[Run, int], dict], command: str,
             f' Ours: mean ± standard deviation over config.seed = {", ".join(map(str, seeds))}.')
   errors = sorted({result['failed'] for result in results.values() if 'failed' in result})
   if table.orderings:
-    lines += ['', "The paper's orderings on ours, seed by seed (by: how far the first leads, "
-              "per seed, in the column's unit). " + VERDICT_RULE, '']
+    heads = claims.ORDERINGS_HEADS
+    head = (f"{heads[1]} (no paper states them), on ours seed by seed (by: how far the first "
+            "leads, per seed, in the column's unit). " + VERDICT_RULE
+            + " Here 'ahead' stands for reproduced and 'behind' for reversed."
+            if table.own_orderings else
+            f"{heads[0]}, seed by seed (by: how far the first leads, per seed, in the column's "
+            'unit). ' + VERDICT_RULE)
+    lines += ['', head, '']
     lines += ordering_lines(table, results, seeds)
   lines += ['', f'Made by `{command}`; {table.setting}' + spread, '']
   if commits:

@@ -26,7 +26,7 @@ Made by `cmd`; ours: x.
 
 
 def test_every_paper_page_copies_its_tables_verdicts():
-  assert claims.papers_with_blocks(DOCS) == ['fedfr', 'fedgc', 'pad']
+  assert claims.papers_with_blocks(DOCS) == ['blocks', 'fedfr', 'fedgc', 'pad']
   assert claims.stale(DOCS) == []
 
 
