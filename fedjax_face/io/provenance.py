@@ -22,6 +22,10 @@ DISTRIBUTION = 'fedjax_face'
 LIBRARIES = ('jax', 'jaxlib', 'flax', 'optax', 'orbax-checkpoint', 'numpy')
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GIT_TIMEOUT_S = 5   # a hung git (a network file system) must not hang a run's start
+# The CPU features XLA's code generation and its kernels may choose by (`cpu`): the same commit
+# and library versions gave other digits on another machine kind (BUILD_NOTES, "The run
+# archive"), so a run records them.
+VECTOR_FLAG_PREFIXES = ('sse', 'ssse', 'avx', 'fma', 'f16c', 'amx')
 
 
 def version(distribution: str) -> str | None:
@@ -64,11 +68,56 @@ def versions() -> dict[str, str | None]:
   return {'python': platform.python_version()} | {name: version(name) for name in LIBRARIES}
 
 
+def cpu(cpuinfo: str = '/proc/cpuinfo') -> dict:
+  """The host CPU's model name and vector extensions as Linux lists them (the first processor's
+  entry), and how many CPUs this process may run on (XLA sizes its thread pool by them); only
+  the count where there is no /proc/cpuinfo."""
+  out = {'usable': len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity')
+                   else os.cpu_count()}
+  try:
+    with open(cpuinfo, encoding='utf-8', errors='replace') as f:
+      text = f.read()
+  except OSError:
+    return out
+  fields = {}
+  for line in text.splitlines():
+    key, _, value = line.partition(':')
+    fields.setdefault(key.strip(), value.strip())
+  flags = fields.get('flags', '').split()
+  return {'model': fields.get('model name'),
+          'vector_extensions': sorted(f for f in flags if f.startswith(VECTOR_FLAG_PREFIXES)),
+          **out}
+
+
 def machine() -> dict:
   devices = jax.devices()
   return {'backend': jax.default_backend(), 'device_kind': devices[0].device_kind,
           'device_count': len(devices), 'process_count': jax.process_count(),
-          'os': platform.platform()}
+          'os': platform.platform(), 'cpu': cpu()}
+
+
+def machine_difference(before: dict | None, after: dict | None) -> str:
+  """How the machine of provenance `after` differs from that of `before` (`collect()` records),
+  as '; '-joined changes ('os A -> B', 'CPU gained avx512_vp2intersect', ...); '' when it does
+  not, and 'machine unrecorded' when one of the two predates the record."""
+  a, b = (((p or {}).get('platform') or {}) for p in (before, after))
+  if not a or not b:
+    return '' if a == b else 'machine unrecorded'
+  changes = [f'{key} {a.get(key)} -> {b.get(key)}'
+             for key in ('backend', 'device_kind', 'device_count', 'process_count', 'os')
+             if a.get(key) != b.get(key)]
+  cpu_a, cpu_b = a.get('cpu') or {}, b.get('cpu') or {}
+  if not cpu_a or not cpu_b:
+    return '; '.join(changes + ([] if cpu_a == cpu_b else ['CPU unrecorded']))
+  if cpu_a.get('model') != cpu_b.get('model'):
+    changes.append(f"CPU {cpu_a.get('model')} -> {cpu_b.get('model')}")
+  ext_a, ext_b = (set(host.get('vector_extensions') or ()) for host in (cpu_a, cpu_b))
+  for word, names in (('gained', ext_b - ext_a), ('lost', ext_a - ext_b)):
+    if names:
+      changes.append(f"CPU {word} {' '.join(sorted(names))}")
+  if cpu_a.get('usable') != cpu_b.get('usable'):
+    changes.append(f"usable CPUs {cpu_a.get('usable')} -> {cpu_b.get('usable')}")
+  return '; '.join(changes)
 
 
 def collect() -> dict:

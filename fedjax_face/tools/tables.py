@@ -345,8 +345,9 @@ def spot_runs(table: Table) -> list[Run]:
 def spot_check(table: Table, archive_root: str, root: str, dry_run: bool = False) -> list[str]:
   """Reruns `spot_runs` at seed 0 under `root` (at this checkout's code) and compares each
   column, as the table prints it, with the archived run's: one line per run saying 'same
-  digits' or which cells differ, with the commits of both. Lines start with 'differs' when a
-  cell differs; a run the archive lacks is said so and rerun all the same."""
+  digits' or which cells differ, with the commits of both and how the machine differed, if it
+  did. Lines start with 'differs' when a cell differs; a run the archive lacks is said so and
+  rerun all the same."""
   lines = []
   for run in spot_runs(table):
     archived_dir = workdir(archive_root, run, (), 0)
@@ -371,6 +372,9 @@ def spot_check(table: Table, archive_root: str, root: str, dry_run: bool = False
         differ.append(f'{_column_title(table, column)} {cells[0]} -> {cells[1]}')
     commits = (f'archive at {", ".join(run_commits(archived_dir))}, rerun at '
                f'{", ".join(run_commits(fresh_dir))}')
+    # The same code can give other digits on another machine kind: say when it was one.
+    moved = provenance.machine_difference(old.get('provenance'), new.get('provenance'))
+    commits += f'; machine: {moved}' if moved else ''
     lines.append(f'differs: {name}: {"; ".join(differ)} ({commits})' if differ else
                  f'{name}: same digits ({commits})')
   return lines

@@ -44,7 +44,36 @@ def test_collect_on_this_checkout_is_its_commit_dirtiness_versions_and_machine()
   assert prov['platform'] == {
       'backend': jax.default_backend(), 'device_kind': jax.devices()[0].device_kind,
       'device_count': jax.device_count(), 'process_count': jax.process_count(),
-      'os': platform.platform()}
+      'os': platform.platform(), 'cpu': provenance.cpu()}
+  assert prov['platform']['cpu']['usable'] >= 1
+
+
+def test_cpu_reads_the_model_and_vector_extensions_of_proc_cpuinfo(tmp_path):
+  cpuinfo = tmp_path / 'cpuinfo'
+  cpuinfo.write_text('processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse sse2 avx2 fma '
+                     'avx512f amx_tile aes\n\nprocessor\t: 1\nmodel name\t: other\nflags\t: avx\n')
+  usable = provenance.cpu()['usable']
+  assert provenance.cpu(str(cpuinfo)) == {
+      'model': 'AMD EPYC', 'usable': usable,
+      'vector_extensions': ['amx_tile', 'avx2', 'avx512f', 'fma', 'sse', 'sse2']}
+  assert provenance.cpu(str(tmp_path / 'missing')) == {'usable': usable}   # not Linux
+
+
+def test_machine_difference_names_what_changed():
+  def on(**platform_fields):
+    return {'platform': platform_fields}
+  host = {'model': 'AMD EPYC', 'vector_extensions': ['avx2', 'avx512f'], 'usable': 2}
+  before = on(os='Linux-v769', backend='cpu', cpu=host)
+  assert provenance.machine_difference(before, before) == ''
+  assert provenance.machine_difference(None, {'git': {}}) == ''   # neither recorded a machine
+  assert provenance.machine_difference({'git': {}}, before) == 'machine unrecorded'
+  assert provenance.machine_difference(before, on(os='Linux-v769', backend='cpu')) == (
+      'CPU unrecorded')   # recorded before the CPU was
+  after = on(os='Linux-v669', backend='cpu', cpu={
+      'model': 'AMD EPYC', 'vector_extensions': ['avx2', 'avx512_vp2intersect'], 'usable': 1})
+  assert provenance.machine_difference(before, after) == (
+      'os Linux-v769 -> Linux-v669; CPU gained avx512_vp2intersect; CPU lost avx512f; '
+      'usable CPUs 2 -> 1')
 
 
 def test_collect_is_cheap():

@@ -515,13 +515,17 @@ def test_spot_check_reruns_one_run_per_method_and_compares_the_printed_cells(tmp
   assert tables.spot_runs(table) == [a1, b]   # one per config file: the first row's
   archive = tmp_path / 'archive'
   write_run(archive, a1, 0, fake_result(lfw=0.812341))
-  write_run(archive, b, 0, fake_result(lfw=0.75))
-  rerun = {a1: 0.812344, b: 0.7512}   # the same at 2 decimals (81.23), and not (75.00 -> 75.12)
+  def on(os_build, extensions):   # provenance of a machine (io/provenance.py:machine)
+    return {'provenance': {'platform': {'os': os_build, 'cpu': {
+        'model': 'AMD EPYC', 'vector_extensions': extensions, 'usable': 2}}}}
+  write_run(archive, b, 0, fake_result(lfw=0.75) | on('v769', ['avx2']))
+  # The same at 2 decimals (81.23), and not (75.00 -> 75.12, on another machine kind).
+  rerun = {a1: fake_result(lfw=0.812344), b: fake_result(lfw=0.7512) | on('v669', ['avx2', 'f16c'])}
   started = []
 
   def command(self, workdir, extra=()):
     started.append(self)
-    result = fake_result(lfw=rerun[self])
+    result = rerun[self]
     script = ('import json, os, sys; os.makedirs(sys.argv[1], exist_ok=True); '
               f'json.dump({result!r}, open(os.path.join(sys.argv[1], "results.json"), "w"))')
     return [sys.executable, '-c', script, workdir]
@@ -531,4 +535,5 @@ def test_spot_check_reruns_one_run_per_method_and_compares_the_printed_cells(tmp
   assert started == [a1, b]
   assert lines == [
       f'{a1.name()}: same digits (archive at unrecorded, rerun at unrecorded)',
-      f'differs: {b.name()}: LFW 75.00 -> 75.12 (archive at unrecorded, rerun at unrecorded)']
+      f'differs: {b.name()}: LFW 75.00 -> 75.12 (archive at unrecorded, rerun at unrecorded; '
+      'machine: os v769 -> v669; CPU gained f16c)']
