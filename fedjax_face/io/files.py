@@ -80,6 +80,9 @@ def _refusal(path: str, error: OSError) -> str:
       '' if error.errno == errno.ENOENT else f' ({reason})')
 
 
+IN_USE = 'is in use by'   # the refusal of `workdir_lock`, as `tools/tables.py` recognizes it
+
+
 @contextlib.contextmanager
 def workdir_lock(path: str):
   """Holds `<path>/.lock` exclusively for the whole run, so that a second process on the same
@@ -98,7 +101,7 @@ def workdir_lock(path: str):
     except BlockingIOError:
       handle.seek(0)
       holder = handle.read().strip() or 'another process'
-      raise RuntimeError(f'--workdir={path} is in use by {holder}; two runs on one workdir would '
+      raise RuntimeError(f'--workdir={path} {IN_USE} {holder}; two runs on one workdir would '
                          'overwrite each other. Wait for it, stop it, or use another --workdir.'
                          ) from None
     handle.seek(0)
@@ -108,6 +111,21 @@ def workdir_lock(path: str):
     yield
   finally:
     handle.close()   # releases the lock
+
+
+def wait_for_workdir(path: str) -> bool:
+  """Blocks while another process holds `path`'s `workdir_lock` (a second sweep lane training
+  the same run); True if it had to wait. Local workdirs only: False for a URI."""
+  lock_path = join(path, '.lock')
+  if is_uri(path) or not os.path.exists(lock_path):
+    return False
+  with open(lock_path, 'a+') as handle:
+    try:
+      fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      return False
+    except BlockingIOError:
+      fcntl.flock(handle, fcntl.LOCK_EX)   # until the holder ends (the lock goes with it)
+      return True
 
 
 def read_text(path: str) -> str:

@@ -169,9 +169,13 @@ def last_error(stderr: str) -> str:
 
 def ensure_run(run: Run, root: str, extra: tuple, seed: int, dry_run: bool) -> str:
   """Runs `run` (after the run it starts from) unless its workdir holds results.json or
-  failed.json; returns the workdir. A dry run prints the missing commands instead."""
+  failed.json; returns the workdir. A dry run prints the missing commands instead. A run that
+  another process is training (a second sweep lane's table shares it) is waited for and read,
+  not started twice or recorded as failed."""
   run_dir = workdir(root, run, extra, seed)
   path, failed = files.join(run_dir, 'results.json'), files.join(run_dir, FAILED)
+  if not dry_run and files.wait_for_workdir(run_dir):
+    print(f'  waited for another process to end its run in {run_dir}', flush=True)
   if files.exists(path) or files.exists(failed):
     return run_dir
   overrides = seed_overrides(extra, seed)
@@ -189,6 +193,8 @@ def ensure_run(run: Run, root: str, extra: tuple, seed: int, dry_run: bool) -> s
   proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
   if proc.returncode:
     error = last_error(proc.stderr)
+    if files.IN_USE in error:   # another process took the workdir first: read what it leaves
+      return ensure_run(run, root, extra, seed, dry_run)
     files.makedirs(run_dir)
     files.write_text_atomic(failed, json.dumps({'returncode': proc.returncode, 'error': error}))
     print(f'  failed (exit {proc.returncode}): {error}', flush=True)

@@ -2,10 +2,13 @@
 
 import dataclasses
 import json
+import subprocess
 import sys
+import time
 
 import pytest
 
+from fedjax_face.io import files
 from fedjax_face.tools import claims
 from fedjax_face.tools import tables
 from fedjax_face.tools.tables import Row, Run, Table
@@ -504,6 +507,43 @@ def test_park_leaves_what_a_commit_carries_and_the_queue_resumes_from_it(tmp_pat
   assert tables.run_all(table, str(root), (), dry_run=True) == before
   assert tables.park(table, str(root), (), (0, 1)) == [
       f'kept whole, other runs start from it: {root / start.name()}']   # nothing more to do
+
+
+def test_a_run_another_lane_is_training_is_waited_for_and_read_not_started_again(tmp_path,
+                                                                                monkeypatch):
+  run = Run('fedgc/fedpe')
+  run_dir = tmp_path / run.name()
+  run_dir.mkdir()
+  started = []
+
+  def command(self, workdir, extra=()):
+    started.append(self)
+    # Refused as files.workdir_lock refuses, by a lane that finished just before the refusal.
+    script = ('import json, os, sys; d = sys.argv[1]; '
+              f'json.dump({fake_result(lfw=0.7)!r}, open(os.path.join(d, "results.json"), "w")); '
+              f'sys.exit("RuntimeError: --workdir={{d}} {files.IN_USE} pid 1 on host h")')
+    return [sys.executable, '-c', script, workdir]
+
+  monkeypatch.setattr(Run, 'command', command)
+  # Another process holds the workdir's lock and writes results.json before it lets go.
+  holder = subprocess.Popen([sys.executable, '-c', (
+      'import fcntl, json, os, sys, time; d = sys.argv[1]; '
+      'h = open(os.path.join(d, ".lock"), "a+"); fcntl.flock(h, fcntl.LOCK_EX); '
+      'open(os.path.join(d, "locked"), "w").close(); time.sleep(1); '
+      f'json.dump({fake_result(lfw=0.8)!r}, open(os.path.join(d, "results.json"), "w"))'),
+      str(run_dir)])
+  while not (run_dir / 'locked').exists():
+    time.sleep(0.01)
+  assert tables.ensure_run(run, str(tmp_path), (), 0, dry_run=False) == str(run_dir)
+  holder.wait()
+  assert started == [] and json.loads((run_dir / 'results.json').read_text()) == fake_result(
+      lfw=0.8)
+  # Refused by a lock taken between the check and the start: read, no failed.json written.
+  (run_dir / 'results.json').unlink()
+  assert tables.ensure_run(run, str(tmp_path), (), 0, dry_run=False) == str(run_dir)
+  assert started == [run] and not (run_dir / tables.FAILED).exists()
+  assert tables.run_all(Table('T', 'verification', ('lfw',), (Row('A', run, (None,)),), 'c'),
+                        str(tmp_path), ()) == {(run, 0): fake_result(lfw=0.7)}
 
 
 def test_spot_check_reruns_one_run_per_method_and_compares_the_printed_cells(tmp_path,
