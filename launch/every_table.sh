@@ -9,6 +9,9 @@
 # spot: for each table that rebuilds from the archive (`reproduce --check`), one run per method at
 #   seed 0, compared cell by cell with the archived run (`reproduce --spot_check`). A table whose
 #   spot check gives the same digits stands on the archive; add one that differs to FULL below.
+#   The digits depend on the machine kind too (BUILD_NOTES, "The run archive"): on another kind
+#   than the archive's, every table differs, and only the archived run's own commit rerun on the
+#   same machine tells code from machine.
 # full: the tables that must be run again: never archived, stale, or with the five seeds of a
 #   headline ordering. Each table runs what ROOT lacks and reads what is there (a run with
 #   results.json or failed.json is not started again), writes docs/<paper>_table<N>.md in the
