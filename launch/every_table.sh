@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Every table of every paper standing on one commit, as queues that resume (issue 38). Run from a
-# worktree of the commit the tables are to stand on, one process per core if you like:
+# worktree of the commit the tables are to stand on (the runs are that worktree's code: `python -m`
+# imports the package of the current directory), one process per core if you like; the script
+# itself may be a later checkout's, with a longer queue:
 #
 #   git worktree add /tmp/final <commit> && cd /tmp/final
-#   bash launch/every_table.sh spot /tmp/spot /work/main/results          # first
-#   bash launch/every_table.sh full /tmp/sweep /work/main/results [LANE LANES]
+#   bash /work/main/launch/every_table.sh spot /tmp/spot /work/main/results          # first
+#   bash /work/main/launch/every_table.sh full /work/main/results/sweep /tmp/archive [LANE LANES]
 #
+# The sweep of issue 38 stands on 23bfe48, its root in results/sweep (session 27).
 # spot: for each table that rebuilds from the archive (`reproduce --check`), one run per method at
 #   seed 0, compared cell by cell with the archived run (`reproduce --spot_check`). A table whose
 #   spot check gives the same digits stands on the archive; add one that differs to FULL below.
@@ -34,7 +37,10 @@ root=${2:?$usage}
 lane=${4:-0}
 lanes=${5:-1}
 
-SPOT=(fedfr2 fedfr_fig3 pad5 pad6 pad7 pad_fedma privacy1 privacy2 blocks1)
+# Empty since session 27: on its machine kind every spot check differed (fedfr2, fedfr_fig3, pad5,
+# pad6, pad7, pad_fedma and privacy1's FedGC runs), and most of those tables' runs have no
+# recorded commit to rerun beside the final one, so they moved to FULL (the last nine there).
+SPOT=()
 # "table seeds". Five seeds for the headline orderings (FedGC > FedPE, reset and kept momentum;
 # FedFV > FedAwS > FedUV-511; FedFR's modules; FedGPAD < FedPAD < Fused < Single). Every FedGC
 # table: spot checks of Tables 2, 4 and 10 gave other digits for archived runs (BUILD_NOTES, "The
@@ -45,11 +51,13 @@ FULL=("fedgc12 0,1,2,3,4" "fedgc1 0,1,2" "fedgc2 0,1,2" "fedgc3 0,1,2" "fedgc4 0
       "fedgc10 0,1,2" "fedgc11 0,1,2"
       "fedfv3 0,1,2,3,4" "fedfv1 0,1,2" "fedfv2 0,1,2" "fedfv4 0"
       "fedfr1 0,1,2,3,4" "fedfr_fig4 0,1,2" "pad3 0,1,2,3,4" "pad1 0,1,2" "pad8 0,1,2"
-      "pad9 0,1,2" "pad10 0,1,2" "pad_all_batch_norm 0" "pad_terms 0,1" "blocks2 0,1,2")
+      "pad9 0,1,2" "pad10 0,1,2" "pad_all_batch_norm 0" "pad_terms 0,1" "blocks2 0,1,2"
+      "fedfr2 0,1,2" "fedfr_fig3 0,1,2" "pad5 0,1,2" "pad6 0,1,2" "pad7 0,1,2" "pad_fedma 0,1,2"
+      "privacy1 0" "privacy2 0" "blocks1 0,1,2")
 
 case $mode in
   spot)
-    for table in "${SPOT[@]}"; do
+    for table in "${SPOT[@]+"${SPOT[@]}"}"; do
       echo "== $table"
       python -m fedjax_face.reproduce --table="$table" --spot_check --root="$root" \
           --archive="$archive" || echo "== $table: differs or failed (above); the queue goes on"
