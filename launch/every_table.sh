@@ -26,14 +26,15 @@
 #   The next sitting makes the same worktree and runs `full` with that ROOT: it goes on. Commit a
 #   table's archived runs only with its docs (`reproduce --check` holds the two together), or
 #   give `full` a scratch ARCHIVE until the last sitting.
+# status: how many runs each FULL table still lacks under ROOT (trains nothing).
 # Stop either at any time: the same command goes on where it stopped. Afterwards copy the
 # worktree's generated docs to the checkout, then `python -m fedjax_face.tools.claims` and
 # `python -m fedjax_face.reproduce --check`.
 set -euo pipefail
-usage='usage: every_table.sh spot|full ROOT ARCHIVE [LANE LANES], or park ROOT'
+usage='usage: every_table.sh spot|full ROOT ARCHIVE [LANE LANES], or park|status ROOT'
 mode=${1:?$usage}
 root=${2:?$usage}
-[[ $mode == park ]] || archive=${3:?$usage}
+[[ $mode == park || $mode == status ]] || archive=${3:?$usage}
 lane=${4:-0}
 lanes=${5:-1}
 
@@ -70,10 +71,17 @@ case $mode in
       python -m fedjax_face.reproduce --table="$table" --seeds="$seeds" --root="$root" \
           --out_dir=docs --archive_to="$archive"
     done ;;
+  status)
+    for entry in "${FULL[@]}"; do
+      read -r table seeds <<< "$entry"
+      missing=$(python -m fedjax_face.reproduce --table="$table" --seeds="$seeds" --root="$root" \
+                    --dry_run --allow_mixed_commits | grep '^missing: ' | sort -u | wc -l)
+      echo "$table (seeds $seeds): $missing runs missing"
+    done ;;
   park)
     for entry in "${FULL[@]}"; do
       read -r table seeds <<< "$entry"
       python -m fedjax_face.reproduce --table="$table" --seeds="$seeds" --root="$root" --park
     done ;;
-  *) echo "mode $mode; expected spot, full or park" >&2; exit 2 ;;
+  *) echo "mode $mode; expected spot, full, park or status" >&2; exit 2 ;;
 esac
