@@ -17,8 +17,8 @@
 #   same machine tells code from machine.
 # full: the tables that must be run again: never archived, stale, or with the five seeds of a
 #   headline ordering. Each table runs what ROOT lacks and reads what is there (a run with
-#   results.json or failed.json is not started again), writes docs/<paper>_table<N>.md in the
-#   worktree and copies its runs' kept files to ARCHIVE/<paper>_tables (tools/tables.py:ARCHIVED).
+#   results.json or failed.json is not started again), writes ROOT/docs/<paper>_table<N>.md and
+#   copies its runs' kept files to ARCHIVE/<paper>_tables (tools/tables.py:ARCHIVED).
 #   With LANE and LANES (0 2 and 1 2 in two shells) a process takes every LANES-th table.
 # park: at the end of a sitting whose machine keeps nothing but commits, with the lanes stopped,
 #   shrink ROOT's ended runs of the FULL tables to their archived files and remove the unfinished
@@ -27,8 +27,8 @@
 #   table's archived runs only with its docs (`reproduce --check` holds the two together), or
 #   give `full` a scratch ARCHIVE until the last sitting.
 # status: how many runs each FULL table still lacks under ROOT (trains nothing).
-# Stop either at any time: the same command goes on where it stopped. Afterwards copy the
-# worktree's generated docs to the checkout, then `python -m fedjax_face.tools.claims` and
+# Stop either at any time: the same command goes on where it stopped. Afterwards copy ROOT/docs
+# to the checkout's docs/, then `python -m fedjax_face.tools.claims` and
 # `python -m fedjax_face.reproduce --check`.
 set -euo pipefail
 usage='usage: every_table.sh spot|full ROOT ARCHIVE [LANE LANES], or park|status ROOT'
@@ -68,8 +68,12 @@ case $mode in
       (( i % lanes == lane )) || continue
       read -r table seeds <<< "${FULL[$i]}"
       echo "== $table (seeds $seeds)"
+      # The tables go beside the runs, not into the worktree: a changed tracked file there would
+      # make every later run's code '+dirty' (io/provenance.py).
+      mkdir -p "$root/docs"
       python -m fedjax_face.reproduce --table="$table" --seeds="$seeds" --root="$root" \
-          --out_dir=docs --archive_to="$archive"
+          --out_dir="$root/docs" --archive_to="$archive" \
+          || echo "== $table: not made (above); the queue goes on"
     done ;;
   status)
     for entry in "${FULL[@]}"; do
