@@ -110,6 +110,7 @@ class Table:
   titles: tuple[str, ...] = ()      # column titles ('results' tables)
   column_digits: tuple[int, ...] = ()   # decimals per column where they differ (0 for bytes)
   orderings: tuple[Ordering, ...] = ()  # the paper's orderings, judged per seed (`judge`)
+  archived_files: tuple[str, ...] = ()   # run files kept beyond `ARCHIVED`, that it reads
   own_orderings: bool = False       # the orderings are questions of ours, not a paper's claims:
                                     # they read 'ahead' / 'behind' (OWN_WORDS), not 'reproduced'
   paper_titles: tuple[str, ...] = ()  # the paper's columns where they measure something else
@@ -279,15 +280,20 @@ def finished_workdirs(table: Table, root: str, extra: tuple, seeds: tuple[int, .
 
 
 # What a table is rebuilt from (`reproduce --check`), kept per run by `archive_runs`: its results,
-# its config (with the commits it ran at), a failure's record, and the run files tables read
-# (PAD's per-video scores for Fused and Fig. 5, FedFV's class-embedding cosines for Fig. 5).
-ARCHIVED = ('results.json', 'config.json', FAILED, 'pad_video_scores*.npz',
-            'class_embedding_similarity.npz')
+# its config (with the commits it ran at), a failure's record, and PAD's per-video scores (Fused
+# and Fig. 5). A table that reads more names it (`Table.archived_files`: FedFV Table 3's class-
+# embedding cosines, for Fig. 5); every method writes those, at up to 2 MB a run.
+ARCHIVED = ('results.json', 'config.json', FAILED, 'pad_video_scores*.npz')
+
+
+def archived_files(table: Table) -> tuple[str, ...]:
+  """The file patterns `archive_runs` and `park` keep of each of `table`'s runs."""
+  return ARCHIVED + table.archived_files
 
 
 def archive_runs(table: Table, root: str, extra: tuple, seeds: tuple[int, ...],
                  archive_root: str) -> list[str]:
-  """Copies the `ARCHIVED` files of every run the table is made of (finished or failed) from
+  """Copies the `archived_files` of every run the table is made of (finished or failed) from
   `root` to `archive_root`/<run name>/; returns the archived workdirs. Local paths only."""
   out = []
   for run_dir in finished_workdirs(table, root, extra, seeds, ended=('results.json', FAILED)):
@@ -296,7 +302,7 @@ def archive_runs(table: Table, root: str, extra: tuple, seeds: tuple[int, ...],
       out.append(target)
       continue
     os.makedirs(target, exist_ok=True)
-    for pattern in ARCHIVED:
+    for pattern in archived_files(table):
       for path in sorted(glob.glob(os.path.join(run_dir, pattern))):
         shutil.copy2(path, os.path.join(target, os.path.basename(path)))
     out.append(target)
@@ -306,7 +312,7 @@ def archive_runs(table: Table, root: str, extra: tuple, seeds: tuple[int, ...],
 def park(table: Table, root: str, extra: tuple, seeds: tuple[int, ...]) -> list[str]:
   """Shrinks a sweep's `root` to what a commit carries, so that its queue goes on in another
   sitting from a fresh checkout (`launch/every_table.sh park`). Each finished or failed run of
-  the table keeps only its `ARCHIVED` files, except a run that others start from (`init_from`),
+  the table keeps only its `archived_files`, except a run that others start from (`init_from`),
   which is kept whole for them; a run that has not ended is removed, to start again. Returns a
   line per workdir changed or kept whole. Stop the sweep first: a running run is removed.
   Local paths only."""
@@ -321,7 +327,8 @@ def park(table: Table, root: str, extra: tuple, seeds: tuple[int, ...]) -> list[
     if started_from:
       lines.append(f'kept whole, other runs start from it: {run_dir}')
       continue
-    kept = {path for pattern in ARCHIVED for path in glob.glob(os.path.join(run_dir, pattern))}
+    kept = {path for pattern in archived_files(table)
+            for path in glob.glob(os.path.join(run_dir, pattern))}
     dropped = sorted({os.path.join(run_dir, name) for name in os.listdir(run_dir)} - kept)
     for path in dropped:
       if os.path.isdir(path) and not os.path.islink(path):

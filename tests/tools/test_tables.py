@@ -444,7 +444,8 @@ def test_archive_keeps_what_a_table_is_rebuilt_from_and_nothing_else(tmp_path):
   start, failing = Run('fedfr/pretrain'), Run('fedfr/fedface')
   run = Run('fedfr/fedfr', init_from=start)
   table = Table('T', 'verification', ('lfw',), (Row('A', run, (None,)),
-                                                Row('B', failing, (None,))), 'c')
+                                                Row('B', failing, (None,))), 'c',
+                archived_files=('class_embedding_similarity.npz',))   # as FedFV Table 3's
   root, archive = tmp_path / 'sweep', tmp_path / 'results' / 'toy_tables'
   ended = {start: ('results.json', fake_result(lfw=0.7)),
            run: ('results.json', fake_result(lfw=0.8)),
@@ -477,7 +478,8 @@ def test_park_leaves_what_a_commit_carries_and_the_queue_resumes_from_it(tmp_pat
   table = Table('T', 'verification', ('lfw',), (Row('A', run, (None,)), Row('B', failing, (None,)),
                                                 Row('C', unfinished, (None,))), 'c')
   root = tmp_path / 'sweep'
-  everything = ('config.json', 'pad_video_scores.npz', 'report.md', '.hidden', 'log.txt')
+  everything = ('config.json', 'pad_video_scores.npz', 'report.md', '.hidden', 'log.txt',
+                'class_embedding_similarity.npz')   # kept only where a table names it
   for r, ended in ((start, 'results.json'), (run, 'results.json'), (failing, tables.FAILED),
                    (unfinished, None), (outside, 'results.json')):
     run_dir = root / r.name()

@@ -100,7 +100,9 @@ ORDERINGS = {
             for variant in ('Eq. 4', '1/‖v‖', 'Eq. 4, d = 512')
             for a, b in ((511, 255), (255, 127))), ()),
 }
-TABLES = {tid: dataclasses.replace(table, orderings=ORDERINGS[tid])
+FIGURE5_FILE = 'class_embedding_similarity.npz'   # per run, written by FedFV's diagnostics
+TABLES = {tid: dataclasses.replace(table, orderings=ORDERINGS[tid],
+                                   archived_files=(FIGURE5_FILE,) if tid == 3 else ())
           for tid, table in TABLES.items()}
 
 FIGURE5_ROWS = ('Centralized', 'FedAwS', 'FedUV-511', 'FedFV-100', 'FedFace')
@@ -130,8 +132,7 @@ def figure5(root: str, extra: tuple, seeds: tuple[int, ...], out_dir: str | None
   for label in FIGURE5_ROWS:
     stats = []
     for seed in seeds:
-      path = files.join(tables.workdir(root, rows[label].run, extra, seed),
-                        'class_embedding_similarity.npz')
+      path = files.join(tables.workdir(root, rows[label].run, extra, seed), FIGURE5_FILE)
       if not files.exists(path):
         continue
       values = files.read_npz(path)['cross']
