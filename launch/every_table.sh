@@ -79,7 +79,8 @@ case $mode in
     for entry in "${FULL[@]}"; do
       read -r table seeds <<< "$entry"
       missing=$(python -m fedjax_face.reproduce --table="$table" --seeds="$seeds" --root="$root" \
-                    --dry_run --allow_mixed_commits | grep '^missing: ' | sort -u | wc -l)
+                    --dry_run --allow_mixed_commits | { grep '^missing: ' || true; } | sort -u \
+                | wc -l)
       echo "$table (seeds $seeds): $missing runs missing"
     done ;;
   park)
