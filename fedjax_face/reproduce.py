@@ -201,8 +201,11 @@ def main(argv):
       sys.exit(f'{differing} spot-checked runs differ from the archive')
     return
   if f.park:
+    # A run may be shared with a table that keeps more of it (FedFV Table 3's cosines).
+    also_kept = tuple(sorted({pattern for paper, tid in select('all')
+                              for pattern in paper_module(paper).TABLES[tid].archived_files}))
     for paper, tid in chosen:
-      for line in tables.park(paper_module(paper).TABLES[tid], f.root, extra, seeds):
+      for line in tables.park(paper_module(paper).TABLES[tid], f.root, extra, seeds, also_kept):
         print(f'{paper}{tid}: {line}', flush=True)
     return
   if f.out and len(chosen) > 1:

@@ -309,13 +309,15 @@ def archive_runs(table: Table, root: str, extra: tuple, seeds: tuple[int, ...],
   return out
 
 
-def park(table: Table, root: str, extra: tuple, seeds: tuple[int, ...]) -> list[str]:
+def park(table: Table, root: str, extra: tuple, seeds: tuple[int, ...],
+         also_kept: tuple[str, ...] = ()) -> list[str]:
   """Shrinks a sweep's `root` to what a commit carries, so that its queue goes on in another
   sitting from a fresh checkout (`launch/every_table.sh park`). Each finished or failed run of
   the table keeps only its `archived_files`, except a run that others start from (`init_from`),
   which is kept whole for them; a run that has not ended is removed, to start again. Returns a
   line per workdir changed or kept whole. Stop the sweep first: a running run is removed.
-  Local paths only."""
+  `also_kept`: patterns other tables keep of the runs they share with this one (`reproduce
+  --park` passes every table's `archived_files`). Local paths only."""
   lines = []
   for run_dir, started_from in table_workdirs(table, root, extra, seeds).items():
     if not os.path.isdir(run_dir):
@@ -327,7 +329,7 @@ def park(table: Table, root: str, extra: tuple, seeds: tuple[int, ...]) -> list[
     if started_from:
       lines.append(f'kept whole, other runs start from it: {run_dir}')
       continue
-    kept = {path for pattern in archived_files(table)
+    kept = {path for pattern in archived_files(table) + also_kept
             for path in glob.glob(os.path.join(run_dir, pattern))}
     dropped = sorted({os.path.join(run_dir, name) for name in os.listdir(run_dir)} - kept)
     for path in dropped:
