@@ -175,10 +175,11 @@ def ensure_run(run: Run, root: str, extra: tuple, seed: int, dry_run: bool) -> s
   not started twice or recorded as failed."""
   run_dir = workdir(root, run, extra, seed)
   path, failed = files.join(run_dir, 'results.json'), files.join(run_dir, FAILED)
-  if not dry_run and files.wait_for_workdir(run_dir):
-    print(f'  waited for another process to end its run in {run_dir}', flush=True)
   if files.exists(path) or files.exists(failed):
     return run_dir
+  if not dry_run and files.wait_for_workdir(run_dir):   # another lane was training it
+    print(f'  waited for another process to end its run in {run_dir}', flush=True)
+    return ensure_run(run, root, extra, seed, dry_run)
   overrides = seed_overrides(extra, seed)
   if run.init_from is not None:
     start = ensure_run(run.init_from, root, extra, seed, dry_run)
