@@ -19,7 +19,8 @@
 #   headline ordering. Each table runs what ROOT lacks and reads what is there (a run with
 #   results.json or failed.json is not started again), writes ROOT/docs/<paper>_table<N>.md and
 #   copies its runs' kept files to ARCHIVE/<paper>_tables (tools/tables.py:ARCHIVED).
-#   With LANE and LANES (0 2 and 1 2 in two shells) a process takes every LANES-th table.
+#   With LANE and LANES (0 2 and 1 2 in two shells) the lanes first share out the runs of the
+#   whole queue run by run (launch/share_runs.py), then each makes every LANES-th table.
 # park: at the end of a sitting whose machine keeps nothing but commits, with the lanes stopped,
 #   shrink ROOT's ended runs of the FULL tables to their archived files and remove the unfinished
 #   ones (`reproduce --park`); keep ROOT inside a checkout (e.g. results/sweep) and commit it.
@@ -64,6 +65,7 @@ case $mode in
           --archive="$archive" || echo "== $table: differs or failed (above); the queue goes on"
     done ;;
   full)
+    python "$(dirname "$0")/share_runs.py" "$root" "$lane" "${FULL[@]}"
     for i in "${!FULL[@]}"; do
       (( i % lanes == lane )) || continue
       read -r table seeds <<< "${FULL[$i]}"

@@ -1,0 +1,98 @@
+"""Shares the runs of a queue of tables among sweep lanes, run by run (`every_table.sh full`).
+
+Tables share runs (most FedGC tables hold FedPE softmax, FedGC Tables 10 and 11 hold the same 29
+runs), so lanes that split the queue table by table mostly wait for each other. Here every lane
+walks every table's runs in queue order and trains each run that nobody has claimed, the run it
+starts from (`init_from`) first; a run whose start another lane is still training is put off to a
+later pass. Each lane then makes its own tables from what is there (`reproduce`), waiting for
+whatever another lane is still training.
+
+    python /work/main/launch/share_runs.py ROOT LANE "table seeds" ...
+
+Run it from the worktree of the sweep's commit: the run definitions are that commit's
+(`fedjax_face.tools.tables`, imported from the current directory), as the runs' code is.
+
+A claim is a kernel lock (flock) on /tmp/every_table_claims/<run>, held by the lane for the
+whole run: it goes with its process, so a killed lane's runs are simply claimed anew.
+"""
+import fcntl
+import os
+import sys
+import time
+
+sys.path.insert(0, os.getcwd())   # the worktree's package, not the one pip installed
+
+from fedjax_face import reproduce   # noqa: E402
+from fedjax_face.io import files   # noqa: E402
+from fedjax_face.tools import tables   # noqa: E402
+
+RETRY_S = 60   # how long a lane with only put-off runs left sleeps before its next pass
+
+
+CLAIMS = '/tmp/every_table_claims'
+
+
+def queue_runs(queue: list[str]) -> list[tuple[tables.Run, int]]:
+  """(run, seed) of every table in `queue` ('fedgc10 0,1,2'), each once and in order, a run's
+  start before it."""
+  out = []
+
+  def add(run, seed):
+    if run.init_from is not None:
+      add(run.init_from, seed)
+    if (run, seed) not in out:
+      out.append((run, seed))
+
+  for entry in queue:
+    name, seeds = entry.split()
+    for paper, tid in reproduce.select(name):
+      for row in reproduce.paper_module(paper).TABLES[tid].rows:
+        runs = row.run.runs if isinstance(row.run, tables.Combined) else (row.run,)
+        for run in runs:
+          for seed in tables.parse_seeds(seeds.split(',')):
+            if run is not None:
+              add(run, seed)
+  return out
+
+
+def ended(run_dir: str) -> bool:
+  return any(files.exists(files.join(run_dir, name)) for name in ('results.json', tables.FAILED))
+
+
+def one_pass(runs, root: str, claims: str = CLAIMS) -> tuple[int, int]:
+  """Trains every unclaimed run whose start has ended; returns (trained, put off)."""
+  trained = put_off = 0
+  for run, seed in runs:
+    run_dir = tables.workdir(root, run, (), seed)
+    if ended(run_dir):
+      continue
+    if run.init_from is not None and not ended(tables.workdir(root, run.init_from, (), seed)):
+      put_off += 1   # its start is another lane's claim, still training
+      continue
+    with open(os.path.join(claims, os.path.basename(run_dir)), 'a') as claim:
+      try:
+        fcntl.flock(claim, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      except BlockingIOError:
+        continue   # another lane's
+      if not ended(run_dir):   # it may have ended since we looked
+        tables.ensure_run(run, root, (), seed, dry_run=False)
+        trained += 1
+  return trained, put_off
+
+
+def main(root: str, lane: str, queue: list[str]):
+  runs = queue_runs(queue)
+  os.makedirs(CLAIMS, exist_ok=True)
+  print(f'lane {lane}: {len(runs)} runs in the queue, claims in {CLAIMS}', flush=True)
+  while True:
+    trained, put_off = one_pass(runs, root)
+    if not put_off:
+      return
+    if not trained:
+      time.sleep(RETRY_S)
+
+
+if __name__ == '__main__':
+  if len(sys.argv) < 4:
+    sys.exit(__doc__)
+  main(sys.argv[1], sys.argv[2], sys.argv[3:])

@@ -1,0 +1,65 @@
+"""launch/share_runs.py: sweep lanes share a queue's runs, each run trained once, a start first."""
+import fcntl
+import importlib.util
+import json
+import os
+
+from fedjax_face.tools import tables
+
+spec = importlib.util.spec_from_file_location(
+    'share_runs', os.path.join(os.path.dirname(__file__), '..', 'launch', 'share_runs.py'))
+share_runs = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(share_runs)
+
+
+def test_queue_lists_each_run_once_and_a_start_before_its_runs():
+  runs = share_runs.queue_runs(['fedgc10 0,1', 'fedgc11 0,1', 'fedfr1 0'])
+  assert len(runs) == len(set(runs))
+  ten = share_runs.queue_runs(['fedgc10 0,1'])
+  eleven = share_runs.queue_runs(['fedgc11 0,1'])
+  shared = set(ten) & set(eleven)
+  assert shared   # the two tables hold the same look-alike runs
+  fedgc = [r for r in runs if r[0].config.startswith('fedgc')]
+  assert len(fedgc) == len(set(ten) | set(eleven))
+  started = [(run, seed) for run, seed in runs if run.init_from is not None]
+  assert started   # FedFR's rows start from its pre-training
+  for run, seed in started:
+    assert runs.index((run.init_from, seed)) < runs.index((run, seed))
+
+
+def _fake_training(monkeypatch, trained):
+  def ensure_run(run, root, extra, seed, dry_run):
+    assert not dry_run and extra == ()
+    run_dir = tables.workdir(root, run, extra, seed)
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, 'results.json'), 'w') as f:
+      json.dump({}, f)
+    trained.append(run_dir)
+    return run_dir
+  monkeypatch.setattr(share_runs.tables, 'ensure_run', ensure_run)
+
+
+def test_a_pass_skips_ended_and_claimed_runs_and_puts_off_a_run_whose_start_is_training(
+    tmp_path, monkeypatch):
+  root, claims = str(tmp_path / 'root'), str(tmp_path / 'claims')
+  os.makedirs(claims)
+  pretrain = tables.Run('fedfr/pretrain')
+  fine_tune = tables.Run('fedfr/fedfr', 'row=fedavg', init_from=pretrain)
+  ended, plain = tables.Run('fedgc/fedpe'), tables.Run('fedgc/fedgc')
+  os.makedirs(tables.workdir(root, ended, (), 0))
+  with open(os.path.join(tables.workdir(root, ended, (), 0), tables.FAILED), 'w') as f:
+    f.write('{}')
+  trained = []
+  _fake_training(monkeypatch, trained)
+  # Another lane holds the pre-training's claim: its fine-tuning waits for a later pass.
+  with open(os.path.join(claims, os.path.basename(tables.workdir(root, pretrain, (), 0))),
+            'a') as other_lane:
+    fcntl.flock(other_lane, fcntl.LOCK_EX)
+    runs = [(ended, 0), (pretrain, 0), (fine_tune, 0), (plain, 0), (plain, 1)]
+    assert share_runs.one_pass(runs, root, claims) == (2, 1)
+    assert trained == [tables.workdir(root, plain, (), 0), tables.workdir(root, plain, (), 1)]
+  # The other lane was killed before its run ended (its lock went with it): this lane trains both.
+  assert share_runs.one_pass(runs, root, claims) == (2, 0)
+  assert trained[2:] == [tables.workdir(root, pretrain, (), 0),
+                         tables.workdir(root, fine_tune, (), 0)]
+  assert share_runs.one_pass(runs, root, claims) == (0, 0)
