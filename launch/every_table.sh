@@ -48,14 +48,17 @@ SPOT=()
 # table: spot checks of Tables 2, 4 and 10 gave other digits for archived runs (BUILD_NOTES, "The
 # run archive"). FedFace's rows moved with
 # `fedface.reduction` (FedFV 3, FedFR Fig. 4). The rest lack archived runs.
+# A paper's tables are together: they land together (runs are shared between them), so each paper
+# can land as soon as its own runs have ended.
 FULL=("fedgc12 0,1,2,3,4" "fedgc1 0,1,2" "fedgc2 0,1,2" "fedgc3 0,1,2" "fedgc4 0,1,2"
       "fedgc5 0,1,2" "fedgc6 0,1,2" "fedgc7 0,1,2" "fedgc8 0,1,2" "fedgc9 0,1,2"
       "fedgc10 0,1,2" "fedgc11 0,1,2"
       "fedfv3 0,1,2,3,4" "fedfv1 0,1,2" "fedfv2 0,1,2" "fedfv4 0"
-      "fedfr1 0,1,2,3,4" "fedfr_fig4 0,1,2" "pad3 0,1,2,3,4" "pad1 0,1,2" "pad8 0,1,2"
-      "pad9 0,1,2" "pad10 0,1,2" "pad_all_batch_norm 0" "pad_terms 0,1" "blocks2 0,1,2"
-      "fedfr2 0,1,2" "fedfr_fig3 0,1,2" "pad5 0,1,2" "pad6 0,1,2" "pad7 0,1,2" "pad_fedma 0,1,2"
-      "privacy1 0" "privacy2 0" "blocks1 0,1,2")
+      "fedfr1 0,1,2,3,4" "fedfr_fig4 0,1,2" "fedfr2 0,1,2" "fedfr_fig3 0,1,2"
+      "pad3 0,1,2,3,4" "pad1 0,1,2" "pad8 0,1,2" "pad9 0,1,2" "pad10 0,1,2"
+      "pad_all_batch_norm 0" "pad_terms 0,1" "pad5 0,1,2" "pad6 0,1,2" "pad7 0,1,2"
+      "pad_fedma 0,1,2"
+      "privacy1 0" "privacy2 0" "blocks2 0,1,2" "blocks1 0,1,2")
 
 case $mode in
   spot)
