@@ -1,12 +1,16 @@
 r"""What reproduces, in one place: each paper's summary of verdicts, collected from its tables.
 
     python -m fedjax_face.tools.claims            # rewrite the summaries in docs/<paper>.md
-    python -m fedjax_face.tools.claims --check    # exit 1 naming each summary that is stale
+    python -m fedjax_face.tools.claims --check    # exit 1 naming each summary that is stale,
+                                                  # and each mean ± std no table holds
 
 The verdicts are made once, by `reproduce` (`tools/tables.py:judge`), at the end of each generated
 table (docs/<paper>_table<N>.md, docs/<paper>_fig<N>.md, ...). A paper's page states no verdict
 of its own: between the two markers below it holds a copy of its tables' verdict lines, which
-this tool writes and `tests/test_docs.py` checks, so a page cannot say more than its tables show.
+this tool writes and `tests/tools/test_claims.py` checks, so a page cannot say more than its
+tables show. The page's prose quotes numbers too: every mean ± std it quotes must be a cell of one
+of its tables, so that a regenerated table cannot leave the prose behind. Figures of earlier code
+states, kept as the record of how a result was found, go between the two HISTORY markers.
 """
 
 import os
@@ -20,6 +24,9 @@ from fedjax_face.io import files
 BEGIN = ('<!-- verdicts: copied from the tables below by `python -m fedjax_face.tools.claims`; '
          'edit the tables, not this -->')
 END = '<!-- /verdicts -->'
+HISTORY = ('<!-- history: figures of earlier code states, not rebuilt from the tables -->',
+           '<!-- /history -->')
+MEAN_STD = re.compile(r'(-?\d+\.\d+)\s+±\s+(\d+\.\d+)')   # a cell "83.18 ± 0.61", even across lines
 # The sentence that starts a generated table's verdict lines (`tools/tables.py:markdown`): the
 # paper's orderings, or, in a table no paper reports, orderings of our own asking.
 ORDERINGS_HEADS = ("The paper's orderings on ours", 'Our own orderings')
@@ -83,6 +90,14 @@ def papers_with_blocks(docs_dir: str) -> list[str]:
   return out
 
 
+def papers_with_tables(docs_dir: str) -> list[str]:
+  """The papers whose page docs/<paper>.md has generated tables beside it (docs/<paper>_*.md)."""
+  names = os.listdir(docs_dir)
+  return [stem for stem in sorted(os.path.splitext(n)[0] for n in names if n.endswith('.md'))
+          if '_' not in stem and any(n.startswith(f'{stem}_') and n.endswith('.md')
+                                     for n in names)]
+
+
 def pages(docs_dir: str) -> list[tuple[str, str, str]]:
   """(path, page as it is, page with its block rewritten) for every paper page with a block."""
   out = []
@@ -90,6 +105,34 @@ def pages(docs_dir: str) -> list[tuple[str, str, str]]:
     path = os.path.join(docs_dir, f'{paper}.md')
     page = files.read_text(path)
     out.append((path, page, replace_block(page, summary(docs_dir, paper), path)))
+  return out
+
+
+def blank(page: str, begin: str, end: str) -> str:
+  """`page` with each span from `begin` to `end` blanked out, its line breaks kept (so that line
+  numbers still name the page's lines)."""
+  def keep_lines(match):
+    return '\n' * match.group(0).count('\n')
+  return re.sub(re.escape(begin) + '.*?' + re.escape(end), keep_lines, page, flags=re.DOTALL)
+
+
+def mean_stds(text: str) -> set[str]:
+  return {f'{mean} ± {std}' for mean, std in MEAN_STD.findall(text)}
+
+
+def unsourced(docs_dir: str, paper: str) -> list[str]:
+  """'<page>:<line>: <mean ± std>' for each mean ± std docs/<paper>.md quotes outside its verdict
+  and history blocks that is no cell of the paper's tables."""
+  path = os.path.join(docs_dir, f'{paper}.md')
+  prose = blank(blank(files.read_text(path), BEGIN, END), *HISTORY)
+  cells = set()
+  for name in table_files(docs_dir, paper):
+    cells |= mean_stds(files.read_text(os.path.join(docs_dir, name)))
+  out = []
+  for match in MEAN_STD.finditer(prose):
+    quoted = f'{match.group(1)} ± {match.group(2)}'
+    if quoted not in cells:
+      out.append(f'{path}:{prose.count(chr(10), 0, match.start()) + 1}: {quoted}')
   return out
 
 
@@ -113,10 +156,16 @@ def main(argv):
   docs_dir = flags.FLAGS.docs
   if flags.FLAGS.check:
     paths = stale(docs_dir)
+    quoted = [line for paper in papers_with_tables(docs_dir)
+              for line in unsourced(docs_dir, paper)]
     if paths:
-      sys.exit('stale verdict blocks (run python -m fedjax_face.tools.claims): '
-               + ', '.join(paths))
-    print('every verdict block matches its tables')
+      print('stale verdict blocks (run python -m fedjax_face.tools.claims): ' + ', '.join(paths))
+    if quoted:
+      print('means quoted in prose that no table holds (update them from the tables, or move '
+            f'them between {HISTORY[0]} and {HISTORY[1]}):\n  ' + '\n  '.join(quoted))
+    if paths or quoted:
+      sys.exit(1)
+    print('every verdict block matches its tables, and every mean quoted beside them is a cell')
     return
   for path in write_all(docs_dir):
     print(f'rewrote {path}')

@@ -51,3 +51,23 @@ def test_a_page_without_both_markers_is_named():
   with pytest.raises(ValueError, match=r"^docs/x.md: no verdict block; expected a line '<!-- "
                      r"verdicts: .*' and, after it, '<!-- /verdicts -->'\.$"):
     claims.replace_block(f'# X\n{claims.END}\n{claims.BEGIN}\n', 'new', 'docs/x.md')
+
+
+def test_every_mean_a_paper_page_quotes_is_a_cell_of_its_tables():
+  assert claims.papers_with_tables(DOCS) == ['blocks', 'fedfr', 'fedfv', 'fedgc', 'pad',
+                                             'privacy']
+  assert [line for paper in claims.papers_with_tables(DOCS)
+          for line in claims.unsourced(DOCS, paper)] == []
+
+
+def test_a_mean_no_table_holds_is_named_by_its_line_unless_it_is_history(tmp_path):
+  (tmp_path / 'p_table1.md').write_text('| A | 83.18 ± 0.61 | -0.070 ± 0.001 |\n')
+  begin, end = claims.HISTORY
+  (tmp_path / 'p.md').write_text(
+      'A gives 83.18\n± 0.61 and -0.070 ± 0.001, B 82.00 ± 0.50.\n'   # the first across lines
+      f'{claims.BEGIN}\nC 1.00 ± 2.00\n{claims.END}\n'                   # the verdicts' own
+      f'{begin}\nthen A gave 70.69 ± 0.36\n{end}\n'
+      'and -0.07 ± 0.001 rounded.\n')
+  assert claims.unsourced(str(tmp_path), 'p') == [
+      f'{tmp_path / "p.md"}:2: 82.00 ± 0.50', f'{tmp_path / "p.md"}:9: -0.07 ± 0.001']
+  assert claims.papers_with_tables(str(tmp_path)) == ['p']
