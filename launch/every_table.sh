@@ -28,12 +28,19 @@
 #   table's archived runs only with its docs (`reproduce --check` holds the two together), or
 #   give `full` a scratch ARCHIVE until the last sitting.
 # status: how many runs each FULL table still lacks under ROOT (trains nothing).
+# drain: each lane ends after the run it is training (then park); `full` clears it when it starts.
 # Stop either at any time: the same command goes on where it stopped. Afterwards copy ROOT/docs
 # to the checkout's docs/, then `python -m fedjax_face.tools.claims` and
 # `python -m fedjax_face.reproduce --check`.
 set -euo pipefail
-usage='usage: every_table.sh spot|full ROOT ARCHIVE [LANE LANES], or park|status ROOT'
+usage='usage: every_table.sh spot|full ROOT ARCHIVE [LANE LANES], park|status ROOT, or drain'
 mode=${1:?$usage}
+drain=/tmp/every_table_claims/drain   # launch/share_runs.py:DRAIN
+if [[ $mode == drain ]]; then
+  mkdir -p "$(dirname "$drain")" && touch "$drain"
+  echo "each lane ends after its current run; then: every_table.sh park ROOT"
+  exit 0
+fi
 root=${2:?$usage}
 [[ $mode == park || $mode == status ]] || archive=${3:?$usage}
 lane=${4:-0}
@@ -68,7 +75,9 @@ case $mode in
           --archive="$archive" || echo "== $table: differs or failed (above); the queue goes on"
     done ;;
   full)
+    rm -f "$drain"
     python "$(dirname "$0")/share_runs.py" "$root" "$lane" "${FULL[@]}"
+    [[ -e $drain ]] && { echo "== drained: the tables are made when the queue has run"; exit 0; }
     for i in "${!FULL[@]}"; do
       (( i % lanes == lane )) || continue
       read -r table seeds <<< "${FULL[$i]}"

@@ -13,7 +13,9 @@ Run it from the worktree of the sweep's commit: the run definitions are that com
 (`fedjax_face.tools.tables`, imported from the current directory), as the runs' code is.
 
 A claim is a kernel lock (flock) on /tmp/every_table_claims/<run>, held by the lane for the
-whole run: it goes with its process, so a killed lane's runs are simply claimed anew.
+whole run: it goes with its process, so a killed lane's runs are simply claimed anew. The file
+/tmp/every_table_claims/drain (`every_table.sh drain`) makes each lane end after its current run,
+so that a sitting ends without losing a half-trained run.
 """
 import fcntl
 import os
@@ -30,6 +32,7 @@ RETRY_S = 60   # how long a lane with only put-off runs left sleeps before its n
 
 
 CLAIMS = '/tmp/every_table_claims'
+DRAIN = os.path.join(CLAIMS, 'drain')
 
 
 def queue_runs(queue: list[str]) -> list[tuple[tables.Run, int]]:
@@ -59,10 +62,13 @@ def ended(run_dir: str) -> bool:
   return any(files.exists(files.join(run_dir, name)) for name in ('results.json', tables.FAILED))
 
 
-def one_pass(runs, root: str, claims: str = CLAIMS) -> tuple[int, int]:
-  """Trains every unclaimed run whose start has ended; returns (trained, put off)."""
+def one_pass(runs, root: str, claims: str = CLAIMS, drain: str = DRAIN) -> tuple[int, int]:
+  """Trains every unclaimed run whose start has ended, until `drain` exists; returns (trained,
+  put off)."""
   trained = put_off = 0
   for run, seed in runs:
+    if os.path.exists(drain):
+      return trained, 0
     run_dir = tables.workdir(root, run, (), seed)
     if ended(run_dir):
       continue
@@ -86,6 +92,9 @@ def main(root: str, lane: str, queue: list[str]):
   print(f'lane {lane}: {len(runs)} runs in the queue, claims in {CLAIMS}', flush=True)
   while True:
     trained, put_off = one_pass(runs, root)
+    if os.path.exists(DRAIN):
+      print(f'lane {lane}: drained ({DRAIN})', flush=True)
+      return
     if not put_off:
       return
     if not trained:

@@ -63,3 +63,19 @@ def test_a_pass_skips_ended_and_claimed_runs_and_puts_off_a_run_whose_start_is_t
   assert trained[2:] == [tables.workdir(root, pretrain, (), 0),
                          tables.workdir(root, fine_tune, (), 0)]
   assert share_runs.one_pass(runs, root, claims) == (0, 0)
+
+
+def test_a_drained_lane_claims_no_further_run(tmp_path, monkeypatch):
+  root, claims, drain = str(tmp_path / 'root'), str(tmp_path / 'claims'), str(tmp_path / 'drain')
+  os.makedirs(claims)
+  trained = []
+  _fake_training(monkeypatch, trained)
+  first, second = tables.Run('fedgc/fedpe'), tables.Run('fedgc/fedgc')
+  original = share_runs.tables.ensure_run
+
+  def train_then_drain(*args, **kwargs):
+    open(drain, 'w').close()   # `every_table.sh drain` while the first run trains
+    return original(*args, **kwargs)
+  monkeypatch.setattr(share_runs.tables, 'ensure_run', train_then_drain)
+  assert share_runs.one_pass([(first, 0), (second, 0)], root, claims, drain) == (1, 0)
+  assert trained == [tables.workdir(root, first, (), 0)]
