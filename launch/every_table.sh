@@ -29,11 +29,16 @@
 #   give `full` a scratch ARCHIVE until the last sitting.
 # status: how many runs each FULL table still lacks under ROOT (trains nothing).
 # drain: each lane ends after the run it is training (then park); `full` clears it when it starts.
+# land ROOT PAPER: from the checkout, once every FULL table of PAPER has its runs under ROOT: the
+#   paper's archive results/PAPER_tables replaced whole by those runs, its docs made from the
+#   archive (their footnotes name it), its pages' verdicts copied (tools.claims); then it lists
+#   the means the pages' prose quotes that the new tables no longer hold. Update those, take
+#   the paper's tables out of tests/test_reproduce.py:AWAITING_THE_SWEEP, and commit it all at once.
 # Stop either at any time: the same command goes on where it stopped. Afterwards copy ROOT/docs
 # to the checkout's docs/, then `python -m fedjax_face.tools.claims` and
 # `python -m fedjax_face.reproduce --check`.
 set -euo pipefail
-usage='usage: every_table.sh spot|full ROOT ARCHIVE [LANE LANES], park|status ROOT, or drain'
+usage='usage: every_table.sh spot|full ROOT ARCHIVE [LANE LANES], park|status ROOT, land ROOT PAPER or drain'
 mode=${1:?$usage}
 drain=/tmp/every_table_claims/drain   # launch/share_runs.py:DRAIN
 if [[ $mode == drain ]]; then
@@ -42,7 +47,7 @@ if [[ $mode == drain ]]; then
   exit 0
 fi
 root=${2:?$usage}
-[[ $mode == park || $mode == status ]] || archive=${3:?$usage}
+[[ $mode == park || $mode == status || $mode == land ]] || archive=${3:?$usage}
 lane=${4:-0}
 lanes=${5:-1}
 
@@ -102,5 +107,31 @@ case $mode in
       read -r table seeds <<< "$entry"
       python -m fedjax_face.reproduce --table="$table" --seeds="$seeds" --root="$root" --park
     done ;;
-  *) echo "mode $mode; expected spot, full, park or status" >&2; exit 2 ;;
+  land)
+    paper=${3:?$usage}
+    mine=()
+    for entry in "${FULL[@]}"; do
+      read -r table seeds <<< "$entry"
+      [[ $table == "$paper"[0-9_]* ]] && mine+=("$entry")
+    done
+    (( ${#mine[@]} )) || { echo "no table of paper '$paper' in the queue" >&2; exit 2; }
+    for entry in "${mine[@]}"; do
+      read -r table seeds <<< "$entry"
+      missing=$(python -m fedjax_face.reproduce --table="$table" --seeds="$seeds" --root="$root" \
+                    --dry_run --allow_mixed_commits | { grep -c '^missing: ' || true; })
+      (( missing == 0 )) || { echo "$table lacks $missing runs under $root; nothing changed" >&2
+                              exit 1; }
+    done
+    rm -rf "results/${paper}_tables"
+    for entry in "${mine[@]}"; do
+      read -r table seeds <<< "$entry"
+      python -m fedjax_face.reproduce --table="$table" --seeds="$seeds" --root="$root" \
+          --dry_run --archive_to=results > /dev/null
+      python -m fedjax_face.reproduce --table="$table" --seeds="$seeds" \
+          --root="results/${paper}_tables" --out_dir=docs --dry_run > /dev/null
+      echo "$table: archived in results/${paper}_tables, docs made from there"
+    done
+    python -m fedjax_face.tools.claims
+    python -m fedjax_face.tools.claims --check || true ;;
+  *) echo "mode $mode; expected spot, full, park, status, land or drain" >&2; exit 2 ;;
 esac
