@@ -27,7 +27,8 @@
 #   The next sitting makes the same worktree and runs `full` with that ROOT: it goes on. Commit a
 #   table's archived runs only with its docs (`reproduce --check` holds the two together), or
 #   give `full` a scratch ARCHIVE until the last sitting.
-# status: how many runs each FULL table still lacks under ROOT (trains nothing).
+# status: how many runs each FULL table still lacks under ROOT (trains nothing), and per paper
+#   the hours those runs took in the archive.
 # drain: each lane ends after the run it is training (then park); `full` clears it when it starts.
 # land ROOT PAPER: from the checkout, once every FULL table of PAPER has its runs under ROOT: the
 #   paper's archive results/PAPER_tables replaced whole by those runs, its docs made from the
@@ -101,7 +102,9 @@ case $mode in
                     --dry_run --allow_mixed_commits | { grep '^missing: ' || true; } | sort -u \
                 | wc -l)
       echo "$table (seeds $seeds): $missing runs missing"
-    done ;;
+    done
+    python "$(dirname "$0")/share_runs.py" --hours "$root" "$(dirname "$0")/../results" \
+        "${FULL[@]}" ;;
   park)
     for entry in "${FULL[@]}"; do
       read -r table seeds <<< "$entry"

@@ -8,6 +8,7 @@ later pass. Each lane then makes its own tables from what is there (`reproduce`)
 whatever another lane is still training.
 
     python /work/main/launch/share_runs.py ROOT LANE "table seeds" ...
+    python /work/main/launch/share_runs.py --hours ROOT ARCHIVE "table seeds" ...   # what is left
 
 Run it from the worktree of the sweep's commit: the run definitions are that commit's
 (`fedjax_face.tools.tables`, imported from the current directory), as the runs' code is.
@@ -38,13 +39,19 @@ DRAIN = os.path.join(CLAIMS, 'drain')
 def queue_runs(queue: list[str]) -> list[tuple[tables.Run, int]]:
   """(run, seed) of every table in `queue` ('fedgc10 0,1,2'), each once and in order, a run's
   start before it."""
-  out = []
+  return [(run, seed) for _, run, seed in paper_runs(queue)]
 
-  def add(run, seed):
+
+def paper_runs(queue: list[str]) -> list[tuple[str, tables.Run, int]]:
+  """`queue_runs` with the paper of the first table that holds each run."""
+  out, seen = [], set()
+
+  def add(paper, run, seed):
     if run.init_from is not None:
-      add(run.init_from, seed)
-    if (run, seed) not in out:
-      out.append((run, seed))
+      add(paper, run.init_from, seed)
+    if (run, seed) not in seen:
+      seen.add((run, seed))
+      out.append((paper, run, seed))
 
   for entry in queue:
     name, seeds = entry.split()
@@ -54,7 +61,41 @@ def queue_runs(queue: list[str]) -> list[tuple[tables.Run, int]]:
         for run in runs:
           for seed in tables.parse_seeds(seeds.split(',')):
             if run is not None:
-              add(run, seed)
+              add(paper, run, seed)
+  return out
+
+
+def hours_left(queue: list[str], root: str, archive: str) -> list[tuple[str, int, float]]:
+  """Per paper, in queue order: (paper, runs not ended under `root`, lane-hours: one lane's
+  time for them, with the other lane busy beside it as in the sweeps that timed the runs).
+
+  A run's hours are its namesake's in `archive` (<archive>/<paper>_tables/<run>/results.json,
+  `timing.total_s`), else the mean of the paper's runs that have ended under `root`, else the
+  mean of its runs that have a namesake: a guide, not a promise (a resumed run's total_s is its
+  last sitting's, and the archive's runs ran on other machines)."""
+  def seconds(path):
+    if not files.exists(path):
+      return None
+    return (files.read_json(path).get('timing') or {}).get('total_s')
+
+  ended_s, archived_s, missing = {}, {}, {}
+  for paper, run, seed in paper_runs(queue):
+    run_dir = tables.workdir(root, run, (), seed)
+    name = os.path.basename(run_dir)
+    here = seconds(files.join(run_dir, 'results.json'))
+    if ended(run_dir):
+      if here is not None:
+        ended_s.setdefault(paper, []).append(here)
+      continue
+    known = seconds(files.join(archive, f'{paper}_tables', name, 'results.json'))
+    if known is not None:
+      archived_s.setdefault(paper, []).append(known)
+    missing.setdefault(paper, []).append(known)
+  out = []
+  for paper, times in missing.items():
+    stand_in = ended_s.get(paper) or archived_s.get(paper) or [0.0]
+    mean = sum(stand_in) / len(stand_in)
+    out.append((paper, len(times), sum(mean if t is None else t for t in times) / 3600))
   return out
 
 
@@ -104,4 +145,8 @@ def main(root: str, lane: str, queue: list[str]):
 if __name__ == '__main__':
   if len(sys.argv) < 4:
     sys.exit(__doc__)
-  main(sys.argv[1], sys.argv[2], sys.argv[3:])
+  if sys.argv[1] == '--hours':
+    for paper, n, hours in hours_left(sys.argv[4:], sys.argv[2], sys.argv[3]):
+      print(f'{paper}: {n} runs left, about {hours:.1f} lane-hours')
+  else:
+    main(sys.argv[1], sys.argv[2], sys.argv[3:])

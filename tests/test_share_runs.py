@@ -4,6 +4,8 @@ import importlib.util
 import json
 import os
 
+import pytest
+
 from fedjax_face.tools import tables
 
 spec = importlib.util.spec_from_file_location(
@@ -79,3 +81,20 @@ def test_a_drained_lane_claims_no_further_run(tmp_path, monkeypatch):
   monkeypatch.setattr(share_runs.tables, 'ensure_run', train_then_drain)
   assert share_runs.one_pass([(first, 0), (second, 0)], root, claims, drain) == (1, 0)
   assert trained == [tables.workdir(root, first, (), 0)]
+
+
+def test_hours_left_take_a_run_s_archived_time_else_the_paper_s_ended_runs(tmp_path):
+  root, archive = str(tmp_path / 'root'), str(tmp_path / 'results')
+
+  def write(run_dir, total_s):
+    os.makedirs(run_dir)
+    with open(os.path.join(run_dir, 'results.json'), 'w') as f:
+      json.dump({'timing': {'total_s': total_s}}, f)
+
+  (run, seed), *others = share_runs.queue_runs(['fedgc1 0'])
+  write(tables.workdir(root, run, (), seed), 600.0)                  # ended here: 10 minutes
+  namesake = os.path.basename(tables.workdir(root, others[0][0], (), others[0][1]))
+  write(os.path.join(archive, 'fedgc_tables', namesake), 7200.0)     # archived: 2 hours
+  [(paper, left, hours)] = share_runs.hours_left(['fedgc1 0'], root, archive)
+  assert (paper, left) == ('fedgc', len(others))
+  assert hours == pytest.approx(2 + (len(others) - 1) * 600 / 3600)
