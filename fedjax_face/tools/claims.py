@@ -99,12 +99,14 @@ def papers_with_tables(docs_dir: str) -> list[str]:
 
 
 def pages(docs_dir: str) -> list[tuple[str, str, str]]:
-  """(path, page as it is, page with its block rewritten) for every paper page with a block."""
+  """(path, page as it is, page with its block rewritten) for every paper page with a block, and
+  for every page whose tables judge orderings (ValueError if it has no block to copy them to)."""
   out = []
-  for paper in papers_with_blocks(docs_dir):
+  for paper in papers_with_tables(docs_dir):
     path = os.path.join(docs_dir, f'{paper}.md')
-    page = files.read_text(path)
-    out.append((path, page, replace_block(page, summary(docs_dir, paper), path)))
+    page, block = files.read_text(path), summary(docs_dir, paper)
+    if BEGIN in page or block != '\n'.join([BEGIN, '', END]):
+      out.append((path, page, replace_block(page, block, path)))
   return out
 
 
@@ -153,8 +155,16 @@ def write_all(docs_dir: str) -> list[str]:
 
 def main(argv):
   del argv
-  docs_dir = flags.FLAGS.docs
-  if flags.FLAGS.check:
+  try:
+    run(flags.FLAGS.docs, flags.FLAGS.check)
+  except ValueError as e:   # a page without its verdict block: one line naming it
+    sys.exit(str(e))
+
+
+def run(docs_dir: str, check: bool):
+  """Rewrites the stale verdict blocks of `docs_dir`, or with `check` names what is stale (the
+  blocks, and the means quoted beside them) and exits 1 if anything is."""
+  if check:
     paths = stale(docs_dir)
     quoted = [line for paper in papers_with_tables(docs_dir)
               for line in unsourced(docs_dir, paper)]

@@ -26,7 +26,7 @@ Made by `cmd`; ours: x.
 
 
 def test_every_paper_page_copies_its_tables_verdicts():
-  assert claims.papers_with_blocks(DOCS) == ['blocks', 'fedfr', 'fedgc', 'pad']
+  assert claims.papers_with_blocks(DOCS) == ['blocks', 'fedfr', 'fedfv', 'fedgc', 'pad']
   assert claims.stale(DOCS) == []
 
 
@@ -71,3 +71,14 @@ def test_a_mean_no_table_holds_is_named_by_its_line_unless_it_is_history(tmp_pat
   assert claims.unsourced(str(tmp_path), 'p') == [
       f'{tmp_path / "p.md"}:2: 82.00 ± 0.50', f'{tmp_path / "p.md"}:9: -0.07 ± 0.001']
   assert claims.papers_with_tables(str(tmp_path)) == ['p']
+
+
+def test_a_page_whose_tables_judge_orderings_needs_a_block(tmp_path):
+  (tmp_path / 'p_table1.md').write_text(TABLE)
+  (tmp_path / 'p.md').write_text('# P\n')
+  (tmp_path / 'q_table1.md').write_text('## T\n\nno orderings\n')
+  (tmp_path / 'q.md').write_text('# Q\n')   # nothing to copy: no block needed
+  with pytest.raises(ValueError, match=r'p\.md: no verdict block'):
+    claims.stale(str(tmp_path))
+  (tmp_path / 'p.md').write_text(f'# P\n{claims.BEGIN}\n{claims.END}\n')
+  assert claims.stale(str(tmp_path)) == [str(tmp_path / 'p.md')]
