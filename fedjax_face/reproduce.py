@@ -202,8 +202,12 @@ def main(argv):
     return
   if f.park:
     # A run may be shared with a table that keeps more of it (FedFV Table 3's cosines).
-    also_kept = tuple(sorted({pattern for paper, tid in select('all')
-                              for pattern in paper_module(paper).TABLES[tid].archived_files}))
+    also_kept = {}
+    for paper, tid in select('all'):
+      other = paper_module(paper).TABLES[tid]
+      if other.archived_files:
+        for run_dir in tables.table_workdirs(other, f.root, extra, seeds):
+          also_kept[run_dir] = also_kept.get(run_dir, ()) + other.archived_files
     for paper, tid in chosen:
       for line in tables.park(paper_module(paper).TABLES[tid], f.root, extra, seeds, also_kept):
         print(f'{paper}{tid}: {line}', flush=True)

@@ -311,14 +311,15 @@ def archive_runs(table: Table, root: str, extra: tuple, seeds: tuple[int, ...],
 
 
 def park(table: Table, root: str, extra: tuple, seeds: tuple[int, ...],
-         also_kept: tuple[str, ...] = ()) -> list[str]:
+         also_kept: dict[str, tuple[str, ...]] | None = None) -> list[str]:
   """Shrinks a sweep's `root` to what a commit carries, so that its queue goes on in another
   sitting from a fresh checkout (`launch/every_table.sh park`). Each finished or failed run of
   the table keeps only its `archived_files`, except a run that others start from (`init_from`),
   which is kept whole for them; a run that has not ended is removed, to start again. Returns a
   line per workdir changed or kept whole. Stop the sweep first: a running run is removed.
-  `also_kept`: patterns other tables keep of the runs they share with this one (`reproduce
-  --park` passes every table's `archived_files`). Local paths only."""
+  `also_kept`: workdir -> the patterns other tables keep of that run, where it is theirs too
+  (`reproduce --park` passes them: FedFV Table 3's cosines of the runs it shares with Tables
+  1 and 2, and of no other run). Local paths only."""
   lines = []
   for run_dir, started_from in table_workdirs(table, root, extra, seeds).items():
     if not os.path.isdir(run_dir):
@@ -330,8 +331,8 @@ def park(table: Table, root: str, extra: tuple, seeds: tuple[int, ...],
     if started_from:
       lines.append(f'kept whole, other runs start from it: {run_dir}')
       continue
-    kept = {path for pattern in archived_files(table) + also_kept
-            for path in glob.glob(os.path.join(run_dir, pattern))}
+    patterns = archived_files(table) + tuple((also_kept or {}).get(run_dir, ()))
+    kept = {path for pattern in patterns for path in glob.glob(os.path.join(run_dir, pattern))}
     dropped = sorted({os.path.join(run_dir, name) for name in os.listdir(run_dir)} - kept)
     for path in dropped:
       if os.path.isdir(path) and not os.path.islink(path):

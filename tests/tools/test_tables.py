@@ -509,12 +509,19 @@ def test_park_leaves_what_a_commit_carries_and_the_queue_resumes_from_it(tmp_pat
   assert tables.run_all(table, str(root), (), dry_run=True) == before
   assert tables.park(table, str(root), (), (0, 1)) == [
       f'kept whole, other runs start from it: {root / start.name()}']   # nothing more to do
-  # A run shared with a table that keeps more of it (FedFV Table 3's cosines) keeps that too.
+  # A run shared with a table that keeps more of it (FedFV Table 3's cosines) keeps that too,
+  # and only that run.
   shared = root / outside.name()
-  wider = Table('U', 'verification', ('lfw',), (Row('D', outside, (None,)),), 'c')
-  tables.park(wider, str(root), (), (0,), also_kept=('class_embedding_similarity.npz',))
+  (root / unfinished.name()).mkdir()
+  for name in everything + ('results.json',):
+    (root / unfinished.name() / name).write_text('x')
+  wider = Table('U', 'verification', ('lfw',),
+                (Row('D', outside, (None,)), Row('E', unfinished, (None,))), 'c')
+  tables.park(wider, str(root), (), (0,),
+              also_kept={str(shared): ('class_embedding_similarity.npz',)})
   assert listing(outside) == ['class_embedding_similarity.npz', 'config.json',
                               'pad_video_scores.npz', 'results.json'] and shared.exists()
+  assert listing(unfinished) == ['config.json', 'pad_video_scores.npz', 'results.json']
 
 
 def test_a_run_another_lane_is_training_is_waited_for_and_read_not_started_again(tmp_path,
