@@ -44,6 +44,7 @@ def _fake_training(monkeypatch, trained):
 def test_a_pass_skips_ended_and_claimed_runs_and_puts_off_a_run_whose_start_is_training(
     tmp_path, monkeypatch):
   root, claims = str(tmp_path / 'root'), str(tmp_path / 'claims')
+  drain = str(tmp_path / 'drain')   # not the machine's: a sweep here may be draining
   os.makedirs(claims)
   pretrain = tables.Run('fedfr/pretrain')
   fine_tune = tables.Run('fedfr/fedfr', 'row=fedavg', init_from=pretrain)
@@ -58,13 +59,13 @@ def test_a_pass_skips_ended_and_claimed_runs_and_puts_off_a_run_whose_start_is_t
             'a') as other_lane:
     fcntl.flock(other_lane, fcntl.LOCK_EX)
     runs = [(ended, 0), (pretrain, 0), (fine_tune, 0), (plain, 0), (plain, 1)]
-    assert share_runs.one_pass(runs, root, claims) == (2, 1)
+    assert share_runs.one_pass(runs, root, claims, drain) == (2, 1)
     assert trained == [tables.workdir(root, plain, (), 0), tables.workdir(root, plain, (), 1)]
   # The other lane was killed before its run ended (its lock went with it): this lane trains both.
-  assert share_runs.one_pass(runs, root, claims) == (2, 0)
+  assert share_runs.one_pass(runs, root, claims, drain) == (2, 0)
   assert trained[2:] == [tables.workdir(root, pretrain, (), 0),
                          tables.workdir(root, fine_tune, (), 0)]
-  assert share_runs.one_pass(runs, root, claims) == (0, 0)
+  assert share_runs.one_pass(runs, root, claims, drain) == (0, 0)
 
 
 def test_a_drained_lane_claims_no_further_run(tmp_path, monkeypatch):
