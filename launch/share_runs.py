@@ -30,8 +30,6 @@ from fedjax_face.io import files   # noqa: E402
 from fedjax_face.tools import tables   # noqa: E402
 
 RETRY_S = 60   # how long a lane with only put-off runs left sleeps before its next pass
-
-
 CLAIMS = '/tmp/every_table_claims'
 DRAIN = os.path.join(CLAIMS, 'drain')
 
@@ -59,9 +57,10 @@ def paper_runs(queue: list[str]) -> list[tuple[str, tables.Run, int]]:
       for row in reproduce.paper_module(paper).TABLES[tid].rows:
         runs = row.run.runs if isinstance(row.run, tables.Combined) else (row.run,)
         for run in runs:
+          if run is None:
+            continue
           for seed in tables.parse_seeds(seeds.split(',')):
-            if run is not None:
-              add(paper, run, seed)
+            add(paper, run, seed)
   return out
 
 
@@ -81,13 +80,12 @@ def hours_left(queue: list[str], root: str, archive: str) -> list[tuple[str, int
   ended_s, archived_s, missing = {}, {}, {}
   for paper, run, seed in paper_runs(queue):
     run_dir = tables.workdir(root, run, (), seed)
-    name = os.path.basename(run_dir)
-    here = seconds(files.join(run_dir, 'results.json'))
     if ended(run_dir):
-      if here is not None:
+      if (here := seconds(files.join(run_dir, 'results.json'))) is not None:
         ended_s.setdefault(paper, []).append(here)
       continue
-    known = seconds(files.join(archive, f'{paper}_tables', name, 'results.json'))
+    known = seconds(files.join(archive, f'{paper}_tables', os.path.basename(run_dir),
+                               'results.json'))
     if known is not None:
       archived_s.setdefault(paper, []).append(known)
     missing.setdefault(paper, []).append(known)
