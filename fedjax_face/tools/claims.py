@@ -118,8 +118,13 @@ def blank(page: str, begin: str, end: str) -> str:
   return re.sub(re.escape(begin) + '.*?' + re.escape(end), keep_lines, page, flags=re.DOTALL)
 
 
+def cell(match: re.Match) -> str:
+  """A matched mean ± std as a table prints it, whatever space or line break it spanned."""
+  return f'{match.group(1)} ± {match.group(2)}'
+
+
 def mean_stds(text: str) -> set[str]:
-  return {f'{mean} ± {std}' for mean, std in MEAN_STD.findall(text)}
+  return {cell(match) for match in MEAN_STD.finditer(text)}
 
 
 def unsourced(docs_dir: str, paper: str) -> list[str]:
@@ -132,9 +137,8 @@ def unsourced(docs_dir: str, paper: str) -> list[str]:
     cells |= mean_stds(files.read_text(os.path.join(docs_dir, name)))
   out = []
   for match in MEAN_STD.finditer(prose):
-    quoted = f'{match.group(1)} ± {match.group(2)}'
-    if quoted not in cells:
-      out.append(f'{path}:{prose.count(chr(10), 0, match.start()) + 1}: {quoted}')
+    if cell(match) not in cells:
+      out.append(f'{path}:{prose.count(chr(10), 0, match.start()) + 1}: {cell(match)}')
   return out
 
 
