@@ -585,9 +585,11 @@ def _verdict_detail(verdict: Verdict, seeds: tuple[int, ...], own: bool = False)
     test = 'one seed gives no noise estimate'
   else:
     t, critical = verdict.t, verdict.critical
-    test = (f't = {t:.2f} > {critical:.2f}' if t > critical else
-            f't = {t:.2f} < -{critical:.2f}' if t < -critical else
-            f'|t| = {abs(t):.2f} ≤ {critical:.2f}')
+    # Two decimals, or as many as it takes (up to 6) for t not to print as the quantile it passed.
+    d = next((d for d in range(2, 7) if f'{abs(t):.{d}f}' != f'{critical:.{d}f}'), 6)
+    test = (f't = {t:.{d}f} > {critical:.{d}f}' if t > critical else
+            f't = {t:.{d}f} < -{critical:.{d}f}' if t < -critical else
+            f'|t| = {abs(t):.{d}f} ≤ {critical:.{d}f}')
   missing = ''
   if verdict.missing:
     names = ', '.join(map(str, verdict.missing))

@@ -270,6 +270,17 @@ def test_the_verdict_needs_every_seed_and_an_effect_above_the_noise(margins, see
   assert tables.judge(margins, seeds).verdict == verdict
 
 
+def test_a_t_that_rounds_to_its_quantile_prints_the_digits_that_tell_them_apart():
+  # Five seeds: the quantile is 2.131847; margins chosen so that t = 2.1334 (FedFR Table 1 has
+  # one such line), which two decimals would print as "t = 2.13 > 2.13".
+  verdict = tables.Verdict('within noise', {0: 1.0, 1: 0.0}, (), 2.1334, 2.131847)
+  assert tables._verdict_detail(verdict, (0, 1)).endswith('t = 2.133 > 2.132)')
+  below = tables.Verdict('within noise', {0: 1.0, 1: 0.0}, (), -2.1316, 2.131847)
+  assert tables._verdict_detail(below, (0, 1)).endswith('|t| = 2.1316 ≤ 2.1318)')
+  usual = tables.Verdict('within noise', {0: 1.0, 1: 0.0}, (), 1.0, 2.131847)
+  assert tables._verdict_detail(usual, (0, 1)).endswith('|t| = 1.00 ≤ 2.13)')
+
+
 def test_an_ordering_averages_rows_reads_lower_as_better_and_counts_missing_seeds_against():
   table, (a, b, c) = ordered_table(ahead=('A', 'C'), lower_is_better=True, claim='A, C below B')
   results = {(a, 0): fake_result(lfw=0.10), (c, 0): fake_result(lfw=0.20),
