@@ -586,7 +586,8 @@ def _verdict_detail(verdict: Verdict, seeds: tuple[int, ...], own: bool = False)
   else:
     t, critical = verdict.t, verdict.critical
     # Two decimals, or as many as it takes (up to 6) for t not to print as the quantile it passed.
-    d = next((d for d in range(2, 7) if f'{abs(t):.{d}f}' != f'{critical:.{d}f}'), 6)
+    d = next((digits for digits in range(2, 7)
+              if f'{abs(t):.{digits}f}' != f'{critical:.{digits}f}'), 6)
     test = (f't = {t:.{d}f} > {critical:.{d}f}' if t > critical else
             f't = {t:.{d}f} < -{critical:.{d}f}' if t < -critical else
             f'|t| = {abs(t):.{d}f} ≤ {critical:.{d}f}')

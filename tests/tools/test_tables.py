@@ -271,8 +271,8 @@ def test_the_verdict_needs_every_seed_and_an_effect_above_the_noise(margins, see
 
 
 def test_a_t_that_rounds_to_its_quantile_prints_the_digits_that_tell_them_apart():
-  # Five seeds: the quantile is 2.131847; margins chosen so that t = 2.1334 (FedFR Table 1 has
-  # one such line), which two decimals would print as "t = 2.13 > 2.13".
+  # Five seeds' quantile, 2.131847, and a t of 2.1334 (FedFR Table 1 has one such line), which two
+  # decimals would print as "t = 2.13 > 2.13"; the margins only fill the seed count.
   verdict = tables.Verdict('within noise', {0: 1.0, 1: 0.0}, (), 2.1334, 2.131847)
   assert tables._verdict_detail(verdict, (0, 1)).endswith('t = 2.133 > 2.132)')
   below = tables.Verdict('within noise', {0: 1.0, 1: 0.0}, (), -2.1316, 2.131847)
