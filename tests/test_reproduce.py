@@ -123,18 +123,10 @@ def test_check_rebuilds_each_table_from_the_archive_alone(tmp_path, monkeypatch)
       ('toy1', f'1 run not in {archive / "toy_tables"}')]
 
 
-# The tables whose runs are not in `results/` yet: issue 38's one-commit sweep archives them
-# (PAD's extra tables mix an unrecorded commit or lost their runs). Each leaves this set when its
-# runs land (`launch/every_table.sh land`): FedGC and FedFV have.
-AWAITING_THE_SWEEP = {'pad1', 'pad8', 'pad9', 'pad10', 'pad_all_batch_norm', 'pad_terms'}
-
-
 def test_every_table_in_docs_rebuilds_from_the_repository_s_archive():
   """`reproduce --check` on this repository: every generated table equals what its footnote's
-  command makes from `results/`, and only the tables awaiting the sweep lack their runs."""
+  command makes from `results/`. Since PAD's landed (session 31) no table lacks its runs."""
   status = dict(reproduce.check(os.path.join(config_files.ROOT, 'docs'),
                                 os.path.join(config_files.ROOT, 'results')))
   assert set(status) == set(reproduce.table_names())
-  not_ok = {name: why for name, why in status.items() if why != 'ok'}
-  assert not [why for why in not_ok.values() if why.startswith('differs')], not_ok
-  assert set(not_ok) == AWAITING_THE_SWEEP, not_ok
+  assert {name: why for name, why in status.items() if why != 'ok'} == {}
