@@ -3,15 +3,15 @@ paper's upper bound, which gives up the data centers' privacy), tested on the pr
 
     python -m fedjax_face.main --config=configs/pad/all.py:protocol=OCI_M --workdir=/tmp/pad_all
 
-One client holds every data center's attack and live classes; each batch draws 16 frames of each
-of them (96 for three data centers): live and attack balanced, every data center equally, and as
-many images a step as the federation trains on (each data center's batch of 16 live + 16 attack).
-With 8 of each (48), All saw half the federation's images and lost to every method, in-domain
-too (docs/pad.md, "Why All came last at first, and why FedPAD beats it"). Its Adam state
-persists from step to step
-(`federated.client_optimizer_state='keep'`), as centralized training has it: the data centers'
-optimizer is created afresh every round (the authors' code), which for one client would restart
-Adam at every step.
+One client holds every data center's attack and live classes; each batch draws half a data
+center's batch of each of them (for three data centers 192 with the ResNet-18's 64 frames a data
+center, 96 with `backbone=pad_net`'s 32): live and attack balanced, every data center equally,
+and as many images a step as the federation trains on. With half that, All saw half the
+federation's images and lost to every method, in-domain too (docs/pad.md, "Why All came last at
+first, and why FedPAD beats it", among the earlier figures). Its Adam state persists from step
+to step (`federated.client_optimizer_state='keep'`), as centralized training has it: the data
+centers' optimizer is created afresh every round (the authors' code), which for one client
+would restart Adam at every step.
 
 `batch_norm=per_center` computes BatchNorm's training statistics over each data center's slice
 of the batch, as the federated data centers do, instead of over the pooled batch (the default):
