@@ -33,8 +33,8 @@
 # land ROOT PAPER: from the checkout, once every FULL table of PAPER has its runs under ROOT: the
 #   paper's archive results/PAPER_tables replaced whole by those runs, its docs made from the
 #   archive (their footnotes name it), its pages' verdicts copied (tools.claims); then it lists
-#   the means the pages' prose quotes that the new tables no longer hold. Update those, take
-#   the paper's tables out of tests/test_reproduce.py:AWAITING_THE_SWEEP, and commit it all at once.
+#   the means the pages' prose quotes that the new tables no longer hold. Update those and the
+#   prose around them, run `reproduce --check`, and commit it all at once.
 # Stop either at any time: the same command goes on where it stopped. Afterwards copy ROOT/docs
 # to the checkout's docs/, then `python -m fedjax_face.tools.claims` and
 # `python -m fedjax_face.reproduce --check`.
