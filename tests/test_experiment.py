@@ -6,14 +6,13 @@ import os
 
 import jax
 import numpy as np
-import orbax.checkpoint as ocp
 from PIL import Image
 import pytest
 
 from fedjax_face import algorithms, experiment, models
 from fedjax_face.data import sources, views
 from fedjax_face.data.synthetic import faces
-from tests import config_files
+from tests import config_files, saved_checkpoints
 
 ROOT = config_files.ROOT
 
@@ -21,9 +20,7 @@ ROOT = config_files.ROOT
 load_config = config_files.load_config
 
 
-def final_checkpoint(workdir: str, round_index: int):
-  manager = ocp.CheckpointManager(os.path.join(workdir, 'checkpoints'))
-  return manager.restore(round_index)
+final_checkpoint = saved_checkpoints.restore
 
 
 @pytest.mark.parametrize('name,algorithm', [('fedgc', 'fedgc'), ('fedpe', 'fedpe'),

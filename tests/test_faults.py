@@ -18,12 +18,11 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-import orbax.checkpoint as ocp
 import pytest
 
 from fedjax_face import experiment, lifecycle
 from fedjax_face.io import files
-from tests import config_files
+from tests import config_files, saved_checkpoints
 
 load_config = config_files.load_config
 
@@ -86,9 +85,8 @@ def test_divergence_stops_the_run_and_no_non_finite_state_is_saved(tmp_path):
   config.optimizer.learning_rate = 1e4
   with pytest.raises(FloatingPointError, match=r'round \d: training loss'):
     experiment.train_and_evaluate(config, str(tmp_path))
-  manager = ocp.CheckpointManager(str(tmp_path / 'checkpoints'))
-  for step in manager.all_steps():
-    restored = manager.restore(step)
+  for step in saved_checkpoints.steps(tmp_path):
+    restored = saved_checkpoints.restore(tmp_path, step)
     leaves = [np.asarray(x) for x in jax.tree.leaves(restored)]
     assert all(np.all(np.isfinite(x)) for x in leaves if np.issubdtype(x.dtype, np.inexact))
 
@@ -176,8 +174,8 @@ def test_a_corrupted_checkpoint_falls_back_to_the_newest_good_one(tmp_path, caps
   assert len(os.listdir(tmp_path / 'run' / 'checkpoints_rejected')) == 1
   # The resumed run equals one that was never interrupted.
   experiment.train_and_evaluate(config, str(tmp_path / 'straight'))
-  resumed = ocp.CheckpointManager(str(tmp_path / 'run' / 'checkpoints')).restore(5)
-  straight = ocp.CheckpointManager(str(tmp_path / 'straight' / 'checkpoints')).restore(5)
+  resumed = saved_checkpoints.restore(tmp_path / 'run', 5)
+  straight = saved_checkpoints.restore(tmp_path / 'straight', 5)
   jax.tree.map(np.testing.assert_array_equal, resumed, straight)
 
 
@@ -251,7 +249,7 @@ def _kill_config():
 def uninterrupted(tmp_path_factory):
   workdir = tmp_path_factory.mktemp('straight')
   experiment.train_and_evaluate(_kill_config(), str(workdir))
-  return ocp.CheckpointManager(str(workdir / 'checkpoints')).restore(KILL_ROUNDS)
+  return saved_checkpoints.restore(workdir, KILL_ROUNDS)
 
 
 @pytest.mark.parametrize('trial', range(KILL_TRIALS))
@@ -277,7 +275,7 @@ def test_kill_9_at_a_random_point_resumes_to_the_uninterrupted_result(tmp_path, 
   assert proc.returncode == -signal.SIGKILL, (after_round, delay, proc.returncode)
   assert not (tmp_path / 'results.json').exists()   # killed before the end
   experiment.train_and_evaluate(_kill_config(), str(tmp_path))
-  resumed = ocp.CheckpointManager(str(tmp_path / 'checkpoints')).restore(KILL_ROUNDS)
+  resumed = saved_checkpoints.restore(tmp_path, KILL_ROUNDS)
   jax.tree.map(np.testing.assert_array_equal, resumed, uninterrupted)
 
 
@@ -354,15 +352,15 @@ def test_a_signal_mid_round_saves_the_round_reached_and_the_rerun_ends_as_an_uni
   reached = int(match[1])
   assert 2 <= reached < PREEMPT_ROUNDS
   assert 'Traceback' not in err
-  assert sorted(ocp.CheckpointManager(str(tmp_path / 'checkpoints')).all_steps()) == [reached]
+  assert saved_checkpoints.steps(tmp_path) == [reached]
   assert not (tmp_path / 'results.json').exists()
   rerun = subprocess.run(_preempt_command(tmp_path), cwd=config_files.ROOT, capture_output=True,
                          text=True, timeout=300)
   assert rerun.returncode == 0, rerun.stderr[-3000:]
   assert f'resumed from round {reached} in {tmp_path}' in rerun.stdout
   assert _comparable(tmp_path) == _comparable(uninterrupted_8)
-  resumed = ocp.CheckpointManager(str(tmp_path / 'checkpoints')).restore(PREEMPT_ROUNDS)
-  straight = ocp.CheckpointManager(str(uninterrupted_8 / 'checkpoints')).restore(PREEMPT_ROUNDS)
+  resumed = saved_checkpoints.restore(tmp_path, PREEMPT_ROUNDS)
+  straight = saved_checkpoints.restore(uninterrupted_8, PREEMPT_ROUNDS)
   jax.tree.map(np.testing.assert_array_equal, resumed, straight)
 
 
@@ -374,7 +372,7 @@ def test_sigterm_at_the_final_evaluation_leaves_no_partial_results_and_the_rerun
   assert re.fullmatch(r'SIGTERM: stopped during the final evaluation \(the checkpoint of '
                       r'round 8 is saved; rerun the same command to evaluate it\)\.',
                       err.splitlines()[-1]), err[-3000:]
-  assert sorted(ocp.CheckpointManager(str(tmp_path / 'checkpoints')).all_steps()) == [8]
+  assert saved_checkpoints.steps(tmp_path) == [8]
   assert not (tmp_path / 'results.json').exists()
   rerun = subprocess.run(_preempt_command(tmp_path), cwd=config_files.ROOT, capture_output=True,
                          text=True, timeout=300)
@@ -409,8 +407,8 @@ def test_checkpoint_every_seconds_saves_by_time(tmp_path):
   config.checkpoint_keep = 4
   config.checkpoint_every_seconds = 1e-9   # every round is past due
   experiment.train_and_evaluate(config, str(tmp_path))
-  assert sorted(ocp.CheckpointManager(str(tmp_path / 'checkpoints')).all_steps()) == [1, 2, 3, 4]
+  assert saved_checkpoints.steps(tmp_path) == [1, 2, 3, 4]
   config.checkpoint_every_seconds = 3600.0   # resumable: a field that does not change the model
   config.num_rounds = 5
   experiment.train_and_evaluate(config, str(tmp_path))
-  assert sorted(ocp.CheckpointManager(str(tmp_path / 'checkpoints')).all_steps()) == [2, 3, 4, 5]
+  assert saved_checkpoints.steps(tmp_path) == [2, 3, 4, 5]

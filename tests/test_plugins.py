@@ -4,18 +4,17 @@ like the package's own: the source's section is checked before anything is writt
 the method, and the evaluator's results and report section are written as given."""
 
 import json
-import os
 import types
 
 import ml_collections
 import numpy as np
-import orbax.checkpoint as ocp
 import pytest
 
 from fedjax_face import eval as eval_lib, experiment, models
 from fedjax_face.core import checks
 from fedjax_face.data import sources, views
 from fedjax_face.data.types import FaceBenchmark
+from tests import saved_checkpoints
 from tests.config_files import load_config
 
 # ------------------------------------------------------------------------------------------------
@@ -139,7 +138,7 @@ def test_a_source_and_an_evaluator_of_a_test_run_through_the_driver(registered, 
       capsys.readouterr().out)
 
   # The mean norm again by hand: the final checkpoint's model on the same fixed images.
-  state = ocp.CheckpointManager(os.path.join(tmp_path, 'checkpoints')).restore(2)
+  state = saved_checkpoints.restore(tmp_path, 2)
   model = models.build_backbone(config.model)
   images = _toy_images(TOY_EVAL_SEED, 5, config.data.image_size)
   mean_norm = _mean_norm(eval_lib.make_embed(model)(state['server']['model'])(images))

@@ -18,24 +18,19 @@ import sys
 import dp_accounting
 import jax
 import numpy as np
-import orbax.checkpoint as ocp
 import pytest
 from dp_accounting import rdp
 
 from fedjax_face import experiment
 from fedjax_face.io import checkpoint
-from tests import config_files
+from tests import config_files, saved_checkpoints
 from tests.test_faults import _corrupt
 
 load_config = config_files.load_config
 
 
-def _steps(workdir) -> list[int]:
-  return sorted(ocp.CheckpointManager(str(workdir / 'checkpoints')).all_steps())
-
-
-def _tree(workdir, step: int):
-  return ocp.CheckpointManager(str(workdir / 'checkpoints')).restore(step)
+_steps = saved_checkpoints.steps
+_tree = saved_checkpoints.restore
 
 
 def _record(workdir, step: int) -> dict:

@@ -17,12 +17,11 @@ import time
 
 import jax
 import numpy as np
-import orbax.checkpoint as ocp
 import pytest
 
 from fedjax_face import experiment
 from fedjax_face.core import distributed
-from tests import config_files, engine_cases, forced_devices
+from tests import config_files, engine_cases, forced_devices, saved_checkpoints
 from tests.core import test_engine
 
 # (algorithm, backend, map_width) on the engine problem; train_and_evaluate adds vmap. One
@@ -155,8 +154,8 @@ def test_two_rounds_on_two_processes_equal_one_process(two_processes, name, back
 
 def test_train_and_evaluate_on_two_processes_equals_one_process(two_processes):
   out, _, single = two_processes
-  restore = lambda d: ocp.CheckpointManager(str(d / 'checkpoints')).restore(2)
-  test_engine.assert_trees_close(restore(out / 'run_p0'), restore(out / 'single'),
+  test_engine.assert_trees_close(saved_checkpoints.restore(out / 'run_p0', 2),
+                                 saved_checkpoints.restore(out / 'single', 2),
                                  rtol=1e-3, atol=1e-4)
   saved = json.loads((out / 'run_p0' / 'results.json').read_text())
   assert saved['engine']['processes'] == 2 and saved['engine']['clients_devices'] == 4

@@ -11,12 +11,11 @@ import os
 
 import jax
 import numpy as np
-import orbax.checkpoint as ocp
 from PIL import Image
 import pytest
 
 from fedjax_face import config_lib, experiment
-from tests import config_files
+from tests import config_files, saved_checkpoints
 from fedjax_face.data import federated, sources, stores, views
 from fedjax_face.data.sources import files as source_files
 from fedjax_face.data.formats import recordio
@@ -125,8 +124,7 @@ def test_insightface_train_and_evaluate_equals_in_memory(rec_root, tmp_path):
   for name, res in memory['verification'].items():
     for metric in ('accuracy', 'accuracy_std', 'threshold', 'val_at_far', 'auc'):
       assert streamed['verification'][name][metric] == res[metric], (name, metric)
-  states = [ocp.CheckpointManager(str(tmp_path / run / 'checkpoints')).restore(2)
-            for run in ('mem', 'rec')]
+  states = [saved_checkpoints.restore(tmp_path / run, 2) for run in ('mem', 'rec')]
   jax.tree.map(np.testing.assert_array_equal, *states)
 
 
