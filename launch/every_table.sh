@@ -8,7 +8,8 @@
 #   bash /work/main/launch/every_table.sh spot /tmp/spot /work/main/results          # first
 #   bash /work/main/launch/every_table.sh full /work/main/results/sweep /tmp/archive [LANE LANES]
 #
-# The sweep of issue 38 stands on 23bfe48, its root in results/sweep (session 27).
+# The sweep of issue 38 stood on 23bfe48, its root in results/sweep (sessions 27-32). Every paper
+# landed by session 32 and the root was removed: its runs are in results/<paper>_tables.
 # spot: for each table that rebuilds from the archive (`reproduce --check`), one run per method at
 #   seed 0, compared cell by cell with the archived run (`reproduce --spot_check`). A table whose
 #   spot check gives the same digits stands on the archive; add one that differs to FULL below.
