@@ -20,7 +20,6 @@ ROOT = config_files.ROOT
 load_config = config_files.load_config
 
 
-final_checkpoint = saved_checkpoints.restore
 
 
 @pytest.mark.parametrize('name,algorithm', [('fedgc', 'fedgc'), ('fedpe', 'fedpe'),
@@ -88,8 +87,8 @@ def test_four_rounds_equal_two_plus_resume_plus_two(tmp_path):
   results = experiment.train_and_evaluate(config, str(tmp_path / 'resumed'))
   assert results['timing']['resumed_from_round'] == 2
 
-  straight = final_checkpoint(str(tmp_path / 'straight'), 4)
-  resumed = final_checkpoint(str(tmp_path / 'resumed'), 4)
+  straight = saved_checkpoints.restore(str(tmp_path / 'straight'), 4)
+  resumed = saved_checkpoints.restore(str(tmp_path / 'resumed'), 4)
   jax.tree.map(np.testing.assert_array_equal, straight, resumed)
   assert int(resumed['round']) == 4
 
@@ -108,8 +107,8 @@ def test_client_state_on_the_host_trains_checkpoints_and_resumes_as_on_the_devic
   config.num_rounds = 4
   host = experiment.train_and_evaluate(config, str(tmp_path / 'host'))
   assert host['timing']['resumed_from_round'] == 2
-  on_device = final_checkpoint(str(tmp_path / 'device'), 4)
-  on_host = final_checkpoint(str(tmp_path / 'host'), 4)
+  on_device = saved_checkpoints.restore(str(tmp_path / 'device'), 4)
+  on_host = saved_checkpoints.restore(str(tmp_path / 'host'), 4)
   assert on_host['clients']['W'].shape[0] == config.federated.num_clients
   jax.tree.map(np.testing.assert_array_equal, on_host, on_device)
   assert host['verification'] == device['verification']
@@ -242,7 +241,7 @@ def test_fedfr_starts_from_its_pretraining_run(tmp_path):
   # backbone and class matrix (config.init_from) and runs every client over the private ones.
   pretrain = experiment.train_and_evaluate(load_config('pretrain'), str(tmp_path / 'pre'))
   assert pretrain['config_name'] == 'centralized/cosface/balanced'
-  pre_state = final_checkpoint(str(tmp_path / 'pre'), 4)
+  pre_state = saved_checkpoints.restore(str(tmp_path / 'pre'), 4)
   assert pre_state['server']['W'].shape[0] == 8   # K_g public identities
   config = load_config('fedfr')
   config.init_from = str(tmp_path / 'pre')
@@ -267,8 +266,8 @@ def test_fedfr_starts_from_its_pretraining_run(tmp_path):
   assert on_host['personalized'] == results['personalized']
   rounds = config.num_rounds
   jax.tree.map(np.testing.assert_array_equal,
-               final_checkpoint(str(tmp_path / 'fedfr_host'), rounds),
-               final_checkpoint(str(tmp_path / 'fedfr'), rounds))
+               saved_checkpoints.restore(str(tmp_path / 'fedfr_host'), rounds),
+               saved_checkpoints.restore(str(tmp_path / 'fedfr'), rounds))
 
 
 @pytest.mark.parametrize('ids', ['2'])

@@ -29,8 +29,6 @@ from tests.test_faults import _corrupt
 load_config = config_files.load_config
 
 
-_steps = saved_checkpoints.steps
-_tree = saved_checkpoints.restore
 
 
 def _record(workdir, step: int) -> dict:
@@ -105,7 +103,8 @@ def test_a_shorter_rerun_of_a_finished_run_is_refused_before_anything_is_written
                      r'holds round 4; a run cannot be shortened\. Expected config.num_rounds >= 4'):
     experiment.train_and_evaluate(config, str(tmp_path))
   assert _snapshot(tmp_path) == before
-  assert _steps(tmp_path) == [3, 4] and int(_tree(tmp_path, 4)['round']) == 4
+  assert saved_checkpoints.steps(tmp_path) == [3, 4]
+  assert int(saved_checkpoints.restore(tmp_path, 4)['round']) == 4
 
 
 # 2. Extending a DP run.
@@ -197,8 +196,8 @@ def test_a_resumed_dp_run_keeps_its_noise_and_equals_the_uninterrupted_one(tmp_p
   assert resumed['timing']['resumed_from_round'] == 2
   assert resumed['privacy']['noise_history'] == straight['privacy']['noise_history']
   assert resumed['privacy']['epsilon'] == straight['privacy']['epsilon']
-  jax.tree.map(np.testing.assert_array_equal, _tree(tmp_path / 'cut', 4),
-               _tree(tmp_path / 'straight', 4))
+  jax.tree.map(np.testing.assert_array_equal, saved_checkpoints.restore(tmp_path / 'cut', 4),
+               saved_checkpoints.restore(tmp_path / 'straight', 4))
 
 
 # 3. The divergence guard after a rerun.
@@ -217,16 +216,16 @@ def test_a_run_the_guard_stopped_is_not_rerun_unchanged_and_keeps_its_good_check
     experiment.train_and_evaluate(_diverging(), str(tmp_path))
   stopped = json.loads((tmp_path / 'stopped.json').read_text())
   assert stopped['round'] == 3 and stopped['reason'].startswith('round 3: training loss')
-  good = {step: _tree(tmp_path, step) for step in (1, 2)}
-  assert _steps(tmp_path) == [1, 2]
+  good = {step: saved_checkpoints.restore(tmp_path, step) for step in (1, 2)}
+  assert saved_checkpoints.steps(tmp_path) == [1, 2]
   # The guard's reference is in the checkpoint: round 1's loss.
   reference = _record(tmp_path, 2)['guard']
   assert reference['round'] == 1 and 1.0 < reference['loss'] < 3.0
 
   def unchanged():
-    assert _steps(tmp_path) == [1, 2]
+    assert saved_checkpoints.steps(tmp_path) == [1, 2]
     for step, tree in good.items():
-      jax.tree.map(np.testing.assert_array_equal, _tree(tmp_path, step), tree)
+      jax.tree.map(np.testing.assert_array_equal, saved_checkpoints.restore(tmp_path, step), tree)
 
   # The same command: one line saying it stopped and why; nothing trained or written.
   before = _snapshot(tmp_path)
@@ -280,8 +279,8 @@ def test_extending_a_step_schedule_keeps_the_decay_rounds_of_the_start(tmp_path,
   straight.num_rounds = 9
   straight.optimizer.decay_at = (4 / 9, 5 / 9)
   experiment.train_and_evaluate(straight, str(tmp_path / 'straight'))
-  jax.tree.map(np.testing.assert_array_equal, _tree(tmp_path / 'run', 9),
-               _tree(tmp_path / 'straight', 9))
+  jax.tree.map(np.testing.assert_array_equal, saved_checkpoints.restore(tmp_path / 'run', 9),
+               saved_checkpoints.restore(tmp_path / 'straight', 9))
   assert _record(tmp_path / 'run', 9)['lr_schedule'] == {'decay_at': [2 / 3, 13 / 15],
                                                          'decay_rounds': [4, 5]}
 
@@ -326,7 +325,7 @@ def test_checkpoint_keep_is_a_field_and_rejected_checkpoints_are_bounded(tmp_pat
   config.num_rounds = 4
   config.checkpoint_keep = 3
   experiment.train_and_evaluate(config, str(tmp_path))
-  assert _steps(tmp_path) == [2, 3, 4]
+  assert saved_checkpoints.steps(tmp_path) == [2, 3, 4]
   assert sorted(os.listdir(tmp_path / 'checkpoint_digests')) == ['2.json', '3.json', '4.json']
   rejected = tmp_path / 'checkpoints_rejected'   # six older rejections already there
   for i in range(6):
@@ -378,7 +377,7 @@ def test_init_from_a_corrupted_pretraining_is_refused_naming_the_checkpoint(tmp_
   # resuming the pre-training itself rejected it. orbax's b-tree files carry checksums (a flip
   # there is unreadable), its data files do not: the flip is made in the first data file, largest
   # first, that orbax then reads without an error and with an array changed.
-  reference = _tree(tmp_path / 'pre', 4)
+  reference = saved_checkpoints.restore(tmp_path / 'pre', 4)
   data_files = sorted((os.path.join(root, name) for root, _, names in os.walk(final)
                        for name in names if '/d/' in os.path.join(root, name) + '/'),
                       key=os.path.getsize, reverse=True)
@@ -390,7 +389,8 @@ def test_init_from_a_corrupted_pretraining_is_refused_naming_the_checkpoint(tmp_
       f.write(flipped)
     try:
       changed = not all(np.array_equal(a, b) for a, b in zip(
-          jax.tree.leaves(reference), jax.tree.leaves(_tree(tmp_path / 'pre', 4))))
+          jax.tree.leaves(reference),
+          jax.tree.leaves(saved_checkpoints.restore(tmp_path / 'pre', 4))))
     except Exception:   # pylint: disable=broad-except  (orbax raises many kinds)
       changed = False
     if changed:
@@ -457,7 +457,7 @@ def test_init_from_an_unfinished_pretraining_needs_init_from_step(tmp_path, fini
   # Told which round: started from that checkpoint, verified.
   config = _fedfr_from(pre, init_from_step=reached)
   start = experiment.warm_start(config)
-  jax.tree.map(np.testing.assert_array_equal, start, _tree(pre, reached))
+  jax.tree.map(np.testing.assert_array_equal, start, saved_checkpoints.restore(pre, reached))
   assert experiment.train_and_evaluate(config, str(tmp_path / 'fedfr'))['rounds'] == 2
   # A finished run whose results.json is gone is no finished run either.
   _copy(finished, 'pretrain', tmp_path / 'done')
