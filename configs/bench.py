@@ -135,6 +135,8 @@ def get_config(arg=None):
   b.backbone_training.batch_size = 64
   b.backbone_training.classes = 1000
   b.backbone_training.torch = True       # the PyTorch rows, when torch is installed
+  # An engine row per conv gradient (models/conv.py: CONV_GRADIENTS); the fastest is compared.
+  b.backbone_training.conv_gradients = ('xla', 'chunked')
 
   # (k) FedMA's host matching per layer (tools/bench/fedma_matching.py): configs/pad/fedma.py's
   # widths (a data center's and the cap) and data centers, and ResNet-18's convolutions.

@@ -123,8 +123,10 @@ def base_config(task: str = 'recognition') -> ml_collections.ConfigDict:
   c.engine = ml_collections.ConfigDict()
   c.engine.backend = 'auto'            # 'auto' | 'vmap' | 'map' | 'loop'
   c.engine.step_mode = 'auto'          # 'auto' | 'scan' | 'unroll'
-  c.engine.conv_gradient = 'auto'      # 'auto' | 'xla' | 'canonical' (models/conv.py: the same
-                                       # gradients, fast in loops on XLA CPU; auto = it on CPU)
+  c.engine.conv_gradient = 'auto'      # 'auto' | 'xla' | 'canonical' | 'chunked' (models/conv.py:
+                                       # the same gradients; canonical is fast in loops on XLA
+                                       # CPU, auto = it there; chunked sums kernel gradients over
+                                       # chunks of images, faster for large batches on XLA CPU)
   c.engine.map_width = 0               # clients per chunk of 'map' and 'vmap'; 0 = the widest
                                        # chunk that fits the device memory (engine.plan_width;
                                        # 'vmap' runs the whole cohort at once when it fits)

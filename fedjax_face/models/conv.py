@@ -13,6 +13,12 @@ fast path anywhere. The mathematics is the same convolution: the tests compare b
 XLA's own. Cases it does not cover (dilations, grouped convolutions, other layouts) fall back to
 `lax.conv_general_dilated`.
 
+`chunked_gradient_conv` is `lax.conv_general_dilated` with XLA's own gradients, except that the
+kernel gradient is summed over chunks of `KERNEL_GRADIENT_CHUNK` images: one product contracting
+over every image and position runs on a slow path of XLA CPU, several shorter ones do not
+(BUILD_NOTES.md, "A backbone's training step against PyTorch"). The sum runs in another order, so
+gradients equal XLA's to float rounding, not bit for bit.
+
 `channel_padded(conv)` runs a layer's forward on input channels padded to a multiple (an RGB
 layer on 4 channels, where XLA CPU's kernels are much faster) and returns the unpadded
 convolution's gradients (a custom VJP); BUILD_NOTES.md, "Client step on XLA CPU", measures it.
@@ -24,7 +30,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-CONV_GRADIENTS = ('xla', 'canonical')
+CONV_GRADIENTS = ('xla', 'canonical', 'chunked')
+KERNEL_GRADIENT_CHUNK = 8   # images a kernel-gradient product contracts over (measured, batch 64)
 _NHWC = ('NHWC', 'HWIO', 'NHWC')
 
 
@@ -89,11 +96,50 @@ def canonical_gradient_conv(lhs, rhs, window_strides, padding, lhs_dilation=None
   return _conv(lhs, rhs, strides, pads, precision)
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _chunked(x, kernel, conv):
+  return conv(x, kernel)
+
+
+def _chunked_fwd(x, kernel, conv):
+  return conv(x, kernel), (x, kernel)
+
+
+def _chunked_bwd(conv, residuals, g):
+  x, kernel = residuals
+  dx = jax.vjp(lambda x: conv(x, kernel), x)[1](g)[0]
+  starts = range(0, x.shape[0], KERNEL_GRADIENT_CHUNK)
+  dk = sum(jax.vjp(lambda k, i=i: conv(x[i:i + KERNEL_GRADIENT_CHUNK], k), kernel)[1](
+      g[i:i + KERNEL_GRADIENT_CHUNK])[0] for i in starts)
+  return dx, dk
+
+
+_chunked.defvjp(_chunked_fwd, _chunked_bwd)
+
+
+def chunked_gradient_conv(lhs, rhs, window_strides, padding, lhs_dilation=None,
+                          rhs_dilation=None, dimension_numbers=None, feature_group_count=1,
+                          batch_group_count=1, precision=None, preferred_element_type=None):
+  """`lax.conv_general_dilated` (same signature) whose kernel gradient is summed over chunks of
+  `KERNEL_GRADIENT_CHUNK` images (a batch no larger than one chunk keeps XLA's own gradient)."""
+  plain = functools.partial(
+      lax.conv_general_dilated, window_strides=window_strides, padding=padding,
+      lhs_dilation=lhs_dilation, rhs_dilation=rhs_dilation, dimension_numbers=dimension_numbers,
+      feature_group_count=feature_group_count, batch_group_count=batch_group_count,
+      precision=precision, preferred_element_type=preferred_element_type)
+  batch_dim = lax.conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers).lhs_spec[0]
+  if batch_dim != 0 or batch_group_count != 1 or lhs.shape[0] <= KERNEL_GRADIENT_CHUNK:
+    return plain(lhs, rhs)
+  return _chunked(lhs, rhs, plain)
+
+
 def conv_function(gradient: str):
-  """The conv for `nn.Conv(conv_general_dilated=...)`: 'xla' (XLA's own gradient) or 'canonical'."""
+  """The conv for `nn.Conv(conv_general_dilated=...)`: 'xla' (XLA's own gradient), 'canonical'
+  or 'chunked'."""
   if gradient not in CONV_GRADIENTS:
     raise ValueError(f'conv gradient {gradient!r} is not one of {CONV_GRADIENTS}')
-  return canonical_gradient_conv if gradient == 'canonical' else lax.conv_general_dilated
+  return {'canonical': canonical_gradient_conv,
+          'chunked': chunked_gradient_conv}.get(gradient, lax.conv_general_dilated)
 
 
 # XLA CPU's convolution kernels are several times faster when the input channels are a multiple of

@@ -53,6 +53,42 @@ def test_gradients_equal_xla(conv_fn, size, kernel_size, strides, padding):
   np.testing.assert_allclose(dk, dk_ref, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize('size,kernel_size,strides,padding', [
+    (8, 3, (1, 1), ((1, 1), (1, 1))),
+    (7, 3, (2, 2), ((1, 1), (1, 1))),
+    (8, 1, (2, 2), ((0, 0), (0, 0))),
+    (9, 3, (1, 2), ((0, 2), (1, 0))),
+])
+def test_chunked_kernel_gradient_equals_xla(size, kernel_size, strides, padding):
+  # Two and a half chunks of images, so an uneven last chunk is summed too.
+  chunk = conv.KERNEL_GRADIENT_CHUNK
+  rng = np.random.RandomState(4)
+  x = jnp.asarray(rng.randn(chunk * 5 // 2, size, size, 4), jnp.float32)
+  kernel = jnp.asarray(rng.randn(kernel_size, kernel_size, 4, 6), jnp.float32)
+  y_ref, (dx_ref, dk_ref) = value_and_grads(lax.conv_general_dilated, x, kernel, strides, padding)
+  y, (dx, dk) = value_and_grads(conv.chunked_gradient_conv, x, kernel, strides, padding)
+  np.testing.assert_array_equal(y, y_ref)      # the forward pass is XLA's own
+  np.testing.assert_array_equal(dx, dx_ref)    # and so is the input gradient
+  np.testing.assert_allclose(dk, dk_ref, rtol=1e-5, atol=1e-3)   # summed in another order
+  # Exactly the sum of XLA's kernel gradients of the three chunks, in order.
+  g = jnp.asarray(rng.randn(*y.shape), jnp.float32)
+  plain = lambda x, k: lax.conv_general_dilated(x, k, strides, padding, dimension_numbers=NHWC)
+  chunked = lambda x, k: conv.chunked_gradient_conv(x, k, strides, padding, dimension_numbers=NHWC)
+  by_chunk = [jax.vjp(lambda k: plain(x[i:i + chunk], k), kernel)[1](g[i:i + chunk])[0]
+              for i in (0, chunk, 2 * chunk)]
+  np.testing.assert_array_equal(jax.vjp(chunked, x, kernel)[1](g)[1],
+                                by_chunk[0] + by_chunk[1] + by_chunk[2])
+
+
+def test_a_batch_of_one_chunk_keeps_xla_s_own_kernel_gradient():
+  rng = np.random.RandomState(5)
+  x = jnp.asarray(rng.randn(conv.KERNEL_GRADIENT_CHUNK, 8, 8, 4), jnp.float32)
+  kernel = jnp.asarray(rng.randn(3, 3, 4, 6), jnp.float32)
+  got = value_and_grads(conv.chunked_gradient_conv, x, kernel, (1, 1), 'SAME')[1]
+  ref = value_and_grads(lax.conv_general_dilated, x, kernel, (1, 1), 'SAME')[1]
+  jax.tree.map(np.testing.assert_array_equal, got, ref)
+
+
 @pytest.mark.parametrize('conv_fn', RESTATED)
 def test_gradients_equal_xla_inside_scan_and_vmap(conv_fn):
   """Per-client kernels under vmap (the engine's vmap backend) and steps under lax.scan."""
@@ -114,7 +150,8 @@ def test_backbone_gradients_equal_xla(name):
   cfg = ml_collections.ConfigDict(dict(name=name, embedding_dim=16, width=8))
   build = (_narrow_iresnet if name == 'iresnet' else
            lambda conv_gradient: models.build_backbone(cfg, conv_gradient=conv_gradient))
-  x = jnp.asarray(np.random.RandomState(3).uniform(-1, 1, (4, 32, 32, 3)), jnp.float32)
+  # 20 images: several chunks for the chunked kernel gradient.
+  x = jnp.asarray(np.random.RandomState(3).uniform(-1, 1, (20, 32, 32, 3)), jnp.float32)
   xla_model = build('xla')
   variables = xla_model.init(jax.random.PRNGKey(0), x, train=False)
 
@@ -126,13 +163,14 @@ def test_backbone_gradients_equal_xla(name):
     return jax.jit(jax.grad(loss))(variables['params'])
 
   ref = grads(xla_model)
-  got = grads(build('canonical'))
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5), got, ref)
+  for gradient in ('canonical', 'chunked'):
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5),
+                 grads(build(gradient)), ref)
 
 
 def test_unknown_conv_gradient_is_refused():
   cfg = ml_collections.ConfigDict(dict(name='small_cnn', embedding_dim=16))
-  with pytest.raises(ValueError, match="conv gradient 'fast'.*'xla', 'canonical'"):
+  with pytest.raises(ValueError, match="conv gradient 'fast'.*'xla', 'canonical', 'chunked'"):
     models.build_backbone(cfg, conv_gradient='fast')
 
 

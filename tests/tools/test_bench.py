@@ -142,6 +142,9 @@ def test_bench_json_has_every_section_and_combination(tiny_run):
   assert t['model'] == 'small_cnn 16x16 d=8' and t['pytorch'] == []   # torch off in runlocal
   assert positive_finite(t['engine']['images_per_s']) and t['engine_over_best_pytorch'] is None
   assert t['engine']['images_per_round'] == b.backbone_training.batch_size
+  # One engine row per conv gradient; the fastest is the one compared with PyTorch.
+  assert [r['conv_gradient'] for r in t['engines']] == list(b.backbone_training.conv_gradients)
+  assert t['engine'] == max(t['engines'], key=lambda r: r['images_per_s'])
   m = saved['fedma_matching']
   assert [r['layer'] for r in m['rows']] == [f'pad_net {layer.name}' for layer in
                                              fedma_layers.MATCHED]   # ResNet-18 off in runlocal
