@@ -107,6 +107,7 @@ def _chunked_fwd(x, kernel, conv):
 
 def _chunked_bwd(conv, residuals, g):
   x, kernel = residuals
+  # Each vjp also traces its forward conv; nothing reads it, so jit drops it.
   dx = jax.vjp(lambda x: conv(x, kernel), x)[1](g)[0]
   starts = range(0, x.shape[0], KERNEL_GRADIENT_CHUNK)
   dk = sum(jax.vjp(lambda k, i=i: conv(x[i:i + KERNEL_GRADIENT_CHUNK], k), kernel)[1](
