@@ -135,8 +135,10 @@ def get_config(arg=None):
   b.backbone_training.batch_size = 64
   b.backbone_training.classes = 1000
   b.backbone_training.torch = True       # the PyTorch rows, when torch is installed
-  # An engine row per conv gradient (models/conv.py: CONV_GRADIENTS); the fastest is compared.
-  b.backbone_training.conv_gradients = ('xla', 'chunked')
+  # An engine row per 'library/gradient': XLA CPU's convolution library (core/xla_flags.py:
+  # CPU_CONVOLUTIONS; each row in its own process on CPU) and the conv gradient (models/conv.py:
+  # CONV_GRADIENTS). The fastest is compared.
+  b.backbone_training.engines = ('ynnpack/xla', 'ynnpack/chunked', 'eigen/xla', 'eigen/chunked')
 
   # (k) FedMA's host matching per layer (tools/bench/fedma_matching.py): configs/pad/fedma.py's
   # widths (a data center's and the cap) and data centers, and ResNet-18's convolutions.
@@ -198,6 +200,7 @@ def runlocal(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   t = b.backbone_training
   t.model, t.image_size, t.dim, t.width, t.batch_size, t.classes = 'small_cnn', 16, 8, 2, 8, 10
   t.torch = False
+  t.engines = ('ynnpack/xla', 'eigen/chunked')
   m = b.fedma_matching
   m.client_width, m.cap_width, m.resnet18 = 2, 3, False
   return c

@@ -10,7 +10,7 @@ the module that uses them and checked from there.
 import ml_collections
 
 from fedjax_face.core import (compression, distributed, engine, local, local_terms, privacy,
-                              server_optimizers)
+                              server_optimizers, xla_flags)
 from fedjax_face.core.checks import (check_bool, check_choice, check_fraction, check_int,  # pylint: disable=unused-import
                                      check_number, section)
 from fedjax_face.data import participation, partition, sources
@@ -127,6 +127,9 @@ def base_config(task: str = 'recognition') -> ml_collections.ConfigDict:
                                        # the same gradients; canonical is fast in loops on XLA
                                        # CPU, auto = it there; chunked sums kernel gradients over
                                        # chunks of images, faster for large batches on XLA CPU)
+  c.engine.cpu_convolutions = 'auto'   # 'auto' | 'ynnpack' | 'eigen': XLA CPU's convolution
+                                       # library, process-wide (core/xla_flags.py; auto = eigen
+                                       # for the IResNets, ynnpack otherwise: core/policy.py)
   c.engine.map_width = 0               # clients per chunk of 'map' and 'vmap'; 0 = the widest
                                        # chunk that fits the device memory (engine.plan_width;
                                        # 'vmap' runs the whole cohort at once when it fits)
@@ -326,6 +329,8 @@ def _check_engine(c: ml_collections.ConfigDict) -> None:
   check_choice('engine.backend', e.backend, ('auto',) + engine.BACKENDS)
   check_choice('engine.step_mode', e.step_mode, ('auto',) + local.STEP_MODES)
   check_choice('engine.conv_gradient', e.conv_gradient, ('auto',) + CONV_GRADIENTS)
+  check_choice('engine.cpu_convolutions', e.cpu_convolutions,
+               ('auto',) + xla_flags.CPU_CONVOLUTIONS)
   check_choice('engine.distributed', e.distributed, distributed.MODES)
   check_choice('engine.client_state', e.client_state, engine.CLIENT_STATES)
   check_fraction('engine.memory_fraction', e.memory_fraction)

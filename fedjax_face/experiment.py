@@ -26,7 +26,7 @@ from absl import logging
 
 from fedjax_face import algorithms, config_lib, eval as eval_lib, lifecycle, models
 from fedjax_face.core import (communication, distributed, policy, privacy,
-                              secure_aggregation)
+                              secure_aggregation, xla_flags)
 from fedjax_face.core import blocks as blocks_lib
 from fedjax_face.core import engine as engine_lib
 from fedjax_face.data import federated, participation, pipeline, sources, stores
@@ -393,6 +393,8 @@ def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start
                  'map_width': eng.width, 'width_plan': plan._asdict() if plan else None,
                  'loop_threads': eng.loop_threads if backend == 'loop' else None,
                  'conv_gradient': conv_gradient,
+                 'cpu_convolutions': (xla_flags.cpu_convolutions_in_effect()
+                                      if jax.default_backend() == 'cpu' else None),
                  'platform': jax.default_backend()},
       'timing': {'data_s': data_s, 'train_s': train_s, 'eval_s': eval_s,
                  'first_round_s': first_round_s, 'in_rounds_s': in_rounds_s,

@@ -43,7 +43,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from fedjax_face import experiment, lifecycle
-from fedjax_face.core import distributed, xla_flags
+from fedjax_face.core import distributed, policy, xla_flags
 from fedjax_face.io import checkpoint, files
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment config file (configs/*.py).',
@@ -224,7 +224,8 @@ def parse_flags(argv: list[str]) -> list[str]:
 
 
 def start(config) -> None:
-  """JAX's distributed runtime (first: before anything touches a device), then every check of
+  """JAX's distributed runtime (first: before anything touches a device), XLA CPU's convolution
+  library (`engine.cpu_convolutions`, also before JAX starts its backend), then every check of
   the config (`train_and_evaluate` checks again, for runs started from Python). A ValueError from
   either, or a FileNotFoundError (an `init_from` run that is not there), is a usage error, found
   before data is made or anything compiled."""
@@ -233,6 +234,11 @@ def start(config) -> None:
                                        coordinator_address=_COORDINATOR.value,
                                        num_processes=_NUM_PROCESSES.value,
                                        process_id=_PROCESS_ID.value)
+    convolutions = policy.cpu_convolutions_for(config)
+    if not xla_flags.apply_cpu_convolutions(convolutions):
+      logging.warning('XLA CPU convolutions stay on %s: JAX started before %s could be chosen '
+                      '(engine.cpu_convolutions)', xla_flags.cpu_convolutions_in_effect(),
+                      convolutions)
     experiment.validate(config)
   except (ValueError, FileNotFoundError) as error:
     exit_usage(str(error), error)

@@ -76,6 +76,9 @@ USAGE_ERRORS = {
         [f'--config={CONFIG}', '--config.federated.num_clientz=3'],
         "--config.federated.num_clientz: config.federated has no field 'num_clientz'. Did you "
         f"mean 'num_clients'? Its fields: {', '.join(sorted(RUNLOCAL.federated.keys()))}."),
+    'cpu_convolution_library': (   # refused before JAX starts (main.start)
+        [f'--config={CONFIG}', '--config.engine.cpu_convolutions=mkl'],
+        "config.engine.cpu_convolutions='mkl'; expected one of ('auto', 'ynnpack', 'eigen')."),
     'positional_argument': (
         [f'--config={CONFIG}', 'extra'],
         "unexpected arguments ['extra']; expected only flags, e.g. "

@@ -9,6 +9,9 @@ import os
 
 import jax
 
+from fedjax_face.core import xla_flags
+from fedjax_face.core.checks import check_choice
+
 
 # On XLA CPU unrolled local steps beat scanned ones only for a few steps, and their compile time
 # grows with the step count (BUILD_NOTES "Known XLA quirks").
@@ -45,6 +48,19 @@ def conv_gradient_for(config, backend: str, step_mode: str, platform: str | None
     return config.engine.conv_gradient
   in_loops = step_mode == 'scan' or backend == 'map'
   return 'canonical' if (platform or jax.default_backend()) == 'cpu' and in_loops else 'xla'
+
+
+def cpu_convolutions_for(config) -> str:
+  """`engine.cpu_convolutions`, 'auto' resolved: XLA CPU's convolutions on 'eigen' for the
+  IResNet backbones, where it trained IResNet-50 1.7x faster, and on 'ynnpack' (XLA's default)
+  for the small CNNs, whose federated rounds it ran 4-9 % faster (BUILD_NOTES.md, "A backbone's
+  training step against PyTorch"). Process-wide: `main` applies it before JAX starts
+  (`core/xla_flags.py`); it changes nothing off CPU."""
+  check_choice('engine.cpu_convolutions', config.engine.cpu_convolutions,
+               ('auto',) + xla_flags.CPU_CONVOLUTIONS)
+  if config.engine.cpu_convolutions != 'auto':
+    return config.engine.cpu_convolutions
+  return 'eigen' if config.model.name.startswith('iresnet') else 'ynnpack'
 
 
 def usable_cpus() -> int:

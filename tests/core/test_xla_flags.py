@@ -82,3 +82,51 @@ def test_entry_points_set_the_flags_and_jax_accepts_them(module):
           'print("XLA_FLAGS=" + os.environ.get("XLA_FLAGS", ""))\n')
   assert _flags_seen_by(code, {}).split() == list(xla_flags.cpu_defaults())
   assert _flags_seen_by(code, {xla_flags.OPT_OUT_ENV: '0'}) == ''
+
+
+def test_eigen_convolutions_are_one_flag_under_the_measured_series_only():
+  assert xla_flags.convolution_flags('eigen', '0.10.2') == (
+      '--xla_cpu_experimental_ynn_fusion_type=-individual_convolution',)
+  assert xla_flags.convolution_flags('ynnpack', '0.10.2') == ()   # XLA's own default
+  assert xla_flags.convolution_flags('eigen', '0.11.2') == ()
+  with pytest.raises(ValueError, match="'mkl' is not one of \\('ynnpack', 'eigen'\\)"):
+    xla_flags.convolution_flags('mkl', '0.10.2')
+
+
+def test_the_convolution_library_applies_before_the_backend_starts_and_never_after():
+  eigen = xla_flags.convolution_flags('eigen')
+  environ = {'XLA_FLAGS': '--a=1'}
+  assert xla_flags.apply_cpu_convolutions('eigen', environ, backend_started=False)
+  assert environ['XLA_FLAGS'].split() == ['--a=1', *eigen]
+  assert xla_flags.cpu_convolutions_in_effect(environ['XLA_FLAGS']) == (
+      'eigen' if eigen else 'ynnpack')
+  # Started already: nothing changes, and the answer says whether what runs is what was asked.
+  environ = {'XLA_FLAGS': '--a=1'}
+  assert xla_flags.apply_cpu_convolutions('eigen', environ, backend_started=True) is not bool(eigen)
+  assert environ == {'XLA_FLAGS': '--a=1'}
+  # The user's own setting of the flag, and the opt-out, are kept as they are.
+  for environ in ({'XLA_FLAGS': '--xla_cpu_experimental_ynn_fusion_type=dot'},
+                  {'XLA_FLAGS': '', xla_flags.OPT_OUT_ENV: '0'}):
+    before = dict(environ)
+    assert xla_flags.apply_cpu_convolutions('eigen', environ, backend_started=False)
+    assert environ == before
+
+
+def test_main_runs_an_iresnet_on_eigen_convolutions():
+  """`main.start` chooses the library before JAX starts: read back once the backend runs."""
+  code = ('import sys\n'
+          'from absl import flags\n'
+          'from fedjax_face import config_lib, main\n'
+          'from fedjax_face.core import xla_flags\n'
+          'flags.FLAGS.mark_as_parsed()\n'
+          'config = config_lib.base_config()\n'
+          'config.model.name = sys.argv[1]\n'
+          'try:\n'
+          '  main.start(config)\n'
+          'except SystemExit:\n'   # the base config names no method: refused after the choice
+          '  pass\n'
+          'import jax; jax.devices()\n'
+          'print("XLA_FLAGS=" + xla_flags.cpu_convolutions_in_effect())\n')
+  eigen = 'eigen' if xla_flags.convolution_flags('eigen') else 'ynnpack'
+  for model, library in (('iresnet50', eigen), ('small_cnn', 'ynnpack')):
+    assert _flags_seen_by(code.replace('sys.argv[1]', repr(model)), {}) == library

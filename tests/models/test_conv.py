@@ -5,6 +5,8 @@ The value and both gradients must equal `lax.conv_general_dilated`'s own, for ev
 padding the backbones use, under `lax.scan` and `vmap`, and for whole backbones.
 """
 
+import re
+
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -188,3 +190,20 @@ def test_engine_picks_the_canonical_gradient_only_inside_cpu_loops():
   assert (backend, mode, gradient) == ('vmap', 'scan', 'xla')
   config.engine.conv_gradient = 'canonical'   # an explicit choice is kept everywhere
   assert policy.resolve_engine(config, 'gpu')[3] == 'canonical'
+
+
+def test_cpu_convolutions_are_eigen_for_the_iresnets_only_unless_named():
+  from fedjax_face import config_lib  # pylint: disable=g-import-not-at-top
+  from fedjax_face.core import policy  # pylint: disable=g-import-not-at-top
+  config = config_lib.base_config()
+  assert config.model.name == 'small_cnn' and config.engine.cpu_convolutions == 'auto'
+  assert policy.cpu_convolutions_for(config) == 'ynnpack'
+  for name in ('iresnet18', 'iresnet34', 'iresnet50', 'iresnet100'):
+    config.model.name = name
+    assert policy.cpu_convolutions_for(config) == 'eigen'
+  config.engine.cpu_convolutions = 'ynnpack'   # an explicit choice is kept
+  assert policy.cpu_convolutions_for(config) == 'ynnpack'
+  config.engine.cpu_convolutions = 'onednn'
+  with pytest.raises(ValueError, match=re.escape(
+      "config.engine.cpu_convolutions='onednn'; expected one of ('auto', 'ynnpack', 'eigen').")):
+    policy.cpu_convolutions_for(config)

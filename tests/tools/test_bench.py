@@ -15,6 +15,7 @@ import pytest
 from fedjax_face import algorithms, models
 from fedjax_face.algorithms.fedma import layers as fedma_layers
 from fedjax_face.tools import timing
+from fedjax_face.tools.bench import backbone_training
 from fedjax_face.tools.bench import common as bench_common
 from fedjax_face.tools.bench import report as bench_report
 from fedjax_face.tools.bench import rounds as bench_rounds
@@ -142,8 +143,11 @@ def test_bench_json_has_every_section_and_combination(tiny_run):
   assert t['model'] == 'small_cnn 16x16 d=8' and t['pytorch'] == []   # torch off in runlocal
   assert positive_finite(t['engine']['images_per_s']) and t['engine_over_best_pytorch'] is None
   assert t['engine']['images_per_round'] == b.backbone_training.batch_size
-  # One engine row per conv gradient; the fastest is the one compared with PyTorch.
-  assert [r['conv_gradient'] for r in t['engines']] == list(b.backbone_training.conv_gradients)
+  # One engine row per 'library/gradient', each run on that convolution library (its own
+  # process); the fastest is the one compared with PyTorch.
+  assert [(r['cpu_convolutions'], r['conv_gradient']) for r in t['engines']] == [
+      ('ynnpack', 'xla'), ('eigen', 'chunked')] == backbone_training.parse_engines(
+          b.backbone_training.engines)
   assert t['engine'] == max(t['engines'], key=lambda r: r['images_per_s'])
   m = saved['fedma_matching']
   assert [r['layer'] for r in m['rows']] == [f'pad_net {layer.name}' for layer in

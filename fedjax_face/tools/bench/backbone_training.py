@@ -3,7 +3,14 @@ with a linear softmax classifier, SGD with momentum, one batch a step, against P
 IResNet-50 (`torch_reference.iresnet`, the same layout) when torch is installed: in this process
 on 1 and on all usable threads, and one process per usable core with one thread each (each
 training its own replica: the images/s of all of them together).
+
+An engine row per `bench.backbone_training.engines` entry, 'library/gradient': XLA CPU's
+convolution library (`core/xla_flags.py`: process-wide, so on CPU each row runs in a fresh
+process that sets it before JAX starts) and the convolutions' gradient (`models/conv.py`).
 """
+
+import concurrent.futures
+import multiprocessing
 
 import flax.linen as nn
 import jax
@@ -14,8 +21,10 @@ import optax
 
 from fedjax_face import models
 from fedjax_face.algorithms import common
+from fedjax_face.core import xla_flags
 from fedjax_face.core.policy import usable_cpus
 from fedjax_face.models import arcface_torch
+from fedjax_face.models import conv as conv_lib
 from fedjax_face.tools.bench import torch_reference
 from fedjax_face.tools.bench.common import measured
 from fedjax_face.tools.timing import measure
@@ -50,8 +59,43 @@ def engine_row(s, seed: int, timing: dict, conv_gradient: str) -> dict:
     return optax.apply_updates(params, updates), updated['batch_stats'], opt_state, loss
 
   timed = measure(step, params, variables['batch_stats'], opt.init(params), **timing)
-  return measured({'name': f'engine (one jitted step), {conv_gradient} conv gradient',
-                   'conv_gradient': conv_gradient}, s.batch_size, timed)
+  library = xla_flags.cpu_convolutions_in_effect() if jax.default_backend() == 'cpu' else None
+  return measured({'name': f'engine (one jitted step), {library or "XLA"} convolutions, '
+                           f'{conv_gradient} conv gradient',
+                   'cpu_convolutions': library, 'conv_gradient': conv_gradient},
+                  s.batch_size, timed)
+
+
+def parse_engines(engines) -> list[tuple[str, str]]:
+  """`bench.backbone_training.engines` as (library, gradient) pairs; a clear error naming the
+  entry otherwise."""
+  pairs = []
+  for entry in engines:
+    library, _, gradient = entry.partition('/')
+    if library not in xla_flags.CPU_CONVOLUTIONS or gradient not in conv_lib.CONV_GRADIENTS:
+      raise ValueError(
+          f'bench.backbone_training.engines: {entry!r} is not library/gradient with a library '
+          f'in {xla_flags.CPU_CONVOLUTIONS} and a gradient in {conv_lib.CONV_GRADIENTS}')
+    pairs.append((library, gradient))
+  return pairs
+
+
+def engine_row_on(library: str, s, seed: int, timing: dict, conv_gradient: str) -> dict:
+  """`engine_row` in a fresh process whose XLA CPU runs convolutions on `library`."""
+  with concurrent.futures.ProcessPoolExecutor(
+      1, mp_context=multiprocessing.get_context('spawn'),
+      initializer=xla_flags.apply_cpu_convolutions, initargs=(library,)) as pool:
+    return pool.submit(engine_row, s, seed, timing, conv_gradient).result()
+
+
+def engine_rows(s, seed: int, timing: dict) -> list[dict]:
+  """One row per engine: on CPU each in its own process (the library is process-wide); off CPU
+  in this one, once per gradient (the CPU library changes nothing there)."""
+  engines = parse_engines(s.engines)
+  if jax.default_backend() != 'cpu':
+    gradients = dict.fromkeys(gradient for _, gradient in engines)
+    return [engine_row(s, seed, timing, gradient) for gradient in gradients]
+  return [engine_row_on(library, s, seed, timing, gradient) for library, gradient in engines]
 
 
 def torch_rows(s, seed: int, timing: dict) -> list[dict]:
@@ -97,10 +141,11 @@ def bench_backbone_training(config, log=print) -> dict:
   s = config.bench.backbone_training
   timing = dict(warmup=config.bench.warmup, repeats=config.bench.repeats,
                 budget_s=config.bench.max_timed_s)
-  engines = [engine_row(s, config.seed, timing, gradient) for gradient in s.conv_gradients]
+  engines = engine_rows(s, config.seed, timing)
   for row in engines:
     log(f"backbone_training: {s.model} {s.image_size}px batch {s.batch_size}: engine, "
-        f"{row['conv_gradient']} conv gradient, {row['images_per_s']:,.1f} images/s")
+        f"{row['cpu_convolutions'] or 'XLA'} convolutions, {row['conv_gradient']} conv "
+        f"gradient, {row['images_per_s']:,.1f} images/s")
   engine = max(engines, key=lambda row: row['images_per_s'])
   reference = torch_rows(s, config.seed, timing) if s.torch else []
   for row in reference:
@@ -124,6 +169,8 @@ def markdown_lines(r: dict) -> list[str]:
     else:
       lines.append(f"| {row['name']}: skipped ({row['reason']}) | | |")
   if r['engine_over_best_pytorch'] is not None:
-    lines.append(f"engine ({r['engine']['conv_gradient']} conv gradient) / best PyTorch: "
+    engine = r['engine']
+    lines.append(f"engine ({engine['cpu_convolutions'] or 'XLA'} convolutions, "
+                 f"{engine['conv_gradient']} conv gradient) / best PyTorch: "
                  f"{r['engine_over_best_pytorch']:.2f}")
   return lines
