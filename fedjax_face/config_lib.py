@@ -126,7 +126,8 @@ def base_config(task: str = 'recognition') -> ml_collections.ConfigDict:
   c.engine.conv_gradient = 'auto'      # 'auto' | 'xla' | 'canonical' | 'chunked' (models/conv.py:
                                        # the same gradients; canonical is fast in loops on XLA
                                        # CPU, auto = it there; chunked sums kernel gradients over
-                                       # chunks of images, faster for large batches on XLA CPU)
+                                       # chunks of images, faster for large batches on XLA CPU,
+                                       # auto = it for the IResNets elsewhere: core/policy.py)
   c.engine.cpu_convolutions = 'auto'   # 'auto' | 'ynnpack' | 'eigen': XLA CPU's convolution
                                        # library, process-wide (core/xla_flags.py; auto = eigen
                                        # for the IResNets, ynnpack otherwise: core/policy.py)

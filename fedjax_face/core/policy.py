@@ -42,12 +42,18 @@ def resolve_engine(config, platform: str | None = None) -> tuple[str, str, int, 
 
 def conv_gradient_for(config, backend: str, step_mode: str, platform: str | None = None) -> str:
   """`engine.conv_gradient`, 'auto' resolved: 'canonical' where XLA CPU runs convs in while loops
-  (scanned steps, `map`'s lax.map), where XLA's own kernel gradient is slow; else XLA's own
-  ('xla'), which was faster unrolled (`models/conv.py`)."""
+  (scanned steps, `map`'s lax.map), where XLA's own kernel gradient is slow; elsewhere on CPU
+  'chunked' for the IResNets (IResNet-50's training step 1.1x XLA's own gradient on Eigen
+  convolutions, 1.3x on YNNPACK: BUILD_NOTES.md, "A backbone's training step against PyTorch")
+  and XLA's own ('xla') for the small CNNs, which was faster unrolled (`models/conv.py`); XLA's
+  own off CPU. The small CNNs keep 'xla' so that their archived runs train again to the digit."""
   if config.engine.conv_gradient != 'auto':
     return config.engine.conv_gradient
-  in_loops = step_mode == 'scan' or backend == 'map'
-  return 'canonical' if (platform or jax.default_backend()) == 'cpu' and in_loops else 'xla'
+  if (platform or jax.default_backend()) != 'cpu':
+    return 'xla'
+  if step_mode == 'scan' or backend == 'map':
+    return 'canonical'
+  return 'chunked' if config.model.name.startswith('iresnet') else 'xla'
 
 
 def cpu_convolutions_for(config) -> str:

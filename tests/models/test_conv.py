@@ -190,6 +190,13 @@ def test_engine_picks_the_canonical_gradient_only_inside_cpu_loops():
   assert (backend, mode, gradient) == ('vmap', 'scan', 'xla')
   config.engine.conv_gradient = 'canonical'   # an explicit choice is kept everywhere
   assert policy.resolve_engine(config, 'gpu')[3] == 'canonical'
+  # The IResNets: the chunked kernel gradient on CPU outside loops.
+  config.engine.conv_gradient = 'auto'
+  config.model.name = 'iresnet50'
+  assert policy.conv_gradient_for(config, 'loop', 'unroll', 'cpu') == 'chunked'
+  assert policy.conv_gradient_for(config, 'loop', 'scan', 'cpu') == 'canonical'
+  assert policy.conv_gradient_for(config, 'map', 'unroll', 'cpu') == 'canonical'
+  assert policy.conv_gradient_for(config, 'loop', 'unroll', 'gpu') == 'xla'
 
 
 def test_cpu_convolutions_are_eigen_for_the_iresnets_only_unless_named():
