@@ -43,10 +43,10 @@ def resolve_engine(config, platform: str | None = None) -> tuple[str, str, int, 
 def conv_gradient_for(config, backend: str, step_mode: str, platform: str | None = None) -> str:
   """`engine.conv_gradient`, 'auto' resolved: 'canonical' where XLA CPU runs convs in while loops
   (scanned steps, `map`'s lax.map), where XLA's own kernel gradient is slow; elsewhere on CPU
-  'chunked' for the IResNets (IResNet-50's training step 1.1x XLA's own gradient on Eigen
-  convolutions, 1.3x on YNNPACK: BUILD_NOTES.md, "A backbone's training step against PyTorch")
-  and XLA's own ('xla') for the small CNNs, which was faster unrolled (`models/conv.py`); XLA's
-  own off CPU. The small CNNs keep 'xla' so that their archived runs train again to the digit."""
+  'chunked' for the IResNets (faster than XLA's own on either convolution library:
+  BUILD_NOTES.md, "A backbone's training step against PyTorch") and XLA's own ('xla') for the
+  small CNNs, which was faster unrolled (`models/conv.py`) and keeps their archived runs' digits;
+  XLA's own off CPU."""
   if config.engine.conv_gradient != 'auto':
     return config.engine.conv_gradient
   if (platform or jax.default_backend()) != 'cpu':
@@ -58,10 +58,10 @@ def conv_gradient_for(config, backend: str, step_mode: str, platform: str | None
 
 def cpu_convolutions_for(config) -> str:
   """`engine.cpu_convolutions`, 'auto' resolved: XLA CPU's convolutions on 'eigen' for the
-  IResNet backbones, where it trained IResNet-50 1.7x faster, and on 'ynnpack' (XLA's default)
-  for the small CNNs, whose federated rounds it ran 4-9 % faster (BUILD_NOTES.md, "A backbone's
-  training step against PyTorch"). Process-wide: `main` applies it before JAX starts
-  (`core/xla_flags.py`); it changes nothing off CPU."""
+  IResNet backbones, which train faster there, and on 'ynnpack' (XLA's default) for the small
+  CNNs, whose federated rounds ran faster on it (BUILD_NOTES.md, "A backbone's training step
+  against PyTorch"). Process-wide: `main` applies it before JAX starts (`core/xla_flags.py`); it
+  changes nothing off CPU."""
   check_choice('engine.cpu_convolutions', config.engine.cpu_convolutions,
                ('auto',) + xla_flags.CPU_CONVOLUTIONS)
   if config.engine.cpu_convolutions != 'auto':

@@ -15,8 +15,8 @@ XLA CPU's convolution library is a choice of its own (`engine.cpu_convolutions`,
 `core.policy.cpu_convolutions_for`): jaxlib 0.10.2 runs convolutions as YNNPACK fusions, or, with
 `EIGEN_CONVOLUTIONS`, on XLA's Eigen kernels while every other op stays a YNNPACK fusion. Neither
 is faster everywhere (BUILD_NOTES.md, "A backbone's training step against PyTorch": IResNet-50
-training 1.7x faster on Eigen, the small CNN's federated rounds 4-9 % slower). It is process-wide,
-so `main` sets it from the config before JAX starts (`apply_cpu_convolutions`).
+trains faster on Eigen, the small CNN's federated rounds run faster on YNNPACK). It is
+process-wide, so `main` sets it from the config before JAX starts (`apply_cpu_convolutions`).
 """
 
 import importlib.metadata

@@ -15,9 +15,11 @@ XLA's own. Cases it does not cover (dilations, grouped convolutions, other layou
 
 `chunked_gradient_conv` is `lax.conv_general_dilated` with XLA's own gradients, except that the
 kernel gradient is summed over chunks of `KERNEL_GRADIENT_CHUNK` images: one product contracting
-over every image and position runs on a slow path of XLA CPU, several shorter ones do not
-(BUILD_NOTES.md, "A backbone's training step against PyTorch"). The sum runs in another order, so
-gradients equal XLA's to float rounding, not bit for bit.
+over every image and position runs on a slow path of XLA CPU, several shorter ones do not; and a
+strided NHWC convolution's input gradient is one stride-1 convolution per output phase
+(`phase_input_gradient`), not XLA's convolution of the stride-dilated cotangent (BUILD_NOTES.md,
+"A backbone's training step against PyTorch"). Both sum in another order, so gradients equal
+XLA's to float rounding, not bit for bit.
 
 `channel_padded(conv)` runs a layer's forward on input channels padded to a multiple (an RGB
 layer on 4 channels, where XLA CPU's kernels are much faster) and returns the unpadded
@@ -96,19 +98,57 @@ def canonical_gradient_conv(lhs, rhs, window_strides, padding, lhs_dilation=None
   return _conv(lhs, rhs, strides, pads, precision)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def _chunked(x, kernel, conv):
+def _phase_taps(size: int, stride: int, phase: int, pad_lo: int) -> tuple[list[int], int]:
+  """The kernel taps k that reach input positions `stride * t + phase`, in ascending order of
+  the output offset d = (phase + pad_lo - k) / stride they read (t + d), and the first offset."""
+  taps = [k for k in reversed(range(size)) if (phase + pad_lo - k) % stride == 0]
+  return taps, ((phase + pad_lo - taps[0]) // stride if taps else 0)
+
+
+def phase_input_gradient(g, kernel, input_shape, strides, pads):
+  """The input gradient of a strided NHWC/HWIO convolution, one stride-1 convolution per output
+  phase: input position `s * t + a` gets `sum_k g[t + d_k] kernel[k]^T` over the taps k with
+  `(a + pad_lo - k) % s == 0` (`d_k` as `_phase_taps`), read from `g` padded or cropped by
+  `lax.pad`; the phases are interleaved back. XLA CPU states this gradient as one convolution of
+  `g` dilated by the stride, which Eigen runs slowly (BUILD_NOTES.md, "A backbone's training step
+  against PyTorch"). Needs each input size a multiple of its stride."""
+  n, height, width, cin = input_shape
+  (sh, sw), ((plh, _), (plw, _)) = strides, pads
+  out_h, out_w = height // sh, width // sw
+  rows = []
+  for a in range(sh):
+    row = []
+    for b in range(sw):
+      taps_h, first_h = _phase_taps(kernel.shape[0], sh, a, plh)
+      taps_w, first_w = _phase_taps(kernel.shape[1], sw, b, plw)
+      if not taps_h or not taps_w:
+        row.append(jnp.zeros((n, out_h, out_w, cin), g.dtype))
+        continue
+      sub = kernel[jnp.asarray(taps_h)][:, jnp.asarray(taps_w)].transpose(0, 1, 3, 2)
+      window = [(-first, out + first + len(taps) - 1 - size, 0) for first, taps, out, size in
+                ((first_h, taps_h, out_h, g.shape[1]), (first_w, taps_w, out_w, g.shape[2]))]
+      padded = lax.pad(g, jnp.zeros((), g.dtype), [(0, 0, 0), *window, (0, 0, 0)])
+      row.append(lax.conv_general_dilated(padded, sub, (1, 1), 'VALID', dimension_numbers=_NHWC))
+    rows.append(jnp.stack(row, axis=3))        # [n, out_h, out_w, sw, cin]
+  return jnp.stack(rows, axis=2).reshape(input_shape)   # from [n, out_h, sh, out_w, sw, cin]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def _chunked(x, kernel, conv, phases):
   return conv(x, kernel)
 
 
-def _chunked_fwd(x, kernel, conv):
+def _chunked_fwd(x, kernel, conv, phases):
   return conv(x, kernel), (x, kernel)
 
 
-def _chunked_bwd(conv, residuals, g):
+def _chunked_bwd(conv, phases, residuals, g):
   x, kernel = residuals
   # Each vjp also traces its forward conv; nothing reads it, so jit drops it.
-  dx = jax.vjp(lambda x: conv(x, kernel), x)[1](g)[0]
+  if phases is None:
+    dx = jax.vjp(lambda x: conv(x, kernel), x)[1](g)[0]
+  else:
+    dx = phase_input_gradient(g, kernel, x.shape, *phases).astype(x.dtype)
   starts = range(0, x.shape[0], KERNEL_GRADIENT_CHUNK)
   dk = sum(jax.vjp(lambda k, i=i: conv(x[i:i + KERNEL_GRADIENT_CHUNK], k), kernel)[1](
       g[i:i + KERNEL_GRADIENT_CHUNK])[0] for i in starts)
@@ -122,16 +162,24 @@ def chunked_gradient_conv(lhs, rhs, window_strides, padding, lhs_dilation=None,
                           rhs_dilation=None, dimension_numbers=None, feature_group_count=1,
                           batch_group_count=1, precision=None, preferred_element_type=None):
   """`lax.conv_general_dilated` (same signature) whose kernel gradient is summed over chunks of
-  `KERNEL_GRADIENT_CHUNK` images (a batch no larger than one chunk keeps XLA's own gradient)."""
+  `KERNEL_GRADIENT_CHUNK` images and whose input gradient, for a strided NHWC convolution of
+  input sizes divisible by the strides, is taken per output phase (a batch no larger than one
+  chunk keeps XLA's own gradients)."""
   plain = functools.partial(
       lax.conv_general_dilated, window_strides=window_strides, padding=padding,
       lhs_dilation=lhs_dilation, rhs_dilation=rhs_dilation, dimension_numbers=dimension_numbers,
       feature_group_count=feature_group_count, batch_group_count=batch_group_count,
       precision=precision, preferred_element_type=preferred_element_type)
-  batch_dim = lax.conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers).lhs_spec[0]
-  if batch_dim != 0 or batch_group_count != 1 or lhs.shape[0] <= KERNEL_GRADIENT_CHUNK:
+  numbers = lax.conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers)
+  if numbers.lhs_spec[0] != 0 or batch_group_count != 1 or lhs.shape[0] <= KERNEL_GRADIENT_CHUNK:
     return plain(lhs, rhs)
-  return _chunked(lhs, rhs, plain)
+  strides = tuple(int(s) for s in window_strides)
+  by_phase = (lhs.ndim == 4 and feature_group_count == 1 and max(strides) > 1
+              and numbers == lax.conv_dimension_numbers(lhs.shape, rhs.shape, _NHWC)
+              and all(d in (None, 1) for d in tuple(lhs_dilation or ()) + tuple(rhs_dilation or ()))
+              and all(size % stride == 0 for size, stride in zip(lhs.shape[1:3], strides)))
+  phases = (strides, _pads(padding, lhs.shape[1:3], rhs.shape[:2], strides)) if by_phase else None
+  return _chunked(lhs, rhs, plain, phases)
 
 
 def conv_function(gradient: str):

@@ -55,13 +55,14 @@ def test_gradients_equal_xla(conv_fn, size, kernel_size, strides, padding):
   np.testing.assert_allclose(dk, dk_ref, rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.parametrize('size,kernel_size,strides,padding', [
-    (8, 3, (1, 1), ((1, 1), (1, 1))),
-    (7, 3, (2, 2), ((1, 1), (1, 1))),
-    (8, 1, (2, 2), ((0, 0), (0, 0))),
-    (9, 3, (1, 2), ((0, 2), (1, 0))),
+@pytest.mark.parametrize('size,kernel_size,strides,padding,by_phase', [
+    (8, 3, (1, 1), ((1, 1), (1, 1)), False),
+    (8, 3, (2, 2), ((1, 1), (1, 1)), True),     # IResNet's stride-2 3x3
+    (7, 3, (2, 2), ((1, 1), (1, 1)), False),    # odd size: XLA's own input gradient
+    (8, 1, (2, 2), ((0, 0), (0, 0)), True),     # IResNet's 1x1 downsample
+    (9, 3, (1, 2), ((0, 2), (1, 0)), False),
 ])
-def test_chunked_kernel_gradient_equals_xla(size, kernel_size, strides, padding):
+def test_chunked_kernel_gradient_equals_xla(size, kernel_size, strides, padding, by_phase):
   # Two and a half chunks of images, so an uneven last chunk is summed too.
   chunk = conv.KERNEL_GRADIENT_CHUNK
   rng = np.random.RandomState(4)
@@ -70,7 +71,13 @@ def test_chunked_kernel_gradient_equals_xla(size, kernel_size, strides, padding)
   y_ref, (dx_ref, dk_ref) = value_and_grads(lax.conv_general_dilated, x, kernel, strides, padding)
   y, (dx, dk) = value_and_grads(conv.chunked_gradient_conv, x, kernel, strides, padding)
   np.testing.assert_array_equal(y, y_ref)      # the forward pass is XLA's own
-  np.testing.assert_array_equal(dx, dx_ref)    # and so is the input gradient
+  if by_phase:   # a strided conv's input gradient is taken per output phase
+    np.testing.assert_allclose(dx, dx_ref, rtol=1e-5, atol=1e-4)
+    cotangent = jnp.cos(y) * y + jnp.sin(y)    # of value_and_grads' sum(sin(y) * y)
+    np.testing.assert_array_equal(dx, conv.phase_input_gradient(cotangent, kernel, x.shape,
+                                                                strides, padding))
+  else:          # XLA's own input gradient
+    np.testing.assert_array_equal(dx, dx_ref)
   np.testing.assert_allclose(dk, dk_ref, rtol=1e-5, atol=1e-3)   # summed in another order
   # Exactly the sum of XLA's kernel gradients of the three chunks, in order.
   g = jnp.asarray(rng.randn(*y.shape), jnp.float32)
@@ -80,6 +87,27 @@ def test_chunked_kernel_gradient_equals_xla(size, kernel_size, strides, padding)
               for i in (0, chunk, 2 * chunk)]
   np.testing.assert_array_equal(jax.vjp(chunked, x, kernel)[1](g)[1],
                                 by_chunk[0] + by_chunk[1] + by_chunk[2])
+
+
+@pytest.mark.parametrize('size,kernel_size,strides,padding', [
+    (8, 3, (2, 2), ((1, 1), (1, 1))),
+    (8, 3, (2, 2), ((0, 1), (2, 0))),     # uneven padding: some phases read past g's edges
+    (6, 3, (3, 3), ((0, 0), (0, 0))),     # one tap a phase
+    (8, 1, (2, 2), ((0, 0), (0, 0))),     # phases no tap reaches: zero
+    (10, 5, (2, 2), ((2, 2), (2, 2))),
+    (8, 3, (1, 2), ((1, 1), (1, 1))),
+])
+def test_the_input_gradient_per_phase_equals_xla_s(size, kernel_size, strides, padding):
+  rng = np.random.RandomState(7)
+  x = jnp.asarray(rng.randn(3, size, size, 5), jnp.float32)
+  kernel = jnp.asarray(rng.randn(kernel_size, kernel_size, 5, 6), jnp.float32)
+  y, vjp = jax.vjp(lambda x: lax.conv_general_dilated(x, kernel, strides, padding,
+                                                      dimension_numbers=NHWC), x)
+  g = jnp.asarray(rng.randn(*y.shape), jnp.float32)
+  got = conv.phase_input_gradient(g, kernel, x.shape, strides, padding)
+  ref = vjp(g)[0]
+  assert got.shape == ref.shape and not np.array_equal(got, np.zeros_like(got))
+  np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
 
 
 def test_a_batch_of_one_chunk_keeps_xla_s_own_kernel_gradient():
