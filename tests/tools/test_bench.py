@@ -340,6 +340,8 @@ def test_shipped_configs_validate(arg):
     ('bench.fedma_matching.cap_width', 1, r'bench.fedma_matching.cap_width=1 < its '
                                           'client_width=2'),
     ('bench.max_timed_s', 0.0, r'config.bench.max_timed_s=0.0; expected a positive'),
+    ('bench.backbone_training.engines', ('eigen/xla', 'eigen'),
+     r"bench.backbone_training.engines: 'eigen' is not library/gradient"),
     ('bench.skip', ('scan',), r"config.bench.skip has 'scan'; expected a pattern"),
     ('bench.run_cohorts', ('fedgc', 'huge'), r"config.bench.run_cohorts has 'huge'"),
     ('bench.cohorts.fedfv.cohort_size', 30, r'config.bench.cohorts.fedfv.cohort_size=30 exceeds'),
@@ -390,3 +392,12 @@ def test_one_per_client_section_compares_the_run_loop_with_one_jitted_loop(tiny_
   assert o['run_vs_single'] == pytest.approx(run['images_per_s'] / single['images_per_s'])
   assert 0 < run['between_rounds_s'] < run['round_s'] < run['first_round_s']
   assert 'run loop / one jitted loop:' in (out / 'bench.md').read_text()
+
+
+def test_an_engine_entry_must_name_a_library_and_a_gradient():
+  assert backbone_training.parse_engines(('eigen/chunked', 'ynnpack/xla')) == [
+      ('eigen', 'chunked'), ('ynnpack', 'xla')]
+  for entry in ('eigen', 'onednn/xla', 'eigen/fast', 'xla/eigen'):
+    with pytest.raises(ValueError, match=f"bench.backbone_training.engines: '{entry}' is not "
+                                         'library/gradient'):
+      backbone_training.parse_engines(('ynnpack/xla', entry))

@@ -220,6 +220,9 @@ def validate(config, num_devices: int | None = None) -> None:
     raise ValueError(f'config.bench.ijb.crops={b.ijb.crops}; expected more than one chunk of '
                      f'{ijb.CHUNK_BATCHES} x bench.ijb.batch_size = {chunk} (the rate is counted '
                      'after the first).')
+  # Section (j)'s module reads this one's `measured`: imported here, not at the top.
+  from fedjax_face.tools.bench import backbone_training   # pylint: disable=g-import-not-at-top
+  backbone_training.parse_engines(b.backbone_training.engines)
   m = b.fedma_matching
   for field in ('client_width', 'cap_width', 'clients'):
     _positive_int(f'bench.fedma_matching.{field}', m[field])

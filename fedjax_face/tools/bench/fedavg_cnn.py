@@ -229,6 +229,8 @@ def bench_fedavg_cnn(config, log=print) -> dict:
 
 
 def _engine_config(config, local_steps: int) -> ml_collections.ConfigDict:
-  """The fields `policy.resolve_engine` reads: the run's engine section, this cohort's steps."""
+  """The fields `policy.resolve_engine` reads: the run's engine section, this cohort's steps and
+  the model's name (a CNN's: not an IResNet)."""
   return ml_collections.ConfigDict({'engine': config.engine.to_dict(),
-                                    'federated': {'local_steps': local_steps}})
+                                    'federated': {'local_steps': local_steps},
+                                    'model': {'name': 'classifier_cnn'}})
