@@ -15,7 +15,6 @@ import pytest
 from fedjax_face import algorithms, models
 from fedjax_face.algorithms.fedma import layers as fedma_layers
 from fedjax_face.tools import timing
-from fedjax_face.tools.bench import backbone_training
 from fedjax_face.tools.bench import common as bench_common
 from fedjax_face.tools.bench import report as bench_report
 from fedjax_face.tools.bench import rounds as bench_rounds
@@ -146,7 +145,7 @@ def test_bench_json_has_every_section_and_combination(tiny_run):
   # One engine row per 'library/gradient', each run on that convolution library (its own
   # process); the fastest is the one compared with PyTorch.
   assert [(r['cpu_convolutions'], r['conv_gradient']) for r in t['engines']] == [
-      ('ynnpack', 'xla'), ('eigen', 'chunked')] == backbone_training.parse_engines(
+      ('ynnpack', 'xla'), ('eigen', 'chunked')] == bench_common.parse_engines(
           b.backbone_training.engines)
   assert t['engine'] == max(t['engines'], key=lambda r: r['images_per_s'])
   m = saved['fedma_matching']
@@ -395,9 +394,9 @@ def test_one_per_client_section_compares_the_run_loop_with_one_jitted_loop(tiny_
 
 
 def test_an_engine_entry_must_name_a_library_and_a_gradient():
-  assert backbone_training.parse_engines(('eigen/chunked', 'ynnpack/xla')) == [
+  assert bench_common.parse_engines(('eigen/chunked', 'ynnpack/xla')) == [
       ('eigen', 'chunked'), ('ynnpack', 'xla')]
   for entry in ('eigen', 'onednn/xla', 'eigen/fast', 'xla/eigen'):
     with pytest.raises(ValueError, match=f"bench.backbone_training.engines: '{entry}' is not "
                                          'library/gradient'):
-      backbone_training.parse_engines(('ynnpack/xla', entry))
+      bench_common.parse_engines(('ynnpack/xla', entry))

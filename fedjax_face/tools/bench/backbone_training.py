@@ -24,9 +24,8 @@ from fedjax_face.algorithms import common
 from fedjax_face.core import xla_flags
 from fedjax_face.core.policy import usable_cpus
 from fedjax_face.models import arcface_torch
-from fedjax_face.models import conv as conv_lib
 from fedjax_face.tools.bench import torch_reference
-from fedjax_face.tools.bench.common import measured
+from fedjax_face.tools.bench.common import measured, parse_engines
 from fedjax_face.tools.timing import measure
 
 
@@ -64,20 +63,6 @@ def engine_row(s, seed: int, timing: dict, conv_gradient: str) -> dict:
                            f'{conv_gradient} conv gradient',
                    'cpu_convolutions': library, 'conv_gradient': conv_gradient},
                   s.batch_size, timed)
-
-
-def parse_engines(engines) -> list[tuple[str, str]]:
-  """`bench.backbone_training.engines` as (library, gradient) pairs; a clear error naming the
-  entry otherwise."""
-  pairs = []
-  for entry in engines:
-    library, _, gradient = entry.partition('/')
-    if library not in xla_flags.CPU_CONVOLUTIONS or gradient not in conv_lib.CONV_GRADIENTS:
-      raise ValueError(
-          f'bench.backbone_training.engines: {entry!r} is not library/gradient with a library '
-          f'in {xla_flags.CPU_CONVOLUTIONS} and a gradient in {conv_lib.CONV_GRADIENTS}')
-    pairs.append((library, gradient))
-  return pairs
 
 
 def engine_row_on(library: str, s, seed: int, timing: dict, conv_gradient: str) -> dict:

@@ -14,10 +14,11 @@ import numpy as np
 
 from fedjax_face import config_lib
 from fedjax_face.core import engine as engine_lib
-from fedjax_face.core import local
+from fedjax_face.core import local, xla_flags
 from fedjax_face.data import federated
 from fedjax_face.data import stores
 from fedjax_face.eval.recognition import ijb
+from fedjax_face.models import conv as conv_lib
 
 
 SECTIONS = ('rounds', 'regularizer', 'eval', 'scaling', 'one_per_client', 'fedavg_cnn', 'ijb',
@@ -154,6 +155,20 @@ def scaling_device_counts(bench, visible: int) -> list[int]:
   return counts if counts[-1] == visible else counts + [visible]
 
 
+def parse_engines(engines) -> list[tuple[str, str]]:
+  """Section (j)'s `bench.backbone_training.engines` as (library, gradient) pairs; a clear
+  error naming the entry otherwise."""
+  pairs = []
+  for entry in engines:
+    library, _, gradient = entry.partition('/')
+    if library not in xla_flags.CPU_CONVOLUTIONS or gradient not in conv_lib.CONV_GRADIENTS:
+      raise ValueError(
+          f'bench.backbone_training.engines: {entry!r} is not library/gradient with a library '
+          f'in {xla_flags.CPU_CONVOLUTIONS} and a gradient in {conv_lib.CONV_GRADIENTS}')
+    pairs.append((library, gradient))
+  return pairs
+
+
 def validate(config, num_devices: int | None = None) -> None:
   """Raises ValueError naming the first bad `config.bench` field (and the experiment fields)."""
   config_lib.validate(config)
@@ -220,9 +235,7 @@ def validate(config, num_devices: int | None = None) -> None:
     raise ValueError(f'config.bench.ijb.crops={b.ijb.crops}; expected more than one chunk of '
                      f'{ijb.CHUNK_BATCHES} x bench.ijb.batch_size = {chunk} (the rate is counted '
                      'after the first).')
-  # Section (j)'s module reads this one's `measured`: imported here, not at the top.
-  from fedjax_face.tools.bench import backbone_training   # pylint: disable=g-import-not-at-top
-  backbone_training.parse_engines(b.backbone_training.engines)
+  parse_engines(b.backbone_training.engines)
   m = b.fedma_matching
   for field in ('client_width', 'cap_width', 'clients'):
     _positive_int(f'bench.fedma_matching.{field}', m[field])
