@@ -53,7 +53,7 @@ def conv_gradient_for(config, backend: str, step_mode: str, platform: str | None
     return 'xla'
   if step_mode == 'scan' or backend == 'map':
     return 'canonical'
-  return 'chunked' if config.model.name.startswith('iresnet') else 'xla'
+  return 'chunked' if _is_iresnet(config) else 'xla'
 
 
 def cpu_convolutions_for(config) -> str:
@@ -66,7 +66,13 @@ def cpu_convolutions_for(config) -> str:
                ('auto',) + xla_flags.CPU_CONVOLUTIONS)
   if config.engine.cpu_convolutions != 'auto':
     return config.engine.cpu_convolutions
-  return 'eigen' if config.model.name.startswith('iresnet') else 'ynnpack'
+  return 'eigen' if _is_iresnet(config) else 'ynnpack'
+
+
+def _is_iresnet(config) -> bool:
+  """Whether the run's backbone is one of the IResNets (`models.BACKBONES`: iresnet18 ... 100),
+  which two CPU rules above treat apart from the small CNNs."""
+  return config.model.name.startswith('iresnet')
 
 
 def usable_cpus() -> int:
