@@ -37,6 +37,18 @@ KERNEL_GRADIENT_CHUNK = 8   # images a kernel-gradient product contracts over (m
 _NHWC = ('NHWC', 'HWIO', 'NHWC')
 
 
+def _ungrouped_nhwc(lhs, rhs, dimension_numbers, feature_group_count, batch_group_count) -> bool:
+  """Whether a convolution is 2-D NHWC/HWIO with no feature or batch groups: the form this
+  module's custom gradients and padding restate."""
+  return (lhs.ndim == 4 and feature_group_count == 1 and batch_group_count == 1
+          and lax.conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers)
+          == lax.conv_dimension_numbers(lhs.shape, rhs.shape, _NHWC))
+
+
+def _undilated(lhs_dilation, rhs_dilation) -> bool:
+  return all(d in (None, 1) for d in tuple(lhs_dilation or ()) + tuple(rhs_dilation or ()))
+
+
 def _pads(padding, in_spatial, kernel_spatial, strides):
   if isinstance(padding, str):
     return tuple(lax.padtype_to_pads(in_spatial, kernel_spatial, strides, padding))
@@ -82,11 +94,8 @@ def canonical_gradient_conv(lhs, rhs, window_strides, padding, lhs_dilation=None
                             rhs_dilation=None, dimension_numbers=None, feature_group_count=1,
                             batch_group_count=1, precision=None, preferred_element_type=None):
   """`lax.conv_general_dilated` (same signature) with loop-friendly gradients for 2-D NHWC/HWIO."""
-  plain = (lhs.ndim == 4 and feature_group_count == 1 and batch_group_count == 1
-           and preferred_element_type is None
-           and all(d in (None, 1) for d in tuple(lhs_dilation or ()) + tuple(rhs_dilation or ()))
-           and lax.conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers)
-           == lax.conv_dimension_numbers(lhs.shape, rhs.shape, _NHWC))
+  plain = (_ungrouped_nhwc(lhs, rhs, dimension_numbers, feature_group_count, batch_group_count)
+           and preferred_element_type is None and _undilated(lhs_dilation, rhs_dilation))
   if not plain:
     return lax.conv_general_dilated(
         lhs, rhs, window_strides, padding, lhs_dilation=lhs_dilation, rhs_dilation=rhs_dilation,
@@ -170,13 +179,13 @@ def chunked_gradient_conv(lhs, rhs, window_strides, padding, lhs_dilation=None,
       lhs_dilation=lhs_dilation, rhs_dilation=rhs_dilation, dimension_numbers=dimension_numbers,
       feature_group_count=feature_group_count, batch_group_count=batch_group_count,
       precision=precision, preferred_element_type=preferred_element_type)
-  numbers = lax.conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers)
-  if numbers.lhs_spec[0] != 0 or batch_group_count != 1 or lhs.shape[0] <= KERNEL_GRADIENT_CHUNK:
+  batch_dim = lax.conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers).lhs_spec[0]
+  if batch_dim != 0 or batch_group_count != 1 or lhs.shape[0] <= KERNEL_GRADIENT_CHUNK:
     return plain(lhs, rhs)
   strides = tuple(int(s) for s in window_strides)
-  by_phase = (lhs.ndim == 4 and feature_group_count == 1 and max(strides) > 1
-              and numbers == lax.conv_dimension_numbers(lhs.shape, rhs.shape, _NHWC)
-              and all(d in (None, 1) for d in tuple(lhs_dilation or ()) + tuple(rhs_dilation or ()))
+  by_phase = (max(strides) > 1 and _undilated(lhs_dilation, rhs_dilation)
+              and _ungrouped_nhwc(lhs, rhs, dimension_numbers, feature_group_count,
+                                  batch_group_count)
               and all(size % stride == 0 for size, stride in zip(lhs.shape[1:3], strides)))
   phases = (strides, _pads(padding, lhs.shape[1:3], rhs.shape[:2], strides)) if by_phase else None
   return _chunked(lhs, rhs, plain, phases)
@@ -232,9 +241,7 @@ def channel_padded(conv_general_dilated):
         dimension_numbers=dimension_numbers, feature_group_count=feature_group_count,
         batch_group_count=batch_group_count, precision=precision,
         preferred_element_type=preferred_element_type)
-    nhwc = (lhs.ndim == 4 and feature_group_count == 1 and batch_group_count == 1
-            and lax.conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers)
-            == lax.conv_dimension_numbers(lhs.shape, rhs.shape, _NHWC))
+    nhwc = _ungrouped_nhwc(lhs, rhs, dimension_numbers, feature_group_count, batch_group_count)
     if not nhwc or lhs.shape[-1] % CHANNEL_MULTIPLE == 0:
       return plain(lhs, rhs)
     return _channel_padded(lhs, rhs, plain, CHANNEL_MULTIPLE)
