@@ -43,8 +43,8 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from fedjax_face import experiment, lifecycle
-from fedjax_face.core import distributed, policy, xla_flags
-from fedjax_face.io import checkpoint, files
+from fedjax_face.core import checks, distributed, policy, xla_flags
+from fedjax_face.io import checkpoint
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment config file (configs/*.py).',
                                           lock_config=True)
@@ -258,7 +258,7 @@ def main(argv, action=None):
   start(_CONFIG.value)
   try:
     (action or experiment.train_and_evaluate)(_CONFIG.value, _WORKDIR.value)
-  except (files.WorkdirError, checkpoint.InitFromError) as error:   # before the workdir is used
+  except checks.UsageError as error:   # a file, line, field or workdir the user can fix
     exit_usage(str(error), error)
   except lifecycle.Preempted as error:
     exit_now(str(error), PREEMPTED_EXIT, error)

@@ -7,6 +7,14 @@ import math
 import ml_collections
 
 
+class UsageError(ValueError):
+  """Input the user can fix: a config field, a file, a line of a file, a workdir. Its message is
+  one line naming which and what was expected; the entry points (`fedjax_face.main`,
+  `fedjax_face.evaluate`) print it alone and exit with status 2 (the traceback only with `-v 1`).
+  Every reader's and check's own error class derives from it; a plain ValueError from a check of a
+  config field (`check_*` below) is treated the same way by the entry points."""
+
+
 def check_choice(name: str, value, choices) -> None:
   """Raises ValueError unless `config.<name>` is one of `choices`."""
   if value not in choices:

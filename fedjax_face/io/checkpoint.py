@@ -35,6 +35,7 @@ import orbax.checkpoint as ocp
 from etils import epath
 from flax import serialization
 
+from fedjax_face.core import checks
 from fedjax_face.io import files
 from fedjax_face.io import provenance
 
@@ -528,7 +529,7 @@ def _init_run_file(workdir: str, name: str) -> str:
   return path
 
 
-class InitFromError(ValueError):
+class InitFromError(checks.UsageError):
   """The run `config.init_from` names cannot start this one as it stands (a checkpoint that does
   not verify): main.py prints it as one line with exit status 2, like `experiment.validate`'s."""
 

@@ -23,6 +23,8 @@ import socket
 import numpy as np
 from etils import epath
 
+from fedjax_face.core import checks
+
 
 def is_uri(path: str) -> bool:
   """True for 'gs://bucket/x' and the like; False for local paths."""
@@ -47,7 +49,7 @@ def exists(path: str) -> bool:
   return epath.Path(path).exists()
 
 
-class WorkdirError(ValueError):
+class WorkdirError(checks.UsageError):
   """A `--workdir` that cannot hold a run (main.py prints it as one line, exit status 2)."""
 
 

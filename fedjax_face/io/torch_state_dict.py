@@ -29,6 +29,7 @@ import zipfile
 import ml_dtypes
 import numpy as np
 
+from fedjax_face.core import checks
 from fedjax_face.io import safe_pickle
 
 # torch.<name> storage classes (as pickled in a persistent id) -> the numpy dtype of their bytes.
@@ -43,7 +44,7 @@ STORAGE_DTYPES = {
 _LEGACY_MAGIC = b'\x80\x02\x8a\x0al\xfc\x9cF\xf9 j\xa8P\x19.'
 
 
-class TorchFormatError(ValueError):
+class TorchFormatError(checks.UsageError):
   """A file that is not a readable PyTorch state dict; the message names the file."""
 
 

@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_face.core import checks
 from fedjax_face import models
 from fedjax_face.io import torch_state_dict
 from fedjax_face.models.small_cnn import BN_EPSILON
@@ -46,7 +47,7 @@ _LEAVES = {'kernel': 'weight', 'scale': 'weight', 'bias': 'bias', 'negative_slop
            'mean': 'running_mean', 'var': 'running_var'}
 
 
-class BackboneMismatchError(ValueError):
+class BackboneMismatchError(checks.UsageError):
   """A state dict that does not fit the model; the message names the first key that differs."""
 
 

@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from fedjax_face.core import checks
 from fedjax_face.data import align
 from fedjax_face.data.formats import recordio
 
@@ -31,7 +32,7 @@ LAYOUTS = ('insightface', 'fedfr')
 GALLERIES = ('G1', 'G2')
 
 
-class IJBFormatError(ValueError):
+class IJBFormatError(checks.UsageError):
   """A missing or malformed meta file, or an image it names that is not there."""
 
 

@@ -49,6 +49,8 @@ from absl import logging
 import numpy as np
 from PIL import Image
 
+from fedjax_face.core import checks
+
 LAYOUTS = ('fedgpad', 'ssdg', 'mcio')
 SPLITS = ('train', 'test')
 DEPTH_POLICIES = ('maps', 'ones')
@@ -61,7 +63,7 @@ SSDG_LISTS = {'train': 'train_label.json', 'test': 'test_label.json'}
 SSDG_FIRST = 6                               # SSDG's first sampled frame index
 
 
-class PadListError(ValueError):
+class PadListError(checks.UsageError):
   """Bad list input; the message names the file and line."""
 
 

@@ -37,6 +37,7 @@ import os
 import numpy as np
 from PIL import Image
 
+from fedjax_face.core import checks
 from fedjax_face.data.formats import pad_lists
 
 VIDEO_EXTENSIONS = ('.avi', '.mov', '.mp4')
@@ -45,7 +46,7 @@ BOXES = ('center', 'dat', 'csv')
 CSV_HEADER = ('video', 'frame', 'x', 'y', 'w', 'h')
 
 
-class PadVideoError(ValueError):
+class PadVideoError(checks.UsageError):
   """A video list, video or box file that cannot be used; the message names it."""
 
 

@@ -37,6 +37,8 @@ from typing import Iterator, NamedTuple, Sequence
 from absl import logging
 import numpy as np
 
+from fedjax_face.core import checks
+
 MAGIC = 0xCED7230A
 _MAGIC_BYTES = struct.pack('<I', MAGIC)
 _FRAME = struct.Struct('<II')  # magic, lrecord
@@ -51,7 +53,7 @@ MAX_EXACT_KEY = 1 << 24
 _MAX_LOGGED_SKIPS = 10
 
 
-class RecordIOError(ValueError):
+class RecordIOError(checks.UsageError):
   """A malformed `.rec` / `.idx` / `property` file; the message names the file and record key."""
 
   def __init__(self, path: str, key: int | None, what: str):

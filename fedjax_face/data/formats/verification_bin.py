@@ -38,6 +38,7 @@ from typing import Sequence
 
 import numpy as np
 
+from fedjax_face.core import checks
 from fedjax_face.data.formats import recordio
 from fedjax_face.data.types import PairSet
 from fedjax_face.io import safe_pickle
@@ -45,7 +46,7 @@ from fedjax_face.io import safe_pickle
 _DTYPES = {'b1': np.dtype(np.bool_), 'u1': np.dtype(np.uint8)}
 
 
-class BinFormatError(ValueError):
+class BinFormatError(checks.UsageError):
   """A `.bin` file that is not a well-formed insightface pair set; the message names the file."""
 
 
