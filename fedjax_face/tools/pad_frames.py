@@ -23,7 +23,7 @@ No depth maps are made: live pseudo-depth comes from the user's own files (PRNet
 docs/pad.md), at `depth/<first k directories of the frame path>/<frame stem>_depth.jpg`, or
 `--config.data.pad_lists.depth=ones` trains without them. A bad input stops the tool before
 anything is left behind (`pad_videos.PadVideoError`, naming the file and line); the frames it
-wrote are removed.
+wrote are removed, and the progress line is ended first, so that the error is a line of its own.
 """
 
 from __future__ import annotations
@@ -148,6 +148,7 @@ def extract(videos_list: str, out: str, *, layout: str, split: str, video_root: 
     raise PadVideoError(f'{out} already holds {existing[0]}; remove the split\'s lists and '
                         'frames first, or write to another --out.')
   written, entries = [], []
+  open_line = False   # a progress line without its newline yet: an error must not follow on it
   try:
     for done, video in enumerate(videos, 1):
       path = os.path.join(video_root, video.path)
@@ -175,8 +176,12 @@ def extract(videos_list: str, out: str, *, layout: str, split: str, video_root: 
         raise PadVideoError(f'{video.origin}: {path} decodes to no frames.')
       if progress:
         _progress(done, len(videos), len(entries))
+        open_line = done < len(videos)
     lists = write_lists(layout, split, out, name, entries)
   except BaseException:
+    if open_line:
+      sys.stderr.write('\n')
+      sys.stderr.flush()
     for path in written:
       os.remove(path)
     _remove_empty_dirs({os.path.dirname(p) for p in written}, out)

@@ -310,10 +310,12 @@ def test_mcio_bad_lines(tmp_path):
   lists = os.path.join(root, 'casia_real_test.txt')
   _error(lambda: formats.read_mcio(root, 'test'),
          f"{lists}:2: the frame {os.path.join(root, 'test/real/1_2_frame1.png')} does not exist.")
-  _rewrite(lists, ['test/real/1_1.png'])
+  _rewrite(lists, ['test/real/1_1_frame0.png 1'])     # a label: not this layout's
   _error(lambda: formats.read_mcio(root, 'test'),
-         f"{lists}:1: malformed line 'test/real/1_1.png'; expected one path naming "
-         '<video>_frame0.')
+         f"{lists}:1: malformed line 'test/real/1_1_frame0.png 1'; expected one frame path.")
+  _rewrite(lists, ['test/real/1_1.png'])      # one frame (WCS's lines): it must exist
+  _error(lambda: formats.read_mcio(root, 'test'),
+         f"{lists}:1: the frame {os.path.join(root, 'test/real/1_1.png')} does not exist.")
 
 
 def test_skip_bad_records_drops_them_and_says_how_many_in_one_line(tmp_path, monkeypatch):

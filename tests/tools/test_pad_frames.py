@@ -260,3 +260,25 @@ def test_the_command_line_shows_progress_and_names_a_bad_input_in_one_line(video
   assert bad.returncode == 1
   assert bad.stderr.strip().splitlines() == [
       f"pad_frames: {videos / 'bad.txt'}:1: label '3'; expected 1 (live) or 0 (attack)."]
+
+
+def test_an_error_after_progress_starts_on_its_own_line(videos, tmp_path):
+  # The progress line ends in '\r' updates, not a newline, until the last video: an error part
+  # way must end it first, or the message is printed on the progress line.
+  (videos / 'broken_late.avi').write_bytes(b'RIFF\x00\x00\x00\x00AVI LIST' + bytes(200))
+  listed = videos / 'late.txt'
+  listed.write_text('s1/live_1.avi 1\ns1/attack_1.mov 0\nbroken_late.avi 0\n')
+  with pytest.raises(PadVideoError) as error:
+    pad_frames.extract(str(listed), str(tmp_path / 'quiet'), layout='fedgpad', split='train',
+                       size=SIZE, progress=False)
+  out = subprocess.run(
+      [sys.executable, '-m', 'fedjax_face.tools.pad_frames', f'--videos={listed}',
+       f'--out={tmp_path / "O"}', '--layout=fedgpad', '--split=train', f'--size={SIZE}'],
+      cwd=config_files.ROOT, capture_output=True, timeout=120)   # bytes: '\r' kept as is
+  stderr = out.stderr.decode()
+  assert out.returncode == 1 and out.stdout == b''
+  progress, line, end = stderr.split('\n')
+  assert progress.endswith('] 2/3 videos, 2 frames'), stderr
+  assert progress.count('\r[') == 2, stderr
+  assert (line, end) == (f'pad_frames: {error.value}', '')
+  assert not (tmp_path / 'O').exists()

@@ -15,12 +15,20 @@ an evaluation split ('test'):
              With that field every listed frame is kept, its video is that id; without it the
              video is the frame's folder and SSDG's sampling keeps k frames of a video of n
              (frames sorted by number): indices `6 + j*floor(n/k)`, j < k.
-  'mcio'     MCIO text lists (FLIP, FedSIS): `<ds>_{real,fake}_{train,test}.txt` (the one `<ds>`
-             found in the root), one path a line naming `<video>_frame0.<ext>`; `frame1` is the
-             same path with `frame0` replaced. The label is the list's (real = live).
+  'mcio'     MCIO text lists (FLIP, FedSIS): `<ds>_{real,fake}_{train,test}.txt`, one path a
+             line; the label is the list's (real = live). A line naming `<video>_frame0.<ext>`
+             is two frames of one video: `frame1` is the same path with `frame0` replaced. Any
+             other line (WCS's and CelebA-Spoof's lists) is one frame, its own video, as FLIP's
+             loader groups them. A root is either a folder holding the lists, paths relative
+             to it, or the tree FLIP and FedSIS ship: `txt/` holding every data set's lists and
+             `frame/` the frames, paths relative to `frame/` (`data/MCIO`, `data/WCS`, or its
+             `txt/`). `<ds>` is named (`data.pad_lists.datasets`) or the one found. A data set
+             in `TRAIN_ONLY` (CelebA-Spoof's `celeb`, an extra training client) has no test
+             split: asking for it is refused.
 
 Depth maps (any layout, training split only): with depth policy 'maps' a live frame's map is
-`depth/<first k directories of its path>/<stem>_depth.jpg` under the root, k per data set
+`depth/<first k directories of its path>/<stem>_depth.jpg` under the root (the folder its
+path is relative to: `frame/` in FLIP's tree), k per data set
 (`DEPTH_DIRS`: OULU 1, MSU 2, CASIA 3, idiap 3, SiW 4; overridable), and every attack frame's is
 `depth/fake_depth.jpg`. Policy 'ones': no files read; live maps all ones (as CDCN code does),
 attack maps zeros. (A 'none' policy, no depth loss, is not offered: FedPAD's and FedGPAD's losses
@@ -32,7 +40,8 @@ order is the embedded benchmark's own.
 
 Bad input stops with a `PadListError` naming the file and line (a JSON list: the entry): a line
 naming a missing file, a label other than 0 / 1, a live frame without its depth map (policy
-'maps'), a malformed line, a data center with no live or no attack frames. With
+'maps'), a malformed line, a data center with no live or no attack frames, an MCIO root of
+several data sets with none named, a test split of a training-only data set. With
 `skip_bad_records` the bad entries (never an empty data center) are dropped and counted in one
 log line.
 """
@@ -61,6 +70,12 @@ DEPTH_DIRS = {'OULU': 1, 'MSU': 2, 'CASIA': 3, 'idiap': 3, 'SiW': 4,
 FAKE_DEPTH = 'depth/fake_depth.jpg'
 SSDG_LISTS = {'train': 'train_label.json', 'test': 'test_label.json'}
 SSDG_FIRST = 6                               # SSDG's first sampled frame index
+# FLIP's and FedSIS's shipped tree (`data/MCIO`, `data/WCS`): the lists, and what paths are
+# relative to.
+MCIO_LISTS, MCIO_FRAMES = 'txt', 'frame'
+# The MCIO-layout data sets that ship training lists only: CelebA-Spoof (FLIP's
+# `celeb_{real,fake}_train.txt`), which FLIP and FedSIS add as a training client, never a target.
+TRAIN_ONLY = {'celeb': 'CelebA-Spoof'}
 
 
 class PadListError(checks.UsageError):
@@ -250,47 +265,76 @@ def read_ssdg(root: str, split: str, *, frames_per_video: int, depth_dirs: int |
   return _sorted_frames(entries, root, split, depth_policy, depth_dirs, records, [path])
 
 
-def mcio_name(root: str, split: str) -> str:
-  """The `<ds>` of the `<ds>_real_<split>.txt` in `root`."""
+def mcio_tree(root: str) -> tuple[str, str]:
+  """(the folder holding an MCIO root's lists, the folder their paths are relative to): FLIP's
+  and FedSIS's `<root>/txt` and `<root>/frame` when `<root>/txt` is a folder (or the root is
+  that `txt/` itself, `frame/` beside it), else the root itself for both."""
+  lists = os.path.join(root, MCIO_LISTS)
+  if os.path.isdir(lists):
+    return lists, os.path.join(root, MCIO_FRAMES)
+  beside = os.path.join(os.path.dirname(os.path.normpath(root)), MCIO_FRAMES)
+  if os.path.basename(os.path.normpath(root)) == MCIO_LISTS and os.path.isdir(beside):
+    return root, beside
+  return root, root
+
+
+def mcio_name(root: str, split: str, name: str = '') -> str:
+  """The `<ds>` of the `<ds>_real_<split>.txt` read from `root`: `name`, checked, or (no name)
+  the one there."""
+  lists, _ = mcio_tree(root)
   suffix = f'_real_{split}.txt'
   found = sorted(os.path.basename(p)[:-len(suffix)]
-                 for p in glob.glob(os.path.join(root, f'*{suffix}')))
+                 for p in glob.glob(os.path.join(lists, f'*{suffix}')))
+  if name in TRAIN_ONLY and split != 'train':
+    raise PadListError(f"{os.path.join(lists, name + suffix)}: {TRAIN_ONLY[name]} ('{name}') "
+                       f'ships training lists only ({name}_{{real,fake}}_train.txt); expected '
+                       'it as a data center, never a target.')
+  if name:
+    if name not in found:
+      raise PadListError(f'{os.path.join(lists, name + suffix)}: no such list file (MCIO '
+                         f'lists of data set {name!r}); the lists there: {found}.')
+    return name
   if len(found) != 1:
-    raise PadListError(f'{root}: expected one <ds>{suffix} (MCIO lists), found {found}.')
+    raise PadListError(f'{lists}: expected one <ds>{suffix} (MCIO lists), found {found}; name '
+                       'the data set of each root (data.pad_lists.datasets, target_dataset).')
   return found[0]
 
 
-def read_mcio(root: str, split: str, *, depth_dirs: int | None = None,
+def read_mcio(root: str, split: str, *, name: str = '', depth_dirs: int | None = None,
               depth_policy: str = 'ones', skip_bad_records: bool = False) -> Frames:
-  """MCIO's text lists of `split` under `root` (see the module docstring)."""
-  name = mcio_name(root, split)
+  """MCIO's text lists of data set `name` (default: the one in the root), split `split`, under
+  `root` (see the module docstring)."""
+  name = mcio_name(root, split, name)
+  lists_dir, frames_dir = mcio_tree(root)
   records, entries = _Records(skip_bad_records), []
-  lists = [os.path.join(root, f'{name}_{kind}_{split}.txt') for kind in ('real', 'fake')]
+  lists = [os.path.join(lists_dir, f'{name}_{kind}_{split}.txt') for kind in ('real', 'fake')]
   for path, live in zip(lists, (True, False)):
     for origin, line in _text_lines(path):
       words = line.split()
-      if len(words) != 1 or 'frame0' not in os.path.basename(words[0]):
-        records.bad_record(f'{origin}: malformed line {line!r}; expected one path naming '
-                           '<video>_frame0.')
+      if len(words) != 1:
+        records.bad_record(f'{origin}: malformed line {line!r}; expected one frame path.')
         continue
       frame0 = words[0]
+      base = os.path.basename(frame0)
+      if 'frame0' not in base:       # one frame, its own video
+        entries.append((frame0, live, os.path.splitext(frame0)[0], origin))
+        continue
       frame1 = frame1_path(frame0)
       missing = [p for p in (frame0, frame1)
-                 if not os.path.isfile(p if os.path.isabs(p) else os.path.join(root, p))]
+                 if not os.path.isfile(p if os.path.isabs(p) else os.path.join(frames_dir, p))]
       if missing:
-        records.bad_record(f'{origin}: the frame {os.path.join(root, missing[0])} does not '
-                           'exist.')
+        records.bad_record(f'{origin}: the frame {os.path.join(frames_dir, missing[0])} does '
+                           'not exist.')
         continue
-      base = os.path.basename(frame0)
       video = os.path.join(os.path.dirname(frame0), base[:base.index('frame0')].rstrip('_'))
       entries += [(frame0, live, video, origin), (frame1, live, video, origin)]
-  return _sorted_frames(entries, root, split, depth_policy, depth_dirs, records, lists)
+  return _sorted_frames(entries, frames_dir, split, depth_policy, depth_dirs, records, lists)
 
 
 def read(layout: str, root: str, split: str, *, depth_dirs: int | None, depth_policy: str,
-         frames_per_video: int = 1, attack_list: str = 'fake',
+         frames_per_video: int = 1, attack_list: str = 'fake', name: str = '',
          skip_bad_records: bool = False) -> Frames:
-  """The reader of `layout`."""
+  """The reader of `layout` (`name`: an 'mcio' root's data set, '' for the one there)."""
   if layout == 'fedgpad':
     return read_fedgpad(root, split, depth_dirs=depth_dirs, depth_policy=depth_policy,
                         attack_list=attack_list, skip_bad_records=skip_bad_records)
@@ -298,7 +342,7 @@ def read(layout: str, root: str, split: str, *, depth_dirs: int | None, depth_po
     return read_ssdg(root, split, frames_per_video=frames_per_video, depth_dirs=depth_dirs,
                      depth_policy=depth_policy, skip_bad_records=skip_bad_records)
   if layout == 'mcio':
-    return read_mcio(root, split, depth_dirs=depth_dirs, depth_policy=depth_policy,
+    return read_mcio(root, split, name=name, depth_dirs=depth_dirs, depth_policy=depth_policy,
                      skip_bad_records=skip_bad_records)
   raise ValueError(f'layout {layout!r}; expected one of {LAYOUTS}.')
 

@@ -1,6 +1,8 @@
 """`data.source='pad_lists'`: real anti-spoofing data in the layouts researchers hold
 (`data/formats/pad_lists.py`: the FedGPAD authors' lists, SSDG's JSON lists, MCIO text lists),
-one root per data center, each in its own layout.
+one root per data center, each in its own layout (several data centers may share one: the MCIO
+tree FLIP and FedSIS ship, `data/MCIO` with every data set's lists in `txt/`, names the data set
+of each in `datasets`).
 
 The benchmark is built exactly as the embedded source builds it (`sources/pad.py:benchmark`):
 data center k's training frames labelled 2k (attack) / 2k + 1 (live), one client per data center
@@ -18,6 +20,18 @@ Example (O&C&I -> M, a root each):
     --config.data.pad_lists.layouts="('fedgpad','fedgpad','fedgpad')"
     --config.data.pad_lists.target=M --config.data.pad_lists.target_root=/data/MSU
     --config.data.pad_lists.target_layout=fedgpad
+
+The same protocol from FLIP's tree as shipped (`data/MCIO/txt`, `data/MCIO/frame`), with
+CelebA-Spoof as a fourth, training-only, data center (its training lists alone: it gives no
+'validation' frames):
+
+    --config.data.pad_lists.centers="('O','C','I','celeb')"
+    --config.data.pad_lists.roots="('/data/MCIO','/data/MCIO','/data/MCIO','/data/MCIO')"
+    --config.data.pad_lists.layouts="('mcio','mcio','mcio','mcio')"
+    --config.data.pad_lists.datasets="('oulu','casia','replay','celeb')"
+    --config.data.pad_lists.target=M --config.data.pad_lists.target_root=/data/MCIO
+    --config.data.pad_lists.target_layout=mcio --config.data.pad_lists.target_dataset=msu
+    --config.data.pad_lists.depth=ones --config.federated.num_clients=4
 """
 
 import os
@@ -32,8 +46,8 @@ from fedjax_face.data.synthetic.pad_benchmark import DEPTH_SIZE, LIVE, PadSet
 
 TASK = 'anti_spoofing'
 DATA_FIELDS = ('centers', 'roots', 'layouts', 'target', 'target_root', 'target_layout',
-               'depth_dirs', 'depth', 'frames_per_video', 'attack_lists', 'skip_bad_records',
-               'pooled')
+               'datasets', 'target_dataset', 'depth_dirs', 'depth', 'frames_per_video',
+               'attack_lists', 'skip_bad_records', 'pooled')
 UNKNOWN_ATTACK = -2        # PadSet.attack of an attack frame: the lists do not say its kind
 
 
@@ -46,6 +60,9 @@ def config_section() -> ml_collections.ConfigDict:
   c.target = 'M'                # the unseen target's name
   c.target_root = ''
   c.target_layout = ''
+  c.datasets = ()               # 'mcio' layout: () or one <ds> per data center ('' = the one in
+                                # its root), the lists <ds>_{real,fake}_<split>.txt it reads
+  c.target_dataset = ''         # the target's <ds> ('' = the one in target_root)
   c.depth_dirs = ()             # () or one k per data center (0: the data set's,
                                 # formats.DEPTH_DIRS by its name): depth/<first k dirs>/...
   c.depth = 'maps'              # 'maps': the depth files, refused when missing; 'ones':
@@ -69,7 +86,7 @@ def check_config(config) -> None:
     if len(tuple(p[field])) != len(centers):
       raise ValueError(f'config.data.pad_lists.{field}={tuple(p[field])}; expected one per data '
                        f'center {centers}.')
-  for field in ('depth_dirs', 'attack_lists'):
+  for field in ('depth_dirs', 'attack_lists', 'datasets'):
     if tuple(p[field]) and len(tuple(p[field])) != len(centers):
       raise ValueError(f'config.data.pad_lists.{field}={tuple(p[field])}; expected () or one '
                        f'per data center {centers}.')
@@ -78,6 +95,20 @@ def check_config(config) -> None:
     if layout not in formats.LAYOUTS:
       raise ValueError(f'config.data.pad_lists.{where}={layout!r}; expected one of '
                        f'{formats.LAYOUTS}.')
+  for where, layout, name in [(f'datasets[{i}]', l, n)
+                              for i, (l, n) in enumerate(zip(p.layouts, _datasets(p)))] + [
+      ('target_dataset', p.target_layout, p.target_dataset)]:
+    if name and layout != 'mcio':
+      raise ValueError(f'config.data.pad_lists.{where}={name!r} with layout {layout!r}; a data '
+                       "set is named only for the 'mcio' layout: expected ''.")
+  if p.target_dataset in formats.TRAIN_ONLY:
+    raise ValueError(f'config.data.pad_lists.target_dataset={p.target_dataset!r}; '
+                     f'{formats.TRAIN_ONLY[p.target_dataset]} ships training lists only: expected '
+                     'a data set with test lists (it may be a data center).')
+  if all(n in formats.TRAIN_ONLY for n in _datasets(p)):
+    raise ValueError(f'config.data.pad_lists.datasets={tuple(p.datasets)}; expected a data '
+                     "center with test lists (the 'validation' frames) besides "
+                     f'{tuple(formats.TRAIN_ONLY)}.')
   if not p.target_root or any(not r for r in p.roots):
     raise ValueError(f'config.data.pad_lists.roots={tuple(p.roots)}, target_root='
                      f'{p.target_root!r}; expected a directory for every data center and the '
@@ -116,12 +147,17 @@ def _attack_lists(p) -> list[str]:
   return list(p.attack_lists) or ['fake'] * len(p.centers)
 
 
-def _read(config, root, layout, split, depth_dirs=None, attack_list='fake') -> PadSet:
+def _datasets(p) -> list[str]:
+  return list(p.datasets) or [''] * len(p.centers)
+
+
+def _read(config, root, layout, split, depth_dirs=None, attack_list='fake', name='') -> PadSet:
   """One split of one root as a PadSet (split 0 = 'train', 1 = 'test'; subject unknown)."""
   p, size = config.data.pad_lists, config.data.image_size
   frames = formats.read(layout, root, split, depth_dirs=depth_dirs, depth_policy=p.depth,
                         frames_per_video=p.frames_per_video[split != 'train'],
-                        attack_list=attack_list, skip_bad_records=p.skip_bad_records)
+                        attack_list=attack_list, name=name,
+                        skip_bad_records=p.skip_bad_records)
   frames, images, depth = formats.load_frames(frames, size, DEPTH_SIZE, train=split == 'train',
                                               skip_bad_records=p.skip_bad_records,
                                               threads=formats.decode_threads(
@@ -134,13 +170,17 @@ def _read(config, root, layout, split, depth_dirs=None, attack_list='fake') -> P
 
 
 def load(config):
-  """The lists' frames as `types.FaceBenchmark` (`sources/pad.py:benchmark`)."""
+  """The lists' frames as `types.FaceBenchmark` (`sources/pad.py:benchmark`). Every list and
+  frame is read here, so that a bad one stops the run before anything else is made. A
+  training-only data set (`formats.TRAIN_ONLY`) gives training frames alone."""
   p = config.data.pad_lists
   train, validation = [], []
-  for root, layout, k, attack in zip(p.roots, p.layouts, _depth_dirs(p), _attack_lists(p)):
-    train.append(_read(config, root, layout, 'train', k, attack))
-    validation.append(_read(config, root, layout, 'test'))
-  target = _read(config, p.target_root, p.target_layout, 'test')
+  for root, layout, k, attack, name in zip(p.roots, p.layouts, _depth_dirs(p), _attack_lists(p),
+                                           _datasets(p)):
+    train.append(_read(config, root, layout, 'train', k, attack, name))
+    if name not in formats.TRAIN_ONLY:
+      validation.append(_read(config, root, layout, 'test', name=name))
+  target = _read(config, p.target_root, p.target_layout, 'test', name=p.target_dataset)
   return pad_source.benchmark(
       train, {'test': target, 'validation': pad_source.concat(validation, 'sources')}, p.pooled)
 
