@@ -2,9 +2,13 @@
 byte by byte (magic, length word, 'IfQQ' header, float32 labels, image, 4-byte padding; the .idx
 as `key<TAB>offset` lines), from embedded-benchmark faces.
 
-`write_split(root, ...)`: a pre-training set of `public` identities, `clients` client sets of
-`ids_per_client` identities (client k: identities k * ids_per_client ..), `train` training and
-`held_out` verification images per private identity, and the gallery of the training images.
+`write_split(root, ...)`: a pre-training set of `public` identities in `pretrain_folders` client
+folders (split as FedFR's `split_pretrain.py` splits them: consecutive groups, the first
+`public % pretrain_folders` one identity larger, each labelled from 0 under a flag-2 header
+(end, num_ids) written last; one folder keeps the flag-3 header (end, num_ids, 0) written first),
+`clients` client sets of `ids_per_client` identities (client k: identities k * ids_per_client ..),
+`train` training and `held_out` verification images per private identity, and the gallery of the
+training images.
 """
 
 import os
@@ -39,17 +43,25 @@ def write_rec(directory: str, prefix: str, records: list[tuple[int, bytes]]) -> 
       f.write(f'{key}\t{offset}\n')
 
 
-def write_set(directory: str, prefix: str, images, labels, header_labels) -> None:
-  """Record 0 the header (`header_labels`), records 1.. the images with their labels."""
-  records = [(0, payload(header_labels, 0.0, 0, b''))]
+def write_set(directory: str, prefix: str, images, labels, header_labels,
+              header_last: bool = False) -> None:
+  """Record 0 the header (`header_labels`), records 1.. the images with their labels. With
+  `header_last`, record 0 comes last in the file and carries the last image after its labels, as
+  `split_pretrain.py` writes it."""
+  records = []
   for key, (image, label) in enumerate(zip(images, labels), start=1):
     records.append((key, payload(None, label, key, recordio.encode_image(image, 'png'))))
+  if header_last:
+    records.append((0, payload(header_labels, 0.0, 0, records[-1][1][24:])))
+  else:
+    records.insert(0, (0, payload(header_labels, 0.0, 0, b'')))
   write_rec(directory, prefix, records)
 
 
 class Written:
   def __init__(self):
-    self.public_images = self.public_labels = None
+    self.public_images = self.public_labels = None   # all folders, labels 0 .. public - 1
+    self.public_folder_labels = []                    # each pre-training folder's own labels
     self.client_images, self.client_labels = [], []   # client-local labels
     self.veri_images = self.veri_labels = None
 
@@ -61,13 +73,22 @@ def render(num_identities: int, per_identity: int, size: int, rng) -> tuple[np.n
   return faces.render_faces({k: v[labels] for k, v in identities.items()}, nz, size), labels
 
 
-def write_split(root, *, public: int = 3, clients: int = 3, ids_per_client: int = 2,
-                train: int = 4, held_out: int = 2, size: int = 16, seed: int = 0) -> Written:
+def write_split(root, *, public: int = 3, pretrain_folders: int = 1, clients: int = 3,
+                ids_per_client: int = 2, train: int = 4, held_out: int = 2, size: int = 16,
+                seed: int = 0) -> Written:
   root, rng, out = os.fspath(root), np.random.default_rng(seed), Written()
   num_private = clients * ids_per_client
   out.public_images, out.public_labels = render(public, train, size, rng)
-  write_set(os.path.join(root, f'split_pretrain_{public}', 'client_0000'), 'train',
-            out.public_images, out.public_labels, [len(out.public_labels) + 1, public, 0])
+  start = 0
+  for i in range(pretrain_folders):
+    num_ids = public // pretrain_folders + int(public % pretrain_folders > i)
+    mine = (start <= out.public_labels) & (out.public_labels < start + num_ids)
+    local = out.public_labels[mine] - start
+    out.public_folder_labels.append(local)
+    header = [int(mine.sum()) + 1, num_ids] + ([0] if pretrain_folders == 1 else [])
+    write_set(os.path.join(root, f'split_pretrain_{public}', f'client_{i:04d}'), 'train',
+              out.public_images[mine], local, header, header_last=pretrain_folders > 1)
+    start += num_ids
   images, labels = render(num_private, train + held_out, size, rng)
   is_held_out = np.tile(np.arange(train + held_out) < held_out, num_private)
   out.veri_images, out.veri_labels = images[is_held_out], labels[is_held_out]

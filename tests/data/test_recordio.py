@@ -108,6 +108,9 @@ def test_spec_fixture_record_file(spec_root, spec_images):
   with recordio.RecordFile(os.path.join(spec_root, 'train.rec')) as f:
     assert len(f) == 6
     np.testing.assert_array_equal(f.keys(), np.arange(6))
+    # Each key's byte offset, as a scan of the frames from the front finds them.
+    scanned = [offset for offset, _ in recordio.iter_records(os.path.join(spec_root, 'train.rec'))]
+    np.testing.assert_array_equal(f.offsets(), scanned)
     assert 5 in f and 6 not in f
     header, rest = recordio.unpack(f.read(0))
     assert header.flag == 2 and rest == b''

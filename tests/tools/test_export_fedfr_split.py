@@ -1,5 +1,6 @@
 """The config's own partition exported in FedFR's pre-split layout reads back as the same clients,
-and FedFR on the exported files equals the in-memory run bit for bit."""
+and FedFR on the exported files equals the in-memory run bit for bit, the public set in one
+pre-training folder or in several (as FedFR's `split_pretrain.py` writes it)."""
 
 import json
 import os
@@ -8,6 +9,8 @@ import numpy as np
 import pytest
 
 from fedjax_face import experiment
+from fedjax_face.core import checks
+from fedjax_face.data.formats import fedfr_split
 from fedjax_face.tools import export_fedfr_split
 from tests import config_files
 
@@ -49,3 +52,17 @@ def test_fedfr_on_the_exported_split_equals_the_in_memory_run(tmp_path):
   assert read_digests == memory_digests
   assert read_logged == pytest.approx(memory_logged, rel=1e-6)
   assert np.isfinite(read['verification']['lfw']['accuracy'])
+  # The files just read, exported again with the public set in 3 pre-training folders of 3, 3, 2
+  # identities, each labelled from 0 under a flag-2 header as split_pretrain.py writes them: read
+  # back shifted, the same run again.
+  export_fedfr_split.export(config, str(tmp_path / 'split3'), pretrain_folders=3)
+  pretrain = tmp_path / 'split3' / 'split_pretrain_8'
+  assert sorted(os.listdir(pretrain)) == ['client_0000', 'client_0001', 'client_0002']
+  headers = [fedfr_split.check_set(str(pretrain / f'client_{i:04d}'), 'train') for i in range(3)]
+  assert [(h.num_ids, h.id_base) for h in headers] == [(3, None), (3, None), (2, None)]
+  config.data.fedfr_split.root = str(tmp_path / 'split3')
+  read3 = experiment.train_and_evaluate(config, str(tmp_path / 'read3'))
+  assert read3['personalized'] == memory['personalized']
+  assert _digests(tmp_path / 'read3')['arrays'] == memory_digests['arrays']
+  with pytest.raises(checks.UsageError, match=r'--pretrain_folders=9; expected 1 .. 8'):
+    export_fedfr_split.export(config, str(tmp_path / 'nine'), pretrain_folders=9)

@@ -325,6 +325,11 @@ class RecordFile:
     """All keys, sorted, int64."""
     return self._keys.copy()
 
+  def offsets(self) -> np.ndarray:
+    """The byte offset of each record of `keys()`, int64 (the record that starts last is the one a
+    truncated file cuts, whatever its key)."""
+    return self._offsets.copy()
+
   @property
   def file_size(self) -> int:
     return self._size

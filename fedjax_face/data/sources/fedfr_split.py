@@ -1,14 +1,20 @@
 """`data.source='fedfr_split'`: FedFR's pre-split federated data (`data/formats/fedfr_split.py`),
 streamed. The clients are the given splits, not a partition drawn here: client k is
-`split_train_*/client_XXXX` in name order, so `federated.num_clients` must count them. The public
-identities (`data.public_identities`, FedFR's D_g) are the pre-training split's, and the clients'
-held-out images (the personalized evaluation's probes) are the verification set's. Pair sets come
-from `<name>.bin` files in `verification_dir` (default the root).
+`split_train_*/client_XXXX` in number order, so `federated.num_clients` must count them. The public
+identities (`data.public_identities`, FedFR's D_g) are those of every `split_pretrain_*/client_XXXX`
+folder (the authors' script writes ten), and the clients' held-out images (the personalized
+evaluation's probes) are the verification set's. Pair sets come from `<name>.bin` files in
+`verification_dir` (default the root).
 
-Identities are numbered public first (0 .. K_g - 1, the pre-training set's labels), then the
-clients' (K_g + id_base + the client's own label), so that the verification set's identity i is
-K_g + i. The gallery set (`local_gallery_*`) holds the clients' training images again; when
-present, its images per identity are checked against the clients'.
+Identities are numbered public first (0 .. K_g - 1: pre-training folder i's labels shifted by the
+identities of folders 0 .. i - 1), then the clients' (K_g + id_base + the client's own label), so
+that the verification set's identity i is K_g + i. The gallery set (`local_gallery_*`) holds the
+clients' training images again; when present, its images per identity are checked against the
+clients'.
+
+Every set's header and size is checked (`check_files`) by the config check and again first thing
+in `load`, before any image record is read; every error names the file or folder and is a usage
+error (`recordio.RecordIOError`, `fedfr_split.SplitError`).
 """
 
 from __future__ import annotations
@@ -48,13 +54,14 @@ def directory(config, field: str) -> str | None:
   name = d[field]
   if name == NONE:
     if field == 'train':
-      raise ValueError("config.data.fedfr_split.train='none'; the clients' split is needed.")
+      raise checks.UsageError("config.data.fedfr_split.train='none'; the clients' split is "
+                              'needed.')
     return None
   if name:
     path = os.path.join(d.root, name)
     if not os.path.isdir(path):
-      raise FileNotFoundError(f'config.data.fedfr_split.{field}={name!r}: {path} is not a '
-                              'directory')
+      raise fedfr_split.SplitError(f'config.data.fedfr_split.{field}={name!r}: {path} is not a '
+                                   'directory')
     return path
   return fedfr_split.find_one(d.root, DIRECTORIES[field], field, required=field == 'train')
 
@@ -63,9 +70,34 @@ def _client_dirs(config) -> list[str]:
   return fedfr_split.client_dirs(directory(config, 'train'))
 
 
+def _pretrain_dirs(config) -> list[str]:
+  pretrain = directory(config, 'pretrain')
+  return fedfr_split.client_dirs(pretrain) if pretrain else []
+
+
+def check_files(config) -> tuple[list[fedfr_split.SetHeader], list[fedfr_split.SetHeader]]:
+  """(pre-training folders', clients') headers, after every set's header and file size is checked
+  (no image record read): a folder missing from a numbering, a header of the wrong flag, a
+  pre-training id_base that is not the folder's shift, clients sharing identities, a truncated
+  `.rec`, each named."""
+  public = [fedfr_split.check_set(p, 'train') for p in _pretrain_dirs(config)]
+  fedfr_split.public_bases(public)
+  clients = [fedfr_split.check_set(c, 'train', client=True) for c in _client_dirs(config)]
+  spans = sorted((c.id_base, c.id_base + c.num_ids, c.path) for c in clients)
+  for (_, end, path), (start, _, other) in zip(spans, spans[1:]):
+    if start < end:
+      raise fedfr_split.SplitError(f'{other} starts at identity {start}, inside {path}\'s '
+                                   'identities; expected disjoint clients')
+  for field in ('veri', 'gallery'):
+    path = directory(config, field)
+    if path:
+      fedfr_split.check_set(path, 'test')
+  return public, clients
+
+
 def check_config(config) -> None:
-  """The shared file fields, and the counts the files fix: clients and public identities (from
-  the directory listing and the pre-training set's header record)."""
+  """The shared file fields, every set's header and size (`check_files`), and the counts the files
+  fix: clients, and public identities (the pre-training folders' header records)."""
   files.check_file_section(config)
   d = config.data.fedfr_split
   for name in ('train', 'pretrain', 'veri', 'gallery'):
@@ -76,21 +108,18 @@ def check_config(config) -> None:
     raise ValueError('config.data.fedfr_split.min_images_per_identity / max_identities select '
                      'identities; the given splits fix them: expected 1 and 0.')
   if not os.path.isdir(d.root):
-    raise FileNotFoundError(f'config.data.fedfr_split.root={d.root!r} is not a directory')
-  clients = _client_dirs(config)
+    raise fedfr_split.SplitError(f'config.data.fedfr_split.root={d.root!r} is not a directory')
+  public_sets, clients = check_files(config)
   if config.federated.num_clients != len(clients):
     raise ValueError(f'federated.num_clients={config.federated.num_clients}; the split '
                      f'{directory(config, "train")} holds {len(clients)} clients: expected '
                      f'{len(clients)}.')
   checks.check_choice('federated.partition', config.federated.partition, ('balanced',))
-  pretrain = directory(config, 'pretrain')
-  public = 0
-  if pretrain is not None:
-    with recordio.RecordFile(os.path.join(fedfr_split.client_dirs(pretrain)[0], 'train.rec')) as f:
-      public = fedfr_split.read_header(f)[1]
+  public = sum(h.num_ids for h in public_sets)
   if config.data.public_identities != public:
     raise ValueError(f'data.public_identities={config.data.public_identities}; the pre-training '
-                     f'set {pretrain} holds {public} identities: expected {public}.')
+                     f'set {directory(config, "pretrain")} ({len(public_sets)} client folders) '
+                     f'holds {public} identities: expected {public}.')
   if config.data.private_test_fraction:
     raise ValueError(f'data.private_test_fraction={config.data.private_test_fraction}; the '
                      "clients' held-out images are the verification set's: expected 0.")
@@ -125,20 +154,12 @@ class _Records:
 def load(config) -> FaceBenchmark:
   """The pre-training, client and verification images (record headers read, no image decoded)."""
   d = config.data.fedfr_split
-  pretrain = directory(config, 'pretrain')
-  public = [fedfr_split.read_set(fedfr_split.client_dirs(pretrain)[0], 'train')] if pretrain else []
-  clients = [fedfr_split.read_set(c, 'train') for c in _client_dirs(config)]
-  num_public = public[0].num_ids if public else 0
-  for c in clients:
-    if c.id_base is None:
-      raise recordio.RecordIOError(c.path, 0, 'a client set\'s header has flag 2 (end, num_ids); '
-                                   'expected flag 3 (end, num_ids, id_base)')
-  spans = sorted((c.id_base, c.id_base + c.num_ids, c.path) for c in clients)
-  for (_, end, path), (start, _, other) in zip(spans, spans[1:]):
-    if start < end:
-      raise ValueError(f'{other} starts at identity {start}, inside {path}\'s identities; '
-                       'expected disjoint clients')
-  num_private = max(end for _, end, _ in spans)
+  check_files(config)   # every set's header and size before a single image record is read
+  public = [fedfr_split.read_set(p, 'train') for p in _pretrain_dirs(config)]
+  public_bases = fedfr_split.public_bases(public)
+  clients = [fedfr_split.read_set(c, 'train', client=True) for c in _client_dirs(config)]
+  num_public = sum(s.num_ids for s in public)
+  num_private = max(c.id_base + c.num_ids for c in clients)
   veri_dir = directory(config, 'veri')
   veri = [fedfr_split.read_set(veri_dir, 'test')] if veri_dir else []
   if veri:
@@ -147,7 +168,8 @@ def load(config) -> FaceBenchmark:
   if gallery_dir:
     _check_gallery(fedfr_split.read_set(gallery_dir, 'test'), clients)
   labels = np.concatenate(
-      [s.labels for s in public] + [num_public + c.id_base + c.labels for c in clients]
+      [base + s.labels for s, base in zip(public, public_bases)]
+      + [num_public + c.id_base + c.labels for c in clients]
       + [num_public + s.labels for s in veri]).astype(np.int32)
   records = _Records(public + clients + veri)
   store = stores.DecodedImageStore(
@@ -169,13 +191,14 @@ def load(config) -> FaceBenchmark:
 
 def _check_veri(veri: fedfr_split.SplitSet, pairs_path: str, num_private: int) -> None:
   if veri.num_ids > num_private:
-    raise ValueError(f'{veri.path}: {veri.num_ids} identities; the clients hold {num_private}')
+    raise fedfr_split.SplitError(f'{veri.path}: {veri.num_ids} identities; the clients hold '
+                                 f'{num_private}')
   if os.path.isfile(pairs_path):
     pairs = fedfr_split.read_idx_id_pairs(pairs_path)
     for key, label in zip(veri.keys.tolist(), veri.labels.tolist()):
       if pairs.get(key, label) != label:
-        raise ValueError(f'{pairs_path}: record {key} is identity {pairs[key]} there and '
-                         f'{label} in {veri.path}')
+        raise fedfr_split.SplitError(f'{pairs_path}: record {key} is identity {pairs[key]} '
+                                     f'there and {label} in {veri.path}')
 
 
 def _check_gallery(gallery: fedfr_split.SplitSet, clients: list[fedfr_split.SplitSet]) -> None:
@@ -186,8 +209,9 @@ def _check_gallery(gallery: fedfr_split.SplitSet, clients: list[fedfr_split.Spli
   differ = np.flatnonzero(theirs != ours)
   if differ.size:
     i = int(differ[0])
-    raise ValueError(f'{gallery.path}: identity {i} has {theirs[i]} images; the clients\' '
-                     f'training sets hold {ours[i]} (the gallery is their training images)')
+    raise fedfr_split.SplitError(f'{gallery.path}: identity {i} has {theirs[i]} images; the '
+                                 f'clients\' training sets hold {ours[i]} (the gallery is their '
+                                 'training images)')
 
 
 def training_views(config, data, one_client: bool):
