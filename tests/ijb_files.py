@@ -93,3 +93,20 @@ def write_ijb(root, *, ijb_set: str = 'IJBC', layout: str = 'insightface', num_s
           f.write(f'{template_id(s, t)},{s},frames/{name}\n')
         out.probes.append((template_id(s, t), s))
   return out
+
+
+def meta_lines(root, kind: str, *, ijb_set: str = 'IJBC', layout: str = 'insightface'
+               ) -> list[str]:
+  """The lines of meta file `kind` ('template_pair_label.txt', ...), without their newlines."""
+  with open(ijb.meta_path(os.fspath(root), ijb_set, layout, kind)) as f:
+    return f.read().splitlines()
+
+
+def rewrite_meta(root, kind: str, lines: list[str], *, ijb_set: str = 'IJBC',
+                 layout: str = 'insightface') -> str:
+  """Meta file `kind` rewritten as `lines` (each ended by a newline, as a file cut at a line
+  boundary is); its path."""
+  path = ijb.meta_path(os.fspath(root), ijb_set, layout, kind)
+  with open(path, 'w') as f:
+    f.write(''.join(line + '\n' for line in lines))
+  return path

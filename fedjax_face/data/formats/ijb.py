@@ -14,6 +14,13 @@ or `<root>/meta/<SET>_meta/` (FedFR), each named `<set>_...` with the set in low
 The 1:N files are optional (1:1 runs without them). Every line is checked: a malformed line, a pair
 or 1:N template the image list does not hold, or an image missing from loose_crop is an error
 naming the file and the line.
+
+The files are also checked against each other, since a list cut short at a line boundary is
+well-formed line by line (issue 56: a pair list cut to 15 of its 28 lines scored AUC 1.0 where the
+whole list gives 0.927): every image of the image list has a landmark line, and every template of
+the image list is in some pair. A list cut after the last pair of some template passes both, so
+`read_protocol` also takes the number of pairs to expect: the real sets' published counts are
+PUBLISHED_PAIRS (the evaluator passes them unless `evals.ijb.check_pair_count` is off).
 """
 
 from __future__ import annotations
@@ -30,6 +37,10 @@ from fedjax_face.data.formats import recordio
 SETS = ('IJBB', 'IJBC')
 LAYOUTS = ('insightface', 'fedfr')
 GALLERIES = ('G1', 'G2')
+# Lines of `<set>_template_pair_label.txt` in the released sets: IJB-B's 1:1 protocol is 10,270
+# genuine and 8,000,000 impostor pairs, IJB-C's 19,557 and 15,638,932.
+PUBLISHED_PAIRS = {'IJBB': 8_010_270, 'IJBC': 15_658_489}
+SHOWN = 5   # ids named in a message about a set of them; the count names the rest
 
 
 class IJBFormatError(checks.UsageError):
@@ -165,28 +176,76 @@ def _check_known(path: str, templates: np.ndarray, numbers: np.ndarray, known: n
                          'list (face_tid_mid) does not hold')
 
 
-def read_protocol(root: str, ijb_set: str = 'IJBC', layout: str = 'insightface', *,
-                  check_images: bool = True) -> Protocol:
-  """Reads and cross-checks an IJB set's meta files (1:N ones when present).
+def _first(values) -> str:
+  """The first SHOWN of `values`, for a message that also gives their count."""
+  values = [str(v) for v in values]
+  return ', '.join(values[:SHOWN]) + (', ...' if len(values) > SHOWN else '')
 
-  Raises:
-    IJBFormatError: a missing meta file or image, a malformed line, image lists that disagree,
-      a template the image list does not hold.
-  """
-  root = os.fspath(root)
-  path = lambda kind: meta_path(root, ijb_set, layout, kind)
-  names, templates, medias, numbers = read_tid_mid(path('face_tid_mid.txt'))
-  lmk_names, landmarks, faceness, lmk_numbers = read_landmarks(path('name_5pts_score.txt'))
+
+def check_landmark_lines(tid_path: str, lmk_path: str, names: np.ndarray,
+                         lmk_names: np.ndarray, lmk_numbers: np.ndarray) -> None:
+  """Every image of the image list has a landmark line, and the landmark list is the image
+  list's images in its order (the two are read row by row together)."""
+  missing = names[~np.isin(names, lmk_names)]
+  if missing.size:
+    raise IJBFormatError(f'{lmk_path}: no landmark line for {missing.size:,} of the {len(names):,} '
+                         f'images of {tid_path} (first: {_first(missing)}); expected one line '
+                         'per image')
+  extra = ~np.isin(lmk_names, names)
+  if extra.any():
+    first = np.argmax(extra)
+    raise IJBFormatError(f'{lmk_path}:{lmk_numbers[first]}: {lmk_names[first]}, an image '
+                         f'{tid_path} does not hold ({int(extra.sum()):,} such lines: '
+                         f'{_first(lmk_names[extra])}); expected only its images')
   if len(lmk_names) != len(names) or (lmk_names != names).any():
     common = min(len(names), len(lmk_names))
     differ = np.flatnonzero(lmk_names[:common] != names[:common])
     line = (lmk_numbers[differ[0]] if differ.size else
             lmk_numbers[-1] + 1 if len(lmk_names) < len(names) else lmk_numbers[common])
-    raise IJBFormatError(f"{path('name_5pts_score.txt')}:{line}: the landmark list does not "
-                         f"follow {path('face_tid_mid.txt')} ({len(lmk_names)} and {len(names)} "
-                         'images; expected the same images in the same order)')
+    raise IJBFormatError(f'{lmk_path}:{line}: the landmark list does not follow {tid_path} '
+                         f'({len(lmk_names)} and {len(names)} images; expected the same images in '
+                         'the same order)')
+
+
+def check_pairs_cover(pair_path: str, tid_path: str, known: np.ndarray, pairs: np.ndarray,
+                      expected_pairs: int | None = None) -> None:
+  """The pair list holds `expected_pairs` pairs (None: any number) and names every template of
+  the image list (`known`, ascending): a list cut short at a line boundary fails one or both."""
+  if expected_pairs is not None and len(pairs) != expected_pairs:
+    raise IJBFormatError(f'{pair_path}: {len(pairs):,} pairs; expected {expected_pairs:,} (a list '
+                         'cut short? a protocol of other pairs turns this check off: '
+                         'evals.ijb.check_pair_count=False)')
+  unpaired = known[~np.isin(known, pairs)]
+  if unpaired.size:
+    raise IJBFormatError(f'{pair_path}: no pair names {unpaired.size:,} of the {len(known):,} '
+                         f'templates of {tid_path} (first: {_first(unpaired)}); expected every '
+                         'template in some pair (a list cut short?)')
+
+
+def read_protocol(root: str, ijb_set: str = 'IJBC', layout: str = 'insightface', *,
+                  check_images: bool = True, expected_pairs: int | None = None) -> Protocol:
+  """Reads and cross-checks an IJB set's meta files (1:N ones when present).
+
+  `expected_pairs`: the number of lines the pair list must hold (PUBLISHED_PAIRS[ijb_set] for a
+  released set), or None to take any number.
+
+  Raises:
+    IJBFormatError: a missing meta file or image, a malformed line, an image without a landmark
+      line or image lists that disagree otherwise, a template the image list does not hold, one
+      it holds that no pair names, a pair count other than `expected_pairs`.
+  """
+  root = os.fspath(root)
+  path = lambda kind: meta_path(root, ijb_set, layout, kind)
+  tid_path = path('face_tid_mid.txt')
+  names, templates, medias, numbers = read_tid_mid(tid_path)
+  if not len(names):
+    raise IJBFormatError(f'{tid_path}: no images; expected "image_name template_id media_id" '
+                         'lines')
+  lmk_names, landmarks, faceness, lmk_numbers = read_landmarks(path('name_5pts_score.txt'))
+  check_landmark_lines(tid_path, path('name_5pts_score.txt'), names, lmk_names, lmk_numbers)
   known = np.unique(templates)
   pairs, labels = read_pairs(path('template_pair_label.txt'), known)
+  check_pairs_cover(path('template_pair_label.txt'), tid_path, known, pairs, expected_pairs)
   galleries, probes = {}, None
   if os.path.isfile(path('1N_probe_mixed.csv')):
     galleries = {g: read_subjects(path(f'1N_gallery_{g}.csv'), known) for g in GALLERIES}

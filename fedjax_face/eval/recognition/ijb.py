@@ -33,15 +33,20 @@ block of pair features (2 x 50,000 x d x 8 bytes: 0.4 GB).
 from __future__ import annotations
 
 import concurrent.futures
+import ctypes
 import math
 import multiprocessing
+import os
+import signal
+import sys
+import threading
 import time
 from typing import Iterator, Sequence
 
 import numpy as np
 
 from fedjax_face.core import arrays
-from fedjax_face.core.checks import check_choice, check_int
+from fedjax_face.core.checks import check_bool, check_choice, check_int
 from fedjax_face.core.policy import usable_cpus
 from fedjax_face.data.formats import ijb as ijb_format
 from fedjax_face.eval import EvalOutput, Evaluator, plots
@@ -56,6 +61,8 @@ RANKS = (1, 5, 10)
 CHUNK_BATCHES = 16    # embedding batches loaded at once (the next chunk loads during this one)
 TASK_IMAGES = 64      # images a host worker process reads and aligns per task
 PAIR_BLOCK = 50_000   # pairs scored at once: 2 x 50,000 x d float64 features (0.4 GB at d = 512)
+PARENT_POLL_S = 0.5   # how often a worker without PR_SET_PDEATHSIG looks for its parent
+_PR_SET_PDEATHSIG = 1   # <linux/prctl.h>
 
 
 def parse_switches(value: str) -> str:
@@ -71,6 +78,37 @@ def parse_switches(value: str) -> str:
 
 # -- images -> features ------------------------------------------------------------------------
 
+def die_with_parent(parent: int, use_prctl: bool = True) -> None:
+  """Ends this worker process when `parent` (the process that made the pool) dies: the pool
+  initializer of `aligned_chunks`.
+
+  A worker blocked on the pool's call queue never sees its parent go (it holds the queue's write
+  end itself, so no EOF comes), and a kill -9 of the evaluation left every worker running at
+  ~220 MB each (issue 56). On Linux the kernel sends SIGKILL when the parent dies
+  (prctl(PR_SET_PDEATHSIG)); strictly, when the parent's thread that started the worker ends,
+  which here is the thread that runs the evaluation, for its whole length. Elsewhere, or where
+  prctl fails, a daemon thread polls os.getppid() every PARENT_POLL_S seconds and ends the worker
+  once it is no longer `parent`.
+  """
+  if use_prctl and sys.platform.startswith('linux'):
+    try:
+      libc = ctypes.CDLL(None, use_errno=True)
+      armed = libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+      armed = False
+    if armed:
+      if os.getppid() != parent:   # the parent died before the signal was armed
+        os._exit(1)   # pylint: disable=protected-access
+      return
+
+  def watch():
+    while os.getppid() == parent:
+      time.sleep(PARENT_POLL_S)
+    os._exit(1)   # pylint: disable=protected-access
+
+  threading.Thread(target=watch, name='die_with_parent', daemon=True).start()
+
+
 def aligned_chunks(protocol: ijb_format.Protocol, size: int, *, chunk: int, workers: int
                    ) -> Iterator[np.ndarray]:
   """Every image of the protocol read, decoded and aligned (`ijb_format.read_aligned`), as uint8
@@ -79,7 +117,8 @@ def aligned_chunks(protocol: ijb_format.Protocol, size: int, *, chunk: int, work
 
   The host work runs in `workers` spawned processes (0: the usable CPUs), TASK_IMAGES images a
   task: it is NumPy and PIL calls that mostly hold the GIL, so threads do not scale. One worker,
-  or a set of one chunk, loads in this process.
+  or a set of one chunk, loads in this process. The workers end with this process, however it
+  ends (`die_with_parent`).
   """
   num = len(protocol.names)
   spans = [(lo, min(lo + chunk, num)) for lo in range(0, num, chunk)]
@@ -90,7 +129,8 @@ def aligned_chunks(protocol: ijb_format.Protocol, size: int, *, chunk: int, work
       yield ijb_format.read_aligned(*task(lo, hi))
     return
   pool = concurrent.futures.ProcessPoolExecutor(
-      workers, mp_context=multiprocessing.get_context('spawn'))
+      workers, mp_context=multiprocessing.get_context('spawn'), initializer=die_with_parent,
+      initargs=(os.getpid(),))
   submit = lambda lo, hi: [pool.submit(ijb_format.read_aligned, *task(a, min(a + TASK_IMAGES, hi)))
                            for a in range(lo, hi, TASK_IMAGES)]
   try:
@@ -298,8 +338,9 @@ def markdown(results: dict, ijb_set: str) -> list[str]:
 
 
 def check_ijb(config, section) -> None:
-  """`evals.ijb` (`config_lib.base_config`): set, layout, switches, tar_rule, workers; `root` ''
-  turns the evaluator off (the root's files are read at the run's start, by `make_ijb`)."""
+  """`evals.ijb` (`config_lib.base_config`): set, layout, switches, tar_rule, workers,
+  check_pair_count; `root` '' turns the evaluator off (the root's files are read at the run's
+  start, by `make_ijb`)."""
   if not isinstance(section.root, str):
     raise ValueError(f"config.evals.ijb.root={section.root!r}; expected the IJB set's root "
                      "(meta/ and loose_crop/), or '' for no IJB evaluation.")
@@ -308,16 +349,27 @@ def check_ijb(config, section) -> None:
   check_choice('evals.ijb.tar_rule', section.tar_rule, TAR_RULES)
   parse_switches(section.switches)
   check_int('evals.ijb.workers', section.workers, allow_zero=True)
+  check_bool('evals.ijb.check_pair_count', section.check_pair_count)
   check_int('eval.batch_size', config.eval.batch_size)
 
 
 def make_ijb(config, section, setup) -> Evaluator | None:
-  """Reads the set's meta files once (every missing file or image named now, before training);
-  each evaluation embeds every image and scores both protocols. None when `root` is ''."""
+  """Reads and cross-checks the set's meta files once, here: every missing file or image, bad
+  line or disagreement between the files raises `IJBFormatError` while the evaluator is made,
+  before the run writes anything (only an image's bytes are read later, by the evaluation).
+  Each evaluation embeds every image and scores both protocols. None when `root` is ''.
+
+  With `check_pair_count` on (the default) the root is taken for the released set that `set`
+  names, IJB-B or IJB-C: its pair list must hold that set's published number of pairs
+  (`ijb_format.PUBLISHED_PAIRS`), so a list cut short at a line boundary is refused. A protocol
+  of other pairs turns it off.
+  """
   del setup
   if not section.root:
     return None
-  protocol = ijb_format.read_protocol(section.root, section.set, section.layout)
+  protocol = ijb_format.read_protocol(
+      section.root, section.set, section.layout,
+      expected_pairs=ijb_format.PUBLISHED_PAIRS[section.set] if section.check_pair_count else None)
   switches = parse_switches(section.switches)
 
   def evaluate(inputs) -> EvalOutput:

@@ -230,7 +230,9 @@ def _config(root, switches='insightface', layout='insightface'):
   config = ml_collections.ConfigDict({'algorithm': 'test', 'data': {'image_size': 16},
                                       'eval': {'batch_size': 8}})
   config.evals = ml_collections.ConfigDict({'ijb': config_lib.base_config().evals.ijb})
-  config.evals.ijb.update(root=str(root), layout=layout, switches=switches)
+  # A fixture of 28 pairs, not the released set's millions: no published count to hold.
+  config.evals.ijb.update(root=str(root), layout=layout, switches=switches,
+                          check_pair_count=False)
   return config
 
 
@@ -338,6 +340,136 @@ def test_bad_meta_files_are_named_with_the_line(written, tmp_path):
     ijb_format.read_protocol(bad)
 
 
+# -- meta files that disagree: each well-formed line by line (issue 56, item 4) -------------------
+
+def _paths(root):
+  return {k: ijb_format.meta_path(str(root), 'IJBC', 'insightface', f'{k}.txt')
+          for k in ('face_tid_mid', 'name_5pts_score', 'template_pair_label')}
+
+
+def test_a_pair_list_cut_at_a_line_boundary_is_refused(written, tmp_path):
+  # The issue's case: 15 of the fixture's 28 pairs. Every template is still in some pair (the
+  # first 7 pairs hold them all), so only the count of the whole list tells.
+  root, out = written
+  bad = _copy(root, tmp_path / 'cut15')
+  p = _paths(bad)
+  ijb_files.rewrite_meta(bad, 'template_pair_label.txt',
+                         ijb_files.meta_lines(bad, 'template_pair_label.txt')[:15])
+  assert len(ijb_format.read_protocol(bad).pairs) == 15   # no count to hold: taken
+  with pytest.raises(ijb_format.IJBFormatError) as raised:
+    ijb_format.read_protocol(bad, expected_pairs=len(out.pairs))
+  assert str(raised.value) == (
+      f"{p['template_pair_label']}: 15 pairs; expected 28 (a list cut short? a protocol of other "
+      'pairs turns this check off: evals.ijb.check_pair_count=False)')
+  # The whole list holds the count.
+  assert len(ijb_format.read_protocol(root, expected_pairs=28).pairs) == 28
+
+
+@pytest.mark.parametrize('kept, unpaired', [
+    (3, '4 of the 8 templates'),
+    (1, '6 of the 8 templates'),
+])
+def test_templates_no_pair_names_are_counted_and_the_first_named(written, tmp_path, kept,
+                                                                 unpaired):
+  root, _ = written
+  bad = _copy(root, tmp_path / f'cut{kept}')
+  p = _paths(bad)
+  ijb_files.rewrite_meta(bad, 'template_pair_label.txt',
+                         ijb_files.meta_lines(bad, 'template_pair_label.txt')[:kept])
+  first = {3: '120, 121, 130, 131', 1: '110, 111, 120, 121, 130, ...'}[kept]
+  with pytest.raises(ijb_format.IJBFormatError) as raised:
+    ijb_format.read_protocol(bad)
+  assert str(raised.value) == (
+      f"{p['template_pair_label']}: no pair names {unpaired} of {p['face_tid_mid']} (first: "
+      f'{first}); expected every template in some pair (a list cut short?)')
+
+
+def test_images_without_a_landmark_line_are_counted_and_the_first_named(written, tmp_path):
+  root, _ = written
+  bad = _copy(root, tmp_path / 'two')
+  p = _paths(bad)
+  lines = ijb_files.meta_lines(bad, 'name_5pts_score.txt')
+  ijb_files.rewrite_meta(bad, 'name_5pts_score.txt', lines[:4] + lines[5:8] + lines[9:])
+  with pytest.raises(ijb_format.IJBFormatError) as raised:
+    ijb_format.read_protocol(bad)
+  assert str(raised.value) == (
+      f"{p['name_5pts_score']}: no landmark line for 2 of the 32 images of {p['face_tid_mid']} "
+      '(first: 0_1_0_0.png, 1_0_0_0.png); expected one line per image')
+  # The landmark list cut at a line boundary.
+  ijb_files.rewrite_meta(bad, 'name_5pts_score.txt', lines[:20])
+  with pytest.raises(ijb_format.IJBFormatError) as raised:
+    ijb_format.read_protocol(bad)
+  assert str(raised.value) == (
+      f"{p['name_5pts_score']}: no landmark line for 12 of the 32 images of {p['face_tid_mid']} "
+      '(first: 2_1_0_0.png, 2_1_0_1.png, 2_1_1_0.png, 2_1_1_1.png, 3_0_0_0.png, ...); expected '
+      'one line per image')
+
+
+def test_landmarks_of_an_image_the_image_list_lacks_are_named_with_the_line(written, tmp_path):
+  root, _ = written
+  bad = _copy(root, tmp_path / 'extra')
+  p = _paths(bad)
+  lines = ijb_files.meta_lines(bad, 'name_5pts_score.txt')
+  stranger = '9_9_9_9.png' + lines[0][len('0_0_0_0.png'):]
+  ijb_files.rewrite_meta(bad, 'name_5pts_score.txt', lines + [stranger])
+  with pytest.raises(ijb_format.IJBFormatError) as raised:
+    ijb_format.read_protocol(bad)
+  assert str(raised.value) == (
+      f"{p['name_5pts_score']}:33: 9_9_9_9.png, an image {p['face_tid_mid']} does not hold (1 "
+      'such lines: 9_9_9_9.png); expected only its images')
+
+
+def test_an_empty_image_list_is_refused(written, tmp_path):
+  root, _ = written
+  bad = _copy(root, tmp_path / 'empty')
+  p = _paths(bad)
+  ijb_files.rewrite_meta(bad, 'face_tid_mid.txt', [])
+  with pytest.raises(ijb_format.IJBFormatError) as raised:
+    ijb_format.read_protocol(bad)
+  assert str(raised.value) == (f"{p['face_tid_mid']}: no images; expected \"image_name "
+                               'template_id media_id" lines')
+
+
+@pytest.mark.parametrize('ijb_set', ijb_format.SETS)
+def test_the_evaluator_holds_a_released_set_to_its_published_pair_count(tmp_path, ijb_set):
+  # Made, not evaluated: the check runs while the evaluator is made, before a run writes anything.
+  ijb_files.write_ijb(tmp_path, ijb_set=ijb_set, num_subjects=2)   # 6 pairs
+  config = _config(tmp_path)
+  config.evals.ijb.update(set=ijb_set, check_pair_count=True)
+  ijb.check_ijb(config, config.evals.ijb)
+  published = {'IJBB': '8,010,270', 'IJBC': '15,658,489'}[ijb_set]
+  assert f'{ijb_format.PUBLISHED_PAIRS[ijb_set]:,}' == published
+  path = ijb_format.meta_path(str(tmp_path), ijb_set, 'insightface', 'template_pair_label.txt')
+  with pytest.raises(ijb_format.IJBFormatError) as raised:
+    ijb.make_ijb(config, config.evals.ijb, None)
+  assert str(raised.value) == (
+      f'{path}: 6 pairs; expected {published} (a list cut short? a protocol of other pairs turns '
+      'this check off: evals.ijb.check_pair_count=False)')
+  config.evals.ijb.check_pair_count = False
+  assert ijb.make_ijb(config, config.evals.ijb, None) is not None
+
+
+def test_every_meta_error_is_raised_while_the_evaluator_is_made(written, tmp_path):
+  # A pair naming an unknown template, a landmark line of 9 numbers: raised by make_ijb itself,
+  # not by a later evaluation (the driver makes the evaluators before it writes the workdir).
+  root, _ = written
+  p = _paths(root)
+  for name, kind, edit, message in [
+      ('unknown', 'template_pair_label.txt', lambda lines: lines + ['100 999 0'],
+       f"{p['template_pair_label']}:29: the pair names template 999, which the image list "
+       '(face_tid_mid) does not hold'),
+      ('nine', 'name_5pts_score.txt',
+       lambda lines: lines[:6] + [' '.join(lines[6].split()[:10])] + lines[7:],
+       f"{p['name_5pts_score']}:7: 10 fields; expected \"image_name x1 y1 ... x5 y5 faceness\" "
+       '(12)')]:
+    bad = _copy(root, tmp_path / name)
+    ijb_files.rewrite_meta(bad, kind, edit(ijb_files.meta_lines(bad, kind)))
+    config = _config(bad)
+    with pytest.raises(ijb_format.IJBFormatError) as raised:
+      ijb.make_ijb(config, config.evals.ijb, None)
+    assert str(raised.value) == message.replace(str(root), str(bad))
+
+
 def test_a_corrupt_crop_is_named_by_the_worker_that_reads_it(written, tmp_path):
   root, _ = written
   bad = _copy(root, tmp_path / 'corrupt')
@@ -361,7 +493,9 @@ def test_bad_config_fields_are_named(written):
       ('layout', 'mine', r"evals.ijb.layout='mine'"),
       ('switches', 'FX', r"config.evals.ijb.switches='FX'; expected a preset"),
       ('tar_rule', 'best', r"evals.ijb.tar_rule='best'"),
-      ('workers', -1, r'evals.ijb.workers')]:
+      ('workers', -1, r'evals.ijb.workers'),
+      ('check_pair_count', None, r'config.evals.ijb.check_pair_count=None; expected True or '
+       'False')]:
     config = _config(root)
     config.evals.ijb[field] = value
     with pytest.raises(ValueError, match=match):
