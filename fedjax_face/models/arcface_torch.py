@@ -20,8 +20,10 @@ has no scale. A key missing, a key left over or a shape that differs is an error
 one. A state dict saved from a DataParallel wrapper (every key under `module.`) is read as well.
 
 `read_backbone(path)` reads a `.pth` without PyTorch (`io/torch_state_dict.py`), or an ONNX
-export with the `onnx` package (`state_dict_from_onnx`), and says which IResNet it holds; `load_variables(path, model_config, image_size)` checks the run's model against
-it and converts it (`config.init_from=backbone.pth`).
+export with the `onnx` package (`state_dict_from_onnx`: any of PyTorch's exporters, folded or
+not, and insightface's model-zoo graphs), and says which IResNet it holds;
+`load_variables(path, model_config, image_size)` checks the run's model against it and converts
+it (`config.init_from=backbone.pth` or `.onnx`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import numpy as np
 from fedjax_face.core import checks
 from fedjax_face import models
 from fedjax_face.io import torch_state_dict
+from fedjax_face.models import onnx_graph
 from fedjax_face.models.small_cnn import BN_EPSILON
 
 SUFFIXES = ('.pth', '.pt', '.onnx')   # what `config.init_from` reads as a backbone file
@@ -131,20 +134,16 @@ def variables_from_state_dict(state_dict: dict[str, np.ndarray], template, *,
 
 def read_backbone(path: str, model_config=None) -> tuple[dict[str, np.ndarray], str, int]:
   """(state dict, model name, embedding dim) of an arcface_torch `.pth`, or of an ONNX export
-  (`.onnx`: read as the IResNet `model_config.name` names, `state_dict_from_onnx`).
+  (`.onnx`, `state_dict_from_onnx`). Either file says its stage sizes, so `model_config` is not
+  needed; the run's model is checked against the file by `check_model`.
 
   Raises:
-    torch_state_dict.TorchFormatError: an unreadable .pth.
-    BackboneMismatchError: not an IResNet of `DEPTHS` (or not the named one).
+    torch_state_dict.TorchFormatError, onnx_graph.OnnxFormatError: an unreadable file.
+    BackboneMismatchError: not an IResNet of `DEPTHS`.
   """
+  del model_config   # the file names its network; callers check theirs with check_model
   if path.endswith('.onnx'):
-    names = {name: sizes for sizes, name in DEPTHS.items()}
-    name = getattr(model_config, 'name', None)
-    if name not in names:
-      raise BackboneMismatchError(f'{path}: an ONNX export is read as the IResNet config.model '
-                                  f'names; config.model.name={name!r}, expected one of '
-                                  f'{sorted(names)}')
-    state_dict = state_dict_from_onnx(path, names[name])
+    state_dict = state_dict_from_onnx(path)
   else:
     state_dict = strip_wrapper(torch_state_dict.read_state_dict(path))
   sizes = stage_sizes(state_dict)
@@ -172,12 +171,12 @@ def check_model(path: str, name: str, embedding_dim: int, model_config) -> None:
 
 def load_variables(path: str, model_config, image_size: int) -> dict:
   """The Flax variables of the run's IResNet (`model_config`, on `image_size` px images) from the
-  arcface_torch `.pth` at `path`.
+  arcface_torch `.pth` or ONNX export at `path`.
 
   Raises:
     ValueError: the file's network is not the run's (`check_model`), or (BackboneMismatchError)
       its tensors do not fit the model at this image size (arcface_torch's fc expects 112 px).
-    torch_state_dict.TorchFormatError: an unreadable file.
+    torch_state_dict.TorchFormatError, onnx_graph.OnnxFormatError: an unreadable file.
   """
   state_dict, name, dim = read_backbone(path, model_config)
   check_model(path, name, dim, model_config)
@@ -188,95 +187,200 @@ def load_variables(path: str, model_config, image_size: int) -> dict:
                                    source=f'config.init_from={path!r} (at {image_size} px)')
 
 
-# -- ONNX (arcface_torch's torch2onnx exports) ------------------------------------------------
+# -- ONNX exports of an arcface_torch IResNet -------------------------------------------------
 
-def module_order(stage_sizes) -> list[tuple[str, str]]:
-  """(state-dict prefix, kind) of an IResNet's layers in forward order, kind one of 'conv',
-  'bn', 'prelu', 'fc'."""
-  order = [('conv1', 'conv'), ('bn1', 'bn'), ('prelu', 'prelu')]
-  for s, blocks in enumerate(stage_sizes, start=1):
-    for b in range(blocks):
-      p = f'layer{s}.{b}'
-      order += [(f'{p}.bn1', 'bn'), (f'{p}.conv1', 'conv'), (f'{p}.bn2', 'bn'),
-                (f'{p}.prelu', 'prelu'), (f'{p}.conv2', 'conv'), (f'{p}.bn3', 'bn')]
-      if b == 0:
-        order += [(f'{p}.downsample.0', 'conv'), (f'{p}.downsample.1', 'bn')]
-  return order + [('bn2', 'bn'), ('fc', 'fc'), ('features', 'bn')]
+def _where(graph, tensor: str) -> str:
+  """What reads `tensor`, for messages: its nodes, the graph output, or nothing."""
+  users = graph.users(tensor)
+  if users:
+    return ' and '.join(onnx_graph.describe(n) for n in users)
+  return 'the graph output' if tensor in graph.outputs else 'nothing'
 
 
-def state_dict_from_onnx(path: str, stage_sizes) -> dict[str, np.ndarray]:
+def _only_user(graph, tensor: str, layer: str, ops: tuple[str, ...]):
+  """The one node that reads `tensor`, which must be one of `ops` (the layer `layer` is)."""
+  users = graph.users(tensor)
+  if len(users) != 1 or users[0].op_type not in ops or users[0].input[0] != tensor:
+    raise BackboneMismatchError(f'{graph.path}: layer {layer} meets {_where(graph, tensor)}; '
+                                f'expected one {" or ".join(ops)} node reading {tensor!r}')
+  return users[0]
+
+
+def _constant(graph, node, k: int, layer: str) -> np.ndarray:
+  """Input `k` of `node` (layer `layer`'s weights), which must be constant, as float32."""
+  name = node.input[k] if k < len(node.input) else ''
+  if name not in graph.constants:
+    raise BackboneMismatchError(
+        f'{graph.path}: layer {layer}: input {k} of {onnx_graph.describe(node)} is '
+        f'{"absent" if not name else "computed from the images"}; expected its weights')
+  return np.asarray(graph.constants[name], np.float32)
+
+
+def _identity_bn(prefix: str, bias: np.ndarray) -> dict[str, np.ndarray]:
+  """A BatchNorm the exporter folded into the layer before it: scale 1, mean 0 and variance
+  1 - eps (so sqrt(var + eps) = 1 under the model's epsilon) leave the folded layer's output, and
+  the bias adds what the fold moved into the layer's bias. The same function as the file's."""
+  channels = len(bias)
+  return {f'{prefix}.weight': np.ones(channels, np.float32), f'{prefix}.bias': bias,
+          f'{prefix}.running_mean': np.zeros(channels, np.float32),
+          f'{prefix}.running_var': np.full(channels, 1.0 - BN_EPSILON, np.float32)}
+
+
+def _batch_norm(graph, node, prefix: str, state: dict, shift=None) -> str:
+  """Reads the BatchNormalization `node` as `prefix`; `shift`: the bias of a convolution just
+  before it, moved into the BatchNorm's (BN(y + c) = BN(y) + c * weight / sqrt(var + eps))."""
+  attrs = onnx_graph.attributes(node)
+  epsilon = attrs.get('epsilon', 1e-5)
+  if not np.isclose(epsilon, BN_EPSILON, rtol=1e-6) or attrs.get('training_mode', 0):
+    raise BackboneMismatchError(
+        f'{graph.path}: layer {prefix} ({onnx_graph.describe(node)}) has epsilon {epsilon:g}, '
+        f"training_mode {attrs.get('training_mode', 0)}; expected the model's {BN_EPSILON:g}, "
+        'at inference (0)')
+  weight, bias, mean, var = (_constant(graph, node, k, prefix) for k in (1, 2, 3, 4))
+  if shift is not None:
+    bias = bias + shift * weight / np.sqrt(var + epsilon)
+  state.update({f'{prefix}.weight': weight, f'{prefix}.bias': bias,
+                f'{prefix}.running_mean': mean, f'{prefix}.running_var': var})
+  return node.output[0]
+
+
+def _conv(graph, node, conv: str, bn: str, state: dict, stride: int, pad: int) -> str:
+  """Reads the Conv `node` as `conv` and the BatchNorm after it as `bn`: its own node, or folded
+  into the convolution's weights and a bias (the TorchScript exporter folds it with
+  do_constant_folding, the dynamo one with its optimizer); a bias before a BatchNorm node moves
+  into the BatchNorm's. Returns the BatchNorm's output."""
+  attrs = onnx_graph.attributes(node)
+  got = (list(attrs.get('strides', [1, 1])), list(attrs.get('pads', [0] * 4)),
+         list(attrs.get('dilations', [1, 1])), attrs.get('group', 1),
+         attrs.get('auto_pad', b'NOTSET'))
+  if got != ([stride] * 2, [pad] * 4, [1, 1], 1, b'NOTSET'):
+    raise BackboneMismatchError(
+        f'{graph.path}: layer {conv} ({onnx_graph.describe(node)}) has strides, pads, '
+        f'dilations, group, auto_pad {got}; expected stride {stride}, padding {pad}, no dilation, '
+        'one group')
+  state[f'{conv}.weight'] = _constant(graph, node, 1, conv)
+  bias = _constant(graph, node, 2, conv) if len(node.input) > 2 and node.input[2] else None
+  users = graph.users(node.output[0])
+  if len(users) == 1 and users[0].op_type == 'BatchNormalization':
+    return _batch_norm(graph, users[0], bn, state, shift=bias)
+  channels = state[f'{conv}.weight'].shape[0]
+  state.update(_identity_bn(bn, bias if bias is not None else np.zeros(channels, np.float32)))
+  return node.output[0]
+
+
+def _prelu(graph, x: str, prefix: str, state: dict) -> str:
+  node = _only_user(graph, x, prefix, ('PRelu',))
+  state[f'{prefix}.weight'] = _constant(graph, node, 1, prefix).reshape(-1)   # [C, 1, 1] there
+  return node.output[0]
+
+
+def _block(graph, x: str, users: list, prefix: str, downsample: bool, state: dict) -> str:
+  """Reads one IBasicBlock reading `x` (its BatchNormalization and its shortcut, a Conv or the
+  Add, are `users`); returns the block's output."""
+  stride = 2 if downsample else 1
+  out = _batch_norm(graph, next(n for n in users if n.op_type == 'BatchNormalization'),
+                    f'{prefix}.bn1', state)
+  out = _conv(graph, _only_user(graph, out, f'{prefix}.conv1', ('Conv',)), f'{prefix}.conv1',
+              f'{prefix}.bn2', state, 1, 1)
+  out = _prelu(graph, out, f'{prefix}.prelu', state)
+  out = _conv(graph, _only_user(graph, out, f'{prefix}.conv2', ('Conv',)), f'{prefix}.conv2',
+              f'{prefix}.bn3', state, stride, 1)
+  shortcut = x
+  if downsample:
+    shortcut = _conv(graph, next(n for n in users if n.op_type == 'Conv'),
+                     f'{prefix}.downsample.0', f'{prefix}.downsample.1', state, stride, 0)
+  add = next((n for n in graph.users(out) if n.op_type == 'Add'), None)
+  if len(graph.users(out)) != 1 or add is None or sorted(add.input) != sorted([out, shortcut]):
+    raise BackboneMismatchError(f'{graph.path}: block {prefix}: its residual {out!r} meets '
+                                f'{_where(graph, out)}; expected one Add of it and the shortcut '
+                                f'{shortcut!r}')
+  return add.output[0]
+
+
+def _fc(graph, x: str, state: dict) -> str:
+  """Reads the fc, a Gemm or a MatMul (and an Add of its bias) reading `x`; returns its output."""
+  node = _only_user(graph, x, 'fc', ('Gemm', 'MatMul'))
+  if node.op_type == 'Gemm':
+    attrs = onnx_graph.attributes(node)
+    if attrs.get('transA', 0):
+      raise BackboneMismatchError(f'{graph.path}: layer fc ({onnx_graph.describe(node)}) has '
+                                  'transA=1; expected the flattened features as its A')
+    weight = _constant(graph, node, 1, 'fc')
+    weight = (weight if attrs.get('transB', 0) else weight.T) * attrs.get('alpha', 1.0)
+    bias = (_constant(graph, node, 2, 'fc') * attrs.get('beta', 1.0)
+            if len(node.input) > 2 and node.input[2] else np.zeros(1, np.float32))
+    out = node.output[0]
+  else:   # MatMul by [in, out], then (optionally) an Add of the bias
+    weight, out = _constant(graph, node, 1, 'fc').T, node.output[0]
+    bias, users = np.zeros(1, np.float32), graph.users(out)
+    if len(users) == 1 and users[0].op_type == 'Add':
+      other = [n for n in users[0].input if n != out]
+      if len(other) == 1 and other[0] in graph.constants:
+        bias, out = np.asarray(graph.constants[other[0]], np.float32), users[0].output[0]
+  state['fc.weight'] = weight
+  state['fc.bias'] = np.broadcast_to(bias.reshape(-1), weight.shape[:1]).astype(np.float32)
+  return out
+
+
+def _head(graph, x: str, state: dict) -> str:
+  """Reads bn2, the flatten, the fc and `features` (its own BatchNormalization, or folded into
+  the fc by the dynamo exporter's optimizer); returns the embedding."""
+  x = _batch_norm(graph, graph.users(x)[0], 'bn2', state)
+  flatten = _only_user(graph, x, 'the flatten before fc', ('Flatten', 'Reshape'))
+  if flatten.op_type == 'Flatten' and onnx_graph.attributes(flatten).get('axis', 1) != 1:
+    raise BackboneMismatchError(f'{graph.path}: {onnx_graph.describe(flatten)} flattens from '
+                                'axis {}; expected axis 1 (torch.flatten(x, 1))'.format(
+                                    onnx_graph.attributes(flatten)['axis']))
+  x = _fc(graph, flatten.output[0], state)
+  if graph.users(x):
+    x = _batch_norm(graph, _only_user(graph, x, 'features', ('BatchNormalization',)),
+                    'features', state)
+  else:   # folded into the fc, whose bias now holds the BatchNorm's shift
+    state.update(_identity_bn('features', np.zeros(len(state['fc.bias']), np.float32)))
+  if graph.users(x) or x not in graph.outputs:
+    raise BackboneMismatchError(f'{graph.path}: the embedding {x!r} meets {_where(graph, x)}; '
+                                'expected the graph output')
+  return x
+
+
+def state_dict_from_onnx(path: str, sizes=None) -> dict[str, np.ndarray]:
   """The arcface_torch state dict an ONNX export of an IResNet holds, read with the `onnx`
-  package (`pip install onnx`).
+  package (`pip install onnx`), whichever exporter wrote it (`onnx_graph`: constant subgraphs
+  folded first).
 
-  The graph is walked in node order against the network's layers in forward order
-  (`module_order`); names are not relied on. PyTorch's exporter folds a BatchNorm that follows a
-  convolution into the convolution's weights and a bias (every IResNet BatchNorm but the one that
-  opens each block, `bn2` and `features`): such a BatchNorm is restored as scale 1, mean 0,
-  variance 1 - eps and the folded bias as its bias, which computes the same function. The fc is a
-  Gemm (or MatMul + Add); a PRelu's slope is `[C, 1, 1]` there.
+  The graph is followed by data flow from its input, not by names or node order: the stem (a
+  Conv, its BatchNorm, a PRelu), then blocks while the current tensor feeds a BatchNormalization
+  and beside it a Conv (a block with a downsample, which opens a stage) or the block's Add (an
+  identity block), then the head once it feeds a BatchNormalization alone. Each BatchNorm after
+  a convolution or the fc is its own node or folded into that layer (`_identity_bn`). `sizes`:
+  blocks per stage the file must hold, or None to take them from the file.
 
   Raises:
-    BackboneMismatchError: the graph's layers do not follow the network's (naming the layer and
-      the node found instead); ImportError: `onnx` is not installed.
+    BackboneMismatchError: the graph is not an arcface_torch IResNet (naming the layer and the
+      node met instead); onnx_graph.OnnxFormatError: an unreadable file; ImportError: no onnx.
   """
-  try:
-    import onnx   # pylint: disable=g-import-not-at-top  (optional: only this reader needs it)
-    from onnx import numpy_helper   # pylint: disable=g-import-not-at-top
-  except ImportError as e:
-    raise ImportError(f'{path}: reading ONNX needs the onnx package: pip install onnx') from e
-  graph = onnx.load(path).graph
-  weights = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
-  ops = [n for n in graph.node if n.op_type in ('Conv', 'BatchNormalization', 'PRelu', 'Gemm',
-                                                 'MatMul')]
-  consumers = {}
-  for node in graph.node:
-    for name in node.input:
-      consumers.setdefault(name, []).append(node)
-  state, i = {}, 0
-  want = {'conv': ('Conv',), 'bn': ('BatchNormalization',), 'prelu': ('PRelu',),
-          'fc': ('Gemm', 'MatMul')}
-  folded_bias = None   # the bias of a convolution a BatchNorm was folded into
-  for prefix, kind in module_order(stage_sizes):
-    if kind == 'bn' and folded_bias is not None:
-      channels = len(folded_bias)
-      state.update({f'{prefix}.weight': np.ones(channels, np.float32),
-                    f'{prefix}.bias': folded_bias,
-                    f'{prefix}.running_mean': np.zeros(channels, np.float32),
-                    # sqrt(var + eps) = 1 under the model's BatchNorm epsilon
-                    f'{prefix}.running_var': np.full(channels, 1.0 - BN_EPSILON, np.float32)})
-      folded_bias = None
-      continue
-    if i >= len(ops) or ops[i].op_type not in want[kind]:
-      found = (f'{ops[i].op_type} (node {ops[i].name!r})' if i < len(ops)
-               else 'the end of the graph')
-      raise BackboneMismatchError(f'{path}: layer {prefix} ({kind}) meets {found}; expected '
-                                  f'{" or ".join(want[kind])}')
-    node, i = ops[i], i + 1
-    arg = lambda k: weights[node.input[k]]
-    if kind == 'conv':
-      state[f'{prefix}.weight'] = arg(1)
-      follows = [c.op_type for c in consumers.get(node.output[0], [])]
-      if len(node.input) > 2 and 'BatchNormalization' in follows:
-        raise BackboneMismatchError(f'{path}: layer {prefix} is a convolution with a bias '
-                                    f'(node {node.name!r}); an IResNet convolution has none')
-      if len(node.input) > 2:
-        folded_bias = arg(2)
-    elif kind == 'bn':
-      epsilon = {a.name: a.f for a in node.attribute}.get('epsilon', 1e-5)
-      if not np.isclose(epsilon, BN_EPSILON, rtol=1e-6):
-        raise BackboneMismatchError(f'{path}: layer {prefix} has BatchNorm epsilon {epsilon:g}; '
-                                    f"the model's is {BN_EPSILON:g}")
-      state.update({f'{prefix}.weight': arg(1), f'{prefix}.bias': arg(2),
-                    f'{prefix}.running_mean': arg(3), f'{prefix}.running_var': arg(4)})
-    elif kind == 'prelu':
-      state[f'{prefix}.weight'] = arg(1).reshape(-1)
-    else:
-      if node.op_type == 'Gemm':
-        trans_b = {a.name: a.i for a in node.attribute}.get('transB', 0)
-        state['fc.weight'] = arg(1) if trans_b else arg(1).T
-        state['fc.bias'] = arg(2)
-      else:   # MatMul by [in, out], then an Add of the bias
-        state['fc.weight'] = arg(1).T
-        add = next(c for c in consumers[node.output[0]] if c.op_type == 'Add')
-        state['fc.bias'] = weights[next(n for n in add.input if n in weights)]
+  graph = onnx_graph.read(path)
+  state = {}
+  x = _conv(graph, _only_user(graph, graph.input, 'conv1', ('Conv',)), 'conv1', 'bn1', state, 1, 1)
+  x = _prelu(graph, x, 'prelu', state)
+  blocks = []
+  while True:
+    users = graph.users(x)
+    kinds = sorted(n.op_type for n in users)
+    if kinds == ['BatchNormalization'] and blocks:
+      break
+    if kinds == ['BatchNormalization', 'Conv']:
+      blocks.append(0)
+    elif kinds != ['Add', 'BatchNormalization'] or not blocks:
+      raise BackboneMismatchError(
+          f'{graph.path}: after {len(blocks)} stages, {x!r} meets {_where(graph, x)}; expected '
+          'a block (a BatchNormalization and a downsample Conv or the Add) or the head (a '
+          'BatchNormalization alone)')
+    blocks[-1] += 1
+    x = _block(graph, x, users, f'layer{len(blocks)}.{blocks[-1] - 1}',
+               kinds[1] == 'Conv', state)
+  _head(graph, x, state)
+  if sizes is not None and tuple(blocks) != tuple(sizes):
+    raise BackboneMismatchError(f'{path}: blocks per stage {tuple(blocks)}; expected '
+                                f'{tuple(sizes)}')
   return state

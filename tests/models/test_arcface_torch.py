@@ -244,7 +244,7 @@ def test_init_from_a_backbone_file_of_another_network_is_refused_before_anything
     experiment.warm_start(config)
 
 
-# -- ONNX: the tests' own export (onnx.helper), as arcface_torch's torch2onnx writes it ---------
+# -- ONNX: the tests' own export (onnx.helper); the exporters' own are test_onnx_exports.py's ---
 
 def _write_onnx(path, sd, fold: bool = True, stages=STAGES, size=SIZE, dim=DIM):
   """The narrow network as an ONNX graph in NCHW, BatchNorms after a convolution folded into it
@@ -341,11 +341,24 @@ def test_an_onnx_graph_of_another_network_is_named(tmp_path):
   pytest.importorskip('onnx')
   sd = _random_state_dict(4)
   _write_onnx(tmp_path / 'r.onnx', sd)
-  # Read as stages (2, 2): the file's layer2.0 passes for layer1.1 until its downsample.
+  # The graph says its stages; asked for others, the reader names both.
   with pytest.raises(arcface_torch.BackboneMismatchError,
-                     match=r"r.onnx: layer layer2.0.bn1 \(bn\) meets Conv \(node "
-                           r"'layer2.0.downsample.0'\); expected BatchNormalization"):
+                     match=r'r.onnx: blocks per stage \(1, 2\); expected \(2, 2\)'):
     arcface_torch.state_dict_from_onnx(str(tmp_path / 'r.onnx'), (2, 2))
+  # A block without its PReLU: the layer and the node met instead are named.
+  _write_onnx(tmp_path / 'r.onnx', sd, fold=False)
+  import onnx   # pylint: disable=g-import-not-at-top
+  model = onnx.load(str(tmp_path / 'r.onnx'))
+  prelu = next(n for n in model.graph.node if n.name == 'layer2.1.prelu')
+  before = next(n for n in model.graph.node if n.output[0] == prelu.input[0])
+  for node in model.graph.node:   # its readers read what it read
+    node.input[:] = [prelu.input[0] if i == prelu.output[0] else i for i in node.input]
+  model.graph.node.remove(prelu)
+  onnx.save(model, str(tmp_path / 'r.onnx'))
+  with pytest.raises(arcface_torch.BackboneMismatchError,
+                     match=rf"r.onnx: layer layer2.1.prelu meets Conv node 'layer2.1.conv2'; "
+                           rf"expected one PRelu node reading '{before.output[0]}'"):
+    arcface_torch.state_dict_from_onnx(str(tmp_path / 'r.onnx'))
 
 
 def test_init_from_an_onnx_export_starts_from_its_weights(tmp_path):
@@ -363,7 +376,8 @@ def test_init_from_an_onnx_export_starts_from_its_weights(tmp_path):
   got = experiment.warm_start(config)['server']['model']
   jax.tree.map(np.testing.assert_array_equal, got,
                arcface_torch.variables_from_state_dict(state, template))
+  # The graph says which IResNet it holds; another config.model is named as for a .pth.
   config.model.name = 'small_cnn'
-  with pytest.raises(ValueError, match=r"an ONNX export is read as the IResNet config.model "
-                                       r"names; config.model.name='small_cnn'"):
+  with pytest.raises(ValueError, match=r"r18.onnx' holds arcface_torch's iresnet18 with 8-d "
+                                       r"embeddings; config.model is 'small_cnn'"):
     experiment.validate(config)
