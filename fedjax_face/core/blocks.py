@@ -7,7 +7,8 @@ around its `Algorithm` without touching its module.
                      variates (option II) in the client's optimizer (`core/local_terms.py`);
   compression        `compression.codec`: what a client sends is its update minus what it
                      received, quantized or top-k with error feedback (`core/compression.py`),
-                     and the server decodes it before the method's server step.
+                     and the server decodes it before the method's server step; BatchNorm's
+                     running statistics cross as they are (below).
 
 Secure aggregation and DP act on the sum, so they live in the round engine
 (`core/engine.py`, `core/secure_aggregation.py`, `core/privacy.py`); participation and
@@ -23,6 +24,16 @@ Which parameters: the update's averaged keys (every key but the client's own cla
 a compressed update against the origin it recomputes from its own state (`update_origin` of a
 broadcast of the pre-round server); every method here sends the model it received for those
 keys, which no server key changes (tests/core/test_blocks.py checks it per method).
+
+BatchNorm's running statistics ('batch_stats') are not a gradient, and no block treats them as
+one. Under every codec each client sends its own statistics uncompressed (float32, counted so by
+`core/communication.py`), with no error-feedback residual, and the server hands them to the
+method's server step as sent. So the server's running mean and variance are the method's weighted
+mean of the clients' statistics, with the client weights of an uncompressed round, whatever the
+codec (tests/core/test_blocks_statistics.py). A server optimizer takes no step on them either:
+its pseudo-gradient covers `chosen_leaves` only, so the statistics keep the method's mean, as
+they do without compression. Momentum or an adaptive step on a running variance would carry
+past rounds' changes into it and could make it negative, as top-k's error feedback did.
 """
 
 from typing import NamedTuple
@@ -84,13 +95,10 @@ def _path_name(path) -> str:
 
 
 def chosen_leaves(tree) -> dict:
-  """{path: leaf} of the float leaves outside 'batch_stats' (what the blocks act on)."""
-  out = {}
-  for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-    names = [str(getattr(p, 'key', '')) for p in path]
-    if 'batch_stats' not in names and jnp.issubdtype(jnp.result_type(leaf), jnp.floating):
-      out[_path_name(path)] = leaf
-  return out
+  """{path: leaf} of the float leaves outside 'batch_stats' (what the blocks act on: the
+  codecs, a server optimizer, FedProx and SCAFFOLD)."""
+  return {_path_name(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]
+          if codecs.is_coded(path, leaf)}
 
 
 def replace_leaves(tree, values: dict):
@@ -198,8 +206,9 @@ def wrap(algorithm: Algorithm, blocks: Blocks, num_clients: int) -> Algorithm:
       update[CONTROL_DELTA] = {p: tied[p] - own['control'][p] for p in paths}
     if blocks.compression is not None:
       method_update = {k: v for k, v in update.items() if k != CONTROL_DELTA}
-      delta = jax.tree.map(lambda u, o: u - o if codecs.is_float(u) else u,
-                           method_update, origin)
+      # The difference for coded leaves; the statistics (and integers) as the client has them.
+      delta = jax.tree_util.tree_map_with_path(
+          lambda path, u, o: u - o if codecs.is_coded(path, u) else u, method_update, origin)
       payload, residual = codecs.encode(blocks.compression, delta, own.get('residual'), rng)
       update = {**payload, **({CONTROL_DELTA: update[CONTROL_DELTA]} if scaffold else {})}
       if residual is not None:
@@ -215,8 +224,10 @@ def wrap(algorithm: Algorithm, blocks: Blocks, num_clients: int) -> Algorithm:
       origins = {k: v for k, v in origins.items() if k != CONTROL_DELTA}
       decoded = jax.vmap(lambda p, o: codecs.decode(blocks.compression, p, o))(
           method_updates, origins)
-      method_updates = jax.tree.map(lambda o, d: o + d if codecs.is_float(o) else d,
-                                    origins, decoded)
+      # Coded leaves back from their difference; the statistics stay as the clients sent them,
+      # so the method averages them exactly as in an uncompressed round.
+      method_updates = jax.tree_util.tree_map_with_path(
+          lambda path, o, d: o + d if codecs.is_coded(path, o) else d, origins, decoded)
     new_inner = algorithm.server_update(inner, method_updates, weights, client_ids, round_index,
                                         rng)
     own = dict(server['blocks'])

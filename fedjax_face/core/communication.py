@@ -8,6 +8,10 @@ included (a
 client with fewer classes than C_max still sends C_max rows of FedGC's W_k). Keys a client keeps
 after its first download (`Algorithm.sent_once`, FedFR's public images) are counted once per
 client that takes part, not every round.
+
+Under a codec the update is its payload (`core/compression.py`), so its arrays are what is
+counted: the coded parameters at their compressed size, and BatchNorm's running statistics,
+which cross uncoded, at 4 bytes a float32 coordinate.
 """
 
 import jax

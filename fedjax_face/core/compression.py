@@ -16,6 +16,15 @@ reads) and a decoder the server applies:
 
 Both work tensor by tensor on the float leaves of the difference; integer leaves are sent as
 they are. Quantization draws its rounding from the client's own key.
+
+BatchNorm's running statistics (any leaf under a 'batch_stats' key) are not coded either: the
+client sends its own statistics, float32 as they are, and keeps no residual for them. They are
+not a gradient. The server sets them to the weighted mean of the clients' statistics, and a
+codec's error would move that mean. Top-k with error feedback once drove the running variance
+below zero (docs/blocks.md, Table 1): a client's held-back fall in variance was added again
+after other clients' rounds had already lowered it. Sent as they are, the statistics average
+exactly as in an uncompressed round, and their bytes count at float32 size in the ledger.
+`is_coded` is the rule; `encode`, `decode`, `residual_like` and `core/blocks.py` share it.
 """
 
 import math
@@ -35,8 +44,24 @@ class Spec(NamedTuple):
   fraction: float = 0.01
 
 
+# The flax collection of BatchNorm's running mean and variance.
+STATISTICS = 'batch_stats'
+
+
 def is_float(x) -> bool:
   return jnp.issubdtype(jnp.result_type(x), jnp.floating)
+
+
+def is_statistic(path) -> bool:
+  """Whether a key path (of `jax.tree_util`) lies under BatchNorm's running statistics."""
+  return any(getattr(p, 'key', None) == STATISTICS for p in path)
+
+
+def is_coded(path, x) -> bool:
+  """Whether a codec acts on the leaf `x` at `path`: float leaves outside the running
+  statistics. Every other leaf crosses as it is, and the client sends its value, not a
+  difference (see the module docstring)."""
+  return is_float(x) and not is_statistic(path)
 
 
 def topk_count(size: int, fraction: float) -> int:
@@ -99,14 +124,15 @@ def untopk(payload: dict, shape: tuple, dtype) -> jax.Array:
 
 def encode(spec: Spec, delta, residual, rng: jax.Array) -> tuple[Any, Any]:
   """(payload, new residual) of a client's difference `delta` (a pytree). `residual` (top-k's
-  error feedback, shaped like the float leaves of `delta`; None otherwise) is added first and
-  what is not sent becomes the new one."""
-  leaves, tree = jax.tree.flatten(delta)
+  error feedback, shaped like the coded leaves of `delta`, `residual_like`; None otherwise) is
+  added first and what is not sent becomes the new one. Leaves that are not coded (`is_coded`)
+  pass into the payload as they are."""
+  leaves, tree = jax.tree_util.tree_flatten_with_path(delta)
   keys = jax.random.split(rng, max(1, len(leaves)))
   residuals = jax.tree.leaves(residual) if residual is not None else [None] * len(leaves)
   payload, kept, r = [], [], 0
-  for i, x in enumerate(leaves):
-    if not is_float(x):
+  for i, (path, x) in enumerate(leaves):
+    if not is_coded(path, x):
       payload.append(x)
       continue
     if spec.codec == 'quantize':
@@ -123,17 +149,19 @@ def encode(spec: Spec, delta, residual, rng: jax.Array) -> tuple[Any, Any]:
 
 
 def decode(spec: Spec, payload, like):
-  """The difference the server reconstructs from `payload`, shaped and typed like `like`."""
-  def one(x, p):
-    if not is_float(x):
+  """The difference the server reconstructs from `payload`, shaped and typed like `like`; a
+  leaf that is not coded is the payload's own (`is_coded`)."""
+  def one(path, x, p):
+    if not is_coded(path, x):
       return p
     if spec.codec == 'quantize':
       return dequantize(p, spec.bits, x.shape, x.dtype)
     return untopk(p, x.shape, x.dtype)
-  return jax.tree.map(one, like, payload)   # payload: a dict where `like` has a float leaf
+  # payload: a dict where `like` has a coded leaf
+  return jax.tree_util.tree_map_with_path(one, like, payload)
 
 
 def residual_like(delta) -> dict:
-  """Zero error-feedback residuals for the float leaves of `delta` (top-k), in leaf order."""
-  floats = [x for x in jax.tree.leaves(delta) if is_float(x)]
-  return {f'{i:04d}': jnp.zeros(x.shape, jnp.float32) for i, x in enumerate(floats)}
+  """Zero error-feedback residuals for the coded leaves of `delta` (top-k), in leaf order."""
+  coded = [x for path, x in jax.tree_util.tree_flatten_with_path(delta)[0] if is_coded(path, x)]
+  return {f'{i:04d}': jnp.zeros(x.shape, jnp.float32) for i, x in enumerate(coded)}

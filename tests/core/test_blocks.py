@@ -56,13 +56,22 @@ def test_what_crosses_with_each_block():
   assert down_s == {'model': ['float32'], 'scaffold_c': ['float32']}
   assert up_s == {'model': ['float32'], blocks.CONTROL_DELTA: ['float32']}
   assert set(update[blocks.CONTROL_DELTA]) == set(blocks.chosen_leaves({'model': update['model']}))
-  # Compressed: only the payload (codes and per-tensor scales; values and indices).
-  _, up_q, update = _wire('fedgc', compression__codec='quantize', compression__bits=4)
-  assert up_q == {'model': ['float32', 'uint8'], 'W': ['float32', 'uint8']}
-  assert set(update['W']) == {'codes', 'low', 'step'}
-  _, up_k, update = _wire('fedgc', compression__codec='topk')
-  assert up_k == {'model': ['float32', 'int32'], 'W': ['float32', 'int32']}
-  assert set(update['W']) == {'values', 'indices'}
+  # Compressed: the payload (codes and per-tensor scales; values and indices) for the parameters
+  # and W_k; BatchNorm's running statistics whole, float32, as without compression.
+  _, _, plain = _wire('fedgc')
+  for codec, payload in (('quantize', {'codes', 'low', 'step'}), ('topk', {'values', 'indices'})):
+    _, up_c, update = _wire('fedgc', compression__codec=codec, compression__bits=4)
+    assert up_c == {'model': ['float32', 'uint8' if codec == 'quantize' else 'int32'],
+                    'W': ['float32', 'uint8' if codec == 'quantize' else 'int32']}
+    assert set(update['W']) == payload
+    coded = jax.tree.leaves(update['model']['params'],
+                            is_leaf=lambda x: isinstance(x, dict) and payload <= set(x))
+    assert coded and all(set(p) == payload for p in coded)
+    assert (jax.tree.structure(update['model']['batch_stats'])
+            == jax.tree.structure(plain['model']['batch_stats']))
+    assert all((x.shape, x.dtype) == (y.shape, jnp.float32) for x, y in zip(
+        jax.tree.leaves(update['model']['batch_stats']),
+        jax.tree.leaves(plain['model']['batch_stats'])))
   # Secure aggregation: the averaged model as masked ring vectors; FedGC's W_k as they are.
   _, up_a, _ = _wire('fedgc', secure=secure_aggregation.Spec())
   assert up_a == {'model': ['uint32'], 'W': ['float32']}

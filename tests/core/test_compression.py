@@ -63,6 +63,23 @@ def test_topk_sends_the_largest_and_keeps_the_rest_as_error_feedback():
   np.testing.assert_allclose(total_sent + residual['0000'], first['w'] + second['w'], rtol=1e-7)
 
 
+@pytest.mark.parametrize('codec', ['quantize', 'topk'])
+def test_running_statistics_pass_as_they_are_with_no_residual(codec):
+  spec = compression.Spec(codec, bits=2, fraction=0.25)
+  update = {'params': {'w': jnp.array([0.1, -3.0, 0.2, 2.0])},
+            'batch_stats': {'bn': {'mean': jnp.array([0.5, -0.25]), 'var': jnp.array([0.3, 1.7])}}}
+  residual = compression.residual_like(update) if codec == 'topk' else None
+  assert residual is None or list(residual) == ['0000']   # 'w' alone
+  payload, residual = compression.encode(spec, update, residual, jax.random.PRNGKey(0))
+  # The client's own arrays cross, not a payload of them.
+  jax.tree.map(lambda p, x: p is x or pytest.fail(), payload['batch_stats'],
+               update['batch_stats'])
+  assert communication.by_key(payload)['batch_stats'] == 4 * 4
+  decoded = compression.decode(spec, payload, update)
+  jax.tree.map(np.testing.assert_array_equal, decoded['batch_stats'], update['batch_stats'])
+  assert residual is None or list(residual) == ['0000']
+
+
 @pytest.mark.parametrize('codec, field, value', [('quantize', 'bits', 8),
                                                  ('topk', 'fraction', 1.0)])
 def test_a_compressed_round_is_decoded_against_what_each_client_received(codec, field, value):
@@ -78,14 +95,20 @@ def test_a_compressed_round_is_decoded_against_what_each_client_received(codec, 
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=tolerance),
                comp.server['method'], plain.server)
   shared, row, update = eng.client_wire
-  # What crosses: payloads alone, for the model and for FedGC's own class rows W_k.
-  leaves = jax.tree.leaves(update)
+  # What crosses: payloads for the model's parameters and FedGC's own class rows W_k, and
+  # BatchNorm's running statistics whole, float32 (averaged, never coded).
+  statistics = update['model']['batch_stats']
+  jax.tree.map(lambda x, s: (x.shape, x.dtype) == (s.shape, jnp.float32) or pytest.fail(),
+               statistics, plain.server['model']['batch_stats'])
+  coded = jax.tree.leaves({'model': update['model']['params'], 'W': update['W']})
   if codec == 'quantize':
-    assert {x.dtype for x in leaves} == {jnp.dtype('uint8'), jnp.dtype('float32')}
-    floats = sum(x.size for x in leaves if x.dtype == jnp.float32)
-    assert floats == 2 * len([x for x in leaves if x.dtype == jnp.uint8])   # low, step per tensor
+    assert {x.dtype for x in coded} == {jnp.dtype('uint8'), jnp.dtype('float32')}
+    floats = sum(x.size for x in coded if x.dtype == jnp.float32)
+    assert floats == 2 * len([x for x in coded if x.dtype == jnp.uint8])   # low, step per tensor
   else:
-    assert set(update) == {'model', 'W'}
+    assert set(update) == {'model', 'W'} and set(update['model']) == {'params', 'batch_stats'}
+    assert {x.dtype for x in coded} == {jnp.dtype('int32'), jnp.dtype('float32')}
+  leaves = jax.tree.leaves(update)
   wire = communication.wire_bytes(shared, row, update)
   assert sum(wire['up'].values()) == sum(x.size * x.dtype.itemsize for x in leaves)
 
