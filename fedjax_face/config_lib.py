@@ -182,10 +182,11 @@ def base_config(task: str = 'recognition') -> ml_collections.ConfigDict:
   # (meta/ and loose_crop/). layout 'insightface' | 'fedfr' (meta/<SET>_meta/); switches
   # 'insightface' (= 'FND') | 'fedfr' (= 'ND') | letters of F (flip), N (norms), D (faceness);
   # tar_rule 'nearest_roc_point' (the IJB scripts') | 'far_at_most'; workers: the host processes that
-  # read and align the images (0 = the usable CPUs).
+  # read and align the images (0 = the usable CPUs); check_pair_count: the root is the released
+  # set, so its pair list must hold the published count (False for a protocol of other pairs).
   c.evals.ijb = ml_collections.ConfigDict(dict(
       root='', set='IJBC', layout='insightface', switches='insightface',
-      tar_rule='nearest_roc_point', workers=0))
+      tar_rule='nearest_roc_point', workers=0, check_pair_count=True))
   return c
 
 
@@ -368,6 +369,7 @@ def validate(c: ml_collections.ConfigDict) -> None:
   if not isinstance(c.algorithm, str) or not c.algorithm:
     raise ValueError(f'config.algorithm={c.algorithm!r}; expected a method name (each file in '
                      'configs/ sets it).')
+  check_int('seed', c.seed, allow_zero=True)
   check_int('num_rounds', c.num_rounds)
   for name in ('checkpoint_every', 'log_every'):
     check_int(name, c[name], allow_zero=True)
@@ -379,8 +381,8 @@ def validate(c: ml_collections.ConfigDict) -> None:
                      'expected the run it names a round of (config.init_from=<workdir>).')
   check_int('checkpoint_keep', c.checkpoint_keep)
   check_bool('trust_unverified_checkpoints', c.trust_unverified_checkpoints)
+  _check_federated(c)   # first: the data source's checks compare against its fields
   _check_data(c)
-  _check_federated(c)
   _check_model_and_head(c)
   _check_optimizer(c)
   _check_engine(c)

@@ -18,6 +18,7 @@ and broadcasts it).
 
 import contextlib
 import functools
+import posixpath
 import time
 
 import jax
@@ -25,7 +26,7 @@ import numpy as np
 from absl import logging
 
 from fedjax_face import algorithms, config_lib, eval as eval_lib, lifecycle, models
-from fedjax_face.core import (communication, distributed, policy, privacy,
+from fedjax_face.core import (checks, communication, distributed, policy, privacy,
                               secure_aggregation, xla_flags)
 from fedjax_face.core import blocks as blocks_lib
 from fedjax_face.core import engine as engine_lib
@@ -35,13 +36,17 @@ from fedjax_face.io import artifacts, checkpoint, files, metrics, provenance, re
 from fedjax_face.models import arcface_torch
 
 
-def validate(config) -> None:
+def validate(config, resuming: bool = False) -> None:
   """Every check of a config: the shared sections and the data source's, the method's, each
   evaluator's, and that a run it starts from (`init_from`) exists, finished (or `init_from_step`
-  names a round it holds) and trained on the same data (the source's `data_fields`)."""
+  names a round it holds) and trained on the same data (the source's `data_fields`). A run
+  `resuming` its own checkpoints needs nothing of `init_from` (they hold everything), so it is
+  not read: a start that has been moved or deleted since does not block the resume."""
   config_lib.validate(config)
   algorithms.check_config(config)
   eval_lib.check_config(config)
+  if resuming:
+    return
   if config.init_from and arcface_torch.is_backbone_file(config.init_from):
     if config.init_from_step:
       raise ValueError(f'config.init_from_step={config.init_from_step} with the backbone file '
@@ -50,7 +55,9 @@ def validate(config) -> None:
     arcface_torch.check_model(config.init_from, name, dim, config.model)
   elif config.init_from:
     checkpoint.init_from_round(config.init_from, config.init_from_step)
-    checkpoint.check_init_data(config.init_from, config.to_dict(), sources.data_fields(config))
+    checkpoint.check_init_data(
+        config.init_from, config.to_dict(), sources.data_fields(config),
+        defaults=config_lib.base_config(sources.get(config.data.source).TASK).to_dict())
 
 
 def one_client_data(fed, config):
@@ -95,6 +102,38 @@ def build_algorithm(config, method, model, fed, step_mode: str):
   algorithm = method.build(config, model, fed, step_mode=step_mode)
   blocks = blocks_lib.from_config(config)
   return blocks_lib.wrap(algorithm, blocks, fed.num_clients) if blocks.active else algorithm
+
+
+def blocks_in_effect(config, method) -> dict:
+  """results.json's record of the federated blocks a run trained with, each with its settings, or
+  'none' / 'fedavg' when off: the server optimizer, the client correction (FedProx / SCAFFOLD),
+  the update codec, secure aggregation and who takes part in each round (core/blocks.py,
+  core/secure_aggregation.py, data/participation.py)."""
+  if method.ONE_CLIENT:
+    return {'server_optimizer': 'none (centralized)', 'correction': 'none', 'compression': 'none',
+            'secure_aggregation': 'none', 'sampling': 'none (centralized)'}
+  so, comp, sa, fl = (config.server_optimizer, config.compression, config.secure_aggregation,
+                      config.federated)
+  plain = so.name == 'fedavg' and so.learning_rate in (0, 1)
+  optimizer = 'fedavg' if plain else {
+      'name': so.name, 'learning_rate': so.learning_rate,
+      **({'momentum': so.momentum} if so.name == 'fedavgm' else
+         {'b1': so.b1, 'b2': so.b2, 'tau': so.tau} if so.name != 'fedavg' else {})}
+  correction = config.optimizer.correction
+  return {
+      'server_optimizer': optimizer,
+      'correction': (correction if correction != 'fedprox' else
+                     {'name': 'fedprox', 'mu': config.optimizer.prox_mu}),
+      'compression': 'none' if comp.codec == 'none' else {
+          'codec': comp.codec, **({'bits': comp.bits} if comp.codec == 'quantize' else
+                                  {'fraction': comp.fraction})},
+      'secure_aggregation': 'none' if not sa.enabled else {
+          'fraction_bits': sa.fraction_bits, 'neighbors': sa.neighbors},
+      'sampling': {'name': fl.sampling, 'participation': fl.participation,
+                   'straggler_drop': fl.straggler_drop,
+                   **({'availability_alpha': fl.availability_alpha}
+                      if fl.sampling == 'availability' else {})},
+  }
 
 
 def class_embedding_norms(algorithm, state) -> dict:
@@ -144,50 +183,77 @@ def plan_engine(config, algorithm, state, fed, cohort_size: int, backend: str, m
   return eng, plan
 
 
+def resuming(workdir: str) -> bool:
+  """True when `workdir` holds checkpoints (a rerun resumes the newest: `checkpoint.Checkpointer`).
+  Reads only; False for a workdir `files.check_workdir` refuses (it says why)."""
+  try:
+    files.check_workdir(workdir)
+  except files.WorkdirError:
+    return False
+  directory = files.join(workdir, 'checkpoints')
+  return files.exists(directory) and bool(checkpoint.checkpoint_steps(directory))
+
+
 def train_and_evaluate(config, workdir: str) -> dict:
   """Runs one experiment end to end; returns the results dict also written to results.json.
 
-  In a multi-process run every process calls this with the same arguments and gets the same
-  results; only process 0 writes to `workdir`.
+  Every input is checked before the first file is written: the config, the workdir's refusals
+  (`checkpoint.check_opening`), the run it starts from, and the data and evaluators' files, whose
+  readers raise `checks.UsageError` naming the file and line. In a multi-process run every
+  process calls this with the same arguments and gets the same results; only process 0 writes to
+  `workdir`.
   """
   t_start = time.perf_counter()
-  validate(config)
-  start = warm_start(config)   # verified before this run writes anything
+  resumes = resuming(workdir)
+  validate(config, resuming=resumes)
   method = algorithms.get(config.algorithm)
   distributed.initialize_distributed(config.engine.distributed)
   chief = jax.process_index() == 0
+  opening = dict(defaults=config_lib.base_config(sources.get(config.data.source).TASK).to_dict(),
+                 trust_unverified=config.trust_unverified_checkpoints,
+                 check_resume=functools.partial(lifecycle.check_budget_left, config))
+  with _told_to_the_others(chief):   # read only: nothing is written before the data is read
+    if chief:
+      checkpoint.check_opening(workdir, config.to_dict(), **opening)
+  start = None if resumes else warm_start(config)   # verified before this run writes anything
+  t0 = time.perf_counter()
+  loaded = load_data(config, method)
+  data_s = time.perf_counter() - t0
   with contextlib.ExitStack() as cleanup:
     ckpt = None
-    if chief:
-      try:
-        files.check_workdir(workdir)
-        files.makedirs(workdir)
+    with _told_to_the_others(chief):
+      if chief:
+        files.make_workdir(workdir)
         cleanup.enter_context(files.workdir_lock(workdir))   # released on every exit path
-        ckpt = checkpoint.Checkpointer(
-            workdir, config.to_dict(), max_to_keep=config.checkpoint_keep,
-            defaults=config_lib.base_config(sources.get(config.data.source).TASK).to_dict(),
-            trust_unverified=config.trust_unverified_checkpoints,
-            check_resume=functools.partial(lifecycle.check_budget_left, config))
+        ckpt = checkpoint.Checkpointer(workdir, config.to_dict(),
+                                       max_to_keep=config.checkpoint_keep, **opening)
         # On every exit path, finished checkpoints are waited for before an error propagates,
         # so the error is the last thing printed and no save is cut off.
         cleanup.push(lambda kind, error, trace: ckpt.finish(failing=error is not None))
-      except Exception:   # a refused or unwritable workdir: tell the others, then raise
-        distributed.process_zero_value(np.int32(1), chief)
-        raise
-    if distributed.process_zero_value(np.int32(0), chief):
-      raise RuntimeError(f'process 0 refused --workdir={workdir}; its log has the reason.')
     preemption = cleanup.enter_context(lifecycle.Preemption())
-    return _train_and_evaluate(config, workdir, method, chief, ckpt, t_start, start, preemption)
+    return _train_and_evaluate(config, workdir, method, chief, ckpt, t_start, start, preemption,
+                               loaded, data_s)
+
+
+@contextlib.contextmanager
+def _told_to_the_others(chief: bool):
+  """Process 0 checks or opens the workdir inside; the other processes wait for its verdict, so
+  that a refusal stops every process, not process 0 alone."""
+  try:
+    yield
+  except Exception:   # a refused or unwritable workdir: tell the others, then raise
+    distributed.process_zero_value(np.int32(1), chief)
+    raise
+  if distributed.process_zero_value(np.int32(0), chief):
+    raise RuntimeError('process 0 refused the workdir; its log has the reason.')
 
 
 def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start: float,
-                        start, preemption: lifecycle.Preemption) -> dict:
-  """`train_and_evaluate` once the workdir is held: data, rounds, evaluation, outputs."""
+                        start, preemption: lifecycle.Preemption, loaded, data_s: float) -> dict:
+  """`train_and_evaluate` once the data is read and the workdir held: rounds, evaluation,
+  outputs."""
   say = print if chief else (lambda *args, **kwargs: None)
-  # Data and partition.
-  t0 = time.perf_counter()
-  source, data, fed, evaluators = load_data(config, method)
-  data_s = time.perf_counter() - t0
+  source, data, fed, evaluators = loaded
   say(f'data ({config.data.source}): {source.describe(data)}; evaluators '
       f'{[e.type for e in evaluators]} ({data_s:.1f} s)', flush=True)
   pictures = []
@@ -386,8 +452,10 @@ def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start
       'algorithm': config.algorithm,
       'config_name': (f'{method.variant_name(config)}/{config.head.loss}/'
                       f'{config.federated.partition}'),
+      'config_sha256': checkpoint.config_digest(config.to_dict()),
       'rounds': config.num_rounds,
       'images_seen': config.num_rounds * images_per_round,
+      'blocks': blocks_in_effect(config, method),
       'engine': {'backend': backend, 'step_mode': step_mode, 'devices': jax.device_count(),
                  'processes': jax.process_count(), 'clients_devices': eng.num_shards,
                  'map_width': eng.width, 'width_plan': plan._asdict() if plan else None,
@@ -425,45 +493,93 @@ def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start
   return results
 
 
-def evaluate_model(config, workdir: str) -> dict:
+EVALUATIONS = 'evaluations'   # `evaluate_model` writes under <workdir>/evaluations/<name>/
+
+
+def evaluation_name(config) -> str:
+  """The folder name of an evaluation of `config.init_from`: the backbone file's name without its
+  extension, or the run's folder name (with `_round<N>` for `init_from_step`)."""
+  path = config.init_from.rstrip('/')
+  if arcface_torch.is_backbone_file(path):
+    return posixpath.splitext(posixpath.basename(path))[0]
+  name = posixpath.basename(path) or 'run'
+  return f'{name}_round{config.init_from_step}' if config.init_from_step else name
+
+
+def evaluate_model(config, workdir: str, name: str = '') -> dict:
   """Scores the model `config.init_from` names, a finished run (its workdir) or an arcface_torch
-  backbone file, on the config's evaluators without training, and writes results.json, report.md
-  and the figures into `workdir` (`python -m fedjax_face.evaluate`). The model passes through the
-  method's `init` from that start, as a run's would, so every evaluator sees what a run that
-  started there would evaluate before its first round."""
+  backbone file, on the config's evaluators without training, and writes results.json, report.md,
+  config.json and the figures into `<workdir>/evaluations/<name>/` alone (`name`: the `--name`
+  flag of `python -m fedjax_face.evaluate`, else `evaluation_name`), so that evaluating a run into
+  its own workdir leaves its files as they were. That folder is locked and checked as a run's
+  workdir is (`checkpoint.check_opening`, every field compared): an evaluation of another config
+  there is refused, a rerun of the same one replaces it. The model passes through the method's `init` from that
+  start, as a run's would, so every evaluator sees what a run that started there would evaluate
+  before its first round."""
   t_start = time.perf_counter()
-  validate(config)
   if not config.init_from:
-    raise ValueError('config.init_from is empty; expected the model to evaluate: a finished '
-                     "run's workdir or an arcface_torch backbone file (.pth).")
-  start = warm_start(config)
+    raise checks.UsageError('config.init_from is empty; expected the model to evaluate: a '
+                            "finished run's workdir or an arcface_torch backbone file (.pth).")
+  validate(config)
+  files.check_workdir(workdir)
+  name = name or evaluation_name(config)
+  if not name or '/' in name or name in ('.', '..'):
+    raise checks.UsageError(f'--name={name!r}; expected a folder name for '
+                            f'{files.join(workdir, EVALUATIONS)}/<name>, without "/".')
+  outdir = files.join(workdir, EVALUATIONS, name)
   method = algorithms.get(config.algorithm)
   distributed.initialize_distributed(config.engine.distributed)
   chief = jax.process_index() == 0
+  defaults = config_lib.base_config(sources.get(config.data.source).TASK).to_dict()
   if chief:
-    files.check_workdir(workdir)
-    files.makedirs(workdir)
+    _check_evaluation_folder(outdir, config, defaults)
+  start = warm_start(config)
   _, _, fed, evaluators = load_data(config, method)
+  with contextlib.ExitStack() as cleanup:
+    if chief:
+      files.make_workdir(outdir)
+      cleanup.enter_context(files.workdir_lock(outdir))
+      _check_evaluation_folder(outdir, config, defaults, lock_held=True)   # again, now held
+      for result_file in checkpoint.RESULT_FILES:   # a rerun replaces them: never left stale
+        files.remove(files.join(outdir, result_file))
+      files.write_json_atomic(files.join(outdir, 'config.json'),
+                              {**config.to_dict(), checkpoint.PROVENANCE_KEY: provenance.collect()})
+    return _evaluate_model(config, outdir, chief, method, fed, evaluators, start, t_start)
+
+
+def _check_evaluation_folder(outdir: str, config, defaults: dict, lock_held: bool = False
+                             ) -> None:
+  """`checkpoint.check_opening` of an evaluation's folder, its refusal naming `--name`."""
+  try:
+    checkpoint.check_opening(outdir, config.to_dict(), defaults=defaults, lock_held=lock_held,
+                             every_field=True)
+  except files.WorkdirError as error:
+    raise files.WorkdirError(f'{error} (python -m fedjax_face.evaluate: --name=<another folder '
+                             f'under {posixpath.dirname(outdir)}>)') from error
+
+
+def _evaluate_model(config, outdir: str, chief: bool, method, fed, evaluators, start,
+                    t_start: float) -> dict:
+  """`evaluate_model` once its folder is held: the model, its evaluation, the outputs."""
   _, step_mode, _, conv_gradient = policy.resolve_engine(config)
   model = models.build_backbone(config.model, conv_gradient=conv_gradient)
   algorithm = method.build(config, model, fed, step_mode=step_mode)
   state = algorithm.init(jax.random.fold_in(jax.random.PRNGKey(config.seed), 0), start)
   print(f'evaluating {config.init_from} ({config.model.name}) on '
-        f'{[e.type for e in evaluators]}', flush=True)
+        f'{[e.type for e in evaluators]} into {outdir}', flush=True)
   outputs = evaluate(evaluators, eval_lib.make_embed(model), algorithm, state)
   if not chief:
     return {kind: out.results for kind, out in outputs.items()}
-  plots = artifacts.write_eval_outputs(workdir, outputs)
+  plots = artifacts.write_eval_outputs(outdir, outputs)
   results = {
       'algorithm': config.algorithm, 'config_name': f'evaluation of {config.init_from}',
+      'config_sha256': checkpoint.config_digest(config.to_dict()),
       'evaluated': config.init_from, 'rounds': 0, 'images_seen': 0,
       'timing': {'total_s': time.perf_counter() - t_start},
       **{kind: out.results for kind, out in outputs.items()},
       **({'method_state': algorithm.summary(state)} if algorithm.summary else {}),
       'plots': plots, 'provenance': provenance.collect(),
   }
-  files.write_json_atomic(files.join(workdir, 'config.json'),
-                          {**config.to_dict(), checkpoint.PROVENANCE_KEY: results['provenance']})
-  text = report.write(workdir, results, [line for out in outputs.values() for line in out.markdown])
+  text = report.write(outdir, results, [line for out in outputs.values() for line in out.markdown])
   print(text, flush=True)
   return results

@@ -223,12 +223,13 @@ def parse_flags(argv: list[str]) -> list[str]:
     exit_usage(unknown_override(argv) or flag_error(argv, error), error, argv)
 
 
-def start(config) -> None:
+def start(config, workdir: str, training: bool) -> None:
   """JAX's distributed runtime (first: before anything touches a device), XLA CPU's convolution
   library (`engine.cpu_convolutions`, also before JAX starts its backend), then every check of
-  the config (`train_and_evaluate` checks again, for runs started from Python). A ValueError from
-  either, or a FileNotFoundError (an `init_from` run that is not there), is a usage error, found
-  before data is made or anything compiled."""
+  the config (`train_and_evaluate` checks again, for runs started from Python; a run resuming its
+  own checkpoints does not read `init_from`). A ValueError from either, or a FileNotFoundError
+  (an `init_from` run that is not there), is a usage error, found before data is made or
+  anything compiled."""
   try:
     distributed.initialize_distributed(config.engine.distributed,
                                        coordinator_address=_COORDINATOR.value,
@@ -239,7 +240,7 @@ def start(config) -> None:
       logging.warning('XLA CPU convolutions stay on %s: JAX started before %s could be chosen '
                       '(engine.cpu_convolutions)', xla_flags.cpu_convolutions_in_effect(),
                       convolutions)
-    experiment.validate(config)
+    experiment.validate(config, resuming=training and experiment.resuming(workdir))
   except (ValueError, FileNotFoundError) as error:
     exit_usage(str(error), error)
 
@@ -255,7 +256,7 @@ def main(argv, action=None):
     logging.set_verbosity(logging.WARNING)
     pylogging.getLogger('absl').addFilter(_QuietOrbaxErrors())
     sys.unraisablehook = _without_closed_event_loops(sys.unraisablehook)
-  start(_CONFIG.value)
+  start(_CONFIG.value, _WORKDIR.value, training=action is None)
   try:
     (action or experiment.train_and_evaluate)(_CONFIG.value, _WORKDIR.value)
   except checks.UsageError as error:   # a file, line, field or workdir the user can fix

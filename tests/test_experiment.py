@@ -11,6 +11,7 @@ import pytest
 
 from fedjax_face import algorithms, experiment, models
 from fedjax_face.data import sources, views
+from fedjax_face.io import files
 from fedjax_face.data.synthetic import faces
 from tests import config_files, saved_checkpoints
 
@@ -381,23 +382,44 @@ def test_fedfr_init_from_errors_name_the_run(tmp_path):
 def test_a_model_evaluated_alone_scores_as_its_run_did_and_on_ijb(tmp_path):
   # `python -m fedjax_face.evaluate`: a finished run's model on the same evaluators gives the run's
   # own numbers; with evals.ijb.root set, IJB-C's 1:1 and 1:N too (a fixture of tests/ijb_files).
+  # Evaluated into the run's own workdir, it writes under evaluations/<name>/ alone: the run's
+  # files stay byte for byte as they were, and the run still reruns (issue 56 item 1).
   from tests import ijb_files
   config = load_config('fedgc')
-  run = experiment.train_and_evaluate(config, str(tmp_path / 'run'))
+  rundir = tmp_path / 'run'
+  run = experiment.train_and_evaluate(config, str(rundir))
+  kept = {name: (rundir / name).read_bytes() for name in ('results.json', 'report.md',
+                                                           'config.json')}
   ijb_files.write_ijb(tmp_path / 'ijbc')
-  config.init_from = str(tmp_path / 'run')
-  config.evals.ijb.root = str(tmp_path / 'ijbc')
-  alone = experiment.evaluate_model(config, str(tmp_path / 'eval'))
+  evaluated = config.copy_and_resolve_references()
+  evaluated.init_from = str(rundir)
+  evaluated.evals.ijb.root = str(tmp_path / 'ijbc')
+  evaluated.evals.ijb.check_pair_count = False   # a 28-pair fixture, not the released IJB-C
+  alone = experiment.evaluate_model(evaluated, str(rundir))
   assert alone['verification'] == run['verification']
   assert alone['identification'] == run['identification']
-  assert alone['evaluated'] == str(tmp_path / 'run') and alone['rounds'] == 0
+  assert alone['evaluated'] == str(rundir) and alone['rounds'] == 0
   assert alone['ijb']['templates'] == 8 and set(alone['ijb']['identification']) == {
       'G1', 'G2', 'mixed'}
-  saved = json.loads((tmp_path / 'eval' / 'results.json').read_text())
+  assert {name: (rundir / name).read_bytes() for name in kept} == kept
+  outdir = rundir / 'evaluations' / 'run'
+  saved = json.loads((outdir / 'results.json').read_text())
   assert saved['ijb']['tar'] == alone['ijb']['tar']
-  assert '## IJBC 1:1' in (tmp_path / 'eval' / 'report.md').read_text()
-  assert (tmp_path / 'eval' / 'ijb_roc.png').exists()
+  assert '## IJBC 1:1' in (outdir / 'report.md').read_text()
+  assert (outdir / 'ijb_roc.png').exists()
+  assert json.loads((outdir / 'config.json').read_text())['evals']['ijb']['root'] == str(
+      tmp_path / 'ijbc')
+  # Another config into the same folder is refused, naming --name; under another name it runs.
+  evaluated.evals.ijb.tar_rule = 'far_at_most'
+  with pytest.raises(files.WorkdirError, match=r'evaluations/run holds the results of another '
+                     r'run .*evals.ijb.tar_rule.*--name=<another folder'):
+    experiment.evaluate_model(evaluated, str(rundir))
+  experiment.evaluate_model(evaluated, str(rundir), name='far_at_most')
+  assert (rundir / 'evaluations' / 'far_at_most' / 'results.json').exists()
+  # The run itself reruns as before (its evaluation again, nothing refused).
+  assert experiment.train_and_evaluate(config, str(rundir))['verification'] == run['verification']
   config.init_from = ''
   with pytest.raises(ValueError, match=r'config.init_from is empty; expected the model to '
                                        'evaluate'):
     experiment.evaluate_model(config, str(tmp_path / 'eval2'))
+  assert not (tmp_path / 'eval2').exists()

@@ -50,8 +50,8 @@ def test_a_workdir_that_is_a_file_is_named(tmp_path):
 
 def test_an_unwritable_checkpoint_directory_is_named_at_start(tmp_path):
   (tmp_path / 'checkpoints').write_text('')   # a regular file where the directory goes
-  with pytest.raises(OSError, match=r'cannot write checkpoints to .*checkpoints: Not a '
-                     r'directory; expected a writable directory'):
+  with pytest.raises(files.WorkdirError, match=r'cannot write checkpoints to .*checkpoints: Not '
+                     r'a directory; expected a writable directory'):
     experiment.train_and_evaluate(load_config('fedgc'), str(tmp_path))
   assert not (tmp_path / 'config.json').exists()
 
@@ -63,12 +63,15 @@ def test_a_second_process_on_the_same_workdir_is_refused(tmp_path):
     out = subprocess.run([sys.executable, '-m', 'fedjax_face.main',
                           '--config=configs/fedgc/fedgc.py:runlocal', f'--workdir={workdir}'],
                          cwd=config_files.ROOT, capture_output=True, text=True, timeout=300)
-    assert out.returncode != 0
-    assert (f'--workdir={workdir} is in use by pid {os.getpid()} on host '
-            f'{socket.gethostname()}') in out.stderr
+    # A usage error: one line, exit status 2, found before the data is made.
+    assert out.returncode == 2
+    [line] = out.stderr.strip().splitlines()
+    assert line.endswith(f'--workdir={workdir} is in use by pid {os.getpid()} on host '
+                         f'{socket.gethostname()}; two runs on one workdir would overwrite each '
+                         'other. Wait for it, stop it, or use another --workdir.')
     assert not (tmp_path / 'config.json').exists()
     # The same process cannot take it twice either (the lock is per open file).
-    with pytest.raises(RuntimeError, match=r'is in use by pid'):
+    with pytest.raises(files.WorkdirError, match=r'is in use by pid'):
       with files.workdir_lock(workdir):
         pass
   # Released on exit; a lock file left by a dead holder blocks nothing.

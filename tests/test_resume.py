@@ -22,7 +22,7 @@ import pytest
 from dp_accounting import rdp
 
 from fedjax_face import experiment
-from fedjax_face.io import checkpoint
+from fedjax_face.io import checkpoint, files
 from tests import config_files, saved_checkpoints
 from tests.test_faults import _corrupt
 
@@ -294,14 +294,28 @@ def test_checkpoints_without_digests_are_unverified_and_resumed_only_when_truste
   _corrupt(tmp_path / 'run' / 'checkpoints' / '2')
   config.num_rounds = 3
   capsys.readouterr()
-  # Before, round 1 was loaded without a word once the corrupted round 2 failed to read.
-  with pytest.raises(ValueError, match=r'no checkpoint under .*checkpoints reads and verifies '
-                     r'\(rounds 2, 1\); .* or --config.trust_unverified_checkpoints=True to resume '
-                     r'from round 1 without verifying it\.$'):
-    experiment.train_and_evaluate(config, str(tmp_path / 'run'))
+  # Before, round 1 was loaded without a word once the corrupted round 2 failed to read. Now none
+  # having its digests is refused at opening, before anything is written (issue 56 item 9).
+  before = (tmp_path / 'run' / 'config.json').read_bytes()
   digests = tmp_path / 'run' / 'checkpoint_digests'
-  assert (f"checkpoint {tmp_path / 'run' / 'checkpoints' / '1'} is unverified: its digest file "
-          f"{digests / '1.json'} is missing") in capsys.readouterr().out
+  with pytest.raises(files.WorkdirError, match=(
+      rf'^no checkpoint under {re.escape(str(tmp_path / "run" / "checkpoints"))} can be verified '
+      rf'\(rounds 2, 1 have no digest file in {re.escape(str(digests))}\); delete those step '
+      r'directories to start the run afresh, use a new --workdir, or '
+      r'--config.trust_unverified_checkpoints=True to resume from round 2 without verifying it\.$')):
+    experiment.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert (tmp_path / 'run' / 'config.json').read_bytes() == before
+  assert capsys.readouterr().out == ''
+  # One step with digests (round 1) and one without (the corrupted round 2): opened, and the
+  # restore says why round 2 is passed over before it resumes from round 1.
+  _copy(finished, 'fedgc', tmp_path / 'one')
+  (tmp_path / 'one' / 'checkpoint_digests' / '2.json').unlink()
+  _corrupt(tmp_path / 'one' / 'checkpoints' / '2')
+  assert experiment.train_and_evaluate(config, str(tmp_path / 'one'))['timing'][
+      'resumed_from_round'] == 1
+  out = capsys.readouterr().out
+  assert f"checkpoint {tmp_path / 'one' / 'checkpoints' / '2'} " in out
+  assert 'trying the one before' in out
   # Trusted: resumed from the newest, said in one line.
   config.trust_unverified_checkpoints = True
   results = experiment.train_and_evaluate(config, str(tmp_path / 'intact'))
@@ -313,7 +327,7 @@ def test_checkpoints_without_digests_are_unverified_and_resumed_only_when_truste
 
 def test_a_checkpoints_link_to_nowhere_is_named(tmp_path):
   os.symlink(tmp_path / 'gone', tmp_path / 'checkpoints')
-  with pytest.raises(OSError, match=rf"^{re.escape(str(tmp_path / 'checkpoints'))} is a symbolic "
+  with pytest.raises(files.WorkdirError, match=rf"^{re.escape(str(tmp_path / 'checkpoints'))} is a symbolic "
                      rf"link to {re.escape(str(tmp_path / 'gone'))}, which does not exist; "
                      'expected a checkpoint directory'):
     experiment.train_and_evaluate(load_config('fedgc'), str(tmp_path))

@@ -23,10 +23,12 @@ A save that fails is one `SaveError` naming the checkpoint and the cause. Anothe
 import contextlib
 import hashlib
 import json
+import logging as pylogging
 import os
 import re
 import shutil
 import time
+from typing import NamedTuple
 
 import jax
 from absl import logging
@@ -76,16 +78,17 @@ def flatten(tree: dict, prefix: str = '') -> dict[str, object]:
 
 
 def config_differences(old: dict, new: dict, defaults: dict | None = None,
-                       also: tuple[str, ...] = ()) -> list[str]:
-  """Fields (outside RESUMABLE_FIELDS and the prefixes `also`) whose values differ, as
-  'field: old -> new'. A field the old config lacks that `defaults` (the shared base config)
+                       also: tuple[str, ...] = (), resumable: bool = True) -> list[str]:
+  """Fields (outside RESUMABLE_FIELDS, unless not `resumable`, and the prefixes `also`) whose
+  values differ, as 'field: old -> new'. A field the old config lacks that `defaults` (the shared base config)
   holds at the value the new config has is no difference: it was added to the package since, and
   the old run trained with that behaviour, so a run started before an upgrade still resumes."""
   old_flat, new_flat = flatten(old), flatten(new)
   default_flat = flatten(defaults or {})
   diffs = []
   for key in sorted(set(old_flat) | set(new_flat)):
-    if (key.startswith(RESUMABLE_FIELDS + tuple(also)) or key in RESUMABLE_FIELDS
+    if key.startswith(tuple(also)) or resumable and (
+        key.startswith(RESUMABLE_FIELDS) or key in RESUMABLE_FIELDS
         or (key.startswith('data.') and key.rsplit('.', 1)[-1] in RESUMABLE_SOURCE_FIELDS)):
       continue
     if (key not in old_flat and key in default_flat and
@@ -94,6 +97,127 @@ def config_differences(old: dict, new: dict, defaults: dict | None = None,
     if old_flat.get(key, '<absent>') != new_flat.get(key, '<absent>'):
       diffs.append(f'{key}: {old_flat.get(key, "<absent>")!r} -> {new_flat.get(key, "<absent>")!r}')
   return diffs
+
+
+RESULT_FILES = ('results.json', 'report.md')   # what a finished run writes last
+
+
+def config_digest(config_dict: dict) -> str:
+  """The SHA-256 of a config as config.json records it (its provenance record left out):
+  results.json carries it, so a reader can tell that the two describe the same run."""
+  config_dict = {k: v for k, v in config_dict.items() if k != PROVENANCE_KEY}
+  return hashlib.sha256(json.dumps(_as_json(config_dict), sort_keys=True).encode()).hexdigest()
+
+
+def stale_results(workdir: str, results: dict) -> str | None:
+  """Why `results` (the workdir's results.json) is not the result of the run its config.json
+  describes, or None when it is (or when no readable config.json can tell): its `config_sha256`
+  differs from config.json's, or, for results written before the digest was recorded, its
+  algorithm or rounds. A run that starts in a workdir writes config.json first, so a results.json
+  left from an earlier run never matches it."""
+  path = files.join(workdir, 'config.json')
+  try:
+    config_dict = files.read_json(path)
+  except (OSError, ValueError):
+    return None
+  if 'config_sha256' in results:
+    if results['config_sha256'] != config_digest(config_dict):
+      return f'its config_sha256 is not that of {path}'
+    return None
+  for field, key in (('algorithm', 'algorithm'), ('rounds', 'num_rounds')):
+    if field in results and key in config_dict and results[field] != config_dict[key]:
+      return f'its {field} {results[field]!r} is not {path}\'s {config_dict[key]!r}'
+  return None
+
+
+class Opening(NamedTuple):
+  """What `check_opening` read of a workdir: its newest checkpoint's round (None: none), its
+  config.json (None: none), and the divergence guard's stop record (None: none)."""
+  latest: int | None
+  old: dict | None
+  stopped: dict | None
+
+
+def _as_json(tree: dict) -> dict:
+  return json.loads(json.dumps(tree, default=files.jsonable))
+
+
+def check_opening(workdir: str, config_dict: dict, *, defaults: dict | None = None,
+                  trust_unverified: bool = False, check_resume=None,
+                  lock_held: bool = False, every_field: bool = False) -> Opening:
+  """Every refusal of opening `workdir` for the run `config_dict` describes, reading only, each a
+  WorkdirError in one line: a workdir another process holds (`files.check_unlocked`); a
+  `checkpoints` link to nothing; a rerun of a run the divergence guard stopped, with nothing
+  changed that could fix it; checkpoints of another config, or without config.json; a
+  `num_rounds` below the round they hold (`check_rounds`); checkpoints none of which has its
+  digests (unless `trust_unverified`); the results of another run (results.json beside another
+  config.json, or none, with no checkpoint: another run's files); and whatever
+  `check_resume(run record of the newest checkpoint)` raises (the driver's privacy budget). The
+  driver calls it before it loads data, and `Checkpointer` again under the workdir's lock
+  (`lock_held`: the caller holds `files.workdir_lock`, so it is not probed). `every_field`: no
+  field is resumable (an evaluation's folder: its config is all it is). A
+  config handed back with its provenance record (a tool reopening a finished run) is checked
+  only for being that run's."""
+  files.check_workdir(workdir)
+  if not lock_held:
+    files.check_unlocked(workdir)
+  directory = files.join(workdir, 'checkpoints')
+  check_checkpoint_link(directory)
+  config_dict = dict(config_dict)
+  reopened = config_dict.pop(PROVENANCE_KEY, None) is not None
+  path = files.join(workdir, 'config.json')
+  steps = checkpoint_steps(directory) if files.exists(directory) else []
+  latest = steps[-1] if steps else None
+  stopped, fixes = None, ()
+  if not reopened:
+    stopped = read_stopped(workdir)
+    if stopped is not None:
+      changed = config_differences(stopped.get('config', {}), _as_json(config_dict),
+                                   defaults and _as_json(defaults))
+      if not changed:
+        raise files.WorkdirError(stopped_line(workdir, stopped, config_dict.get('algorithm', '')))
+      fixes = stop_fix_fields(config_dict)
+  old = None
+  if files.exists(path):
+    try:
+      old = json.loads(files.read_text(path))
+    except json.JSONDecodeError as e:
+      raise files.WorkdirError(f'{path} is not valid JSON ({e}); it should record the config of '
+                               'the run in this workdir. Use a new --workdir.') from e
+  diffs = [] if old is None else config_differences(
+      old, _as_json(config_dict), defaults and _as_json(defaults), fixes,
+      resumable=not every_field)
+  if latest is not None and old is None:
+    raise files.WorkdirError(f'--workdir={workdir} has checkpoints but no config.json, so it is '
+                             'unknown which config wrote them. Use a new --workdir.')
+  if latest is not None and diffs:
+    raise files.WorkdirError(
+        f'--workdir={workdir} holds checkpoints of a different config; refusing to resume. '
+        f'Differences (checkpoint -> now): {"; ".join(diffs)}. Use a new --workdir, or the same '
+        'config to resume.')
+  results = files.join(workdir, 'results.json')
+  if latest is None and not reopened and files.exists(results) and (old is None or diffs):
+    what = f'differences (results -> now): {"; ".join(diffs)}' if diffs else 'no config.json'
+    raise files.WorkdirError(
+        f'--workdir={workdir} holds the results of another run ({results}; {what}); a new run '
+        'would mix its files with them. Use a new --workdir, or the same config to rerun it.')
+  if not reopened:
+    check_rounds(latest, config_dict.get('num_rounds'), workdir)
+    if latest is not None and not trust_unverified and not any(
+        files.exists(files.join(workdir, 'checkpoint_digests', f'{step}.json')) for step in steps):
+      raise files.WorkdirError(
+          f'no checkpoint under {directory} can be verified (rounds '
+          f'{", ".join(map(str, reversed(steps)))} have no digest file in '
+          f'{files.join(workdir, "checkpoint_digests")}); delete those step directories to start '
+          'the run afresh, use a new --workdir, or --config.trust_unverified_checkpoints=True to '
+          f'resume from round {latest} without verifying it.')
+    if latest is not None and check_resume is not None:
+      try:
+        check_resume(read_digest_file(files.join(workdir, 'checkpoint_digests',
+                                                 f'{latest}.json'))[1])
+      except ValueError as error:
+        raise files.WorkdirError(str(error)) from error
+  return Opening(latest, old, stopped)
 
 
 class Checkpointer:
@@ -113,9 +237,10 @@ class Checkpointer:
     self.workdir = workdir
     self.trust_unverified = trust_unverified
     self.run_record = None   # the `run` record of the checkpoint `restore` returned
-    files.makedirs(workdir)
+    opening = check_opening(workdir, config_dict, defaults=defaults, lock_held=True,
+                            trust_unverified=trust_unverified, check_resume=check_resume)
+    files.make_workdir(workdir)
     directory = files.absolute(files.join(workdir, 'checkpoints'))
-    check_checkpoint_link(directory)
     options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True)
     if jax.process_count() > 1:
       # Multi-process runs checkpoint from process 0 alone (host copies of the replicated state):
@@ -131,7 +256,7 @@ class Checkpointer:
     self._saving = None   # the round of the newest save started (named when a save fails)
     files.makedirs(files.join(workdir, 'checkpoint_digests'))
     self._check_writable(directory)
-    self._check_config(config_dict, defaults, check_resume)
+    self._write_config(config_dict, defaults, opening)
 
   def _check_writable(self, directory: str) -> None:
     """Refuses at start a checkpoint directory that cannot be written (rather than at the first
@@ -144,61 +269,34 @@ class Checkpointer:
         f.write('ok')
       os.remove(probe)
     except OSError as e:
-      raise OSError(f'cannot write checkpoints to {directory}: {e.strerror or e}; expected a '
-                    'writable directory.') from e
+      raise files.WorkdirError(f'cannot write checkpoints to {directory}: {e.strerror or e}; '
+                               'expected a writable directory.') from e
 
-  def _check_config(self, config_dict: dict, defaults: dict | None, check_resume=None) -> None:
-    """Refuses to resume checkpoints written by another config (or a stopped run rerun as it
-    was, or a shorter one), then writes config.json with the run's provenance record
-    (`run_provenance`)."""
+  def _write_config(self, config_dict: dict, defaults: dict | None, opening: 'Opening'
+                    ) -> None:
+    """Writes config.json with the run's provenance record (`run_provenance`) once
+    `check_opening` has passed; a results.json this run will replace goes first, so that no
+    workdir shows one run's config beside another's results (`tools/tables.py` reads both)."""
     path = files.join(self.workdir, 'config.json')
     config_dict = dict(config_dict)
     # A caller handing back a saved config.json (a tool reopening a finished run to read it) does
     # not resume training: its record is kept as it is.
     reopened = config_dict.pop(PROVENANCE_KEY, None)
-    as_json = lambda d: json.loads(json.dumps(d, default=files.jsonable))
-    latest = self._manager.latest_step()
-    stopped, fixes = None, ()
-    if reopened is None:
-      stopped = read_stopped(self.workdir)
-      if stopped is not None:
-        changed = config_differences(stopped.get('config', {}), as_json(config_dict),
-                                     defaults and as_json(defaults))
-        if not changed:
-          raise ValueError(stopped_line(self.workdir, stopped, config_dict.get('algorithm', '')))
-        fixes = stop_fix_fields(config_dict)
-    old = None
-    if latest is not None and files.exists(path):
-      try:
-        old = json.loads(files.read_text(path))
-      except json.JSONDecodeError as e:
-        raise ValueError(f'{path} is not valid JSON ({e}); it should record the config of the '
-                         'checkpoints in this workdir. Use a new --workdir.') from e
-      diffs = config_differences(old, as_json(config_dict), defaults and as_json(defaults), fixes)
-      if diffs:
-        raise ValueError(
-            f'--workdir={self.workdir} holds checkpoints of a different config; refusing to '
-            'resume. Differences (checkpoint -> now):\n  ' + '\n  '.join(diffs) +
-            '\nUse a new --workdir, or the same config to resume.')
-    elif latest is not None:
-      raise ValueError(f'--workdir={self.workdir} has checkpoints but no config.json, so it is '
-                       'unknown which config wrote them. Use a new --workdir.')
-    if reopened is None:
-      check_rounds(latest, config_dict.get('num_rounds'), self.workdir)
-      if latest is not None and check_resume is not None:
-        check_resume(self.latest_run_record())
     if reopened is not None:
-      record = (old or {}).get(PROVENANCE_KEY, reopened)
+      record = (opening.old or {}).get(PROVENANCE_KEY, reopened)
     else:
-      record = run_provenance(None if old is None else old.get(PROVENANCE_KEY), latest,
-                              provenance.collect())
-      if stopped is not None and latest is not None:   # this resume is the stopped run changed
+      for name in RESULT_FILES:
+        files.remove(files.join(self.workdir, name))
+      record = run_provenance(None if opening.old is None else opening.old.get(PROVENANCE_KEY),
+                              opening.latest, provenance.collect())
+      stopped = opening.stopped
+      if stopped is not None and opening.latest is not None:   # the stopped run, changed
         record['resumed'][-1]['after_stop'] = {
             'round': stopped.get('round'), 'reason': stopped.get('reason'),
-            'changed': config_differences(stopped.get('config', {}), as_json(config_dict),
-                                          defaults and as_json(defaults))}
+            'changed': config_differences(stopped.get('config', {}), _as_json(config_dict),
+                                          defaults and _as_json(defaults))}
     files.write_json_atomic(path, config_dict | {PROVENANCE_KEY: record})
-    if stopped is not None:
+    if opening.stopped is not None and reopened is None:
       epath.Path(files.join(self.workdir, STOPPED_FILE)).unlink(missing_ok=True)
 
   def last_saved(self) -> int | None:
@@ -251,7 +349,7 @@ class Checkpointer:
       problems.append(step)
     trust = (f'; or --config.trust_unverified_checkpoints=True to resume from round '
              f'{unverified[0]} without verifying it' if unverified else '')
-    raise ValueError(f'no checkpoint under {files.join(self.workdir, "checkpoints")} reads and '
+    raise files.WorkdirError(f'no checkpoint under {files.join(self.workdir, "checkpoints")} reads and '
                      f'verifies (rounds {", ".join(map(str, problems))}); delete those step '
                      f'directories to start the run afresh, or use a new --workdir{trust}.')
 
@@ -285,8 +383,13 @@ class Checkpointer:
     state_dict = serialization.to_state_dict(state)
     # The digests of what is saved, written before the save starts (it completes in the
     # background) and kept only for the steps the manager keeps.
-    files.write_json_atomic(self._digest_path(round_index),
-                            {'arrays': array_digests(state_dict), 'run': run})
+    digest_path = self._digest_path(round_index)
+    try:
+      files.write_json_atomic(digest_path, {'arrays': array_digests(state_dict), 'run': run})
+    except OSError as e:   # a full disk: said as a failed save is, and no half-written file left
+      epath.Path(f'{digest_path}.tmp').unlink(missing_ok=True)
+      raise SaveError(save_failed_line(
+          files.join(self.workdir, 'checkpoints', str(round_index)), save_cause(e))) from None
     with self._save_errors():   # orbax's save first re-raises an earlier save's failure
       self._manager.save(round_index, args=ocp.args.StandardSave(state_dict), force=True)
     self._saving = round_index
@@ -311,10 +414,7 @@ class Checkpointer:
     except SaveError:
       raise
     except Exception as e:   # pylint: disable=broad-except  (orbax re-raises its thread's error)
-      raise SaveError(f'saving checkpoint {self._in_flight_path()} failed: {save_cause(e)}; '
-                      'nothing after it was trained or saved (free space or fix the directory, '
-                      'then rerun the same command to resume from the checkpoint before).'
-                      ) from None
+      raise SaveError(save_failed_line(self._in_flight_path(), save_cause(e))) from None
 
   def _in_flight_path(self) -> str:
     """The newest step directory being written or written (the save that failed), or the
@@ -356,6 +456,13 @@ class Checkpointer:
 class SaveError(OSError):
   """A checkpoint save that failed (a full disk, a directory that became unwritable): one line
   naming the checkpoint and the cause (main.py prints it alone, exit status 1)."""
+
+
+def save_failed_line(checkpoint: str, cause: str) -> str:
+  """The one line a failed save stops the run with (main.py prints it alone, exit status 1)."""
+  return (f'saving checkpoint {checkpoint} failed: {cause}; nothing after it was trained or saved '
+          '(free space or fix the directory, then rerun the same command to resume from the '
+          'checkpoint before).')
 
 
 def save_cause(error: Exception) -> str:
@@ -419,11 +526,12 @@ def read_digest_file(path: str, strict: bool = False) -> tuple[dict | None, dict
 
 
 def check_checkpoint_link(directory: str) -> None:
-  """OSError naming `directory` when it is a symbolic link to nothing (orbax would fail creating
+  """WorkdirError naming `directory` when it is a symbolic link to nothing (orbax would fail creating
   it with a bare FileExistsError)."""
   if not files.is_uri(directory) and os.path.islink(directory) and not os.path.exists(directory):
-    raise OSError(f'{directory} is a symbolic link to {os.readlink(directory)}, which does not '
-                  'exist; expected a checkpoint directory (create the target, or remove the link).')
+    raise files.WorkdirError(f'{directory} is a symbolic link to {os.readlink(directory)}, which '
+                             'does not exist; expected a checkpoint directory (create the target, '
+                             'or remove the link).')
 
 
 def check_rounds(latest: int | None, num_rounds, workdir: str) -> None:
@@ -432,7 +540,7 @@ def check_rounds(latest: int | None, num_rounds, workdir: str) -> None:
   `checkpoint_keep` that one is usually rotated away, and keeping it would leave one workdir
   claiming two lengths (config.json and results.json at `num_rounds`, checkpoints beyond it)."""
   if latest is not None and isinstance(num_rounds, int) and latest > num_rounds:
-    raise ValueError(f'config.num_rounds={num_rounds} but {workdir} holds round {latest}; a run '
+    raise files.WorkdirError(f'config.num_rounds={num_rounds} but {workdir} holds round {latest}; a run '
                      f'cannot be shortened. Expected config.num_rounds >= {latest} (={latest} '
                      f're-evaluates it), or a new --workdir for a {num_rounds}-round run.')
 
@@ -459,7 +567,7 @@ def read_stopped(workdir: str) -> dict | None:
   try:
     return files.read_json(path)
   except ValueError as e:
-    raise ValueError(f'{path} is not valid JSON ({e}); it records why the run in this workdir '
+    raise files.WorkdirError(f'{path} is not valid JSON ({e}); it records why the run in this workdir '
                      'stopped. Delete it to rerun anyway.') from e
 
 
@@ -550,13 +658,13 @@ def init_from_round(workdir: str, step: int = 0) -> int:
   held = ', '.join(map(str, steps))
   if step:
     if step not in steps:
-      raise ValueError(f'config.init_from_step={step}, but config.init_from={workdir!r} holds '
+      raise InitFromError(f'config.init_from_step={step}, but config.init_from={workdir!r} holds '
                        f'the checkpoints of rounds {held}; expected one of them.')
     return step
   if not files.exists(files.join(workdir, 'results.json')) or steps[-1] != num_rounds:
     why = (f'its newest checkpoint is round {steps[-1]} of num_rounds={num_rounds}'
            if steps[-1] != num_rounds else 'it has no results.json')
-    raise ValueError(f'config.init_from={workdir!r} is an unfinished run ({why}); expected a '
+    raise InitFromError(f'config.init_from={workdir!r} is an unfinished run ({why}); expected a '
                      'finished run, or --config.init_from_step=<round> to start from one of its '
                      f'checkpoints (rounds {held}).')
   return steps[-1]
@@ -564,10 +672,34 @@ def init_from_round(workdir: str, step: int = 0) -> int:
 
 def checkpoint_steps(directory: str) -> list[int]:
   """The finished checkpoints under a checkpoint `directory`, oldest first (read only)."""
-  options = ocp.CheckpointManagerOptions(create=False, read_only=True)
-  manager = ocp.CheckpointManager(files.absolute(directory), options=options)
-  try:
+  with reading_manager(directory) as manager:
     return sorted(manager.all_steps())
+
+
+class _ReadOnlyNotice(pylogging.Filter):
+  """Drops orbax's warnings that a read-only manager is read only: said on every read of another
+  run's checkpoints (`config.init_from`, `evaluate`), they tell the user nothing."""
+
+  def filter(self, record):
+    return not record.getMessage().startswith(('Given directory is read only',
+                                               'CheckpointManagerOptions.read_only=True'))
+
+
+@contextlib.contextmanager
+def reading_manager(directory: str):
+  """An orbax CheckpointManager that only reads `directory` (never creates, cleans or deletes
+  anything there), closed on exit."""
+  notice = _ReadOnlyNotice()
+  logger = pylogging.getLogger('absl')
+  logger.addFilter(notice)
+  try:
+    options = ocp.CheckpointManagerOptions(create=False, read_only=True, save_interval_steps=0,
+                                           max_to_keep=None)
+    manager = ocp.CheckpointManager(files.absolute(directory), options=options)
+  finally:
+    logger.removeFilter(notice)
+  try:
+    yield manager
   finally:
     manager.close()
 
@@ -578,17 +710,13 @@ def read_verified(workdir: str, step: int, what: str, trust_unverified: bool = F
   'config.init_from=...'), the checkpoint and the arrays that differ when it does not verify. The
   one way a run reads another run's checkpoint (a warm start, an imported backbone)."""
   path = files.join(workdir, 'checkpoints', str(step))
-  options = ocp.CheckpointManagerOptions(create=False, read_only=True)
-  manager = ocp.CheckpointManager(files.absolute(files.join(workdir, 'checkpoints')),
-                                  options=options)
-  try:
-    restored = manager.restore(step, args=ocp.args.StandardRestore())
-  except Exception as e:   # pylint: disable=broad-except  (orbax raises many kinds)
-    first = str(e).splitlines()[0][:200] if str(e) else ''
-    raise InitFromError(f'{what}: checkpoint {path} is unreadable ({type(e).__name__}: {first}); '
-                        'expected a checkpoint as it was saved.') from None
-  finally:
-    manager.close()
+  with reading_manager(files.join(workdir, 'checkpoints')) as manager:
+    try:
+      restored = manager.restore(step, args=ocp.args.StandardRestore())
+    except Exception as e:   # pylint: disable=broad-except  (orbax raises many kinds)
+      first = str(e).splitlines()[0][:200] if str(e) else ''
+      raise InitFromError(f'{what}: checkpoint {path} is unreadable ({type(e).__name__}: '
+                          f'{first}); expected a checkpoint as it was saved.') from None
   problem, _ = verify_arrays(restored, files.join(workdir, 'checkpoint_digests', f'{step}.json'),
                              trust_unverified, path, use='starting from')
   if problem is not None:
@@ -607,20 +735,25 @@ def load_final_state(workdir: str, step: int = 0, trust_unverified: bool = False
   return read_verified(workdir, step, f'config.init_from={workdir!r}', trust_unverified)
 
 
-def check_init_data(workdir: str, config_dict: dict, fields: tuple[str, ...]) -> None:
+def check_init_data(workdir: str, config_dict: dict, fields: tuple[str, ...],
+                    defaults: dict | None = None) -> None:
   """Raises ValueError when the run in `workdir` (`config.init_from`) was trained on other data
   than `config_dict` describes, naming the `fields` that differ (the data source's
   `data_fields`: what decides the training identities and their images; the synthetic benchmark
   draws different identities for another seed or training-set size, and an inherited class
-  matrix would then name other people), and FileNotFoundError when it is no finished run.
-  `experiment.validate` calls it, before anything is written."""
+  matrix would then name other people), and FileNotFoundError when it is no finished run. A
+  field that run's config.json lacks counts at its value in `defaults` (the task's base config
+  with the source's section). `experiment.validate` calls it, before anything is written."""
   _init_run_file(workdir, 'checkpoints')
   old = flatten(files.read_json(_init_run_file(workdir, 'config.json')))
-  new = flatten(config_dict)
+  new, default = flatten(config_dict), flatten(defaults or {})
+  # A field added to the package since that run, at its default here, is no difference (as for a
+  # resume: `config_differences`).
+  old |= {key: default[key] for key in fields if key not in old and key in default}
   diffs = [f'{key}: {old.get(key, "<absent>")!r} there, {new.get(key, "<absent>")!r} here'
            for key in fields if old.get(key, '<absent>') != new.get(key, '<absent>')]
   if diffs:
-    raise ValueError(f'config.init_from={workdir!r} was trained on other data ({"; ".join(diffs)}): '
+    raise InitFromError(f'config.init_from={workdir!r} was trained on other data ({"; ".join(diffs)}): '
                      'its identities are not this run\'s. Expected the same seed and data '
                      'fields (pre-train with this run\'s data section).')
 
@@ -634,12 +767,12 @@ def matching_tree(name: str, template, restored):
   if keys(flat_t) != keys(flat_r):
     missing = sorted(keys(flat_t) - keys(flat_r))[:3]
     extra = sorted(keys(flat_r) - keys(flat_t))[:3]
-    raise ValueError(f'{name} does not have this run\'s structure: missing {missing}, '
+    raise InitFromError(f'{name} does not have this run\'s structure: missing {missing}, '
                      f'unexpected {extra} (was it trained with the same config.model?).')
   for path, want in flat_t.items():
     got = flat_r[path]
     if tuple(np.shape(got)) != tuple(np.shape(want)):
-      raise ValueError(f'{name}{jax.tree_util.keystr(path)} has shape {tuple(np.shape(got))}; '
+      raise InitFromError(f'{name}{jax.tree_util.keystr(path)} has shape {tuple(np.shape(got))}; '
                        f'this run expects {tuple(np.shape(want))} (same config.model and '
                        'data.image_size as the run it starts from?).')
   return jax.tree.map(lambda t, r: jax.numpy.asarray(r, dtype=jax.numpy.result_type(t)),

@@ -45,6 +45,11 @@ def makedirs(path: str) -> None:
   epath.Path(path).mkdir(parents=True, exist_ok=True)
 
 
+def remove(path: str) -> None:
+  """Deletes the file `path` when it is there."""
+  epath.Path(path).unlink(missing_ok=True)
+
+
 def exists(path: str) -> bool:
   return epath.Path(path).exists()
 
@@ -54,16 +59,38 @@ class WorkdirError(checks.UsageError):
 
 
 def check_workdir(path: str) -> None:
-  """Makes `path` (parents included) unless it is a directory already; WorkdirError, naming the
-  path and why, when it is something else or cannot be made."""
+  """WorkdirError, naming `path` and why, unless it is a directory or could be made one. Reads
+  only: the run checks every input before it writes its first file (`make_workdir` makes it)."""
+  if not str(path or '').strip():
+    raise WorkdirError(f'--workdir={path!r} is empty; expected the run\'s directory, e.g. '
+                       '--workdir=/tmp/fedgc (the current directory is not taken for one).')
   if exists(path) and not epath.Path(path).is_dir():
     raise WorkdirError(f'--workdir={path} exists and is not a directory; expected a directory '
                        '(it is created when missing).')
+  if is_uri(path) or exists(path):
+    return
+  parent = _nearest_existing(path)
+  if not os.path.isdir(parent):
+    raise WorkdirError(f'--workdir={path} cannot be created: {parent} is not a directory; '
+                       'expected a directory that exists or can be made.')
+
+
+def make_workdir(path: str) -> None:
+  """Makes `path` (parents included) unless it is a directory already; WorkdirError, naming the
+  path and why, when it cannot be made."""
+  check_workdir(path)
   try:
     makedirs(path)
   except OSError as error:
     raise WorkdirError(f'--workdir={path} cannot be created: {_refusal(path, error)}; expected '
                        'a directory that exists or can be made.') from error
+
+
+def _nearest_existing(path: str) -> str:
+  parent = os.path.dirname(os.path.abspath(path))
+  while not os.path.lexists(parent):
+    parent = os.path.dirname(parent)
+  return parent
 
 
 def _refusal(path: str, error: OSError) -> str:
@@ -72,9 +99,7 @@ def _refusal(path: str, error: OSError) -> str:
   reason = error.strerror or str(error)
   if is_uri(path):
     return reason
-  parent = os.path.dirname(os.path.abspath(path))
-  while not os.path.lexists(parent):
-    parent = os.path.dirname(parent)
+  parent = _nearest_existing(path)
   if not os.path.isdir(parent):
     return f'{parent} is not a directory'
   # ENOENT here is the misleading message; any other reason (permissions, read-only) is kept.
@@ -88,24 +113,16 @@ IN_USE = 'is in use by'   # the refusal of `workdir_lock`, as `tools/tables.py` 
 @contextlib.contextmanager
 def workdir_lock(path: str):
   """Holds `<path>/.lock` exclusively for the whole run, so that a second process on the same
-  workdir is refused (with the holder's pid and host) instead of overwriting its config,
-  checkpoints and results. The lock is the kernel's (flock): it goes with its process, so the
-  file a killed run leaves behind is simply locked anew. Local workdirs only: object stores have
-  no such lock (a URI workdir is not locked)."""
+  workdir is refused (WorkdirError with the holder's pid and host) instead of overwriting its
+  config, checkpoints and results. The lock is the kernel's (flock): it goes with its process, so
+  the file a killed run leaves behind is simply locked anew. Local workdirs only: object stores
+  have no such lock (a URI workdir is not locked)."""
   if is_uri(path):
     yield
     return
-  lock_path = join(path, '.lock')
-  handle = open(lock_path, 'a+')
+  handle = open(join(path, '.lock'), 'a+')
   try:
-    try:
-      fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-      handle.seek(0)
-      holder = handle.read().strip() or 'another process'
-      raise RuntimeError(f'--workdir={path} {IN_USE} {holder}; two runs on one workdir would '
-                         'overwrite each other. Wait for it, stop it, or use another --workdir.'
-                         ) from None
+    _lock_or_refuse(path, handle)
     handle.seek(0)
     handle.truncate()
     handle.write(f'pid {os.getpid()} on host {socket.gethostname()}')
@@ -113,6 +130,29 @@ def workdir_lock(path: str):
     yield
   finally:
     handle.close()   # releases the lock
+
+
+def check_unlocked(path: str) -> None:
+  """WorkdirError when another process holds `path`'s `workdir_lock` (read only: a run checks
+  this before loading its data, and takes the lock itself before writing)."""
+  lock_path = join(path, '.lock')
+  if is_uri(path) or not os.path.exists(lock_path):
+    return
+  with open(lock_path) as handle:
+    _lock_or_refuse(path, handle)
+
+
+def _lock_or_refuse(path: str, handle) -> None:
+  """Takes the flock of `handle` (the lock file of workdir `path`), or raises WorkdirError naming
+  the process that holds it."""
+  try:
+    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except BlockingIOError:
+    handle.seek(0)
+    holder = handle.read().strip() or 'another process'
+    raise WorkdirError(f'--workdir={path} {IN_USE} {holder}; two runs on one workdir would '
+                       'overwrite each other. Wait for it, stop it, or use another --workdir.'
+                       ) from None
 
 
 def wait_for_workdir(path: str) -> bool:

@@ -175,7 +175,10 @@ def ensure_run(run: Run, root: str, extra: tuple, seed: int, dry_run: bool) -> s
   not started twice or recorded as failed."""
   run_dir = workdir(root, run, extra, seed)
   path, failed = files.join(run_dir, 'results.json'), files.join(run_dir, FAILED)
-  if files.exists(path) or files.exists(failed):
+  if files.exists(path):
+    read_results(run_dir)   # refused when it is not the result of the run config.json describes
+    return run_dir
+  if files.exists(failed):
     return run_dir
   if not dry_run and files.wait_for_workdir(run_dir):   # another lane was training it
     print(f'  waited for another process to end its run in {run_dir}', flush=True)
@@ -205,6 +208,18 @@ def ensure_run(run: Run, root: str, extra: tuple, seed: int, dry_run: bool) -> s
   return run_dir
 
 
+def read_results(run_dir: str) -> dict:
+  """`run_dir`'s results.json, or ValueError naming it when it is not the result of the run its
+  config.json describes (`checkpoint.stale_results`: a run started or extended there since, and
+  stopped before its end, or another run's files)."""
+  results = files.read_json(files.join(run_dir, 'results.json'))
+  stale = checkpoint.stale_results(run_dir, results)
+  if stale:
+    raise ValueError(f'{files.join(run_dir, "results.json")} is stale: {stale}; expected the '
+                     'results of the run config.json describes (rerun it, or delete both).')
+  return results
+
+
 def run_all(table: Table, root: str, extra: tuple, dry_run: bool = False,
             seeds: tuple[int, ...] = (0,)) -> dict[tuple[Run, int], dict]:
   """Runs what is missing; returns results.json of every (run, seed) that has one, and
@@ -223,9 +238,8 @@ def run_all(table: Table, root: str, extra: tuple, dry_run: bool = False,
           results[(row.run, seed)] = combined
         continue
       run_dir = ensure_run(row.run, root, extra, seed, dry_run)
-      path = files.join(run_dir, 'results.json')
-      if files.exists(path):
-        results[(row.run, seed)] = files.read_json(path)
+      if files.exists(files.join(run_dir, 'results.json')):
+        results[(row.run, seed)] = read_results(run_dir)
       elif (error := failure(row.run, root, extra, seed)) is not None:
         results[(row.run, seed)] = {'failed': error}
   return results

@@ -14,7 +14,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 import fedjax_face
-from fedjax_face.io import checkpoint
+from fedjax_face.io import checkpoint, files
 from fedjax_face.io import provenance
 
 REPO = os.path.dirname(os.path.dirname(fedjax_face.__file__))
@@ -165,6 +165,8 @@ def save_round(workdir: str, step: int) -> None:
   manager.save(step, args=ocp.args.StandardSave({'round': step}), force=True)
   manager.wait_until_finished()
   manager.close()
+  files.write_json_atomic(os.path.join(workdir, 'checkpoint_digests', f'{step}.json'),
+                          {'arrays': checkpoint.array_digests({'round': step}), 'run': None})
 
 
 def open_run(workdir: str, config: dict, prov: dict, monkeypatch) -> dict:
