@@ -151,6 +151,9 @@ def base_config(task: str = 'recognition') -> ml_collections.ConfigDict:
   c.dp.target_delta = 1e-5             # epsilon is reported at this delta
   c.dp.target_epsilon = 0.0            # > 0: the noise multiplier that reaches this epsilon
                                        # after num_rounds replaces noise_multiplier
+  c.dp.allow_sigma_increase = False    # an extension (more num_rounds) may run its new rounds
+                                       # at a higher noise multiplier than the rounds before
+                                       # (lifecycle.check_noise_plan refuses it otherwise)
   c.dp.noise_seed = 'config'           # where the noise comes from: 'config' = keys of
                                        # config.seed (recorded, so epsilon holds only while it
                                        # is secret; resumes bit for bit) | 'os' = XORed with a
@@ -254,7 +257,7 @@ def _check_data(c: ml_collections.ConfigDict) -> None:
                      '(data.public_identities > 0).')
   if not isinstance(c.init_from, str):
     raise ValueError(f'config.init_from={c.init_from!r}; expected a workdir path, an '
-                     "arcface_torch backbone file (.pth) or ''.")
+                     "arcface_torch backbone file (.pth or .onnx) or ''.")
   sources.check_config(c)
 
 
@@ -350,6 +353,7 @@ def _check_dp(c: ml_collections.ConfigDict) -> None:
   check_choice('dp.class_rows', d.class_rows, privacy.CLASS_ROWS)
   check_choice('dp.noise_seed', d.noise_seed, privacy.NOISE_SEEDS)
   check_number('dp.target_epsilon', d.target_epsilon, allow_zero=True)
+  check_bool('dp.allow_sigma_increase', d.allow_sigma_increase)
   if d.enabled and c.federated.sampling == 'weighted':
     raise ValueError("config.federated.sampling='weighted' with dp.enabled: the cohort would be "
                      "drawn by the clients' data sizes, which DP must not reveal; expected "

@@ -20,6 +20,7 @@ import contextlib
 import functools
 import posixpath
 import time
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -212,13 +213,18 @@ def train_and_evaluate(config, workdir: str) -> dict:
   opening = dict(defaults=config_lib.base_config(sources.get(config.data.source).TASK).to_dict(),
                  trust_unverified=config.trust_unverified_checkpoints,
                  check_resume=functools.partial(lifecycle.check_budget_left, config))
+  opened = None
   with _told_to_the_others(chief):   # read only: nothing is written before the data is read
     if chief:
-      checkpoint.check_opening(workdir, config.to_dict(), **opening)
+      opened = checkpoint.check_opening(workdir, config.to_dict(), **opening)
+  # The run record of the newest checkpoint (only process 0 reads the workdir): what the rounds
+  # already run recorded of their noise and learning-rate decays.
+  prior = lifecycle.shared_json(opened.record if opened else None, chief)
   start = None if resumes else warm_start(config)   # verified before this run writes anything
-  t0 = time.perf_counter()
-  loaded = load_data(config, method)
-  data_s = time.perf_counter() - t0
+  setup = set_up(config, method, prior)
+  lifecycle.check_noise_plan(config, prior, setup.algorithm.client_rows, setup.fed.num_clients,
+                             participation.Cohorts(config.federated, setup.fed.num_examples,
+                                                   config.seed).size)
   with contextlib.ExitStack() as cleanup:
     ckpt = None
     with _told_to_the_others(chief):
@@ -232,7 +238,44 @@ def train_and_evaluate(config, workdir: str) -> dict:
         cleanup.push(lambda kind, error, trace: ckpt.finish(failing=error is not None))
     preemption = cleanup.enter_context(lifecycle.Preemption())
     return _train_and_evaluate(config, workdir, method, chief, ckpt, t_start, start, preemption,
-                               loaded, data_s)
+                               setup)
+
+
+class Setup(NamedTuple):
+  """What a run builds before it opens its workdir (`set_up`): the data source, its data, the
+  method's training view and the evaluators (`load_data`), the seconds reading them took, the
+  engine settings `policy.resolve_engine` chose, the model, the algorithm, the newest
+  checkpoint's run record it was built with, and the line saying which learning-rate decay
+  rounds an extension kept ('' when none)."""
+  source: object
+  data: object
+  fed: object
+  evaluators: list
+  data_s: float
+  backend: str
+  step_mode: str
+  loop_threads: int
+  conv_gradient: str
+  model: object
+  algorithm: object
+  prior: dict | None
+  kept: str
+
+
+def set_up(config, method, prior: dict | None) -> Setup:
+  """Reads the data and builds the model and algorithm (nothing compiled, nothing written);
+  `prior`: the newest checkpoint's run record, whose learning-rate decay rounds an extension
+  keeps (`lifecycle.with_start_decay_rounds`). A reader's error here is a usage error naming the
+  file and line, raised before the workdir is touched."""
+  t0 = time.perf_counter()
+  source, data, fed, evaluators = load_data(config, method)
+  data_s = time.perf_counter() - t0
+  backend, step_mode, loop_threads, conv_gradient = policy.resolve_engine(config)
+  model = models.build_backbone(config.model, conv_gradient=conv_gradient)
+  build_config, kept = lifecycle.with_start_decay_rounds(config, prior)
+  algorithm = build_algorithm(build_config, method, model, fed, step_mode)
+  return Setup(source, data, fed, evaluators, data_s, backend, step_mode, loop_threads,
+               conv_gradient, model, algorithm, prior, kept)
 
 
 @contextlib.contextmanager
@@ -249,26 +292,25 @@ def _told_to_the_others(chief: bool):
 
 
 def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start: float,
-                        start, preemption: lifecycle.Preemption, loaded, data_s: float) -> dict:
-  """`train_and_evaluate` once the data is read and the workdir held: rounds, evaluation,
-  outputs."""
+                        start, preemption: lifecycle.Preemption, setup: Setup) -> dict:
+  """`train_and_evaluate` once the data is read, the algorithm built and the workdir held:
+  rounds, evaluation, outputs."""
   say = print if chief else (lambda *args, **kwargs: None)
-  source, data, fed, evaluators = loaded
+  source, data, fed, evaluators, data_s = (setup.source, setup.data, setup.fed, setup.evaluators,
+                                           setup.data_s)
   say(f'data ({config.data.source}): {source.describe(data)}; evaluators '
       f'{[e.type for e in evaluators]} ({data_s:.1f} s)', flush=True)
   pictures = []
   if chief and hasattr(source, 'pictures'):
     pictures = source.pictures(config, data, workdir)
 
-  # Model, algorithm, engine.
-  backend, step_mode, loop_threads, conv_gradient = policy.resolve_engine(config)
-  model = models.build_backbone(config.model, conv_gradient=conv_gradient)
-  # The learning-rate decay rounds of the run's start, kept when it is extended.
-  prior = lifecycle.shared_json(ckpt.latest_run_record() if chief else None, chief)
-  build_config, kept = lifecycle.with_start_decay_rounds(config, prior)
-  if kept:
-    say(kept, flush=True)
-  algorithm = build_algorithm(build_config, method, model, fed, step_mode)
+  # Model, algorithm (built by `set_up`; the learning-rate decay rounds of the run's start kept
+  # when it is extended), engine.
+  backend, step_mode, loop_threads, conv_gradient = (setup.backend, setup.step_mode,
+                                                     setup.loop_threads, setup.conv_gradient)
+  model, algorithm = setup.model, setup.algorithm
+  if setup.kept:
+    say(setup.kept, flush=True)
   embed = eval_lib.make_embed(model)
   mesh = None
   if backend != 'loop' or jax.process_count() > 1:   # several processes: the mesh spans them
@@ -319,7 +361,7 @@ def _train_and_evaluate(config, workdir: str, method, chief: bool, ckpt, t_start
   guard = (record or {}).get('guard')
   recorded = functools.partial(
       lifecycle.run_record, config, dp, history, start_round, epsilons,
-      (prior or {}).get('lr_schedule') if kept else lifecycle.decay_record(config))
+      (setup.prior or {}).get('lr_schedule') if setup.kept else lifecycle.decay_record(config))
   if plan is not None:
     say(f'engine: {plan.describe()}', flush=True)
   cohort_of = lambda r: cohorts.padded(r, eng.cohort_multiple())
@@ -513,13 +555,14 @@ def evaluate_model(config, workdir: str, name: str = '') -> dict:
   flag of `python -m fedjax_face.evaluate`, else `evaluation_name`), so that evaluating a run into
   its own workdir leaves its files as they were. That folder is locked and checked as a run's
   workdir is (`checkpoint.check_opening`, every field compared): an evaluation of another config
-  there is refused, a rerun of the same one replaces it. The model passes through the method's `init` from that
-  start, as a run's would, so every evaluator sees what a run that started there would evaluate
-  before its first round."""
+  there is refused, a rerun of the same one replaces it. The model passes through the method's
+  `init` from that start, as a run's would, so every evaluator sees what a run that started there
+  would evaluate before its first round."""
   t_start = time.perf_counter()
   if not config.init_from:
     raise checks.UsageError('config.init_from is empty; expected the model to evaluate: a '
-                            "finished run's workdir or an arcface_torch backbone file (.pth).")
+                            "finished run's workdir or an arcface_torch backbone file (.pth or "
+                            '.onnx).')
   validate(config)
   files.check_workdir(workdir)
   name = name or evaluation_name(config)

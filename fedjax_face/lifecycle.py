@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_face.core import distributed, privacy
+from fedjax_face.core import checks, distributed, privacy
 from fedjax_face.io import checkpoint
 
 PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGINT)   # SLURM / TPU-VM preemption, Ctrl-C
@@ -121,6 +121,50 @@ def noise_history(config, record: dict | None, start_round: int, client_rows, nu
       f'1-{start_round} ran at noise multiplier {sigma:.4g} '
       '(config.trust_unverified_checkpoints=True)', flush=True)
   return privacy.extended([], start_round, sigma), privacy.plan_record(config, sigma)
+
+
+def check_noise_plan(config, record: dict | None, client_rows, num_clients: int,
+                     cohort_size: int) -> None:
+  """UsageError when the rounds a resumed or extended DP run has left would run at a higher
+  noise multiplier than its last rounds ran at (`record`: the run record of its newest
+  checkpoint), unless `dp.allow_sigma_increase`: extending a run whose `dp.target_epsilon` is
+  nearly spent would otherwise train the new rounds at a noise that drowns them, and the guard
+  would then stop it blaming the learning rate. The line says how many more rounds the budget
+  affords at the old noise multiplier. Checked before the run writes anything."""
+  dp = config.dp
+  spent = (record or {}).get('privacy')
+  if not (dp.enabled and dp.target_epsilon and spent) or dp.allow_sigma_increase:
+    return
+  history = spent['noise_history']
+  done = privacy.rounds_of(history)
+  if config.num_rounds <= done or not history:
+    return
+  spec = privacy.spec_from_config(config, client_rows, num_clients, cohort_size, history,
+                                  spent.get('plan'))
+  old = float(history[-1][1])
+  if spec.noise_multiplier <= old * (1 + 1e-9):
+    return
+  epsilon = lambda rounds: privacy.history_epsilon(
+      num_clients, cohort_size, privacy.extended(history, rounds, old), dp.target_delta,
+      privacy.amplified(spec))
+  affordable = _most(lambda rounds: epsilon(rounds) <= dp.target_epsilon,
+                     config.num_rounds - done)
+  raise checks.UsageError(
+      f'config.num_rounds={config.num_rounds} with dp.target_epsilon={dp.target_epsilon:g}: '
+      f'rounds {done + 1}-{config.num_rounds} would run at noise multiplier '
+      f'{spec.noise_multiplier:.4g}, up from the {old:.4g} of the rounds before; the budget '
+      f'affords {affordable} more round(s) at {old:.4g}. Expected config.num_rounds <= '
+      f'{done + affordable}, a higher dp.target_epsilon, or dp.allow_sigma_increase=True for the '
+      'jump.')
+
+
+def _most(fits, upper: int) -> int:
+  """The largest n in [0, upper) with fits(n) (fits monotone: true up to some n, false after)."""
+  low, high = 0, upper   # fits(low) holds (no rounds spend nothing more); fits(high) is not known
+  while high - low > 1:
+    mid = (low + high) // 2
+    low, high = (mid, high) if fits(mid) else (low, mid)
+  return low
 
 
 def describe_noise(dp: privacy.DpSpec, history, start_round: int, num_rounds: int) -> str:

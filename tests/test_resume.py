@@ -22,6 +22,7 @@ import pytest
 from dp_accounting import rdp
 
 from fedjax_face import experiment
+from fedjax_face.core import checks
 from fedjax_face.io import checkpoint, files
 from tests import config_files, saved_checkpoints
 from tests.test_faults import _corrupt
@@ -139,7 +140,21 @@ def test_extending_a_dp_run_accounts_each_round_at_the_noise_it_ran_at(tmp_path,
   tmp_path = tmp_path / 'run'
   first = _copy(finished, 'dp', tmp_path)
   sigma_1 = first['privacy']['noise_multiplier']
-  second = experiment.train_and_evaluate(_dp_config(5), str(tmp_path))
+  # The target was spent over the 3 rounds: the 2 new ones would need more noise. Refused before
+  # anything is written, with the rounds the budget affords at sigma_1 (dp-accounting's own count),
+  # unless dp.allow_sigma_increase says the jump is wanted (issue 56 item 10).
+  affordable = max(k for k in range(3) if _dp_accounting_epsilon([(3 + k, sigma_1)]) <= 4.0)
+  before = _snapshot(tmp_path)
+  with pytest.raises(checks.UsageError, match=(
+      rf'^config.num_rounds=5 with dp.target_epsilon=4: rounds 4-5 would run at noise multiplier '
+      rf'[0-9.]+, up from the {sigma_1:.4g} of the rounds before; the budget affords {affordable} '
+      rf'more round\(s\) at {sigma_1:.4g}\. Expected config.num_rounds <= {3 + affordable}, a '
+      r'higher dp.target_epsilon, or dp.allow_sigma_increase=True for the jump\.$')):
+    experiment.train_and_evaluate(_dp_config(5), str(tmp_path))
+  assert _snapshot(tmp_path) == before
+  config = _dp_config(5)
+  config.dp.allow_sigma_increase = True
+  second = experiment.train_and_evaluate(config, str(tmp_path))
   sigma_2 = second['privacy']['noise_multiplier']
   priv = second['privacy']
   assert priv['amplified_by_sampling'] and sigma_2 != sigma_1

@@ -47,7 +47,7 @@ RESUMABLE_FIELDS = ('num_rounds', 'checkpoint_every', 'checkpoint_every_seconds'
                     'trust_unverified_checkpoints',
                     # The checkpoints record the noise each round ran at, so a new target is
                     # accounted over the real history (core/privacy.py:target_noise).
-                    'dp.target_epsilon')
+                    'dp.target_epsilon', 'dp.allow_sigma_increase')
 # Fields of a data source's section that change how records are read, not which: resumable too.
 RESUMABLE_SOURCE_FIELDS = ('skip_bad_records', 'check_record_labels')
 
@@ -132,10 +132,12 @@ def stale_results(workdir: str, results: dict) -> str | None:
 
 class Opening(NamedTuple):
   """What `check_opening` read of a workdir: its newest checkpoint's round (None: none), its
-  config.json (None: none), and the divergence guard's stop record (None: none)."""
+  config.json (None: none), the divergence guard's stop record (None: none), and the run record
+  beside the newest checkpoint (None: none, or unreadable)."""
   latest: int | None
   old: dict | None
   stopped: dict | None
+  record: dict | None = None
 
 
 def _as_json(tree: dict) -> dict:
@@ -211,13 +213,14 @@ def check_opening(workdir: str, config_dict: dict, *, defaults: dict | None = No
           f'{files.join(workdir, "checkpoint_digests")}); delete those step directories to start '
           'the run afresh, use a new --workdir, or --config.trust_unverified_checkpoints=True to '
           f'resume from round {latest} without verifying it.')
-    if latest is not None and check_resume is not None:
-      try:
-        check_resume(read_digest_file(files.join(workdir, 'checkpoint_digests',
-                                                 f'{latest}.json'))[1])
-      except ValueError as error:
-        raise files.WorkdirError(str(error)) from error
-  return Opening(latest, old, stopped)
+  record = None if latest is None else read_digest_file(
+      files.join(workdir, 'checkpoint_digests', f'{latest}.json'))[1]
+  if not reopened and latest is not None and check_resume is not None:
+    try:
+      check_resume(record)
+    except ValueError as error:
+      raise files.WorkdirError(str(error)) from error
+  return Opening(latest, old, stopped, record)
 
 
 class Checkpointer:
@@ -349,7 +352,8 @@ class Checkpointer:
       problems.append(step)
     trust = (f'; or --config.trust_unverified_checkpoints=True to resume from round '
              f'{unverified[0]} without verifying it' if unverified else '')
-    raise files.WorkdirError(f'no checkpoint under {files.join(self.workdir, "checkpoints")} reads and '
+    raise files.WorkdirError(f'no checkpoint under {files.join(self.workdir, "checkpoints")} '
+                             'reads and '
                      f'verifies (rounds {", ".join(map(str, problems))}); delete those step '
                      f'directories to start the run afresh, or use a new --workdir{trust}.')
 
@@ -526,8 +530,8 @@ def read_digest_file(path: str, strict: bool = False) -> tuple[dict | None, dict
 
 
 def check_checkpoint_link(directory: str) -> None:
-  """WorkdirError naming `directory` when it is a symbolic link to nothing (orbax would fail creating
-  it with a bare FileExistsError)."""
+  """WorkdirError naming `directory` when it is a symbolic link to nothing (orbax would fail
+  creating it with a bare FileExistsError)."""
   if not files.is_uri(directory) and os.path.islink(directory) and not os.path.exists(directory):
     raise files.WorkdirError(f'{directory} is a symbolic link to {os.readlink(directory)}, which '
                              'does not exist; expected a checkpoint directory (create the target, '
@@ -540,7 +544,8 @@ def check_rounds(latest: int | None, num_rounds, workdir: str) -> None:
   `checkpoint_keep` that one is usually rotated away, and keeping it would leave one workdir
   claiming two lengths (config.json and results.json at `num_rounds`, checkpoints beyond it)."""
   if latest is not None and isinstance(num_rounds, int) and latest > num_rounds:
-    raise files.WorkdirError(f'config.num_rounds={num_rounds} but {workdir} holds round {latest}; a run '
+    raise files.WorkdirError(f'config.num_rounds={num_rounds} but {workdir} holds round {latest}; '
+                             'a run '
                      f'cannot be shortened. Expected config.num_rounds >= {latest} (={latest} '
                      f're-evaluates it), or a new --workdir for a {num_rounds}-round run.')
 
@@ -567,7 +572,8 @@ def read_stopped(workdir: str) -> dict | None:
   try:
     return files.read_json(path)
   except ValueError as e:
-    raise files.WorkdirError(f'{path} is not valid JSON ({e}); it records why the run in this workdir '
+    raise files.WorkdirError(f'{path} is not valid JSON ({e}); it records why the run in this '
+                             'workdir '
                      'stopped. Delete it to rerun anyway.') from e
 
 
@@ -753,7 +759,8 @@ def check_init_data(workdir: str, config_dict: dict, fields: tuple[str, ...],
   diffs = [f'{key}: {old.get(key, "<absent>")!r} there, {new.get(key, "<absent>")!r} here'
            for key in fields if old.get(key, '<absent>') != new.get(key, '<absent>')]
   if diffs:
-    raise InitFromError(f'config.init_from={workdir!r} was trained on other data ({"; ".join(diffs)}): '
+    raise InitFromError(f'config.init_from={workdir!r} was trained on other data '
+                        f'({"; ".join(diffs)}): '
                      'its identities are not this run\'s. Expected the same seed and data '
                      'fields (pre-train with this run\'s data section).')
 

@@ -7,16 +7,14 @@ stops `fedjax_face.main` with one line, exit status 2 and no workdir (item 9).""
 
 import os
 import re
-import sys
 import zlib
 
-from absl.testing import flagsaver
 import numpy as np
 import pytest
 
-from fedjax_face import main as main_lib
 from fedjax_face.data import sources
 from fedjax_face.data.formats import pad_lists as formats
+from tests import main_in_process
 from tests.config_files import config_path, load_config
 
 MCIO = ('casia', 'msu', 'oulu', 'replay')
@@ -242,7 +240,7 @@ def test_check_config_names_the_data_set_field(mcio, fields, message):
 
 # -- a bad list through the command line: one line, status 2, no workdir (item 9) ---------------
 
-def test_a_label_of_2_stops_main_with_one_line_and_no_workdir(tmp_path, monkeypatch, capfd):
+def test_a_label_of_2_stops_main_with_one_line_and_no_workdir(tmp_path, monkeypatch, capsys):
   roots = {}
   for center in ('O', 'C', 'I', 'M'):
     root = roots[center] = str(tmp_path / center)
@@ -257,27 +255,15 @@ def test_a_label_of_2_stops_main_with_one_line_and_no_workdir(tmp_path, monkeypa
   with open(bad, 'w') as f:
     f.write('spoof0/0.png 2\n')
   workdir = tmp_path / 'run'
-  prog = 'fedjax_face/main.py'
-  argv = [prog, f"--config={config_path('pad/fedpad')}:runlocal", f'--workdir={workdir}',
-          '--config.data.source=pad_lists', '--config.data.pad_lists.depth=ones',
-          f"--config.data.pad_lists.roots=('{roots['O']}','{roots['C']}','{roots['I']}')",
-          "--config.data.pad_lists.layouts=('fedgpad','fedgpad','fedgpad')",
-          f"--config.data.pad_lists.target_root={roots['M']}",
-          '--config.data.pad_lists.target_layout=fedgpad']
-  monkeypatch.setattr(sys, 'argv', argv)
-  monkeypatch.delenv(main_lib.TRACEBACK_ENV, raising=False)
-  hook, verbosity = sys.unraisablehook, main_lib.logging.get_verbosity()
-  try:
-    with flagsaver.flagsaver():
-      main_lib.parse_flags(argv)
-      capfd.readouterr()
-      with pytest.raises(SystemExit) as stopped:
-        main_lib.main([prog])
-  finally:   # main sets these for its process; this one goes on
-    sys.unraisablehook = hook
-    main_lib.logging.set_verbosity(verbosity)
-  assert stopped.value.code == main_lib.USAGE_EXIT
-  err = capfd.readouterr().err
-  assert [line for line in err.splitlines() if line.strip()] == [
-      f"{prog}: {bad}:1: label '2'; expected 0 (attack) or 1 (live)."], err
+  code, err = main_in_process.run(
+      monkeypatch, capsys, f"--config={config_path('pad/fedpad')}:runlocal",
+      f'--workdir={workdir}', '--config.data.source=pad_lists',
+      '--config.data.pad_lists.depth=ones',
+      f"--config.data.pad_lists.roots=('{roots['O']}','{roots['C']}','{roots['I']}')",
+      "--config.data.pad_lists.layouts=('fedgpad','fedgpad','fedgpad')",
+      f"--config.data.pad_lists.target_root={roots['M']}",
+      '--config.data.pad_lists.target_layout=fedgpad')
+  assert code == 2
+  assert err == [f"{main_in_process.PROG}: {bad}:1: label '2'; expected 0 (attack) or 1 "
+                 '(live).'], err
   assert not workdir.exists()    # refused before the workdir is made

@@ -2,7 +2,6 @@
 with one line and exit status 2 before the workdir is made, and the evaluation's image workers
 die with the process that made them, however it dies (kill -9 included)."""
 
-import logging as pylogging
 import os
 import signal
 import subprocess
@@ -10,10 +9,8 @@ import sys
 import time
 
 import pytest
-from absl import flags, logging
 
-from fedjax_face import main as fedjax_main
-from tests import config_files, ijb_files
+from tests import config_files, ijb_files, main_in_process
 
 CONFIG = 'configs/fedgc/fedgc.py:runlocal'
 GONE_WITHIN_S = 5.0   # the prctl signal is at once; the fallback polls every PARENT_POLL_S (0.5 s)
@@ -27,27 +24,12 @@ def test_a_malformed_landmark_line_stops_main_in_one_line_before_the_workdir(
   lines[6] = ' '.join(lines[6].split()[:10])   # 9 numbers after the name, not 11
   landmarks = ijb_files.rewrite_meta(root, 'name_5pts_score.txt', lines)
   workdir = tmp_path / 'run'
-  argv = [fedjax_main.__file__, f'--config={CONFIG}', f'--workdir={workdir}',
-          f'--config.evals.ijb.root={root}', '--config.evals.ijb.check_pair_count=False']
-  # The traceback switches main reads: `-v` in sys.argv (pytest's own, else) and the environment.
-  monkeypatch.setattr(sys, 'argv', argv)
-  monkeypatch.delenv(fedjax_main.TRACEBACK_ENV, raising=False)
-  monkeypatch.chdir(config_files.ROOT)
-  monkeypatch.setattr(sys, 'unraisablehook', sys.unraisablehook)   # main wraps it; restored
-  # main quiets absl's log for the process; this one goes on to other tests.
-  verbosity, absl_filters = logging.get_verbosity(), list(pylogging.getLogger('absl').filters)
-  capsys.readouterr()
-  try:
-    with pytest.raises(SystemExit) as stopped:
-      fedjax_main.main(fedjax_main.parse_flags(argv))
-  finally:
-    flags.FLAGS.unparse_flags()
-    logging.set_verbosity(verbosity)
-    pylogging.getLogger('absl').filters[:] = absl_filters
-  assert stopped.value.code == 2
-  err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-  assert err == [f'{argv[0]}: {landmarks}:7: 10 fields; expected "image_name x1 y1 ... x5 y5 '
-                 'faceness" (12)'], err
+  code, err = main_in_process.run(monkeypatch, capsys, f'--config={CONFIG}', f'--workdir={workdir}',
+                                  f'--config.evals.ijb.root={root}',
+                                  '--config.evals.ijb.check_pair_count=False')
+  assert code == 2
+  assert err == [f'{main_in_process.PROG}: {landmarks}:7: 10 fields; expected "image_name x1 y1 '
+                 '... x5 y5 faceness" (12)'], err
   # Found while the evaluators are made, which the driver does before it makes the workdir.
   assert not workdir.exists()
 
