@@ -15,19 +15,20 @@ launch/tpu_pod.sh); elsewhere name them, e.g. on one machine:
       --coordinator_address=127.0.0.1:12345 --num_processes=2 --process_id=1
 
 Exit status: 0 when the run finished. 2 when the command line cannot work as written, said in one
-line on stderr naming the flag, config field, file or path and what was expected: an unknown or
-missing flag, a value of the wrong type, a config file that is missing or refuses its argument, a
-config value `experiment.validate` refuses (or an `init_from` run that is not there, unfinished
-without `init_from_step`, or whose checkpoint fails its digests), a process
-setting, and a `--workdir` that is a file or cannot be made (`io/files.py:check_workdir`: the
-same command cannot succeed on a rerun, so it is a usage error too). All are found before data is
-made or anything compiled. `-v 1` or FEDJAX_FACE_TRACEBACK=1 prints the traceback before the
-line. A failed checkpoint save (a full disk) ends the run at once with one line naming the
+line on stderr naming the flag, config field, file (and line) or path and what was expected: an
+unknown or missing flag, a value of the wrong type, a config file that is missing or refuses its
+argument, a config value `experiment.validate` refuses (or an `init_from` run that is not there,
+unfinished without `init_from_step`, or whose checkpoint fails its digests), a process setting, a
+`--workdir` that is empty, a file, cannot be made, is in use by another run or cannot be resumed
+as asked (`io/checkpoint.py:check_opening`), and any error of the project's readers
+(`core/checks.UsageError`: a malformed list, record file, meta file or backbone). All are found
+before the first file is written. `-v 1` or FEDJAX_FACE_TRACEBACK=1 prints the traceback before
+the line. A failed checkpoint save (a full disk) ends the run at once with one line naming the
 checkpoint and the cause, status 1. 75 (EX_TEMPFAIL) when SIGTERM or SIGINT stopped the run: the
 round in flight finishes, its state is saved, and one line on stderr says which round (rerun the
 same command to resume; during the final evaluation the run stops at once, its last checkpoint
-saved, and results.json is whole or absent). Anything else that fails later (a diverged run, a
-workdir in use by another run) ends with its traceback, message last, and status 1.
+saved, and results.json is whole or absent). Anything else that fails later (a diverged run) ends
+with its traceback, message last, and status 1.
 """
 
 import difflib
@@ -223,7 +224,7 @@ def parse_flags(argv: list[str]) -> list[str]:
     exit_usage(unknown_override(argv) or flag_error(argv, error), error, argv)
 
 
-def start(config, workdir: str, training: bool) -> None:
+def start(config, workdir: str = '', training: bool = False) -> None:
   """JAX's distributed runtime (first: before anything touches a device), XLA CPU's convolution
   library (`engine.cpu_convolutions`, also before JAX starts its backend), then every check of
   the config (`train_and_evaluate` checks again, for runs started from Python; a run resuming its

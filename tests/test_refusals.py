@@ -19,7 +19,7 @@ from fedjax_face import evaluate, experiment
 from fedjax_face.core import blocks as blocks_lib
 from fedjax_face.io import checkpoint, files
 from fedjax_face.tools import tables
-from tests import config_files, main_in_process
+from tests import config_files, main_in_process, torch_files
 
 load_config = config_files.load_config
 CONFIG = 'configs/fedgc/fedgc.py:runlocal'
@@ -71,6 +71,22 @@ def test_bad_values_are_one_line_and_nothing_is_made(tmp_path, monkeypatch, caps
                  action=evaluate.evaluate_model) == (
                      'config.init_from is empty; expected the model to evaluate: a finished '
                      "run's workdir or an arcface_torch backbone file (.pth or .onnx).")
+  assert not workdir.exists()
+
+
+def test_a_backbone_file_that_does_not_fit_is_one_line_and_nothing_is_made(tmp_path, monkeypatch,
+                                                                            capsys):
+  odd = tmp_path / 'odd.pth'
+  torch_files.write_pth(odd, {'layer1.0.conv1.weight': np.zeros(1, np.float32),
+                              'fc.weight': np.zeros((2, 2), np.float32)})
+  workdir = tmp_path / 'run'
+  assert refused(monkeypatch, capsys, f'--config={CONFIG}', f'--workdir={workdir}',
+                 f'--config.init_from={odd}').startswith(
+                     f'{odd}: blocks per stage (1,); expected an arcface_torch IResNet')
+  cut = tmp_path / 'cut.pth'
+  cut.write_bytes(odd.read_bytes()[:200])
+  assert refused(monkeypatch, capsys, f'--config={CONFIG}', f'--workdir={workdir}',
+                 f'--config.init_from={cut}').startswith(str(cut))
   assert not workdir.exists()
 
 
