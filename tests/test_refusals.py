@@ -217,6 +217,21 @@ def test_evaluate_beside_a_training_process_writes_only_its_own_folder(tmp_path,
   assert evaluated['evaluated'] == workdir and evaluated['rounds'] == 0
 
 
+def test_an_evaluation_in_progress_holds_its_folder(tmp_path, monkeypatch, capsys, finished):
+  workdir = copy_of(finished, tmp_path / 'run')
+  folder = os.path.join(workdir, experiment.EVALUATIONS, 'run')
+  os.makedirs(folder)
+  with files.workdir_lock(folder):   # another evaluation of the same model, under way
+    assert refused(monkeypatch, capsys, f'--config={CONFIG}', f'--workdir={workdir}',
+                   f'--config.init_from={workdir}', action=evaluate.evaluate_model) == (
+                       f'--workdir={folder} is in use by pid {os.getpid()} on host '
+                       f'{os.uname().nodename}; two runs on one workdir would overwrite each '
+                       'other. Wait for it, stop it, or use another --workdir. (python -m '
+                       f'fedjax_face.evaluate: --name=<another folder under '
+                       f'{os.path.dirname(folder)}>)')
+  assert os.listdir(folder) == ['.lock']
+
+
 def test_an_empty_workdir_is_refused_and_nothing_lands_in_the_current_directory(tmp_path):
   out = subprocess.run(
       [sys.executable, '-m', 'fedjax_face.main',
@@ -265,14 +280,16 @@ def test_reading_another_runs_checkpoints_says_nothing_of_orbax(finished, caplog
 
 
 def test_a_resume_does_not_need_the_run_it_started_from(tmp_path, finished):
-  start = copy_of(finished, tmp_path / 'start')
+  # The finished run as a run started from another (its config.json says so, as the driver
+  # writes it), and that start deleted since: the checkpoints hold everything.
+  workdir = copy_of(finished, tmp_path / 'run')
+  start = str(tmp_path / 'start')
+  saved = json.loads(open(os.path.join(workdir, 'config.json')).read())
+  files.write_json_atomic(os.path.join(workdir, 'config.json'), saved | {'init_from': start})
   config = load_config('fedgc')
-  config.init_from, config.num_rounds = start, 1
-  experiment.train_and_evaluate(config, str(tmp_path / 'run'))
-  shutil.rmtree(start)   # moved or deleted since: the checkpoints hold everything
-  config.num_rounds = 2
-  results = experiment.train_and_evaluate(config, str(tmp_path / 'run'))
-  assert results['timing']['resumed_from_round'] == 1 and results['rounds'] == 2
+  config.init_from, config.num_rounds = start, 3
+  results = experiment.train_and_evaluate(config, workdir)
+  assert results['timing']['resumed_from_round'] == 2 and results['rounds'] == 3
   # A new run from it is still refused: there is nothing to start from.
   with pytest.raises(FileNotFoundError, match=rf"config.init_from='{start}' has no checkpoints"):
     experiment.train_and_evaluate(config, str(tmp_path / 'other'))

@@ -19,11 +19,13 @@ CODECS = {'none': {}, 'quantize': {'compression__codec': 'quantize', 'compressio
           'topk': {'compression__codec': 'topk', 'compression__fraction': 0.01}}
 
 
-def _build(codec_fields, name='fedpe'):
-  """(the method alone, the method as a run wraps it, the tiny problem); small_cnn has a
-  BatchNorm after each convolution and on the features."""
+@functools.cache
+def _build(codec: str, name='fedpe'):
+  """(the method alone, the method as a run wraps it, the tiny problem) under `codec` (a key of
+  CODECS); small_cnn has a BatchNorm after each convolution and on the features. Built once per
+  codec, so the tests of one codec share `_round`'s compile."""
   config = engine_cases.tiny_config(name)
-  engine_cases.set_fields(**codec_fields)(config)
+  engine_cases.set_fields(**CODECS[codec])(config)
   fed = engine_cases.tiny_problem()
   method = algorithms.get(name).build(config, models.build_backbone(config.model), fed,
                                       step_mode='scan')
@@ -62,10 +64,10 @@ def _round(method, run, wrapped, state, ids, weights, data, key):
   return new, results.update, trained.update['model']['batch_stats']
 
 
-def _rounds(codec_fields, cohorts):
+def _rounds(codec: str, cohorts):
   """Plays `cohorts` one round each; yields, per round, (server statistics after it, the clients'
   trained statistics, their weights, what they sent)."""
-  method, run, fed = _build(codec_fields)
+  method, run, fed = _build(codec)
   wrapped = run is not method
   state = run.init(jax.random.PRNGKey(0))
   for r, cohort in enumerate(cohorts):
@@ -95,7 +97,7 @@ def _assert_exact_weighted_mean(server, trained, weights):
 
 @pytest.mark.parametrize('codec', list(CODECS))
 def test_server_statistics_are_the_exact_weighted_mean_under_each_codec(codec):
-  (server, trained, weights, sent), = _rounds(CODECS[codec], [(0, 1, 2, 3, 4)])
+  (server, trained, weights, sent), = _rounds(codec, [(0, 1, 2, 3, 4)])
   _assert_exact_weighted_mean(server, trained, weights)
   # What crosses for the statistics: each client's own, float32 and whole, not a payload.
   jax.tree.map(lambda s, t: np.testing.assert_array_equal(s, t),
@@ -112,7 +114,7 @@ def test_topk_error_feedback_keeps_the_running_variance_at_the_weighted_mean():
   variance is at least the smallest client's, which is >= 0."""
   cohorts = [(0, 1, 2, 3, 4), (2, 4), (0,), (0,), (4,), (2, 3), (2, 3), (1, 3), (0, 1), (0, 3),
              (0, 4), (2,), (1,), (2,), (0,)]
-  rounds = list(_rounds(CODECS['topk'], cohorts))
+  rounds = list(_rounds('topk', cohorts))
   lowest = [{name: float(s['var'].min()) for name, s in server.items()}
             for server, _, _, _ in rounds]
   assert all(v >= 0 for low in lowest for v in low.values()), lowest
@@ -123,7 +125,7 @@ def test_topk_error_feedback_keeps_the_running_variance_at_the_weighted_mean():
 def test_ledger_counts_the_statistics_at_float32_and_the_rest_compressed():
   """Bytes up under top-k: k float32 values and k int32 indices per coded tensor of the model,
   plus 4 bytes per running-statistic coordinate, sent whole."""
-  method, run, fed = _build(CODECS['topk'])
+  method, run, fed = _build('topk')
   state = jax.eval_shape(run.init, jax.random.PRNGKey(0))
   data = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype),
                       federated.sample_round(fed, np.array([0]), round_index=0, seed=0, steps=2,
