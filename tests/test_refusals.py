@@ -19,7 +19,7 @@ from fedjax_face import evaluate, experiment
 from fedjax_face.core import blocks as blocks_lib
 from fedjax_face.io import checkpoint, files
 from fedjax_face.tools import tables
-from tests import config_files, main_in_process, torch_files
+from tests import config_files, main_in_process, saved_checkpoints, torch_files
 
 load_config = config_files.load_config
 CONFIG = 'configs/fedgc/fedgc.py:runlocal'
@@ -35,18 +35,6 @@ def finished(tmp_path_factory):
 def copy_of(finished, to) -> str:
   shutil.copytree(finished[0], to)
   return str(to)
-
-
-def snapshot(workdir) -> dict[str, bytes]:
-  """Every file under `workdir` and its bytes (the lock file, rewritten by each holder, aside)."""
-  out = {}
-  for root, _, names in os.walk(workdir):
-    for name in names:
-      if name != '.lock':
-        path = os.path.join(root, name)
-        with open(path, 'rb') as f:
-          out[os.path.relpath(path, workdir)] = f.read()
-  return out
 
 
 def refused(monkeypatch, capsys, *args, action=None) -> str:
@@ -94,7 +82,7 @@ def test_every_refusal_of_a_workdir_is_one_line_and_leaves_it_as_it_was(
     tmp_path, monkeypatch, capsys, finished):
   config_dict = load_config('fedgc').to_dict()
   workdir = copy_of(finished, tmp_path / 'run')
-  before = snapshot(workdir)
+  before = saved_checkpoints.workdir_files(workdir)
   run = lambda *extra: refused(monkeypatch, capsys, f'--config={CONFIG}', f'--workdir={workdir}',
                                *extra)
   assert run('--config.num_rounds=1') == (
@@ -110,19 +98,19 @@ def test_every_refusal_of_a_workdir_is_one_line_and_leaves_it_as_it_was(
     assert run() == (f'--workdir={workdir} is in use by pid {os.getpid()} on host '
                      f'{os.uname().nodename}; two runs on one workdir would overwrite each other. '
                      'Wait for it, stop it, or use another --workdir.')
-  assert snapshot(workdir) == before
+  assert saved_checkpoints.workdir_files(workdir) == before
   # A run the divergence guard stopped, rerun unchanged.
   checkpoint.write_stopped(workdir, 2, 'round 2: training loss nan; lower the rate', config_dict)
-  before = snapshot(workdir)
+  before = saved_checkpoints.workdir_files(workdir)
   assert run().startswith(f'--workdir={workdir} stopped at round 2 (round 2: training loss nan; ')
-  assert snapshot(workdir) == before
+  assert saved_checkpoints.workdir_files(workdir) == before
   os.remove(os.path.join(workdir, checkpoint.STOPPED_FILE))
   # Checkpoints none of which has its digests.
   shutil.rmtree(os.path.join(workdir, 'checkpoint_digests'))
-  before = snapshot(workdir)
+  before = saved_checkpoints.workdir_files(workdir)
   assert run().startswith(f'no checkpoint under {workdir}/checkpoints can be verified (rounds 2, '
                           '1 have no digest file in ')
-  assert snapshot(workdir) == before
+  assert saved_checkpoints.workdir_files(workdir) == before
 
 
 def test_a_new_run_beside_another_runs_results_is_refused(tmp_path, monkeypatch, capsys,
@@ -130,12 +118,12 @@ def test_a_new_run_beside_another_runs_results_is_refused(tmp_path, monkeypatch,
   # Its checkpoints deleted, the finished run's results.json is still another run's files.
   workdir = copy_of(finished, tmp_path / 'run')
   shutil.rmtree(os.path.join(workdir, 'checkpoints'))
-  before = snapshot(workdir)
+  before = saved_checkpoints.workdir_files(workdir)
   assert refused(monkeypatch, capsys, '--config=configs/fedgc/fedpe.py:runlocal',
                  f'--workdir={workdir}').startswith(
                      f'--workdir={workdir} holds the results of another run ({workdir}/'
                      "results.json; differences (results -> now): algorithm: 'fedgc' -> 'fedpe';")
-  assert snapshot(workdir) == before
+  assert saved_checkpoints.workdir_files(workdir) == before
 
 
 # -- results that cannot go stale ----------------------------------------------------------------
@@ -200,7 +188,7 @@ def test_evaluate_beside_a_training_process_writes_only_its_own_folder(tmp_path,
   # A real process: evaluate into a workdir whose lock another process (this one: the training)
   # holds. It writes under evaluations/<name>/ alone, so both go on (issue 56 items 1 and 2).
   workdir = copy_of(finished, tmp_path / 'run')
-  before = snapshot(workdir)
+  before = saved_checkpoints.workdir_files(workdir)
   with files.workdir_lock(workdir):
     out = subprocess.run(
         [sys.executable, '-m', 'fedjax_face.evaluate', f'--config={CONFIG}',
@@ -209,7 +197,7 @@ def test_evaluate_beside_a_training_process_writes_only_its_own_folder(tmp_path,
   assert out.returncode == 0, out.stderr
   # Not one orbax "read only" warning on the way (issue 56 item 10).
   assert 'read only' not in out.stderr and 'read_only' not in out.stderr, out.stderr
-  after = snapshot(workdir)
+  after = saved_checkpoints.workdir_files(workdir)
   ours = {k: v for k, v in after.items() if not k.startswith('evaluations/')}
   assert ours == before
   evaluated = json.loads(after['evaluations/run/results.json'])

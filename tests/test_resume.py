@@ -37,18 +37,6 @@ def _record(workdir, step: int) -> dict:
   return json.loads((workdir / 'checkpoint_digests' / f'{step}.json').read_text())['run']
 
 
-def _snapshot(workdir) -> dict[str, bytes]:
-  """Every file of a workdir and its bytes (the lock file, rewritten by each holder, aside)."""
-  out = {}
-  for root, _, names in os.walk(workdir):
-    for name in names:
-      if name != '.lock':
-        path = os.path.join(root, name)
-        with open(path, 'rb') as f:
-          out[os.path.relpath(path, workdir)] = f.read()
-  return out
-
-
 def _scalars(logdir, tag: str) -> dict[int, float]:
   """step -> value of `tag` in the TensorBoard event files under `logdir` (TFRecord framing read
   by hand: no TensorBoard in the test environment); a later file's value wins."""
@@ -98,12 +86,12 @@ def test_a_shorter_rerun_of_a_finished_run_is_refused_before_anything_is_written
   config = load_config('fedgc')
   config.num_rounds = 4
   experiment.train_and_evaluate(config, str(tmp_path))
-  before = _snapshot(tmp_path)
+  before = saved_checkpoints.workdir_files(tmp_path)
   config.num_rounds = 2
   with pytest.raises(ValueError, match=rf'^config.num_rounds=2 but {re.escape(str(tmp_path))} '
                      r'holds round 4; a run cannot be shortened\. Expected config.num_rounds >= 4'):
     experiment.train_and_evaluate(config, str(tmp_path))
-  assert _snapshot(tmp_path) == before
+  assert saved_checkpoints.workdir_files(tmp_path) == before
   assert saved_checkpoints.steps(tmp_path) == [3, 4]
   assert int(saved_checkpoints.restore(tmp_path, 4)['round']) == 4
 
@@ -144,14 +132,14 @@ def test_extending_a_dp_run_accounts_each_round_at_the_noise_it_ran_at(tmp_path,
   # anything is written, with the rounds the budget affords at sigma_1 (dp-accounting's own count),
   # unless dp.allow_sigma_increase says the jump is wanted (issue 56 item 10).
   affordable = max(k for k in range(3) if _dp_accounting_epsilon([(3 + k, sigma_1)]) <= 4.0)
-  before = _snapshot(tmp_path)
+  before = saved_checkpoints.workdir_files(tmp_path)
   with pytest.raises(checks.UsageError, match=(
       rf'^config.num_rounds=5 with dp.target_epsilon=4: rounds 4-5 would run at noise multiplier '
       rf'[0-9.]+, up from the {sigma_1:.4g} of the rounds before; the budget affords {affordable} '
       rf'more round\(s\) at {sigma_1:.4g}\. Expected config.num_rounds <= {3 + affordable}, a '
       r'higher dp.target_epsilon, or dp.allow_sigma_increase=True for the jump\.$')):
     experiment.train_and_evaluate(_dp_config(5), str(tmp_path))
-  assert _snapshot(tmp_path) == before
+  assert saved_checkpoints.workdir_files(tmp_path) == before
   config = _dp_config(5)
   config.dp.allow_sigma_increase = True
   second = experiment.train_and_evaluate(config, str(tmp_path))
@@ -183,12 +171,12 @@ def test_a_spent_target_is_refused_and_a_raised_one_is_reached_over_the_history(
   tmp_path = tmp_path / 'run'
   first = _copy(finished, 'dp', tmp_path)
   spent = first['privacy']['epsilon']
-  before = _snapshot(tmp_path)
+  before = saved_checkpoints.workdir_files(tmp_path)
   with pytest.raises(ValueError, match=rf'^config.dp.target_epsilon=2 cannot be met: the 3 rounds '
                      rf'already run spent epsilon={spent:.4g} \(delta=1e-05\); expected a target '
                      'above it'):
     experiment.train_and_evaluate(_dp_config(5, target=2.0), str(tmp_path))
-  assert _snapshot(tmp_path) == before
+  assert saved_checkpoints.workdir_files(tmp_path) == before
   # A raised target: the noise of rounds 4-5 is solved so that all 5 rounds reach it.
   sigma_1 = first['privacy']['noise_multiplier']
   raised = experiment.train_and_evaluate(_dp_config(5, target=6.0), str(tmp_path))['privacy']
@@ -243,7 +231,7 @@ def test_a_run_the_guard_stopped_is_not_rerun_unchanged_and_keeps_its_good_check
       jax.tree.map(np.testing.assert_array_equal, saved_checkpoints.restore(tmp_path, step), tree)
 
   # The same command: one line saying it stopped and why; nothing trained or written.
-  before = _snapshot(tmp_path)
+  before = saved_checkpoints.workdir_files(tmp_path)
   with pytest.raises(ValueError) as refused:
     experiment.train_and_evaluate(_diverging(), str(tmp_path))
   line = str(refused.value)
@@ -251,7 +239,7 @@ def test_a_run_the_guard_stopped_is_not_rerun_unchanged_and_keeps_its_good_check
   assert line.startswith(f'--workdir={tmp_path} stopped at round 3 (round 3: training loss ')
   assert ('change optimizer.* (e.g. a lower learning_rate), the fedgc section or '
           'divergence_factor') in line
-  assert _snapshot(tmp_path) == before
+  assert saved_checkpoints.workdir_files(tmp_path) == before
   # A change that does not cure it: resumed from round 2 with round 1's loss still the reference,
   # so round 3 stops it again (before, the rerun took round 3's blown-up loss as its reference,
   # saved rounds 3-4 and rotated the good checkpoints away).
@@ -317,7 +305,8 @@ def test_checkpoints_without_digests_are_unverified_and_resumed_only_when_truste
       rf'^no checkpoint under {re.escape(str(tmp_path / "run" / "checkpoints"))} can be verified '
       rf'\(rounds 2, 1 have no digest file in {re.escape(str(digests))}\); delete those step '
       r'directories to start the run afresh, use a new --workdir, or '
-      r'--config.trust_unverified_checkpoints=True to resume from round 2 without verifying it\.$')):
+      r'--config.trust_unverified_checkpoints=True to resume from round 2 without verifying '
+      r'it\.$')):
     experiment.train_and_evaluate(config, str(tmp_path / 'run'))
   assert (tmp_path / 'run' / 'config.json').read_bytes() == before
   assert capsys.readouterr().out == ''
@@ -332,7 +321,8 @@ def test_checkpoints_without_digests_are_unverified_and_resumed_only_when_truste
 
 def test_a_checkpoints_link_to_nowhere_is_named(tmp_path):
   os.symlink(tmp_path / 'gone', tmp_path / 'checkpoints')
-  with pytest.raises(files.WorkdirError, match=rf"^{re.escape(str(tmp_path / 'checkpoints'))} is a symbolic "
+  with pytest.raises(files.WorkdirError,
+                     match=rf"^{re.escape(str(tmp_path / 'checkpoints'))} is a symbolic "
                      rf"link to {re.escape(str(tmp_path / 'gone'))}, which does not exist; "
                      'expected a checkpoint directory'):
     experiment.train_and_evaluate(load_config('fedgc'), str(tmp_path))
@@ -374,11 +364,11 @@ def test_digests_written_before_the_run_record_still_verify(tmp_path, finished):
   path = tmp_path / 'dp' / 'checkpoint_digests' / '2.json'
   path.write_text(json.dumps(json.loads(path.read_text())['arrays']))
   dp.num_rounds = 3
-  before = _snapshot(tmp_path / 'dp')
+  before = saved_checkpoints.workdir_files(tmp_path / 'dp')
   with pytest.raises(ValueError, match=r'^dp: the checkpoint records no noise history .* '
                      r'--config.trust_unverified_checkpoints=True to assume'):
     experiment.train_and_evaluate(dp, str(tmp_path / 'dp'))
-  assert _snapshot(tmp_path / 'dp') == before
+  assert saved_checkpoints.workdir_files(tmp_path / 'dp') == before
 
 
 def _fedfr_from(pretraining, **fields):

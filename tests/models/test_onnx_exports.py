@@ -20,18 +20,19 @@ import os
 import shutil
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from fedjax_face.core import checks
-from fedjax_face.models import arcface_torch, iresnet, onnx_graph
+from fedjax_face.models import arcface_torch, onnx_graph
 from fedjax_face.models.small_cnn import BN_EPSILON
+# The narrow IResNet the fixtures were made from (make_fixtures.py), as test_arcface_torch builds
+# it.
+from tests.models.test_arcface_torch import DIM, SIZE, STAGES, _model, _template
 
 onnx = pytest.importorskip('onnx')   # the onnx extra (in the test extra); onnxruntime per test
 
 FIXTURES = os.path.join(os.path.dirname(__file__), 'onnx_fixtures')
-STAGES, WIDTHS, STEM, DIM, SIZE = (1, 2), (4, 8), 4, 6, 12
 TOLERANCE = 1e-6   # absolute, on embeddings of size ~0.5 (module docstring)
 
 # file -> how make_fixtures.py made it (torch 2.13.0+cpu throughout) and its graph's shape.
@@ -69,16 +70,6 @@ MADE = {
 # The exports that keep every BatchNorm as its own node: they hold the state dict itself.
 UNFOLDED = ('torchscript_opset13_unfolded.onnx', 'dynamo_opset18_unoptimized.onnx',
             'torch2onnx_torchscript.onnx')
-
-
-def _model():
-  return iresnet.IResNet(stage_sizes=STAGES, stage_widths=WIDTHS, stem_width=STEM,
-                         embedding_dim=DIM)
-
-
-def _template():
-  x = jnp.zeros((1, SIZE, SIZE, 3))
-  return jax.eval_shape(lambda: _model().init(jax.random.PRNGKey(0), x, train=False))
 
 
 def _path(name):
