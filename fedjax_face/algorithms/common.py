@@ -212,16 +212,14 @@ def start_from(start, variables, public_classes=None, *, method: str):
   """(backbone variables, public class matrix) of a run that starts from `start`, the final state
   of the finished run `config.init_from` names (FedFR's pre-training, configs/fedfr/pretrain.py;
   nested dicts, read by the driver): its final model and, when `public_classes` (the template
-  `[K_g, d]`) is given, its class matrix. With `start` None (no init_from) the templates come
-  back unchanged (random weights) and the run says so.
+  `[K_g, d]`) is given, its class matrix. With `start` None (no init_from, or a resume, whose
+  checkpoint replaces them) the templates come back unchanged (random weights).
 
   The run must have trained on this run's data, which `experiment.validate` checks
   (`checkpoint.check_init_data`): the synthetic benchmark draws other identities for another seed
   or size, and an inherited class matrix would then name other people.
   """
   if start is None:
-    print(f'{method}: no init_from: starting from random weights (the paper starts from '
-          "configs/fedfr/pretrain.py's model)", flush=True)
     return variables, public_classes
   name = 'config.init_from: server'
   server = start['server']

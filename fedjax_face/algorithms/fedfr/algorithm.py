@@ -258,10 +258,13 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
   """FedFR over the private partition `fed` (`fed.public_indices`: the shared public images)."""
   public = _public_set(config.fedfr, fed)
   setup = _setup(config, model, fed, public, step_mode)
+  if not config.init_from:
+    print("fedfr: no init_from: starting from random weights (the paper starts from "
+          "configs/fedfr/pretrain.py's model)", flush=True)
 
   def init(rng, start=None):
     """`start`: the final state of the run `config.init_from` names (read by the driver), or
-    None for random weights."""
+    None for random weights (also what a resume starts from: its checkpoint replaces them)."""
     return _initial_state(setup, config, fed, public, rng, start)
 
   # Jitted once per run: the personalized models are evaluated client by client.
