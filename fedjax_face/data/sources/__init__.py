@@ -9,7 +9,7 @@
 | `client_folders` | recognition | `<root>/<client>/<identity>/*.jpg`: one image folder per client, streamed | `data.client_folders` |
 | `fedfr_split` | recognition | FedFR's pre-split RecordIO: one set per client, the public set, the held-out images (`data/formats/fedfr_split.py`), streamed | `data.fedfr_split` |
 | `pad` | anti_spoofing | the five-domain PAD benchmark (`data/synthetic/pad_benchmark.py`) | `data.pad` |
-| `pad_lists` | anti_spoofing | real PAD data: a root per data center in the FedGPAD / SSDG / MCIO list layouts (`data/formats/pad_lists.py`) | `data.pad_lists` |
+| `pad_lists` | anti_spoofing | real PAD data: a root per data center in the FedGPAD / SSDG / MCIO list layouts, or FLIP's shipped `txt/` tree as one root with the data sets named (`data/formats/pad_lists.py`) | `data.pad_lists` |
 
 A source module defines:
 
