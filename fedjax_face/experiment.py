@@ -583,8 +583,7 @@ def evaluate_model(config, workdir: str, name: str = '') -> dict:
       files.make_workdir(outdir)
       cleanup.enter_context(files.workdir_lock(outdir))
       _check_evaluation_folder(outdir, config, defaults, lock_held=True)   # again, now held
-      for result_file in checkpoint.RESULT_FILES:   # a rerun replaces them: never left stale
-        files.remove(files.join(outdir, result_file))
+      checkpoint.remove_results(outdir)   # a rerun replaces them: never left stale
       files.write_json_atomic(files.join(outdir, 'config.json'),
                               {**config.to_dict(), checkpoint.PROVENANCE_KEY: provenance.collect()})
     return _evaluate_model(config, outdir, chief, method, fed, evaluators, start, t_start)

@@ -130,6 +130,13 @@ def stale_results(workdir: str, results: dict) -> str | None:
   return None
 
 
+def remove_results(workdir: str) -> None:
+  """Deletes `workdir`'s results.json and report.md (`RESULT_FILES`): a run or evaluation that
+  will write them anew starts without them, so none is left beside another config."""
+  for name in RESULT_FILES:
+    files.remove(files.join(workdir, name))
+
+
 class Opening(NamedTuple):
   """What `check_opening` read of a workdir: its newest checkpoint's round (None: none), its
   config.json (None: none), the divergence guard's stop record (None: none), and the run record
@@ -288,8 +295,7 @@ class Checkpointer:
     if reopened is not None:
       record = (opening.old or {}).get(PROVENANCE_KEY, reopened)
     else:
-      for name in RESULT_FILES:
-        files.remove(files.join(self.workdir, name))
+      remove_results(self.workdir)
       record = run_provenance(None if opening.old is None else opening.old.get(PROVENANCE_KEY),
                               opening.latest, provenance.collect())
       stopped = opening.stopped
