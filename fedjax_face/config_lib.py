@@ -153,7 +153,7 @@ def base_config(task: str = 'recognition') -> ml_collections.ConfigDict:
                                        # after num_rounds replaces noise_multiplier
   c.dp.allow_sigma_increase = False    # an extension (more num_rounds) may run its new rounds
                                        # at a higher noise multiplier than the rounds before
-                                       # (lifecycle.check_noise_plan refuses it otherwise)
+                                       # (run/noise.py refuses it otherwise)
   c.dp.noise_seed = 'config'           # where the noise comes from: 'config' = keys of
                                        # config.seed (recorded, so epsilon holds only while it
                                        # is secret; resumes bit for bit) | 'os' = XORed with a

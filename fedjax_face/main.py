@@ -43,7 +43,9 @@ import traceback
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from fedjax_face import experiment, lifecycle
+from fedjax_face import experiment
+from fedjax_face.run import resume
+from fedjax_face.run.hooks import preemption
 from fedjax_face.core import checks, distributed, policy, xla_flags
 from fedjax_face.io import checkpoint
 
@@ -241,7 +243,7 @@ def start(config, workdir: str = '', training: bool = False) -> None:
       logging.warning('XLA CPU convolutions stay on %s: JAX started before %s could be chosen '
                       '(engine.cpu_convolutions)', xla_flags.cpu_convolutions_in_effect(),
                       convolutions)
-    experiment.validate(config, resuming=training and experiment.resuming(workdir))
+    experiment.validate(config, resuming=training and resume.resuming(workdir))
   except (ValueError, FileNotFoundError) as error:
     exit_usage(str(error), error)
 
@@ -262,7 +264,7 @@ def main(argv, action=None):
     (action or experiment.train_and_evaluate)(_CONFIG.value, _WORKDIR.value)
   except checks.UsageError as error:   # a file, line, field or workdir the user can fix
     exit_usage(str(error), error)
-  except lifecycle.Preempted as error:
+  except preemption.Preempted as error:
     exit_now(str(error), PREEMPTED_EXIT, error)
   except checkpoint.SaveError as error:
     exit_now(str(error), 1, error)

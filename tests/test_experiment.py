@@ -13,6 +13,7 @@ from fedjax_face import algorithms, experiment, models
 from fedjax_face.data import sources, views
 from fedjax_face.io import files
 from fedjax_face.data.synthetic import faces
+from fedjax_face.run import setup as run_setup
 from tests import config_files, saved_checkpoints
 
 ROOT = config_files.ROOT
@@ -249,7 +250,7 @@ def test_fedfr_starts_from_its_pretraining_run(tmp_path):
   _, fed = sources.training_views(config, sources.load(config), one_client=False)
   model = models.build_backbone(config.model)
   start = algorithms.get('fedfr').build(config, model, fed, step_mode='scan').init(
-      jax.random.PRNGKey(0), experiment.warm_start(config))
+      jax.random.PRNGKey(0), run_setup.warm_start(config))
   jax.tree.map(np.testing.assert_array_equal, start.server['model'], pre_state['server']['model'])
   np.testing.assert_array_equal(start.server['Phi'], pre_state['server']['W'])
   results = experiment.train_and_evaluate(config, str(tmp_path / 'fedfr'))

@@ -20,8 +20,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_face import experiment, lifecycle
+from fedjax_face import experiment
 from fedjax_face.io import files
+from fedjax_face.run.hooks import divergence
+from fedjax_face.run.hooks import preemption
+from fedjax_face.run import resume
 from tests import config_files, saved_checkpoints
 
 load_config = config_files.load_config
@@ -96,26 +99,26 @@ def test_divergence_stops_the_run_and_no_non_finite_state_is_saved(tmp_path):
 
 def test_the_guard_catches_a_finite_blow_up_and_non_finite_states():
   config = load_config('fedgc')
-  first = lifecycle.check_divergence(config, 1, {'train_loss': jnp.float32(2.0)}, None)
+  first = divergence.check_divergence(config, 1, {'train_loss': jnp.float32(2.0)}, None)
   assert first == 2.0
-  assert lifecycle.check_divergence(config, 2, {'train_loss': jnp.float32(1999.0)}, first) == 2.0
+  assert divergence.check_divergence(config, 2, {'train_loss': jnp.float32(1999.0)}, first) == 2.0
   with pytest.raises(FloatingPointError, match=r'round 3: training loss 2001 is more than '
                      r'divergence_factor=1000 times the first round\'s \(2\)'):
-    lifecycle.check_divergence(config, 3, {'train_loss': jnp.float32(2001.0)}, first)
+    divergence.check_divergence(config, 3, {'train_loss': jnp.float32(2001.0)}, first)
   config.divergence_factor = 0.0   # off: only non-finite losses stop
-  assert lifecycle.check_divergence(config, 3, {'train_loss': jnp.float32(1e9)}, first) == 2.0
+  assert divergence.check_divergence(config, 3, {'train_loss': jnp.float32(1e9)}, first) == 2.0
   with pytest.raises(FloatingPointError, match=r'round 4: training loss nan'):
-    lifecycle.check_divergence(config, 4, {'train_loss': jnp.float32(np.nan)}, first)
+    divergence.check_divergence(config, 4, {'train_loss': jnp.float32(np.nan)}, first)
   state = {'w': jnp.ones(3), 'count': jnp.int32(1)}
-  assert lifecycle.checked_finite(state, 5) is state
+  assert divergence.checked_finite(state, 5) is state
   with pytest.raises(FloatingPointError, match=r'round 5: the state holds nan or inf; it is not '
                      r'checkpointed'):
-    lifecycle.checked_finite({**state, 'w': jnp.array([1.0, np.inf, 0.0])}, 5)
+    divergence.checked_finite({**state, 'w': jnp.array([1.0, np.inf, 0.0])}, 5)
   # Host-held client state (numpy) is checked on the host, beside the device leaves.
   host = {**state, 'clients': np.ones((2, 3), np.float32)}
-  assert lifecycle.checked_finite(host, 6) is host
+  assert divergence.checked_finite(host, 6) is host
   with pytest.raises(FloatingPointError, match=r'round 6: the state holds nan or inf'):
-    lifecycle.checked_finite({**host, 'clients': np.array([[0.0, np.nan]], np.float32)}, 6)
+    divergence.checked_finite({**host, 'clients': np.array([[0.0, np.nan]], np.float32)}, 6)
 
 
 def test_an_unknown_field_is_one_line_with_the_closest_name(tmp_path):
@@ -138,13 +141,13 @@ def test_a_field_added_since_a_checkpoint_at_its_default_does_not_block_resuming
   new = load_config('fedgc').to_dict()
   old = json.loads(json.dumps(new, default=files.jsonable))
   del old['divergence_factor'], old['optimizer']['name']   # written before these existed
-  assert checkpoint.config_differences(old, new, defaults) == []
+  assert resume.config_differences(old, new, defaults) == []
   # Not at the default: the old run trained without it, so it is a difference.
   changed = {**new, 'divergence_factor': 5.0}
-  assert checkpoint.config_differences(old, changed, defaults) == [
+  assert resume.config_differences(old, changed, defaults) == [
       "divergence_factor: '<absent>' -> 5.0"]
   # Without the defaults every absent field counts, as before.
-  assert len(checkpoint.config_differences(old, new)) == 2
+  assert len(resume.config_differences(old, new)) == 2
 
 
 def _corrupt(step_dir):
@@ -330,14 +333,13 @@ def _signal_after(command, prefix: str, sig) -> tuple[subprocess.Popen, str]:
 
 
 def test_sigint_is_taken_as_sigterm_is():
-  # One handler serves both (lifecycle.PREEMPTION_SIGNALS); the run below is driven by SIGTERM.
+  # One handler serves both (preemption.PREEMPTION_SIGNALS); the run below is driven by SIGTERM.
   # Called directly: a real SIGINT inside a pytest worker reaches the worker's own handling.
-  from fedjax_face import lifecycle
-  assert {s.name for s in lifecycle.PREEMPTION_SIGNALS} == {'SIGTERM', 'SIGINT'}
-  preemption = lifecycle.Preemption()
-  assert preemption.requested(True) is None
-  preemption._handle(signal.SIGINT, None)   # pylint: disable=protected-access
-  assert preemption.requested(True) == 'SIGINT'
+  assert {s.name for s in preemption.PREEMPTION_SIGNALS} == {'SIGTERM', 'SIGINT'}
+  signals = preemption.Preemption()
+  assert signals.requested(True) is None
+  signals._handle(signal.SIGINT, None)   # pylint: disable=protected-access
+  assert signals.requested(True) == 'SIGINT'
 
 
 @pytest.mark.parametrize('sig', [signal.SIGTERM])

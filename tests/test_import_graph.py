@@ -17,7 +17,7 @@ LAYERS = (
     ('fedjax_face.config_lib',),                      # the sections every run shares
     ('fedjax_face.algorithms',),                      # the methods
     ('fedjax_face.eval',),                            # evaluators and their metrics
-    ('fedjax_face.lifecycle',),                       # preemption, run records, guards
+    ('fedjax_face.run',),                             # the run: setup, rules, loop, hooks, results
     ('fedjax_face.experiment', 'fedjax_face.main',    # the driver and its command lines
      'fedjax_face.evaluate'),
     ('fedjax_face.tools',),                           # bench, tables, compare

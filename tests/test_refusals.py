@@ -15,10 +15,12 @@ import sys
 import numpy as np
 import pytest
 
-from fedjax_face import evaluate, experiment
+from fedjax_face import algorithms, evaluate, experiment
 from fedjax_face.core import blocks as blocks_lib
 from fedjax_face.io import checkpoint, files
 from fedjax_face.tools import tables
+from fedjax_face.run import results as run_results
+from fedjax_face.run import resume
 from tests import config_files, main_in_process, saved_checkpoints, torch_files
 
 load_config = config_files.load_config
@@ -100,11 +102,11 @@ def test_every_refusal_of_a_workdir_is_one_line_and_leaves_it_as_it_was(
                      'Wait for it, stop it, or use another --workdir.')
   assert saved_checkpoints.workdir_files(workdir) == before
   # A run the divergence guard stopped, rerun unchanged.
-  checkpoint.write_stopped(workdir, 2, 'round 2: training loss nan; lower the rate', config_dict)
+  resume.write_stopped(workdir, 2, 'round 2: training loss nan; lower the rate', config_dict)
   before = saved_checkpoints.workdir_files(workdir)
   assert run().startswith(f'--workdir={workdir} stopped at round 2 (round 2: training loss nan; ')
   assert saved_checkpoints.workdir_files(workdir) == before
-  os.remove(os.path.join(workdir, checkpoint.STOPPED_FILE))
+  os.remove(os.path.join(workdir, resume.STOPPED_FILE))
   # Checkpoints none of which has its digests.
   shutil.rmtree(os.path.join(workdir, 'checkpoint_digests'))
   before = saved_checkpoints.workdir_files(workdir)
@@ -132,13 +134,13 @@ def test_a_run_that_would_replace_the_results_removes_them_first(tmp_path, finis
   workdir = copy_of(finished, tmp_path / 'run')
   results = json.loads(open(os.path.join(workdir, 'results.json')).read())
   config = load_config('fedgc')
-  assert results['config_sha256'] == checkpoint.config_digest(config.to_dict())
+  assert results['config_sha256'] == run_results.config_digest(config.to_dict())
   assert tables.read_results(workdir) == results
   # An extension opens the workdir (what the driver does before its first round): from then on
   # until it ends there is no results.json to mistake for its own.
   config.num_rounds = 3
   with files.workdir_lock(workdir):
-    checkpoint.Checkpointer(workdir, config.to_dict()).close()
+    resume.open_workdir(workdir, config.to_dict()).close()
   assert not os.path.exists(os.path.join(workdir, 'results.json'))
   assert not os.path.exists(os.path.join(workdir, 'report.md'))
   assert json.loads(open(os.path.join(workdir, 'config.json')).read())['num_rounds'] == 3
@@ -168,8 +170,8 @@ def test_results_name_every_block_in_effect(finished):
   config.secure_aggregation.enabled = True
   config.federated.sampling, config.federated.participation = 'availability', 0.5
   so, sa = config.server_optimizer, config.secure_aggregation
-  method = experiment.algorithms.get(config.algorithm)
-  assert experiment.blocks_in_effect(config, method) == {
+  method = algorithms.get(config.algorithm)
+  assert run_results.blocks_in_effect(config, method) == {
       'server_optimizer': {'name': 'fedadam', 'learning_rate': 0.01, 'b1': so.b1, 'b2': so.b2,
                            'tau': so.tau},
       'correction': {'name': 'fedprox', 'mu': 0.1},
@@ -247,7 +249,7 @@ def test_a_full_disk_at_the_digest_write_is_the_save_line_and_leaves_no_tmp(tmp_
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), f'{path}.tmp')
 
   with files.workdir_lock(workdir):
-    ckpt = checkpoint.Checkpointer(workdir, config.to_dict())
+    ckpt = resume.open_workdir(workdir, config.to_dict())
     monkeypatch.setattr(checkpoint.files, 'write_json_atomic', disk_full)
     with pytest.raises(checkpoint.SaveError) as failed:
       ckpt.save(3, {'round': np.int32(3)})
@@ -262,7 +264,7 @@ def test_a_full_disk_at_the_digest_write_is_the_save_line_and_leaves_no_tmp(tmp_
 
 def test_reading_another_runs_checkpoints_says_nothing_of_orbax(finished, caplog):
   caplog.set_level(pylogging.DEBUG, logger='absl')
-  state = checkpoint.load_final_state(str(finished[0]))
+  state = resume.load_final_state(str(finished[0]))
   assert int(state['round']) == 2
   assert [r.getMessage() for r in caplog.records if r.levelno >= pylogging.WARNING] == []
 

@@ -24,6 +24,7 @@ from dp_accounting import rdp
 from fedjax_face import experiment
 from fedjax_face.core import checks
 from fedjax_face.io import checkpoint, files
+from fedjax_face.run import setup as run_setup
 from tests import config_files, saved_checkpoints
 from tests.test_faults import _corrupt
 
@@ -413,7 +414,7 @@ def test_init_from_a_corrupted_pretraining_is_refused_naming_the_checkpoint(tmp_
   # Where the flipped bit lands decides which check refuses it: a value that stays finite fails the
   # digest comparison, one that becomes nan or inf the finiteness check (the flip's place depends
   # on how orbax laid out the file). Either refusal names the checkpoint; nothing else passes.
-  with pytest.raises(checkpoint.InitFromError, match=(
+  with pytest.raises(checkpoint.CheckpointReadError, match=(
       rf"^config\.init_from='{re.escape(str(tmp_path / 'pre'))}': checkpoint "
       rf"{re.escape(str(final))} (fails verification: 1 array\(s\) differ from what was saved "
       r"\(\[.*\]\)|holds nan or inf); expected a checkpoint as it was saved")):
@@ -465,7 +466,7 @@ def test_init_from_an_unfinished_pretraining_needs_init_from_step(tmp_path, fini
     experiment.validate(_fedfr_from(pre, init_from_step=9))
   # Told which round: started from that checkpoint, verified.
   config = _fedfr_from(pre, init_from_step=reached)
-  start = experiment.warm_start(config)
+  start = run_setup.warm_start(config)
   jax.tree.map(np.testing.assert_array_equal, start, saved_checkpoints.restore(pre, reached))
   assert experiment.train_and_evaluate(config, str(tmp_path / 'fedfr'))['rounds'] == 2
   # A finished run whose results.json is gone is no finished run either.

@@ -9,7 +9,7 @@ import optax
 
 from fedjax_face.core import arrays, local, local_terms
 from fedjax_face.data import preprocess
-from fedjax_face.io import checkpoint
+from fedjax_face.models import starts
 from fedjax_face.models import heads
 
 
@@ -215,8 +215,8 @@ def start_from(start, variables, public_classes=None, *, method: str):
   `[K_g, d]`) is given, its class matrix. With `start` None (no init_from, or a resume, whose
   checkpoint replaces them) the templates come back unchanged (random weights).
 
-  The run must have trained on this run's data, which `experiment.validate` checks
-  (`checkpoint.check_init_data`): the synthetic benchmark draws other identities for another seed
+  The run must have trained on this run's data, which `run.setup.validate` checks
+  (`run.resume.check_init_data`): the synthetic benchmark draws other identities for another seed
   or size, and an inherited class matrix would then name other people.
   """
   if start is None:
@@ -226,7 +226,7 @@ def start_from(start, variables, public_classes=None, *, method: str):
   if 'model' not in server:
     raise ValueError(f"{name} holds {sorted(server)}; expected a run's 'model' "
                      '(configs/fedfr/pretrain.py) or a backbone file.')
-  variables = checkpoint.matching_tree(f'{name}.model', variables, server['model'])
+  variables = starts.matching_tree(f'{name}.model', variables, server['model'])
   if public_classes is None:
     return variables, None
   if 'W' not in server:

@@ -4,6 +4,7 @@
 calls `initialize_distributed` first, before anything touches a device.
 """
 
+import json
 import os
 import re
 
@@ -105,3 +106,14 @@ def process_zero_value(value, chief: bool):
   if jax.process_count() == 1:
     return value
   return jax.tree.map(np.asarray, multihost_utils.broadcast_one_to_all(value, is_source=chief))
+
+
+def shared_json(value, chief: bool):
+  """Process 0's JSON-able `value` on every process (e.g. the run record only process 0 reads):
+  its length, then its bytes (identity with one process)."""
+  if jax.process_count() == 1:
+    return value
+  data = np.frombuffer(json.dumps(value).encode(), np.uint8) if chief else None
+  size = int(process_zero_value(np.int32(len(data) if chief else 0), chief))
+  data = process_zero_value(data if chief else np.zeros(size, np.uint8), chief)
+  return json.loads(bytes(np.asarray(data, np.uint8)).decode())

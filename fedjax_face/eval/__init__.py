@@ -47,6 +47,8 @@ class EvalInputs(NamedTuple):
   class_embeddings: Any                       # [num_identities, d], or None (method keeps none)
   personal_embed: Callable[[int], Callable] | None = None   # client -> its model's embed, or
                                               # None: every client is evaluated with `embed`
+  state: Any = None                           # the round state evaluated (core.algorithm)
+  replay: Callable[[int], Any] | None = None  # round r -> its client updates again (run/replay.py)
 
 
 class EvalOutput(NamedTuple):

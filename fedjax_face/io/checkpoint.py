@@ -1,34 +1,25 @@
-"""Resumable runs: orbax checkpoints of the round state, guarded by the run's config.
+"""Orbax checkpoints of the round state, with the digests that verify them.
 
-A workdir belongs to one experiment: `config.json` records the config that wrote its checkpoints,
-and resuming with a different config is refused with the differing fields named. Fields that do
-not change the trained model (`RESUMABLE_FIELDS`) may differ, so a run can be extended
-(`num_rounds`) or moved to another backend.
+`Checkpointer` saves each round's state under `<workdir>/checkpoints/<round>` and, beside it,
+`checkpoint_digests/<round>.json`: the SHA-256 of every saved array (`arrays`, checked on
+restore: a checkpoint without them is unverified, and resumed only when the caller trusts it) and
+the run's record up to that round (`run`, written by the driver: run/hooks/checkpointing.py).
+A save that fails is one `SaveError` naming the checkpoint and the cause. Another run's
+checkpoint is read through `read_verified`, checked as a resume checks (`verify_arrays`).
 
-`config.json` also records where the run came from (`provenance`, beside the config's fields):
-the code, library versions and machine of its first start, and of each resume after it, so a
-run trained across commits says so. Provenance is never compared: a run resumes on another
-machine or at another commit, and its record tells.
-
-Beside each checkpoint, `checkpoint_digests/<round>.json` holds the SHA-256 of every saved array
-(`arrays`, checked on restore: a checkpoint without them is unverified and resumed only with
-`config.trust_unverified_checkpoints`) and the run's record up to that round (`run`, written by
-the driver: the noise multiplier each round ran at, the divergence guard's reference, the
-learning-rate decay rounds of the run's start). A run the divergence guard stopped leaves
-`stopped.json`; its rerun is refused until a field that could fix it changes (`STOP_FIX_FIELDS`).
-A save that fails is one `SaveError` naming the checkpoint and the cause. Another run's checkpoint
-(`config.init_from`) is read through `read_verified`, checked as a resume checks (`verify_arrays`).
+config.json's provenance record (`run_provenance`): the code, library versions and machine of a
+run's first start, and of each resume after it. Which config may open a workdir, and what
+config.json holds, is run/resume.py's: this module stores, reads and verifies, and knows no
+config field.
 """
 
 import contextlib
 import hashlib
-import json
 import logging as pylogging
 import os
 import re
 import shutil
 import time
-from typing import NamedTuple
 
 import jax
 from absl import logging
@@ -41,214 +32,25 @@ from fedjax_face.core import checks
 from fedjax_face.io import files
 from fedjax_face.io import provenance
 
-RESUMABLE_FIELDS = ('num_rounds', 'checkpoint_every', 'checkpoint_every_seconds', 'log_every',
-                    'eval.', 'evals.', 'engine.',
-                    'data.prefetch', 'data.decode_threads', 'checkpoint_keep',
-                    'trust_unverified_checkpoints',
-                    # The checkpoints record the noise each round ran at, so a new target is
-                    # accounted over the real history (core/privacy.py:target_noise).
-                    'dp.target_epsilon', 'dp.allow_sigma_increase')
-# Fields of a data source's section that change how records are read, not which: resumable too.
-RESUMABLE_SOURCE_FIELDS = ('skip_bad_records', 'check_record_labels')
-
 
 PROVENANCE_KEY = 'provenance'   # config.json's record of where the run came from; no config field
-STOPPED_FILE = 'stopped.json'   # written when the divergence guard stops a run (`write_stopped`)
-# Fields whose change may cure a divergence: a rerun of a stopped run must change one of them
-# (any change counts: the rule cannot know which direction helps; lowering the learning rate is
-# the usual one, divergence_factor=0 turns the finite guard off), and with checkpoints these may
-# then differ from the config that wrote them. '<method>.' is the method's own section.
-STOP_FIX_FIELDS = ('divergence_factor', 'optimizer.')
 REJECTED_TO_KEEP = 4   # newest entries kept in checkpoints_rejected/ (older ones are deleted)
 
 
-def flatten(tree: dict, prefix: str = '') -> dict[str, object]:
-  """{'a': {'b': 1}} -> {'a.b': 1} (tuples become lists, as in JSON). A config.json's top-level
-  `provenance` record is left out: it describes the run, not its config, so the resume guard, the
-  `init_from` check and readers that rebuild a config from config.json never see it."""
-  out = {}
-  for key, value in tree.items():
-    if not prefix and key == PROVENANCE_KEY:
-      continue
-    if isinstance(value, dict):
-      out.update(flatten(value, f'{prefix}{key}.'))
-    else:
-      out[f'{prefix}{key}'] = list(value) if isinstance(value, tuple) else value
-  return out
-
-
-def config_differences(old: dict, new: dict, defaults: dict | None = None,
-                       also: tuple[str, ...] = (), resumable: bool = True) -> list[str]:
-  """Fields (outside RESUMABLE_FIELDS, unless not `resumable`, and the prefixes `also`) whose
-  values differ, as 'field: old -> new'. A field the old config lacks that `defaults` (the shared base config)
-  holds at the value the new config has is no difference: it was added to the package since, and
-  the old run trained with that behaviour, so a run started before an upgrade still resumes."""
-  old_flat, new_flat = flatten(old), flatten(new)
-  default_flat = flatten(defaults or {})
-  diffs = []
-  for key in sorted(set(old_flat) | set(new_flat)):
-    if key.startswith(tuple(also)) or resumable and (
-        key.startswith(RESUMABLE_FIELDS) or key in RESUMABLE_FIELDS
-        or (key.startswith('data.') and key.rsplit('.', 1)[-1] in RESUMABLE_SOURCE_FIELDS)):
-      continue
-    if (key not in old_flat and key in default_flat and
-        new_flat.get(key) == default_flat[key]):
-      continue
-    if old_flat.get(key, '<absent>') != new_flat.get(key, '<absent>'):
-      diffs.append(f'{key}: {old_flat.get(key, "<absent>")!r} -> {new_flat.get(key, "<absent>")!r}')
-  return diffs
-
-
-RESULT_FILES = ('results.json', 'report.md')   # what a finished run writes last
-
-
-def config_digest(config_dict: dict) -> str:
-  """The SHA-256 of a config as config.json records it (its provenance record left out):
-  results.json carries it, so a reader can tell that the two describe the same run."""
-  config_dict = {k: v for k, v in config_dict.items() if k != PROVENANCE_KEY}
-  return hashlib.sha256(json.dumps(_as_json(config_dict), sort_keys=True).encode()).hexdigest()
-
-
-def stale_results(workdir: str, results: dict) -> str | None:
-  """Why `results` (the workdir's results.json) is not the result of the run its config.json
-  describes, or None when it is (or when no readable config.json can tell): its `config_sha256`
-  differs from config.json's, or, for results written before the digest was recorded, its
-  algorithm or rounds. A run that starts in a workdir writes config.json first, so a results.json
-  left from an earlier run never matches it."""
-  path = files.join(workdir, 'config.json')
-  try:
-    config_dict = files.read_json(path)
-  except (OSError, ValueError):
-    return None
-  if 'config_sha256' in results:
-    if results['config_sha256'] != config_digest(config_dict):
-      return f'its config_sha256 is not that of {path}'
-    return None
-  for field, key in (('algorithm', 'algorithm'), ('rounds', 'num_rounds')):
-    if field in results and key in config_dict and results[field] != config_dict[key]:
-      return f'its {field} {results[field]!r} is not {path}\'s {config_dict[key]!r}'
-  return None
-
-
-def remove_results(workdir: str) -> None:
-  """Deletes `workdir`'s results.json and report.md (`RESULT_FILES`): a run or evaluation that
-  will write them anew starts without them, so none is left beside another config."""
-  for name in RESULT_FILES:
-    files.remove(files.join(workdir, name))
-
-
-class Opening(NamedTuple):
-  """What `check_opening` read of a workdir: its newest checkpoint's round (None: none), its
-  config.json (None: none), the divergence guard's stop record (None: none), and the run record
-  beside the newest checkpoint (None: none, or unreadable)."""
-  latest: int | None
-  old: dict | None
-  stopped: dict | None
-  record: dict | None = None
-
-
-def _as_json(tree: dict) -> dict:
-  return json.loads(json.dumps(tree, default=files.jsonable))
-
-
-def check_opening(workdir: str, config_dict: dict, *, defaults: dict | None = None,
-                  trust_unverified: bool = False, check_resume=None,
-                  lock_held: bool = False, every_field: bool = False) -> Opening:
-  """Every refusal of opening `workdir` for the run `config_dict` describes, reading only, each a
-  WorkdirError in one line: a workdir another process holds (`files.check_unlocked`); a
-  `checkpoints` link to nothing; a rerun of a run the divergence guard stopped, with nothing
-  changed that could fix it; checkpoints of another config, or without config.json; a
-  `num_rounds` below the round they hold (`check_rounds`); checkpoints none of which has its
-  digests (unless `trust_unverified`); the results of another run (results.json beside another
-  config.json, or none, with no checkpoint: another run's files); and whatever
-  `check_resume(run record of the newest checkpoint)` raises (the driver's privacy budget). The
-  driver calls it before it loads data, and `Checkpointer` again under the workdir's lock
-  (`lock_held`: the caller holds `files.workdir_lock`, so it is not probed). `every_field`: no
-  field is resumable (an evaluation's folder: its config is all it is). A
-  config handed back with its provenance record (a tool reopening a finished run) is checked
-  only for being that run's."""
-  files.check_workdir(workdir)
-  if not lock_held:
-    files.check_unlocked(workdir)
-  directory = files.join(workdir, 'checkpoints')
-  check_checkpoint_link(directory)
-  config_dict = dict(config_dict)
-  reopened = config_dict.pop(PROVENANCE_KEY, None) is not None
-  path = files.join(workdir, 'config.json')
-  steps = checkpoint_steps(directory) if files.exists(directory) else []
-  latest = steps[-1] if steps else None
-  stopped, fixes = None, ()
-  if not reopened:
-    stopped = read_stopped(workdir)
-    if stopped is not None:
-      changed = config_differences(stopped.get('config', {}), _as_json(config_dict),
-                                   defaults and _as_json(defaults))
-      if not changed:
-        raise files.WorkdirError(stopped_line(workdir, stopped, config_dict.get('algorithm', '')))
-      fixes = stop_fix_fields(config_dict)
-  old = None
-  if files.exists(path):
-    try:
-      old = json.loads(files.read_text(path))
-    except json.JSONDecodeError as e:
-      raise files.WorkdirError(f'{path} is not valid JSON ({e}); it should record the config of '
-                               'the run in this workdir. Use a new --workdir.') from e
-  diffs = [] if old is None else config_differences(
-      old, _as_json(config_dict), defaults and _as_json(defaults), fixes,
-      resumable=not every_field)
-  if latest is not None and old is None:
-    raise files.WorkdirError(f'--workdir={workdir} has checkpoints but no config.json, so it is '
-                             'unknown which config wrote them. Use a new --workdir.')
-  if latest is not None and diffs:
-    raise files.WorkdirError(
-        f'--workdir={workdir} holds checkpoints of a different config; refusing to resume. '
-        f'Differences (checkpoint -> now): {"; ".join(diffs)}. Use a new --workdir, or the same '
-        'config to resume.')
-  results = files.join(workdir, 'results.json')
-  if latest is None and not reopened and files.exists(results) and (old is None or diffs):
-    what = f'differences (results -> now): {"; ".join(diffs)}' if diffs else 'no config.json'
-    raise files.WorkdirError(
-        f'--workdir={workdir} holds the results of another run ({results}; {what}); a new run '
-        'would mix its files with them. Use a new --workdir, or the same config to rerun it.')
-  if not reopened:
-    check_rounds(latest, config_dict.get('num_rounds'), workdir)
-    if latest is not None and not trust_unverified and not any(
-        files.exists(files.join(workdir, 'checkpoint_digests', f'{step}.json')) for step in steps):
-      raise files.WorkdirError(
-          f'no checkpoint under {directory} can be verified (rounds '
-          f'{", ".join(map(str, reversed(steps)))} have no digest file in '
-          f'{files.join(workdir, "checkpoint_digests")}); delete those step directories to start '
-          'the run afresh, use a new --workdir, or --config.trust_unverified_checkpoints=True to '
-          f'resume from round {latest} without verifying it.')
-  record = None if latest is None else read_digest_file(
-      files.join(workdir, 'checkpoint_digests', f'{latest}.json'))[1]
-  if not reopened and latest is not None and check_resume is not None:
-    try:
-      check_resume(record)
-    except ValueError as error:
-      raise files.WorkdirError(str(error)) from error
-  return Opening(latest, old, stopped, record)
-
-
 class Checkpointer:
-  """Saves and restores `RoundState` under `<workdir>/checkpoints/<round>`.
-
-  Opening refuses, before config.json is written: a `checkpoints` link that points nowhere; a
-  `num_rounds` below the round the checkpoints hold (`check_rounds`); a rerun of a run the
-  divergence guard stopped with nothing changed that could fix it (`stopped.json`); another
-  config; and whatever `check_resume(run record of the newest checkpoint)` raises (the driver's
-  privacy budget). `max_to_keep`: `config.checkpoint_keep`. `trust_unverified`:
-  `config.trust_unverified_checkpoints`, resuming from a checkpoint whose digests are missing.
+  """Saves and restores `RoundState` under `<workdir>/checkpoints/<round>` (run/resume.py's
+  `open_workdir` opens one once the workdir's rules pass). `max_to_keep`: how many checkpoints
+  stay. `trust_unverified`: a checkpoint whose digests are missing may be resumed; `trust_hint`:
+  how the user says so, named when none verifies.
   """
 
-  def __init__(self, workdir: str, config_dict: dict, *, max_to_keep: int = 2,
-               defaults: dict | None = None, trust_unverified: bool = False,
-               check_resume=None):
+  def __init__(self, workdir: str, *, max_to_keep: int = 2, trust_unverified: bool = False,
+               trust_hint: str = ''):
     self.workdir = workdir
     self.trust_unverified = trust_unverified
+    self.trust_hint = trust_hint
     self.run_record = None   # the `run` record of the checkpoint `restore` returned
-    opening = check_opening(workdir, config_dict, defaults=defaults, lock_held=True,
-                            trust_unverified=trust_unverified, check_resume=check_resume)
+    check_checkpoint_link(files.join(workdir, 'checkpoints'))
     files.make_workdir(workdir)
     directory = files.absolute(files.join(workdir, 'checkpoints'))
     options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True)
@@ -266,7 +68,6 @@ class Checkpointer:
     self._saving = None   # the round of the newest save started (named when a save fails)
     files.makedirs(files.join(workdir, 'checkpoint_digests'))
     self._check_writable(directory)
-    self._write_config(config_dict, defaults, opening)
 
   def _check_writable(self, directory: str) -> None:
     """Refuses at start a checkpoint directory that cannot be written (rather than at the first
@@ -282,32 +83,6 @@ class Checkpointer:
       raise files.WorkdirError(f'cannot write checkpoints to {directory}: {e.strerror or e}; '
                                'expected a writable directory.') from e
 
-  def _write_config(self, config_dict: dict, defaults: dict | None, opening: 'Opening'
-                    ) -> None:
-    """Writes config.json with the run's provenance record (`run_provenance`) once
-    `check_opening` has passed; a results.json this run will replace goes first, so that no
-    workdir shows one run's config beside another's results (`tools/tables.py` reads both)."""
-    path = files.join(self.workdir, 'config.json')
-    config_dict = dict(config_dict)
-    # A caller handing back a saved config.json (a tool reopening a finished run to read it) does
-    # not resume training: its record is kept as it is.
-    reopened = config_dict.pop(PROVENANCE_KEY, None)
-    if reopened is not None:
-      record = (opening.old or {}).get(PROVENANCE_KEY, reopened)
-    else:
-      remove_results(self.workdir)
-      record = run_provenance(None if opening.old is None else opening.old.get(PROVENANCE_KEY),
-                              opening.latest, provenance.collect())
-      stopped = opening.stopped
-      if stopped is not None and opening.latest is not None:   # the stopped run, changed
-        record['resumed'][-1]['after_stop'] = {
-            'round': stopped.get('round'), 'reason': stopped.get('reason'),
-            'changed': config_differences(stopped.get('config', {}), _as_json(config_dict),
-                                          defaults and _as_json(defaults))}
-    files.write_json_atomic(path, config_dict | {PROVENANCE_KEY: record})
-    if opening.stopped is not None and reopened is None:
-      epath.Path(files.join(self.workdir, STOPPED_FILE)).unlink(missing_ok=True)
-
   def last_saved(self) -> int | None:
     """The round of the newest save this run started (None: none yet)."""
     return self._saving
@@ -316,7 +91,7 @@ class Checkpointer:
     return self._manager.latest_step()
 
   def _digest_path(self, step: int) -> str:
-    return files.join(self.workdir, 'checkpoint_digests', f'{step}.json')
+    return digest_path(self.workdir, step)
 
   def latest_run_record(self) -> dict | None:
     """The `run` record beside the newest checkpoint (None: none, or its digest file is missing,
@@ -356,8 +131,8 @@ class Checkpointer:
       line = f'checkpoint {files.join(self.workdir, "checkpoints", str(step))} {problem}'
       print(line + ('; trying the one before' if step != steps[-1] else ''), flush=True)
       problems.append(step)
-    trust = (f'; or --config.trust_unverified_checkpoints=True to resume from round '
-             f'{unverified[0]} without verifying it' if unverified else '')
+    trust = (f'; or {self.trust_hint} to resume from round {unverified[0]} without verifying it'
+             if unverified and self.trust_hint else '')
     raise files.WorkdirError(f'no checkpoint under {files.join(self.workdir, "checkpoints")} '
                              'reads and '
                      f'verifies (rounds {", ".join(map(str, problems))}); delete those step '
@@ -384,7 +159,7 @@ class Checkpointer:
   def _verify(self, step: int, restored) -> tuple[str | None, dict | None]:
     """`verify_arrays` of the step's checkpoint against its digest file."""
     return verify_arrays(restored, self._digest_path(step), self.trust_unverified,
-                         files.join(self.workdir, 'checkpoints', str(step)))
+                         files.join(self.workdir, 'checkpoints', str(step)), self.trust_hint)
 
   def save(self, round_index: int, state, run: dict | None = None) -> None:
     """Saves `state` as round `round_index`, with its digests and the driver's `run` record
@@ -492,13 +267,14 @@ UNVERIFIED = 'is unverified'   # `_verify`'s problem for a checkpoint without di
 
 
 def verify_arrays(restored, digest_path: str, trust_unverified: bool, checkpoint_path: str,
-                  use: str = 'resuming from') -> tuple[str | None, dict | None]:
+                  trust_hint: str = '', use: str = 'resuming from'
+                  ) -> tuple[str | None, dict | None]:
   """(None when the arrays `restored` from `checkpoint_path` match the digests recorded at save
   in `digest_path` and are finite, else why not; the step's `run` record). A checkpoint without
   digests (saved before they were recorded, or `checkpoint_digests/` deleted) is unverified:
-  refused unless `trust_unverified`, and then checked for finiteness only (`use` says how it
-  is then used). Resume, `init_from`
-  and any other reader of a run's checkpoint verify through this one function."""
+  refused unless `trust_unverified`, and then checked for finiteness only (`use` says how it is
+  then used, `trust_hint` who trusted it). A resume, a warm start and any other reader of a run's
+  checkpoint verify through this one function."""
   digests = array_digests(restored)
   if not all(d['finite'] for d in digests.values()):
     return 'holds nan or inf', None
@@ -506,7 +282,7 @@ def verify_arrays(restored, digest_path: str, trust_unverified: bool, checkpoint
     if not trust_unverified:
       return f'{UNVERIFIED}: its digest file {digest_path} is missing', None
     print(f'checkpoint {checkpoint_path} is unverified (no {digest_path}); {use} it as '
-          'config.trust_unverified_checkpoints=True says', flush=True)
+          f'{trust_hint or "trusted"} says', flush=True)
     return None, None
   try:
     recorded, run = read_digest_file(digest_path, strict=True)
@@ -542,55 +318,6 @@ def check_checkpoint_link(directory: str) -> None:
     raise files.WorkdirError(f'{directory} is a symbolic link to {os.readlink(directory)}, which '
                              'does not exist; expected a checkpoint directory (create the target, '
                              'or remove the link).')
-
-
-def check_rounds(latest: int | None, num_rounds, workdir: str) -> None:
-  """ValueError when the checkpoints hold a later round than `num_rounds`: the run cannot be cut
-  short. Refused rather than evaluating the checkpoint of round `num_rounds`: with the default
-  `checkpoint_keep` that one is usually rotated away, and keeping it would leave one workdir
-  claiming two lengths (config.json and results.json at `num_rounds`, checkpoints beyond it)."""
-  if latest is not None and isinstance(num_rounds, int) and latest > num_rounds:
-    raise files.WorkdirError(f'config.num_rounds={num_rounds} but {workdir} holds round {latest}; '
-                             'a run '
-                     f'cannot be shortened. Expected config.num_rounds >= {latest} (={latest} '
-                     f're-evaluates it), or a new --workdir for a {num_rounds}-round run.')
-
-
-def stop_fix_fields(config_dict: dict) -> tuple[str, ...]:
-  """The fields a stopped run's rerun may change (`STOP_FIX_FIELDS` and the method's section)."""
-  method = config_dict.get('algorithm') or ''
-  return STOP_FIX_FIELDS + ((f'{method}.',) if method else ())
-
-
-def write_stopped(workdir: str, round_index: int, reason: str, config_dict: dict) -> None:
-  """`<workdir>/stopped.json`: the round the divergence guard stopped the run at, why, and the
-  config it ran with (`Checkpointer` refuses a rerun that changes none of `stop_fix_fields`)."""
-  files.write_json_atomic(files.join(workdir, STOPPED_FILE), {
-      'round': int(round_index), 'reason': ' '.join(str(reason).split()),
-      'config': json.loads(json.dumps(config_dict, default=files.jsonable))})
-
-
-def read_stopped(workdir: str) -> dict | None:
-  """The record `write_stopped` left in `workdir`, or None."""
-  path = files.join(workdir, STOPPED_FILE)
-  if not files.exists(path):
-    return None
-  try:
-    return files.read_json(path)
-  except ValueError as e:
-    raise files.WorkdirError(f'{path} is not valid JSON ({e}); it records why the run in this '
-                             'workdir '
-                     'stopped. Delete it to rerun anyway.') from e
-
-
-def stopped_line(workdir: str, stopped: dict, method: str) -> str:
-  """The one line refusing to rerun a stopped run unchanged."""
-  reason = str(stopped.get('reason', '')).split('; ')[0]
-  section = f', the {method} section' if method else ''
-  return (f'--workdir={workdir} stopped at round {stopped.get("round")} ({reason}; '
-          f'{files.join(workdir, STOPPED_FILE)}), and the same config would stop there again; '
-          f'change optimizer.* (e.g. a lower learning_rate){section} or divergence_factor (0 = '
-          'off) to go on from its last checkpoint, or use a new --workdir.')
 
 
 def prune_oldest(directory: str, keep: int) -> None:
@@ -640,48 +367,6 @@ def array_digests(tree) -> dict[str, dict]:
   return out
 
 
-def _init_run_file(workdir: str, name: str) -> str:
-  """`<workdir>/<name>`, or FileNotFoundError when the run `config.init_from` names lacks it."""
-  path = files.join(workdir, name)
-  if not files.exists(path):
-    raise FileNotFoundError(f'config.init_from={workdir!r} has no {name}; expected the --workdir '
-                            'of a finished run.')
-  return path
-
-
-class InitFromError(checks.UsageError):
-  """The run `config.init_from` names cannot start this one as it stands (a checkpoint that does
-  not verify): main.py prints it as one line with exit status 2, like `experiment.validate`'s."""
-
-
-def init_from_round(workdir: str, step: int = 0) -> int:
-  """The round of the run in `workdir` that `config.init_from` starts from: its final checkpoint
-  when the run finished (results.json written and its newest checkpoint at its config.json's
-  num_rounds), else `step` (`config.init_from_step`), which must name a checkpoint it holds.
-  FileNotFoundError when `workdir` holds no run; ValueError, one line naming `workdir` and what
-  was expected, for an unfinished run without `step`, or a `step` it does not hold.
-  `experiment.validate` calls it, before anything is written."""
-  directory = _init_run_file(workdir, 'checkpoints')
-  num_rounds = files.read_json(_init_run_file(workdir, 'config.json')).get('num_rounds')
-  steps = checkpoint_steps(directory)
-  if not steps:
-    raise FileNotFoundError(f'config.init_from={workdir!r}: {directory} holds no checkpoint; '
-                            'expected the --workdir of a finished run.')
-  held = ', '.join(map(str, steps))
-  if step:
-    if step not in steps:
-      raise InitFromError(f'config.init_from_step={step}, but config.init_from={workdir!r} holds '
-                       f'the checkpoints of rounds {held}; expected one of them.')
-    return step
-  if not files.exists(files.join(workdir, 'results.json')) or steps[-1] != num_rounds:
-    why = (f'its newest checkpoint is round {steps[-1]} of num_rounds={num_rounds}'
-           if steps[-1] != num_rounds else 'it has no results.json')
-    raise InitFromError(f'config.init_from={workdir!r} is an unfinished run ({why}); expected a '
-                     'finished run, or --config.init_from_step=<round> to start from one of its '
-                     f'checkpoints (rounds {held}).')
-  return steps[-1]
-
-
 def checkpoint_steps(directory: str) -> list[int]:
   """The finished checkpoints under a checkpoint `directory`, oldest first (read only)."""
   with reading_manager(directory) as manager:
@@ -690,7 +375,7 @@ def checkpoint_steps(directory: str) -> list[int]:
 
 class _ReadOnlyNotice(pylogging.Filter):
   """Drops orbax's warnings that a read-only manager is read only: said on every read of another
-  run's checkpoints (`config.init_from`, `evaluate`), they tell the user nothing."""
+  run's checkpoints (a warm start, an evaluation), they tell the user nothing."""
 
   def filter(self, record):
     return not record.getMessage().startswith(('Given directory is read only',
@@ -716,77 +401,35 @@ def reading_manager(directory: str):
     manager.close()
 
 
-def read_verified(workdir: str, step: int, what: str, trust_unverified: bool = False) -> dict:
+class CheckpointReadError(checks.UsageError):
+  """Another run's checkpoint that cannot be read or does not verify (`read_verified`): main.py
+  prints it as one line with exit status 2."""
+
+
+def digest_path(workdir: str, step: int) -> str:
+  """`<workdir>/checkpoint_digests/<step>.json`: the digests and run record of one checkpoint."""
+  return files.join(workdir, 'checkpoint_digests', f'{step}.json')
+
+
+def read_verified(workdir: str, step: int, what: str, trust_unverified: bool = False, *,
+                  trust_hint: str = '', other: str = 'rerun the run it comes from') -> dict:
   """Checkpoint `step` of the run in `workdir` as nested dicts of arrays, verified against the
-  digests recorded when it was saved (`verify_arrays`): InitFromError naming `what` (e.g.
-  'config.init_from=...'), the checkpoint and the arrays that differ when it does not verify. The
-  one way a run reads another run's checkpoint (a warm start, an imported backbone)."""
+  digests recorded when it was saved (`verify_arrays`): CheckpointReadError naming `what` (who
+  reads it), the checkpoint and the arrays that differ when it does not verify, and `other` (what
+  to do instead). The one way a run reads another run's checkpoint (a warm start, a tool)."""
   path = files.join(workdir, 'checkpoints', str(step))
   with reading_manager(files.join(workdir, 'checkpoints')) as manager:
     try:
       restored = manager.restore(step, args=ocp.args.StandardRestore())
     except Exception as e:   # pylint: disable=broad-except  (orbax raises many kinds)
       first = str(e).splitlines()[0][:200] if str(e) else ''
-      raise InitFromError(f'{what}: checkpoint {path} is unreadable ({type(e).__name__}: '
-                          f'{first}); expected a checkpoint as it was saved.') from None
-  problem, _ = verify_arrays(restored, files.join(workdir, 'checkpoint_digests', f'{step}.json'),
-                             trust_unverified, path, use='starting from')
+      raise CheckpointReadError(f'{what}: checkpoint {path} is unreadable ({type(e).__name__}: '
+                                f'{first}); expected a checkpoint as it was saved.') from None
+  problem, _ = verify_arrays(restored, digest_path(workdir, step), trust_unverified, path,
+                             trust_hint, use='starting from')
   if problem is not None:
-    raise InitFromError(f'{what}: checkpoint {path} {problem}; expected a checkpoint as it was '
-                        'saved (rerun the run it comes from, or name another round with '
-                        'config.init_from_step).')
+    raise CheckpointReadError(f'{what}: checkpoint {path} {problem}; expected a checkpoint as it '
+                              f'was saved ({other}).')
   return restored
 
 
-def load_final_state(workdir: str, step: int = 0, trust_unverified: bool = False) -> dict:
-  """The checkpoint a run starts from (`config.init_from`): the final one of the finished run in
-  `workdir`, or round `step` (`config.init_from_step`) of any run there (`init_from_round`), as
-  nested dicts of arrays (`{'server': ..., 'clients': ..., 'round': ...}`), verified as a resume
-  verifies (`read_verified`; `trust_unverified`: `config.trust_unverified_checkpoints`)."""
-  step = init_from_round(workdir, step)
-  return read_verified(workdir, step, f'config.init_from={workdir!r}', trust_unverified)
-
-
-def check_init_data(workdir: str, config_dict: dict, fields: tuple[str, ...],
-                    defaults: dict | None = None) -> None:
-  """Raises ValueError when the run in `workdir` (`config.init_from`) was trained on other data
-  than `config_dict` describes, naming the `fields` that differ (the data source's
-  `data_fields`: what decides the training identities and their images; the synthetic benchmark
-  draws different identities for another seed or training-set size, and an inherited class
-  matrix would then name other people), and FileNotFoundError when it is no finished run. A
-  field that run's config.json lacks counts at its value in `defaults` (the task's base config
-  with the source's section). `experiment.validate` calls it, before anything is written."""
-  _init_run_file(workdir, 'checkpoints')
-  old = flatten(files.read_json(_init_run_file(workdir, 'config.json')))
-  new, default = flatten(config_dict), flatten(defaults or {})
-  # A field added to the package since that run, at its default here, is no difference (as for a
-  # resume: `config_differences`).
-  old |= {key: default[key] for key in fields if key not in old and key in default}
-  diffs = [f'{key}: {old.get(key, "<absent>")!r} there, {new.get(key, "<absent>")!r} here'
-           for key in fields if old.get(key, '<absent>') != new.get(key, '<absent>')]
-  if diffs:
-    raise InitFromError(f'config.init_from={workdir!r} was trained on other data '
-                        f'({"; ".join(diffs)}): '
-                     'its identities are not this run\'s. Expected the same seed and data '
-                     'fields (pre-train with this run\'s data section).')
-
-
-def matching_tree(name: str, template, restored):
-  """`restored` cast to `template`'s structure, shapes and dtypes, or a ValueError naming the
-  first leaf that differs (`name` says what was restored, e.g. 'init_from=... server.model')."""
-  flat_t = dict(jax.tree_util.tree_flatten_with_path(template)[0])
-  flat_r = dict(jax.tree_util.tree_flatten_with_path(restored)[0])
-  keys = lambda d: {jax.tree_util.keystr(k) for k in d}
-  if keys(flat_t) != keys(flat_r):
-    missing = sorted(keys(flat_t) - keys(flat_r))[:3]
-    extra = sorted(keys(flat_r) - keys(flat_t))[:3]
-    raise InitFromError(f'{name} does not have this run\'s structure: missing {missing}, '
-                     f'unexpected {extra} (was it trained with the same config.model?).')
-  for path, want in flat_t.items():
-    got = flat_r[path]
-    if tuple(np.shape(got)) != tuple(np.shape(want)):
-      raise InitFromError(f'{name}{jax.tree_util.keystr(path)} has shape {tuple(np.shape(got))}; '
-                       f'this run expects {tuple(np.shape(want))} (same config.model and '
-                       'data.image_size as the run it starts from?).')
-  return jax.tree.map(lambda t, r: jax.numpy.asarray(r, dtype=jax.numpy.result_type(t)),
-                      template, restored)

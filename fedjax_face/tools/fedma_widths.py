@@ -15,7 +15,8 @@ from absl import flags
 import numpy as np
 
 from fedjax_face.algorithms.fedma import layers
-from fedjax_face.io import checkpoint, files
+from fedjax_face.io import files
+from fedjax_face.run import resume
 
 _ROOT = flags.DEFINE_string('root', 'results/pad_tables', 'Directory of the runs\' workdirs.')
 
@@ -25,7 +26,7 @@ def run_widths(workdir: str) -> list[int]:
   recorded = files.read_json(os.path.join(workdir, 'results.json')).get('method_state', {})
   if 'widths' in recorded:
     return [int(w) for w in recorded['widths']]
-  masks = checkpoint.load_final_state(workdir)['server']['masks']
+  masks = resume.load_final_state(workdir)['server']['masks']
   masks = [masks[k] for k in sorted(masks, key=int)] if isinstance(masks, dict) else masks
   return [int(np.asarray(m).sum()) for m in masks]
 

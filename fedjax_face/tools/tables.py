@@ -26,6 +26,7 @@ from typing import Callable
 from fedjax_face.io import checkpoint
 from fedjax_face.io import files
 from fedjax_face.io import provenance
+from fedjax_face.run import results as results_lib
 from fedjax_face.tools import claims
 
 PERCENT_SECTIONS = ('verification', 'identification', 'personalized', 'pad')   # rates, shown in %
@@ -210,10 +211,10 @@ def ensure_run(run: Run, root: str, extra: tuple, seed: int, dry_run: bool) -> s
 
 def read_results(run_dir: str) -> dict:
   """`run_dir`'s results.json, or ValueError naming it when it is not the result of the run its
-  config.json describes (`checkpoint.stale_results`: a run started or extended there since, and
+  config.json describes (`results_lib.stale_results`: a run started or extended there since, and
   stopped before its end, or another run's files)."""
   results = files.read_json(files.join(run_dir, 'results.json'))
-  stale = checkpoint.stale_results(run_dir, results)
+  stale = results_lib.stale_results(run_dir, results)
   if stale:
     raise ValueError(f'{files.join(run_dir, "results.json")} is stale: {stale}; expected the '
                      'results of the run config.json describes (rerun it, or delete both).')

@@ -12,6 +12,7 @@ from fedjax_face import algorithms, config_lib, experiment, models
 from fedjax_face.core import blocks, secure_aggregation
 from fedjax_face.core import engine as engine_lib
 from fedjax_face.data import federated
+from fedjax_face.run import setup as run_setup
 from tests import config_files, engine_cases
 
 
@@ -21,7 +22,7 @@ def _wire(name: str, secure=None, **fields):
   config = engine_cases.tiny_config(name)
   engine_cases.set_fields(**fields)(config)
   fed = engine_cases.tiny_problem()
-  algorithm = experiment.build_algorithm(config, algorithms.get(name),
+  algorithm = run_setup.build_algorithm(config, algorithms.get(name),
                                          models.build_backbone(config.model), fed, 'scan')
   data = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype),
                       federated.sample_round(fed, np.array([0]), round_index=0, seed=0, steps=2,
@@ -82,11 +83,11 @@ def test_with_every_block_off_the_method_is_not_wrapped():
   assert not blocks.from_config(config).active
   fed = engine_cases.tiny_problem()
   config = engine_cases.tiny_config('fedpe')
-  algorithm = experiment.build_algorithm(config, algorithms.get('fedpe'),
+  algorithm = run_setup.build_algorithm(config, algorithms.get('fedpe'),
                                          models.build_backbone(config.model), fed, 'scan')
   assert algorithm.init.__module__ == 'fedjax_face.algorithms.fedpe'
   config.server_optimizer.name = 'fedavgm'
-  wrapped = experiment.build_algorithm(config, algorithms.get('fedpe'),
+  wrapped = run_setup.build_algorithm(config, algorithms.get('fedpe'),
                                        models.build_backbone(config.model), fed, 'scan')
   assert wrapped.init.__module__ == 'fedjax_face.core.blocks'
 

@@ -8,6 +8,7 @@ import pytest
 from fedjax_face import algorithms, experiment, models
 from fedjax_face.core import blocks, local_terms
 from fedjax_face.data import sources
+from fedjax_face.run import setup as run_setup
 from tests import config_files, engine_cases
 
 COHORTS = ((0, 1, 2, 3, 4), (1, 3, 4))
@@ -151,7 +152,7 @@ def test_every_averaged_parameter_is_tied_and_its_origin_is_the_server_s(name):
   first = origin(state.server, jax.random.PRNGKey(1))
   assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(first))
   jax.tree.map(np.testing.assert_array_equal, first, origin(state.server, jax.random.PRNGKey(2)))
-  data = experiment.one_client_data(fed, config)
+  data = run_setup.one_client_data(fed, config)
   slots = {}
 
   def traced(server, clients, data):

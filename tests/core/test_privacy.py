@@ -13,6 +13,7 @@ from fedjax_face import algorithms, config_lib, experiment, models
 from fedjax_face.core import communication, privacy
 from fedjax_face.core.algorithm import ClientInput
 from fedjax_face.data import federated, sources
+from fedjax_face.run import setup as run_setup
 from tests import config_files, engine_cases
 
 
@@ -158,7 +159,7 @@ def test_every_federated_method_says_what_its_clients_received(name, sent):
   fed, _ = sources.training_views(config, sources.load(config), one_client=False)
   algorithm = algorithms.get(config.algorithm).build(config, models.build_backbone(config.model),
                                                      fed, step_mode='scan')
-  data = experiment.one_client_data(fed, config)
+  data = run_setup.one_client_data(fed, config)
 
   def update_and_origin(state, data):
     ids = jnp.zeros((1,), jnp.int32)

@@ -16,6 +16,7 @@ import pytest
 import fedjax_face
 from fedjax_face.io import checkpoint, files
 from fedjax_face.io import provenance
+from fedjax_face.run import resume
 
 REPO = os.path.dirname(os.path.dirname(fedjax_face.__file__))
 
@@ -172,7 +173,7 @@ def save_round(workdir: str, step: int) -> None:
 def open_run(workdir: str, config: dict, prov: dict, monkeypatch) -> dict:
   """Opens the run's Checkpointer at the provenance `prov`; returns config.json."""
   monkeypatch.setattr(provenance, 'collect', lambda: prov)
-  checkpoint.Checkpointer(workdir, config).close()
+  resume.open_workdir(workdir, config).close()
   with open(os.path.join(workdir, 'config.json')) as f:
     return json.load(f)
 
@@ -200,7 +201,7 @@ def test_config_json_records_the_start_and_each_resume_at_another_commit(tmp_pat
   # A tool reopening the run with its saved config.json (as proj/fedgc/visualize.py does)
   # records no resume.
   monkeypatch.setattr(provenance, 'collect', lambda: fake_prov('c'))
-  checkpoint.Checkpointer(workdir, json.loads(before)).close()
+  resume.open_workdir(workdir, json.loads(before)).close()
   assert (tmp_path / 'config.json').read_text() == before
 
 
@@ -217,5 +218,5 @@ def test_a_config_json_from_before_provenance_still_resumes(tmp_path, monkeypatc
 def test_the_provenance_record_is_no_config_field():
   saved = {'seed': 1, 'data': {'source': 'synthetic'},
            'provenance': {'start': fake_prov('a'), 'resumed': []}}
-  assert checkpoint.flatten(saved) == {'seed': 1, 'data.source': 'synthetic'}
-  assert checkpoint.config_differences(saved, {'seed': 1, 'data': {'source': 'synthetic'}}) == []
+  assert resume.flatten(saved) == {'seed': 1, 'data.source': 'synthetic'}
+  assert resume.config_differences(saved, {'seed': 1, 'data': {'source': 'synthetic'}}) == []

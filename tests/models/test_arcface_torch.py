@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from fedjax_face.models import arcface_torch, iresnet
+from fedjax_face.run import setup as run_setup
 from tests import torch_files
 
 EPS = 1e-5
@@ -208,7 +209,7 @@ def test_init_from_a_backbone_file_starts_the_run_from_its_weights(tmp_path):
   config.model.name, config.model.embedding_dim, config.data.image_size = 'iresnet18', 8, 112
   config.init_from = path
   experiment.validate(config)
-  start = experiment.warm_start(config)
+  start = run_setup.warm_start(config)
   assert set(start) == {'server'} and set(start['server']) == {'model'}
   expected = arcface_torch.variables_from_state_dict(state, template)
   # What FedGC (and every method that starts from a model) does with it: the model alone.
@@ -241,7 +242,7 @@ def test_init_from_a_backbone_file_of_another_network_is_refused_before_anything
   with pytest.raises(arcface_torch.BackboneMismatchError,
                      match=r"\(at 64 px\): 'fc.weight' has shape \(8, 25088\), which does not fit "
                            r"the model's params/fc/kernel of shape \(8192, 8\)"):
-    experiment.warm_start(config)
+    run_setup.warm_start(config)
 
 
 # -- ONNX: the tests' own export (onnx.helper); the exporters' own are test_onnx_exports.py's ---
@@ -373,7 +374,7 @@ def test_init_from_an_onnx_export_starts_from_its_weights(tmp_path):
   config.model.name, config.model.embedding_dim, config.data.image_size = 'iresnet18', 8, 112
   config.init_from = str(tmp_path / 'r18.onnx')
   experiment.validate(config)
-  got = experiment.warm_start(config)['server']['model']
+  got = run_setup.warm_start(config)['server']['model']
   jax.tree.map(np.testing.assert_array_equal, got,
                arcface_torch.variables_from_state_dict(state, template))
   # The graph says which IResNet it holds; another config.model is named as for a .pth.

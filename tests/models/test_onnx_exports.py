@@ -26,6 +26,7 @@ import pytest
 from fedjax_face.core import checks
 from fedjax_face.models import arcface_torch, onnx_graph
 from fedjax_face.models.small_cnn import BN_EPSILON
+from fedjax_face.run import setup as run_setup
 # The narrow IResNet the fixtures were made from (make_fixtures.py), as test_arcface_torch builds
 # it.
 from tests.models.test_arcface_torch import DIM, SIZE, STAGES, _model, _template
@@ -177,7 +178,7 @@ def test_init_from_an_export_of_torch_2_13_starts_from_its_weights(tmp_path, mon
   config.init_from = path
   assert arcface_torch.is_backbone_file(path)
   experiment.validate(config)
-  got = experiment.warm_start(config)['server']['model']
+  got = run_setup.warm_start(config)['server']['model']
   expected = arcface_torch.variables_from_state_dict(
       arcface_torch.state_dict_from_onnx(path), _template())
   jax.tree.map(np.testing.assert_array_equal, got, expected)

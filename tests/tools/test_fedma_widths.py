@@ -17,7 +17,7 @@ def _finished_run(workdir, widths, cap_width=3, client_width=2):
   config = {'num_rounds': 1, 'model': {'width': cap_width}, 'fedma': {'client_width': client_width}}
   masks = tuple(jnp.asarray(np.arange(layer.channels(cap_width)) < w, jnp.float32)
                 for layer, w in zip(layers.MATCHED, widths))
-  ckpt = checkpoint.Checkpointer(str(workdir), config)
+  ckpt = checkpoint.Checkpointer(str(workdir))
   ckpt.save(1, RoundState(server={'masks': masks}, clients={}, round=jnp.int32(1)))
   ckpt.close()
   (workdir / 'results.json').write_text('{}')

@@ -25,6 +25,13 @@ A source module defines:
                                          started from another (`init_from`) must agree on them
   describe(data) -> str                  one line for the log
 
+and may define:
+
+  RESUMABLE_FIELDS                       fields of its section that change how records are
+                                         read, not which: a resume may change them (run/resume.py)
+  run_name(config) -> str                the second half of results.json's `config_name`
+                                         (default: the head's loss and the partition)
+
 and, for the evaluators that read them (each evaluator's check says which it needs):
 
   pair_sets(config, data, names) -> {name: types.PairSet}     1:1 verification
@@ -102,6 +109,15 @@ def data_fields(config) -> tuple[str, ...]:
   """The config fields that decide a run's training identities and their images."""
   return ('seed', 'data.source', 'data.image_size') + tuple(
       get(config.data.source).data_fields(config))
+
+
+def run_name(config) -> str:
+  """What a run on this source is called after its method's name (results.json's `config_name`):
+  the source's `run_name`, else the head's loss and the partition of the identities."""
+  module = get(config.data.source)
+  if hasattr(module, 'run_name'):
+    return module.run_name(config)
+  return f'{config.head.loss}/{config.federated.partition}'
 
 
 def require(config, capability: str, needed_by: str) -> ModuleType:

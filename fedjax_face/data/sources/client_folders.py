@@ -16,6 +16,8 @@ from fedjax_face.data.sources.files import (TASK, PAIR_SET_NAMES, describe, pair
                                             pair_sets)
 from fedjax_face.data.types import FaceBenchmark
 
+RESUMABLE_FIELDS = files.RESUMABLE_FIELDS
+
 
 def config_section():
   return files.file_section()

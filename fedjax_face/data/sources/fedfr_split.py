@@ -39,6 +39,8 @@ DIRECTORIES = {'train': 'split_train_*', 'pretrain': 'split_pretrain_*', 'veri':
 NONE = 'none'   # a directory field set to this: not used
 GIVES_HELD_OUT_IMAGES = True   # the personalized evaluator's probes are the verification set
 
+RESUMABLE_FIELDS = files.RESUMABLE_FIELDS
+
 
 def config_section():
   return files.file_section(

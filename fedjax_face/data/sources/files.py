@@ -29,6 +29,10 @@ from fedjax_face.data.types import FaceBenchmark, PairSet
 
 TASK = 'recognition'
 
+# Fields that change how records are read, not which (run/resume.py: a resume may change them).
+RESUMABLE_FIELDS = ('skip_bad_records',)
+
+
 def file_section(**own) -> ml_collections.ConfigDict:
   """The fields every file source has, then its `own` (name -> default)."""
   c = ml_collections.ConfigDict()

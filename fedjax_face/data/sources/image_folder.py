@@ -14,6 +14,8 @@ DATA_FIELDS = ()
 def data_fields(config) -> tuple[str, ...]:
   return files.data_fields(config, DATA_FIELDS)
 
+RESUMABLE_FIELDS = files.RESUMABLE_FIELDS
+
 
 def config_section():
   return files.file_section()

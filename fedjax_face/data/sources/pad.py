@@ -28,6 +28,12 @@ class PadSets(NamedTuple):
   validation: PadSet
 
 
+def run_name(config) -> str:
+  """results.json's name of a run after its method's: its source domains and the target."""
+  p = config.data.pad
+  return f"{'pooled ' if p.pooled else ''}{'+'.join(p.sources)}->{p.target}"
+
+
 def config_section(sources=('O', 'C', 'I'), target='M') -> ml_collections.ConfigDict:
   """`config.data.pad`: which domains are the data centers and which the unseen target, and the
   benchmark's sizes."""

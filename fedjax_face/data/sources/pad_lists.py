@@ -48,7 +48,14 @@ TASK = 'anti_spoofing'
 DATA_FIELDS = ('centers', 'roots', 'layouts', 'target', 'target_root', 'target_layout',
                'datasets', 'target_dataset', 'depth_dirs', 'depth', 'frames_per_video',
                'attack_lists', 'skip_bad_records', 'pooled')
+RESUMABLE_FIELDS = ('skip_bad_records',)   # run/resume.py: a resume may change it
 UNKNOWN_ATTACK = -2        # PadSet.attack of an attack frame: the lists do not say its kind
+
+
+def run_name(config) -> str:
+  """results.json's name of a run after its method's: its data centers and the target."""
+  p = config.data.pad_lists
+  return f"{'pooled ' if p.pooled else ''}{'+'.join(p.centers)}->{p.target}"
 
 
 def config_section() -> ml_collections.ConfigDict:

@@ -27,6 +27,7 @@ from fedjax_face.core import arrays, xla_flags
 from fedjax_face.data import federated, sources, stores, views
 from fedjax_face.eval.recognition import verification
 from fedjax_face.io import artifacts, checkpoint, files
+from fedjax_face.run import resume
 
 
 # Fields that must agree between runs for their classes and images to be the same.
@@ -46,7 +47,7 @@ def load_run(workdir: str):
   if method.config_section() is not None:
     config[saved['algorithm']] = method.config_section()
   config.update_from_flattened_dict(
-      {k: tuple(v) if isinstance(v, list) else v for k, v in checkpoint.flatten(saved).items()})
+      {k: tuple(v) if isinstance(v, list) else v for k, v in resume.flatten(saved).items()})
   if method.ONE_CLIENT:
     raise ValueError(f'{workdir}: a {config.algorithm} run has no clients; expected a federated run.')
   benchmark = sources.load(config)
@@ -55,7 +56,7 @@ def load_run(workdir: str):
                                                benchmark.train_families))
   model = models.build_backbone(config.model)
   algorithm = algorithms.get(config.algorithm).build(config, model, fed, step_mode='unroll')
-  ckpt = checkpoint.Checkpointer(workdir, saved)
+  ckpt = checkpoint.Checkpointer(workdir)  # reads: config.json stays as it is
   if ckpt.latest_round() is None:
     raise ValueError(f'{workdir}: no checkpoint to restore.')
   state = ckpt.restore(algorithm.init(jax.random.PRNGKey(config.seed)))
@@ -64,7 +65,7 @@ def load_run(workdir: str):
 
 
 def check_same_data(configs: list[dict], runs: list[str]) -> None:
-  flat = [checkpoint.flatten(c) for c in configs]
+  flat = [resume.flatten(c) for c in configs]
   for key in flat[0]:
     if key.startswith(SAME_DATA_FIELDS):
       for other, run in zip(flat[1:], runs[1:]):

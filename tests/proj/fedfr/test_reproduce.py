@@ -5,6 +5,7 @@ from fedjax_face import experiment
 from fedjax_face.data import sources
 from fedjax_face.io import checkpoint
 from fedjax_face.proj.fedfr import reproduce, setting
+from fedjax_face.run import resume
 from tests import config_files
 
 
@@ -42,7 +43,7 @@ def test_fig4_scenarios_train_on_the_identities_of_their_pretraining():
     assert [run.config for run in runs] == ['fedfr/pretrain', 'fedfr/fedface', 'fedfr/fedfr',
                                             'fedfr/centralized']
     configs = [config_files.load_config(run.config, run.arg) for run in runs]
-    data = [checkpoint.flatten(config.to_dict()) for config in configs]
+    data = [resume.flatten(config.to_dict()) for config in configs]
     fields = sources.data_fields(configs[0])
     assert 'data.synthetic.num_identities' in fields
     assert all(sources.data_fields(config) == fields for config in configs)

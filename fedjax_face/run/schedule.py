@@ -1,0 +1,57 @@
+"""When a run does what: which rounds are logged, checkpointed and evaluated mid-run, and which
+rounds its learning rate decays at across an extension. Pure functions of the config."""
+
+
+def logged(config, done: int, start_round: int) -> bool:
+  """Round `done` is logged: every `log_every`, the last round, and the first of this start."""
+  return done % config.log_every == 0 or done == config.num_rounds or done == start_round + 1
+
+
+def checkpoint_due(config, done: int, seconds_since_save: float) -> bool:
+  """Round `done` is saved: every `checkpoint_every` rounds, or once `checkpoint_every_seconds`
+  have passed since the last save (either 0: off). The last round is saved anyway."""
+  every, seconds = config.checkpoint_every, config.checkpoint_every_seconds
+  return bool(every and done % every == 0) or bool(seconds and seconds_since_save >= seconds)
+
+
+def evaluation_due(config, done: int) -> bool:
+  """Round `done` is evaluated mid-run: every `eval.every_rounds` (0: off), before the last (the
+  final evaluation covers it)."""
+  every = config.eval.every_rounds
+  return bool(every) and done % every == 0 and done < config.num_rounds
+
+
+def decay_record(config) -> dict | None:
+  """The learning-rate decay of `config` as a checkpoint records it: the fractions and the rounds
+  they fall on (`algorithms/common.py:lr_scale_schedule`), or None for a constant rate."""
+  opt = config.optimizer
+  if opt.schedule != 'step':
+    return None
+  return {'decay_at': [float(f) for f in opt.decay_at],
+          'decay_rounds': [int(round(f * config.num_rounds)) for f in opt.decay_at]}
+
+
+def with_start_decay_rounds(config, prior: dict | None):
+  """(the config the method is built with, a line saying what was kept, or ''). `decay_at` is a
+  fraction of num_rounds, so extending a `optimizer.schedule='step'` run would move its decays
+  (and raise the rate 10x mid-run); the decay rounds its start recorded (`prior`: the newest
+  checkpoint's run record) are kept instead, by refitting decay_at to them for the build, and
+  said. Not when decay_at itself changed (a stopped run may change optimizer fields:
+  run/resume.py)."""
+  now, start = decay_record(config), (prior or {}).get('lr_schedule')
+  if (now is None or not start or start['decay_at'] != now['decay_at']
+      or start['decay_rounds'] == now['decay_rounds']):
+    return config, ''
+  build = config.copy_and_resolve_references()
+  # round(r / N * N) == r: lr_scale_schedule puts the decays back on exactly these rounds.
+  build.optimizer.decay_at = tuple(r / config.num_rounds for r in start['decay_rounds'])
+  kept = ', '.join(map(str, start['decay_rounds']))
+  moved = ', '.join(map(str, now['decay_rounds']))
+  return build, (f'optimizer.schedule=step: keeping the decay rounds of the run\'s start ({kept}); '
+                 f'decay_at of num_rounds={config.num_rounds} would move them to ({moved}).')
+
+
+def lr_record(config, prior: dict | None, kept: str) -> dict:
+  """The run record's 'lr_schedule' part: the decay of the run's start when an extension kept it
+  (`kept`), else this config's."""
+  return {'lr_schedule': (prior or {}).get('lr_schedule') if kept else decay_record(config)}
