@@ -165,3 +165,67 @@ def test_shared_config_and_core_never_import_a_method():
     methods = sorted(m for m in reachable(graph, start) | {start}
                      if m.startswith('fedjax_face.algorithms'))
     assert not methods, f'{start} imports {methods}'
+
+
+# What run/ may not import: a task's evaluators, data formats and data sources (it reaches them
+# through the registries `fedjax_face.eval` and `fedjax_face.data.sources`).
+TASK_MODULES = ('fedjax_face.eval.recognition', 'fedjax_face.eval.pad', 'fedjax_face.data.formats',
+                'fedjax_face.data.sources.', 'fedjax_face.data.synthetic')
+
+
+def task_imports(graph: dict[str, set[str]]) -> list[str]:
+  """'a -> b' for every import by a module of fedjax_face.run of a `TASK_MODULES` module."""
+  return [f'{a} -> {b}' for a, edges in sorted(graph.items()) for b in sorted(edges)
+          if (a == 'fedjax_face.run' or a.startswith('fedjax_face.run.'))
+          and b.startswith(TASK_MODULES)]
+
+
+def test_run_imports_no_task_evaluator_or_data_format():
+  assert task_imports(import_graph()) == []
+  assert task_imports({'fedjax_face.run.setup': {'fedjax_face.data.sources.pad_lists',
+                                                 'fedjax_face.data.sources'}}) == [
+      'fedjax_face.run.setup -> fedjax_face.data.sources.pad_lists']
+
+
+def config_fields() -> set[str]:
+  """Every field of every task's base config and method section, flattened ('dp.clip_norm'), and
+  the top-level names ('num_rounds', 'dp')."""
+  from fedjax_face import algorithms, config_lib
+  from fedjax_face.run import resume
+  fields = set()
+  for task in ('recognition', 'anti_spoofing'):
+    flat = resume.flatten(config_lib.base_config(task).to_dict())
+    fields |= set(flat) | {key.split('.')[0] for key in flat}
+  for name in algorithms.ALGORITHMS:
+    section = algorithms.get(name).config_section()
+    if section is not None:
+      fields |= {f'{name}.{key}' for key in resume.flatten(section.to_dict())} | {name}
+  return fields
+
+
+def named_config_fields(path: str, fields: set[str]) -> list[str]:
+  """The config fields a module's text names: 'config.<field>' anywhere in it (code, strings,
+  docstrings), and string constants that are a dotted field ('dp.clip_norm')."""
+  text = open(path).read()
+  found = {f'config.{m}' for m in __import__('re').findall(r'config\.([a-z_][\w.]*\w)', text)
+           if m in fields or m.split('.')[0] in fields}
+  for node in ast.walk(ast.parse(text, path)):
+    if (isinstance(node, ast.Constant) and isinstance(node.value, str) and '.' in node.value
+        and node.value in fields):
+      found.add(repr(node.value))
+  return sorted(found)
+
+
+def test_io_names_no_config_field():
+  fields = config_fields()
+  assert {'num_rounds', 'dp.target_epsilon', 'fedgc.reg_lambda'} <= fields
+  named = {name: named_config_fields(path, fields) for name, path in module_files().items()
+           if name.startswith('fedjax_face.io')}
+  assert {name: found for name, found in named.items() if found} == {}
+
+
+def test_a_named_config_field_is_found(tmp_path):
+  module = tmp_path / 'm.py'
+  module.write_text('"""Reads config.dp.clip_norm."""\nKEY = "dp.clip_norm"\nOTHER = "a.b"\n')
+  assert named_config_fields(str(module), {'dp', 'dp.clip_norm'}) == [
+      "'dp.clip_norm'", 'config.dp.clip_norm']

@@ -317,7 +317,7 @@ def test_checkpoints_without_digests_are_unverified_and_resumed_only_when_truste
   assert results['timing']['resumed_from_round'] == 2
   assert (f"checkpoint {tmp_path / 'intact' / 'checkpoints' / '2'} is unverified (no "
           f"{tmp_path / 'intact' / 'checkpoint_digests' / '2.json'}); resuming from it as "
-          'config.trust_unverified_checkpoints=True says') in capsys.readouterr().out
+          '--config.trust_unverified_checkpoints=True says') in capsys.readouterr().out
 
 
 def test_a_checkpoints_link_to_nowhere_is_named(tmp_path):

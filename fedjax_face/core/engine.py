@@ -333,7 +333,7 @@ class RoundEngine:
                        '(0 = sized from the device memory by plan_width).')
     if backend == 'map' and not map_width:
       raise ValueError('backend \'map\' needs a positive map_width: pass the one plan_width '
-                       'sized from the device memory (experiment.plan_engine does).')
+                       'sized from the device memory (run.setup.plan_engine does).')
     if not isinstance(loop_threads, (int, np.integer)) or loop_threads < 1:
       raise ValueError(f'engine.loop_threads={loop_threads!r}; expected a positive integer '
                        '(host threads running loop-backend clients at once).')

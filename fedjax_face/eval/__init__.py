@@ -48,7 +48,8 @@ class EvalInputs(NamedTuple):
   personal_embed: Callable[[int], Callable] | None = None   # client -> its model's embed, or
                                               # None: every client is evaluated with `embed`
   state: Any = None                           # the round state evaluated (core.algorithm)
-  replay: Callable[[int], Any] | None = None  # round r -> its client updates again (run/replay.py)
+  replay: Callable[[int], Any] | None = None  # round r -> its client updates again (None: the
+                                              # driver offers none yet)
 
 
 class EvalOutput(NamedTuple):

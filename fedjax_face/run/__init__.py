@@ -8,7 +8,6 @@
   simulation.py   the simulated federation's training step (core/engine.py's RoundEngine)
   hooks/          checkpointing, preemption, divergence guard, logging, mid-run evaluation
   results.py      results.json: the run name, the blocks in effect, the result files
-  replay.py       round r's client updates again, from the checkpoint before it
 
 experiment.py drives them: setup, restore, the loop with its hooks, the final evaluation, results.
 """

@@ -10,8 +10,7 @@ from fedjax_face.run.hooks import Hook
 
 def evaluate(evaluators, embed, algorithm, state, replay=None) -> dict:
   """Every evaluator on the model of `state`: type -> `eval.EvalOutput`. Evaluators see the round
-  state itself and `replay(r)`, round r's client updates again (run/replay.py; None: not
-  available)."""
+  state itself and `replay(r)`, round r's client updates again (None: not available)."""
   state = engine_lib.local_copy(state)   # evaluation runs in each process alone
   personal = algorithm.personalized(state) if algorithm.personalized else None
   inputs = eval_lib.EvalInputs(embed=embed(algorithm.eval_variables(state.server)),
