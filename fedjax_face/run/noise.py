@@ -97,6 +97,8 @@ def _check_no_jump(config, dp: privacy.DpSpec, history, num_clients: int,
       num_clients, cohort_size, privacy.extended(history, rounds, old), config.dp.target_delta,
       privacy.amplified(dp))
   affordable = _most(lambda rounds: epsilon(rounds) <= target, config.num_rounds - done)
+  if affordable == config.num_rounds - done:
+    return   # the old noise meets the target: the planned one is above it by the search's tolerance
   raise checks.UsageError(
       f'config.num_rounds={config.num_rounds} with dp.target_epsilon={target:g}: '
       f'rounds {done + 1}-{config.num_rounds} would run at noise multiplier '
@@ -107,8 +109,8 @@ def _check_no_jump(config, dp: privacy.DpSpec, history, num_clients: int,
 
 
 def _most(fits, upper: int) -> int:
-  """The largest n in [0, upper) with fits(n) (fits monotone: true up to some n, false after)."""
-  low, high = 0, upper   # fits(low) holds (no rounds spend nothing more); fits(high) is not known
+  """The largest n in [0, upper] with fits(n) (fits monotone: true up to some n, false after)."""
+  low, high = 0, upper + 1   # fits(low) holds (no rounds spend nothing more); fits(high) unknown
   while high - low > 1:
     mid = (low + high) // 2
     low, high = (mid, high) if fits(mid) else (low, mid)

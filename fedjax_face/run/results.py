@@ -12,6 +12,7 @@ import jax
 from fedjax_face.core import communication, privacy, xla_flags
 from fedjax_face.data import sources
 from fedjax_face.io import checkpoint, files, provenance
+from fedjax_face.run import resume
 from fedjax_face.run import setup as setup_lib
 
 
@@ -26,8 +27,8 @@ def config_digest(config_dict: dict) -> str:
   """The SHA-256 of a config as config.json records it (its provenance record left out):
   results.json carries it, so a reader can tell that the two describe the same run."""
   config_dict = {k: v for k, v in config_dict.items() if k != checkpoint.PROVENANCE_KEY}
-  as_json = json.loads(json.dumps(config_dict, default=files.jsonable))
-  return hashlib.sha256(json.dumps(as_json, sort_keys=True).encode()).hexdigest()
+  return hashlib.sha256(json.dumps(resume.as_json(config_dict), sort_keys=True).encode()
+                        ).hexdigest()
 
 
 def stale_results(workdir: str, results: dict) -> str | None:

@@ -106,7 +106,8 @@ class Opening(NamedTuple):
   record: dict | None = None
 
 
-def _as_json(tree: dict) -> dict:
+def as_json(tree: dict) -> dict:
+  """`tree` as config.json holds it (tuples as lists, numpy scalars as numbers)."""
   return json.loads(json.dumps(tree, default=files.jsonable))
 
 
@@ -136,7 +137,7 @@ def check_opening(workdir: str, config_dict: dict, *, defaults: dict | None = No
   path = files.join(workdir, 'config.json')
   steps = checkpoint.checkpoint_steps(directory) if files.exists(directory) else []
   latest = steps[-1] if steps else None
-  new, defaults = _as_json(config_dict), defaults and _as_json(defaults)
+  new, defaults = as_json(config_dict), defaults and as_json(defaults)
   stopped, fixes = None, ()
   if not reopened:
     stopped = read_stopped(workdir)
@@ -223,8 +224,8 @@ def write_config(workdir: str, config_dict: dict, defaults: dict | None, opening
     if stopped is not None and opening.latest is not None:   # the stopped run, changed
       record['resumed'][-1]['after_stop'] = {
           'round': stopped.get('round'), 'reason': stopped.get('reason'),
-          'changed': config_differences(stopped.get('config', {}), _as_json(config_dict),
-                                        defaults and _as_json(defaults),
+          'changed': config_differences(stopped.get('config', {}), as_json(config_dict),
+                                        defaults and as_json(defaults),
                                         resumable_fields(config_dict))}
   files.write_json_atomic(path, config_dict | {checkpoint.PROVENANCE_KEY: record})
   if opening.stopped is not None and reopened is None:
@@ -272,7 +273,7 @@ def write_stopped(workdir: str, round_index: int, reason: str, config_dict: dict
   config it ran with (`check_opening` refuses a rerun that changes none of `stop_fix_fields`)."""
   files.write_json_atomic(files.join(workdir, STOPPED_FILE), {
       'round': int(round_index), 'reason': ' '.join(str(reason).split()),
-      'config': _as_json(config_dict)})
+      'config': as_json(config_dict)})
 
 
 def read_stopped(workdir: str) -> dict | None:

@@ -3,8 +3,10 @@ rounds its learning rate decays at across an extension. Pure functions of the co
 
 
 def logged(config, done: int, start_round: int) -> bool:
-  """Round `done` is logged: every `log_every`, the last round, and the first of this start."""
-  return done % config.log_every == 0 or done == config.num_rounds or done == start_round + 1
+  """Round `done` is logged: every `log_every` (0: none between), the last round, and the first
+  of this start."""
+  every = config.log_every
+  return bool(every and done % every == 0) or done in (config.num_rounds, start_round + 1)
 
 
 def checkpoint_due(config, done: int, seconds_since_save: float) -> bool:

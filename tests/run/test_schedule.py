@@ -27,9 +27,6 @@ def test_logged_is_every_log_every_the_last_round_and_the_first_of_the_start():
   assert _rounds(lambda d: schedule.logged(every, d, 0), 0, 3) == [1, 2, 3]
 
 
-@pytest.mark.xfail(strict=True, raises=ZeroDivisionError,
-                   reason='config_lib.validate accepts log_every=0 (check_int allow_zero=True), '
-                   'but schedule.logged divides by it')
 def test_log_every_zero_which_the_config_accepts_logs_the_first_and_last_rounds():
   config = config_lib.base_config()
   config.algorithm, config.log_every, config.num_rounds = 'fedgc', 0, 4
