@@ -17,9 +17,14 @@ from fedjax_face.run import resume, schedule
 
 
 def defaults(config) -> dict:
-  """The base config of the config's task with every source's section: what a field missing from
-  an older config.json is compared at (run/resume.py)."""
-  return config_lib.base_config(sources.get(config.data.source).TASK).to_dict()
+  """The base config of the config's task with every source's section and the method's own, at
+  their defaults: what a field missing from an older config.json is compared at (run/resume.py;
+  a method's section added since the run counts at its defaults, as a shared field does)."""
+  base = config_lib.base_config(sources.get(config.data.source).TASK)
+  section = algorithms.get(config.algorithm).config_section()
+  if section is not None:
+    base[config.algorithm] = section
+  return base.to_dict()
 
 
 def validate(config, resuming: bool = False) -> None:
