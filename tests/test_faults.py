@@ -1,8 +1,15 @@
 """Runs that fail cleanly or survive: bad values refused before anything is written, one process
-per workdir, no non-finite checkpoint, a divergence guard, an unwritable checkpoint directory named
-at start, a full disk named at once, corrupted checkpoints skipped for the newest good one, and
-kill -9 at random points resumed to the uninterrupted result (issue 18). Faults are done for real:
-bytes overwritten on disk, a real small filesystem, SIGKILL to a real process."""
+per workdir, a divergence guard, a full disk named at once, a corrupted checkpoint skipped for the
+newest good one, kill -9 at random points resumed to the uninterrupted result, and preemption
+(issue 18). Faults are done for real: bytes overwritten on disk, a real small filesystem, SIGKILL
+and SIGTERM to a real process.
+
+The rules under them, with no run, are in tests/run/ and tests/io/test_checkpoint.py: no
+non-finite state checkpointed and the guard's stop (test_loop_and_hooks), every checkpoint bad,
+the fallback's lines and the rejected bound (test_checkpoint), an unwritable checkpoint
+directory (test_checkpoint_rules), a rerun of a finished run and checkpoint_every_seconds
+(test_loop_and_hooks, test_schedule, test_resume_rules). An unknown --config field's line and a
+workdir that is a file: tests/test_main.py's processes."""
 
 import contextlib
 import json
@@ -43,22 +50,6 @@ def test_non_finite_values_are_refused_at_start(tmp_path, field, value):
   assert not (tmp_path / 'run').exists()
 
 
-def test_a_workdir_that_is_a_file_is_named(tmp_path):
-  path = tmp_path / 'run'
-  path.write_text('not a directory')
-  with pytest.raises(ValueError, match=r'--workdir=.*run exists and is not a directory'):
-    experiment.train_and_evaluate(load_config('fedgc'), str(path))
-  assert path.read_text() == 'not a directory'
-
-
-def test_an_unwritable_checkpoint_directory_is_named_at_start(tmp_path):
-  (tmp_path / 'checkpoints').write_text('')   # a regular file where the directory goes
-  with pytest.raises(files.WorkdirError, match=r'cannot write checkpoints to .*checkpoints: Not '
-                     r'a directory; expected a writable directory'):
-    experiment.train_and_evaluate(load_config('fedgc'), str(tmp_path))
-  assert not (tmp_path / 'config.json').exists()
-
-
 def test_a_second_process_on_the_same_workdir_is_refused(tmp_path):
   workdir = str(tmp_path)
   with files.workdir_lock(workdir):
@@ -83,20 +74,6 @@ def test_a_second_process_on_the_same_workdir_is_refused(tmp_path):
     assert (tmp_path / '.lock').read_text() == f'pid {os.getpid()} on host {socket.gethostname()}'
 
 
-def test_divergence_stops_the_run_and_no_non_finite_state_is_saved(tmp_path):
-  config = load_config('fedgc')
-  config.num_rounds = 6
-  config.log_every = 6          # the guard runs every round, not only on log rounds
-  config.checkpoint_every = 1
-  config.optimizer.learning_rate = 1e4
-  with pytest.raises(FloatingPointError, match=r'round \d: training loss'):
-    experiment.train_and_evaluate(config, str(tmp_path))
-  for step in saved_checkpoints.steps(tmp_path):
-    restored = saved_checkpoints.restore(tmp_path, step)
-    leaves = [np.asarray(x) for x in jax.tree.leaves(restored)]
-    assert all(np.all(np.isfinite(x)) for x in leaves if np.issubdtype(x.dtype, np.inexact))
-
-
 def test_the_guard_catches_a_finite_blow_up_and_non_finite_states():
   config = load_config('fedgc')
   first = divergence.check_divergence(config, 1, {'train_loss': jnp.float32(2.0)}, None)
@@ -119,19 +96,6 @@ def test_the_guard_catches_a_finite_blow_up_and_non_finite_states():
   assert divergence.checked_finite(host, 6) is host
   with pytest.raises(FloatingPointError, match=r'round 6: the state holds nan or inf'):
     divergence.checked_finite({**host, 'clients': np.array([[0.0, np.nan]], np.float32)}, 6)
-
-
-def test_an_unknown_field_is_one_line_with_the_closest_name(tmp_path):
-  out = subprocess.run([sys.executable, '-m', 'fedjax_face.main',
-                        '--config=configs/fedgc/fedgc.py:runlocal', f'--workdir={tmp_path}/run',
-                        '--config.federated.num_clientz=3'],
-                       cwd=config_files.ROOT, capture_output=True, text=True, timeout=300)
-  assert out.returncode == 2
-  lines = [line for line in out.stderr.splitlines() if 'num_clientz' in line]
-  assert len(lines) == 1 and 'Traceback' not in out.stderr
-  assert ("--config.federated.num_clientz: config.federated has no field 'num_clientz'. Did you "
-          "mean 'num_clients'? Its fields: availability_alpha, balanced_classes, batch_size,") in lines[0]
-  assert not (tmp_path / 'run').exists()
 
 
 def test_a_field_added_since_a_checkpoint_at_its_default_does_not_block_resuming():
@@ -162,39 +126,6 @@ def _corrupt(step_dir):
           f.write(b'\xff' * 8)
         hit += 1
   assert hit, f'no data file under {step_dir}'
-
-
-def test_a_corrupted_checkpoint_falls_back_to_the_newest_good_one(tmp_path, capsys):
-  config = load_config('fedgc')
-  config.num_rounds = 4
-  config.checkpoint_every = 1
-  experiment.train_and_evaluate(config, str(tmp_path / 'run'))
-  _corrupt(tmp_path / 'run' / 'checkpoints' / '4')
-  config.num_rounds = 5
-  capsys.readouterr()
-  experiment.train_and_evaluate(config, str(tmp_path / 'run'))
-  log = capsys.readouterr().out
-  assert f"checkpoint {tmp_path / 'run' / 'checkpoints' / '4'} " in log
-  assert 'trying the one before' in log
-  assert 'resuming from round 3, the newest good checkpoint; rounds 4 moved to' in log
-  assert len(os.listdir(tmp_path / 'run' / 'checkpoints_rejected')) == 1
-  # The resumed run equals one that was never interrupted.
-  experiment.train_and_evaluate(config, str(tmp_path / 'straight'))
-  resumed = saved_checkpoints.restore(tmp_path / 'run', 5)
-  straight = saved_checkpoints.restore(tmp_path / 'straight', 5)
-  jax.tree.map(np.testing.assert_array_equal, resumed, straight)
-
-
-def test_with_every_checkpoint_bad_the_run_is_refused_naming_them(tmp_path):
-  config = load_config('fedgc')
-  config.checkpoint_every = 1
-  experiment.train_and_evaluate(config, str(tmp_path))      # rounds 1 and 2 kept
-  for step in ('1', '2'):
-    _corrupt(tmp_path / 'checkpoints' / step)
-  config.num_rounds = 3
-  with pytest.raises(ValueError, match=r'no checkpoint under .*checkpoints reads and verifies '
-                     r'\(rounds 2, 1\); delete those step directories'):
-    experiment.train_and_evaluate(config, str(tmp_path))
 
 
 @contextlib.contextmanager
@@ -283,6 +214,32 @@ def test_kill_9_at_a_random_point_resumes_to_the_uninterrupted_result(tmp_path, 
   experiment.train_and_evaluate(_kill_config(), str(tmp_path))
   resumed = saved_checkpoints.restore(tmp_path, KILL_ROUNDS)
   jax.tree.map(np.testing.assert_array_equal, resumed, uninterrupted)
+
+
+def test_a_corrupted_checkpoint_falls_back_to_the_newest_good_one(tmp_path, capsys,
+                                                                 uninterrupted):
+  config = _kill_config()
+  config.num_rounds = 4
+  config.checkpoint_every = 1
+  config.checkpoint_keep = 3   # the checkpoints kept, each with its digests
+  experiment.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert saved_checkpoints.steps(tmp_path / 'run') == [2, 3, 4]
+  assert sorted(os.listdir(tmp_path / 'run' / 'checkpoint_digests')) == ['2.json', '3.json',
+                                                                          '4.json']
+  _corrupt(tmp_path / 'run' / 'checkpoints' / '4')
+  config.num_rounds = 5
+  capsys.readouterr()
+  experiment.train_and_evaluate(config, str(tmp_path / 'run'))
+  # The lines and the rejected directories exactly, and their bound: tests/io/test_checkpoint.py.
+  log = capsys.readouterr().out
+  assert f"checkpoint {tmp_path / 'run' / 'checkpoints' / '4'} " in log
+  assert 'trying the one before' in log
+  assert 'resuming from round 3, the newest good checkpoint; rounds 4 moved to' in log
+  assert len(os.listdir(tmp_path / 'run' / 'checkpoints_rejected')) == 1
+  # The resumed run equals one that was never interrupted (checkpoint_every and checkpoint_keep
+  # change no trained value).
+  jax.tree.map(np.testing.assert_array_equal, saved_checkpoints.restore(tmp_path / 'run', 5),
+               uninterrupted)
 
 
 # Preemption (SIGTERM / SIGINT): the round in flight finishes, its state is saved, one line, exit
@@ -384,36 +341,3 @@ def test_sigterm_at_the_final_evaluation_leaves_no_partial_results_and_the_rerun
   assert rerun.returncode == 0, rerun.stderr[-3000:]
   # Nothing trained on the rerun, and the training metrics are those of the first run's rounds.
   assert _comparable(tmp_path) == _comparable(uninterrupted_8)
-
-
-def test_rerunning_a_finished_run_re_evaluates_and_keeps_its_training_metrics(tmp_path):
-  config = load_config('fedgc')
-  config.num_rounds = 3
-  first = experiment.train_and_evaluate(config, str(tmp_path))
-  assert first['last_logged_round']['round'] == 3
-  # Before, the rerun trained no round and wrote results.json with last_logged_round {}.
-  again = experiment.train_and_evaluate(config, str(tmp_path))
-  assert again['timing']['resumed_from_round'] == 3
-  assert again['last_logged_round'] == first['last_logged_round']
-  assert _comparable(tmp_path) == {k: v for k, v in again.items()
-                                   if k not in ('timing', 'provenance', 'plots')}
-  # An evaluator's field may change on a finished run (before, `evals.*` was refused: the
-  # resumable prefixes named only the old `eval.`): it is evaluated again as asked.
-  config.evals.verification.pair_sets = ('lfw',)
-  fewer = experiment.train_and_evaluate(config, str(tmp_path))
-  assert set(fewer['verification']) == {'lfw'} and set(again['verification']) > {'lfw'}
-  assert fewer['last_logged_round'] == first['last_logged_round']
-
-
-def test_checkpoint_every_seconds_saves_by_time(tmp_path):
-  config = load_config('fedgc')
-  config.num_rounds = 4
-  config.checkpoint_every = 0
-  config.checkpoint_keep = 4
-  config.checkpoint_every_seconds = 1e-9   # every round is past due
-  experiment.train_and_evaluate(config, str(tmp_path))
-  assert saved_checkpoints.steps(tmp_path) == [1, 2, 3, 4]
-  config.checkpoint_every_seconds = 3600.0   # resumable: a field that does not change the model
-  config.num_rounds = 5
-  experiment.train_and_evaluate(config, str(tmp_path))
-  assert saved_checkpoints.steps(tmp_path) == [2, 3, 4, 5]

@@ -267,19 +267,3 @@ def test_reading_another_runs_checkpoints_says_nothing_of_orbax(finished, caplog
   state = resume.load_final_state(str(finished[0]))
   assert int(state['round']) == 2
   assert [r.getMessage() for r in caplog.records if r.levelno >= pylogging.WARNING] == []
-
-
-def test_a_resume_does_not_need_the_run_it_started_from(tmp_path, finished):
-  # The finished run as a run started from another (its config.json says so, as the driver
-  # writes it), and that start deleted since: the checkpoints hold everything.
-  workdir = copy_of(finished, tmp_path / 'run')
-  start = str(tmp_path / 'start')
-  saved = json.loads(open(os.path.join(workdir, 'config.json')).read())
-  files.write_json_atomic(os.path.join(workdir, 'config.json'), saved | {'init_from': start})
-  config = load_config('fedgc')
-  config.init_from, config.num_rounds = start, 3
-  results = experiment.train_and_evaluate(config, workdir)
-  assert results['timing']['resumed_from_round'] == 2 and results['rounds'] == 3
-  # A new run from it is still refused: there is nothing to start from.
-  with pytest.raises(FileNotFoundError, match=rf"config.init_from='{start}' has no checkpoints"):
-    experiment.train_and_evaluate(config, str(tmp_path / 'other'))
