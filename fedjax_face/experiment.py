@@ -30,7 +30,7 @@ from fedjax_face.core import checks, distributed, policy
 from fedjax_face.data import participation, stores
 from fedjax_face.io import artifacts, checkpoint, files, metrics, provenance, report
 from fedjax_face.models import arcface_torch
-from fedjax_face.run import hooks, loop, noise, resume, schedule, simulation
+from fedjax_face.run import hooks, loop, noise, replay, resume, schedule, simulation
 from fedjax_face.run import results as results_lib
 from fedjax_face.run import setup as setup_lib
 from fedjax_face.run.hooks import checkpointing, divergence, evaluation, logging, preemption
@@ -165,7 +165,8 @@ def _train_and_evaluate(config, workdir: str, method, setup: setup_lib.Setup, st
                   'command to evaluate it')
   say(f'evaluating the model of round {config.num_rounds}')
   t0 = time.perf_counter()
-  outputs = evaluation.evaluate(setup.evaluators, embed, algorithm, trained.state)
+  outputs = evaluation.evaluate(setup.evaluators, embed, algorithm, trained.state, replay=(
+      replay.replayer(config, workdir, algorithm, sim, start) if chief else None))
   plots = pictures + (artifacts.write_eval_outputs(workdir, outputs) if chief else [])
   results = results_lib.run_results(
       config, method, setup, sim, plan, noise_plan, trained, outputs, plots,

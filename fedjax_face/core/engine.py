@@ -245,6 +245,73 @@ def _one_client(algorithm: Algorithm, shared, per_client, private, data, client_
                          metrics={**result.metrics, 'secagg/clamped': clamped})
 
 
+def _client_row(algorithm: Algorithm, dp: privacy.DpSpec | None, shared, per_client, private,
+                data, index, client_id, rng) -> ClientResult:
+  """`_one_client` of row `index` of the cohort's stacked `per_client` / `private`, taken inside
+  the program: the loop backend's client (`RoundEngine._client_at`) without secure aggregation."""
+  take = lambda x: x[index]
+  return _one_client(algorithm, shared, jax.tree.map(take, per_client),
+                     jax.tree.map(take, private), data, client_id, rng, dp)
+
+
+@functools.lru_cache(maxsize=4)
+def _message_programs(algorithm: Algorithm, dp: privacy.DpSpec | None):
+  """The jitted `_prepare` and `_client_row` of `client_messages`, compiled once per algorithm
+  and DP spec (a replay of several rounds compiles its client program once)."""
+  return (jax.jit(functools.partial(_prepare, algorithm)),
+          jax.jit(functools.partial(_client_row, algorithm, dp)))
+
+
+def client_messages(algorithm: Algorithm, state: RoundState, client_ids, data, round_rng,
+                    dp: privacy.DpSpec | None = None, *, num_clients: int | None = None
+                    ) -> list[ClientResult]:
+  """What each real client of a cohort sends in the round that starts from `state`: its
+  `ClientResult` (`update`: what the server receives; `private`, `metrics`), in cohort order,
+  padding clients (id >= `num_clients`) left out.
+
+  Computed as `RoundEngine` computes it on the loop backend, program for program: the jitted
+  `_prepare` (the broadcast and the cohort's private rows) on the whole cohort, then the jitted
+  client (`_one_client` of one row) per client with the round key `round_rng`, so the results are
+  the very arrays the run's clients sent, bit for bit. With `dp` (the run's `DpSpec`) each update
+  is clipped as it left the client; its noise is the server's and is not in it. Secure
+  aggregation is not applied: these are the updates before masking (with `dp` and secure
+  aggregation, also before each client's share of the noise), which no server ever sees.
+
+  Args:
+    algorithm: the algorithm the round ran.
+    state: the round state the round started from (the checkpoint of the round before).
+    client_ids: int32 `[m]`: the round's cohort, padded as the engine ran it.
+    data: the cohort's round data, `[m, steps, batch, ...]` per key.
+    round_rng: the round's key (what `RoundEngine.run_round` was given).
+    dp: the engine's DP spec (None: no DP).
+    num_clients: the number of clients (the padding id); default the rows of `state.clients`,
+      required when the method keeps no per-client state.
+  """
+  client_ids = np.asarray(client_ids, np.int32)
+  rows = num_rows(state.clients)
+  if num_clients is None and not rows:
+    raise ValueError(f'{algorithm.name} keeps no per-client state, so the padding id is not '
+                     'known; pass num_clients.')
+  num_clients = rows if num_clients is None else num_clients
+  state = local_copy(state)
+  positions = client_ids
+  if jax.tree.leaves(state.clients) and all(
+      isinstance(x, np.ndarray) for x in jax.tree.leaves(state.clients)):
+    # host rows (engine.client_state='host', or a checkpoint read back): the cohort's rows alone
+    # go to the device, at positions 0..m-1, as `run_round` sends them.
+    state = state.replace(clients=jax.tree.map(
+        lambda x: np.take(x, client_ids, axis=0, mode='clip'), state.clients))
+    positions = np.arange(len(client_ids), dtype=np.int32)
+  try:
+    prepare, client = _message_programs(algorithm, dp)
+  except TypeError:   # an algorithm holding an unhashable value: compiled for this call alone
+    prepare, client = _message_programs.__wrapped__(algorithm, dp)
+  client_input, private = prepare(state, client_ids, positions, round_rng)
+  return [client(client_input.shared, client_input.per_client, private,
+                 jax.tree.map(lambda x, i=i: x[i], data), np.int32(i), client_ids[i], round_rng)
+          for i in range(len(client_ids)) if client_ids[i] < num_clients]
+
+
 def plan_width(algorithm: Algorithm, state: RoundState, cohort_size: int, client_data, *,
                backend: str, mesh: Mesh | None = None,
                memory_fraction: float = MEMORY_FRACTION,

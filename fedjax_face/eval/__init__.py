@@ -48,8 +48,10 @@ class EvalInputs(NamedTuple):
   personal_embed: Callable[[int], Callable] | None = None   # client -> its model's embed, or
                                               # None: every client is evaluated with `embed`
   state: Any = None                           # the round state evaluated (core.algorithm)
-  replay: Callable[[int], Any] | None = None  # round r -> its client updates again (None: the
-                                              # driver offers none yet)
+  replay: Callable[[int], Any] | None = None  # round r (1-based) -> each real client's update
+                                              # of that round again, in cohort order, from the
+                                              # checkpoint of round r-1 (run/replay.py); the final
+                                              # evaluation of process 0 only, else None
 
 
 class EvalOutput(NamedTuple):

@@ -5,7 +5,8 @@
 restore: a checkpoint without them is unverified, and resumed only when the caller trusts it) and
 the run's record up to that round (`run`, written by the driver: run/hooks/checkpointing.py).
 A save that fails is one `SaveError` naming the checkpoint and the cause. Another run's
-checkpoint is read through `read_verified`, checked as a resume checks (`verify_arrays`).
+checkpoint, or a given round of a run's own (a replay), is read through `read_verified`, checked
+as a resume checks (`verify_arrays`).
 
 config.json's provenance record (`run_provenance`): the code, library versions and machine of a
 run's first start, and of each resume after it. Which config may open a workdir, and what
@@ -412,15 +413,20 @@ def digest_path(workdir: str, step: int) -> str:
 
 
 def read_verified(workdir: str, step: int, what: str, trust_unverified: bool = False, *,
-                  trust_hint: str = '', other: str = 'rerun the run it comes from') -> dict:
-  """Checkpoint `step` of the run in `workdir` as nested dicts of arrays, verified against the
-  digests recorded when it was saved (`verify_arrays`): CheckpointReadError naming `what` (who
-  reads it), the checkpoint and the arrays that differ when it does not verify, and `other` (what
-  to do instead). The one way a run reads another run's checkpoint (a warm start, a tool)."""
+                  trust_hint: str = '', other: str = 'rerun the run it comes from',
+                  template=None):
+  """Checkpoint `step` of the run in `workdir` as nested dicts of arrays, or in the structure of
+  `template` (a RoundState, restored as `Checkpointer.restore` restores it), verified against the
+  digests recorded when it was saved (`verify_arrays`, as a resume verifies): CheckpointReadError
+  naming `what` (who reads it), the checkpoint and the arrays that differ when it does not verify,
+  and `other` (what to do instead). The one way a run reads another run's checkpoint (a warm
+  start, a tool), or a given round of its own (a replay of that round's clients)."""
   path = files.join(workdir, 'checkpoints', str(step))
+  target = (None if template is None else
+            jax.tree.map(np.asarray, serialization.to_state_dict(template)))
   with reading_manager(files.join(workdir, 'checkpoints')) as manager:
     try:
-      restored = manager.restore(step, args=ocp.args.StandardRestore())
+      restored = manager.restore(step, args=ocp.args.StandardRestore(target))
     except Exception as e:   # pylint: disable=broad-except  (orbax raises many kinds)
       first = str(e).splitlines()[0][:200] if str(e) else ''
       raise CheckpointReadError(f'{what}: checkpoint {path} is unreadable ({type(e).__name__}: '
@@ -430,6 +436,6 @@ def read_verified(workdir: str, step: int, what: str, trust_unverified: bool = F
   if problem is not None:
     raise CheckpointReadError(f'{what}: checkpoint {path} {problem}; expected a checkpoint as it '
                               f'was saved ({other}).')
-  return restored
+  return restored if template is None else serialization.from_state_dict(template, restored)
 
 

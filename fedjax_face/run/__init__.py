@@ -6,6 +6,7 @@
   schedule.py     which rounds are logged, checkpointed, evaluated; learning-rate decay rounds
   loop.py         the round loop: a training step, then each hook (no engine in it)
   simulation.py   the simulated federation's training step (core/engine.py's RoundEngine)
+  replay.py       round r's client updates again, from the checkpoint of round r-1 (evaluators)
   hooks/          checkpointing, preemption, divergence guard, logging, mid-run evaluation
   results.py      results.json: the run name, the blocks in effect, the result files
 
