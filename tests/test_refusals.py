@@ -121,10 +121,14 @@ def test_a_new_run_beside_another_runs_results_is_refused(tmp_path, monkeypatch,
   workdir = copy_of(finished, tmp_path / 'run')
   shutil.rmtree(os.path.join(workdir, 'checkpoints'))
   before = saved_checkpoints.workdir_files(workdir)
+  # (fedpe's own section, absent from fedgc's config.json, counts at its defaults: run/setup.py's
+  # `defaults` holds the method's section.)
   assert refused(monkeypatch, capsys, '--config=configs/fedgc/fedpe.py:runlocal',
-                 f'--workdir={workdir}').startswith(
+                 f'--workdir={workdir}') == (
                      f'--workdir={workdir} holds the results of another run ({workdir}/'
-                     "results.json; differences (results -> now): algorithm: 'fedgc' -> 'fedpe';")
+                     "results.json; differences (results -> now): algorithm: 'fedgc' -> 'fedpe'); "
+                     'a new run would mix its files with them. Use a new --workdir, or the same '
+                     'config to rerun it.')
   assert saved_checkpoints.workdir_files(workdir) == before
 
 
