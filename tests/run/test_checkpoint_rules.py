@@ -12,6 +12,7 @@ These were driver runs in tests/test_resume.py, tests/test_faults.py, tests/test
 tests/test_refusals.py; those files keep what only a run proves (a resumed run equals the
 uninterrupted one bit for bit, a real process's exit status)."""
 
+import functools
 import json
 import os
 import shutil
@@ -343,6 +344,11 @@ def _dp_accounting_epsilon(history) -> float:
   """dp-accounting called directly over [(rounds, sigma), ...]: replace-one neighbours (so the
   Gaussian of sensitivity 2S has noise multiplier sigma / 2), 2 of 4 clients without
   replacement, each segment's rounds composed at its own sigma."""
+  return _direct(tuple((int(n), float(s)) for n, s in history))
+
+
+@functools.lru_cache(maxsize=None)
+def _direct(history) -> float:   # about a second of dp-accounting's sampled RDP: each asked once
   accountant = rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
   for rounds, sigma in history:
     one_round = dp_accounting.SampledWithoutReplacementDpEvent(
