@@ -6,7 +6,7 @@ r"""The papers' tables: `python -m fedjax_face.reproduce --table=<paper><N>|<pap
 
 Tables are named after the paper and their number there (fedgc1-7: `proj/fedgc/reproduce.py`,
 fedfv1-3: `proj/fedfv/reproduce.py`); a paper's name alone runs all of its tables. Runs whose
-workdir under `--root` already holds results.json are read, not run again (`tools/tables.py`).
+workdir under `--root` already holds results.json are read, not run again (`tools/tables/run.py`).
 `--out_dir` writes `<paper>_table<N>.md` per table, and a paper's extras (FedFV's Fig. 5) beside.
 Each table names the commits its runs came from; a table whose runs came from several commits is
 refused (one line naming them) unless `--allow_mixed_commits`.
@@ -16,8 +16,8 @@ refused (one line naming them) unless `--allow_mixed_commits`.
 `--check` rebuilds each generated table from the run archive alone (`results/<paper>_tables`),
 with the command its footnote records, and names every table that differs or whose runs the
 archive lacks. `--archive_to=results` copies a sweep's runs into the archive
-(`tools/tables.py:ARCHIVED`); `--spot_check --root=DIR` reruns one run per method of each table
-at this checkout and compares its printed cells with the archived run's. `--park` shrinks a
+(`tools/tables/archive.py:ARCHIVED`); `--spot_check --root=DIR` reruns one run per method of each
+table at this checkout and compares its printed cells with the archived run's. `--park` shrinks a
 stopped sweep's root to the files a commit carries, so that its queue goes on in another sitting.
 """
 
@@ -32,7 +32,10 @@ import sys
 from absl import app, flags
 
 from fedjax_face.io import files
-from fedjax_face.tools import tables
+from fedjax_face.tools.tables import archive
+from fedjax_face.tools.tables import markdown
+from fedjax_face.tools.tables import run as table_runs
+from fedjax_face.tools.tables import spec
 
 PAPERS = ('fedgc', 'fedfv', 'fedfr', 'pad', 'privacy', 'blocks')   # fedjax_face/proj/<paper>/reproduce.py
 
@@ -70,13 +73,13 @@ def select(name: str) -> list[tuple[str, int]]:
   return [(paper, int(tid) if tid.isdigit() else tid)]
 
 
-def table_text(table: tables.Table, root: str, extra: tuple, seeds: tuple[int, ...],
+def table_text(table: spec.Table, root: str, extra: tuple, seeds: tuple[int, ...],
                command: str, allow_mixed: bool, dry_run: bool) -> str:
   """A table's markdown from the runs under `root` (running what is missing unless `dry_run`);
   MixedCommitsError when its runs came from several commits and `allow_mixed` is False."""
-  results = tables.run_all(table, root, extra, dry_run, seeds)
-  counts = tables.commit_counts(tables.finished_workdirs(table, root, extra, seeds))
-  return tables.markdown(table, results, command, seeds, tables.commits_line(counts, allow_mixed))
+  results = table_runs.run_all(table, root, extra, dry_run, seeds)
+  counts = archive.commit_counts(table_runs.finished_workdirs(table, root, extra, seeds))
+  return markdown.render(table, results, command, seeds, archive.commits_line(counts, allow_mixed))
 
 
 MADE_BY = re.compile(r'Made by `python -m fedjax_face\.reproduce ([^`]*)`')
@@ -113,18 +116,18 @@ def check_table(paper: str, tid, docs_dir: str, archive_dir: str) -> str:
     return 'no "Made by" command in its footnote'
   table = paper_module(paper).TABLES[tid]
   root = os.path.join(archive_dir, f'{paper}_tables')
-  extra = tables.parse_overrides(recorded['set'])
-  seeds = tables.parse_seeds(recorded['seeds'])
+  extra = spec.parse_overrides(recorded['set'])
+  seeds = spec.parse_seeds(recorded['seeds'])
   try:
     with contextlib.redirect_stdout(io.StringIO()) as printed:   # dry run: "missing: $ ..."
       rebuilt = table_text(table, root, extra, seeds, recorded['command'],
                            recorded['allow_mixed_commits'], dry_run=True)
-  except tables.MixedCommitsError as e:
+  except archive.MixedCommitsError as e:
     rebuilt = e
   missing = printed.getvalue().count('missing: ')
   if missing:
     return f'{missing} run{"" if missing == 1 else "s"} not in {root}'
-  if isinstance(rebuilt, tables.MixedCommitsError):
+  if isinstance(rebuilt, archive.MixedCommitsError):
     return str(rebuilt)
   if rebuilt == doc:
     return 'ok'
@@ -151,7 +154,7 @@ def define_flags():
   flags.DEFINE_bool('dry_run', False, 'Print the commands and the table of what exists.')
   flags.DEFINE_list('seeds', ['0'], 'config.seed values; several: mean ± std over them.')
   flags.DEFINE_string('archive_to', None, "Copy each run's results, config, failure record and "
-                      'the files tables read (tools/tables.py:ARCHIVED) to '
+                      'the files tables read (tools/tables/archive.py:ARCHIVED) to '
                       '<archive_to>/<paper>_tables/<run>/, e.g. --archive_to=results.')
   flags.DEFINE_bool('spot_check', False, "Rerun one run per method of each --table's at seed 0 "
                     'under --root (this checkout) and compare its printed cells with the '
@@ -182,8 +185,8 @@ def main(argv):
   if f.table is None:
     raise app.UsageError(f'--table is required: one of {table_names()}, a paper or all.')
   try:
-    extra = tables.parse_overrides(f.set)
-    seeds = tables.parse_seeds(f.seeds)
+    extra = spec.parse_overrides(f.set)
+    seeds = spec.parse_seeds(f.seeds)
   except ValueError as e:
     raise app.UsageError(str(e)) from None
   if any(key == 'seed' for key, _ in extra):
@@ -193,7 +196,7 @@ def main(argv):
     differing = 0
     for paper, tid in chosen:
       archive_root = os.path.join(f.archive, f'{paper}_tables')
-      for line in tables.spot_check(paper_module(paper).TABLES[tid], archive_root, f.root,
+      for line in archive.spot_check(paper_module(paper).TABLES[tid], archive_root, f.root,
                                     f.dry_run):
         print(f'{paper}{tid}: {line}', flush=True)
         differing += line.startswith('differs')
@@ -206,10 +209,10 @@ def main(argv):
     for paper, tid in select('all'):
       other = paper_module(paper).TABLES[tid]
       if other.archived_files:
-        for run_dir in tables.table_workdirs(other, f.root, extra, seeds):
+        for run_dir in table_runs.table_workdirs(other, f.root, extra, seeds):
           also_kept[run_dir] = also_kept.get(run_dir, ()) + other.archived_files
     for paper, tid in chosen:
-      for line in tables.park(paper_module(paper).TABLES[tid], f.root, extra, seeds, also_kept):
+      for line in archive.park(paper_module(paper).TABLES[tid], f.root, extra, seeds, also_kept):
         print(f'{paper}{tid}: {line}', flush=True)
     return
   if f.out and len(chosen) > 1:
@@ -223,7 +226,7 @@ def main(argv):
     table = module.TABLES[tid]
     try:
       text = table_text(table, f.root, extra, seeds, command, f.allow_mixed_commits, f.dry_run)
-    except tables.MixedCommitsError as e:
+    except archive.MixedCommitsError as e:
       sys.exit(f'--table={paper}{tid}: {e}')   # one line on stderr, exit status 1
     print(text, flush=True)
     out = f.out or (os.path.join(f.out_dir, out_name(paper, tid)) if f.out_dir else None)
@@ -231,7 +234,7 @@ def main(argv):
       files.write_text_atomic(out, text)
     if f.archive_to:
       target = os.path.join(f.archive_to, f'{paper}_tables')
-      kept = tables.archive_runs(table, f.root, extra, seeds, target)
+      kept = archive.archive_runs(table, f.root, extra, seeds, target)
       print(f'archived {len(kept)} runs of {paper}{tid} in {target}', flush=True)
     extras = getattr(module, 'EXTRAS', {})
     if tid in extras:

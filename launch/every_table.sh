@@ -19,7 +19,7 @@
 # full: the tables that must be run again: never archived, stale, or with the five seeds of a
 #   headline ordering. Each table runs what ROOT lacks and reads what is there (a run with
 #   results.json or failed.json is not started again), writes ROOT/docs/<paper>_table<N>.md and
-#   copies its runs' kept files to ARCHIVE/<paper>_tables (tools/tables.py:ARCHIVED).
+#   copies its runs' kept files to ARCHIVE/<paper>_tables (tools/tables/archive.py:ARCHIVED).
 #   With LANE and LANES (0 2 and 1 2 in two shells) the lanes first share out the runs of the
 #   whole queue run by run (launch/share_runs.py), then each makes every LANES-th table.
 # park: at the end of a sitting whose machine keeps nothing but commits, with the lanes stopped,

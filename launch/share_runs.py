@@ -27,20 +27,21 @@ sys.path.insert(0, os.getcwd())   # the worktree's package, not the one pip inst
 
 from fedjax_face import reproduce   # noqa: E402
 from fedjax_face.io import files   # noqa: E402
-from fedjax_face.tools import tables   # noqa: E402
+from fedjax_face.tools.tables import run as table_runs   # noqa: E402
+from fedjax_face.tools.tables import spec   # noqa: E402
 
 RETRY_S = 60   # how long a lane with only put-off runs left sleeps before its next pass
 CLAIMS = '/tmp/every_table_claims'
 DRAIN = os.path.join(CLAIMS, 'drain')
 
 
-def queue_runs(queue: list[str]) -> list[tuple[tables.Run, int]]:
+def queue_runs(queue: list[str]) -> list[tuple[spec.Run, int]]:
   """(run, seed) of every table in `queue` ('fedgc10 0,1,2'), each once and in order, a run's
   start before it."""
   return [(run, seed) for _, run, seed in paper_runs(queue)]
 
 
-def paper_runs(queue: list[str]) -> list[tuple[str, tables.Run, int]]:
+def paper_runs(queue: list[str]) -> list[tuple[str, spec.Run, int]]:
   """`queue_runs` with the paper of the first table that holds each run."""
   out, seen = [], set()
 
@@ -55,11 +56,11 @@ def paper_runs(queue: list[str]) -> list[tuple[str, tables.Run, int]]:
     name, seeds = entry.split()
     for paper, tid in reproduce.select(name):
       for row in reproduce.paper_module(paper).TABLES[tid].rows:
-        runs = row.run.runs if isinstance(row.run, tables.Combined) else (row.run,)
+        runs = row.run.runs if isinstance(row.run, spec.Combined) else (row.run,)
         for run in runs:
           if run is None:
             continue
-          for seed in tables.parse_seeds(seeds.split(',')):
+          for seed in spec.parse_seeds(seeds.split(',')):
             add(paper, run, seed)
   return out
 
@@ -79,7 +80,7 @@ def hours_left(queue: list[str], root: str, archive: str) -> list[tuple[str, int
 
   ended_s, archived_s, missing = {}, {}, {}
   for paper, run, seed in paper_runs(queue):
-    run_dir = tables.workdir(root, run, (), seed)
+    run_dir = spec.workdir(root, run, (), seed)
     if ended(run_dir):
       if (here := seconds(files.join(run_dir, 'results.json'))) is not None:
         ended_s.setdefault(paper, []).append(here)
@@ -98,7 +99,8 @@ def hours_left(queue: list[str], root: str, archive: str) -> list[tuple[str, int
 
 
 def ended(run_dir: str) -> bool:
-  return any(files.exists(files.join(run_dir, name)) for name in ('results.json', tables.FAILED))
+  return any(files.exists(files.join(run_dir, name))
+             for name in ('results.json', table_runs.FAILED))
 
 
 def one_pass(runs, root: str, claims: str = CLAIMS, drain: str = DRAIN) -> tuple[int, int]:
@@ -108,10 +110,10 @@ def one_pass(runs, root: str, claims: str = CLAIMS, drain: str = DRAIN) -> tuple
   for run, seed in runs:
     if os.path.exists(drain):
       return trained, 0
-    run_dir = tables.workdir(root, run, (), seed)
+    run_dir = spec.workdir(root, run, (), seed)
     if ended(run_dir):
       continue
-    if run.init_from is not None and not ended(tables.workdir(root, run.init_from, (), seed)):
+    if run.init_from is not None and not ended(spec.workdir(root, run.init_from, (), seed)):
       put_off += 1   # its start is another lane's claim, still training
       continue
     with open(os.path.join(claims, os.path.basename(run_dir)), 'a') as claim:
@@ -120,7 +122,7 @@ def one_pass(runs, root: str, claims: str = CLAIMS, drain: str = DRAIN) -> tuple
       except BlockingIOError:
         continue   # another lane's
       if not ended(run_dir):   # it may have ended since we looked
-        tables.ensure_run(run, root, (), seed, dry_run=False)
+        table_runs.ensure_run(run, root, (), seed, dry_run=False)
         trained += 1
   return trained, put_off
 

@@ -18,7 +18,7 @@ import pytest
 from fedjax_face import algorithms, evaluate, experiment
 from fedjax_face.core import blocks as blocks_lib
 from fedjax_face.io import checkpoint, files
-from fedjax_face.tools import tables
+from fedjax_face.tools.tables import run as table_runs
 from fedjax_face.run import results as run_results
 from fedjax_face.run import resume
 from tests import config_files, main_in_process, saved_checkpoints, torch_files
@@ -139,7 +139,7 @@ def test_a_run_that_would_replace_the_results_removes_them_first(tmp_path, finis
   results = json.loads(open(os.path.join(workdir, 'results.json')).read())
   config = load_config('fedgc')
   assert results['config_sha256'] == run_results.config_digest(config.to_dict())
-  assert tables.read_results(workdir) == results
+  assert table_runs.read_results(workdir) == results
   # An extension opens the workdir (what the driver does before its first round): from then on
   # until it ends there is no results.json to mistake for its own.
   config.num_rounds = 3
@@ -155,11 +155,11 @@ def test_a_run_that_would_replace_the_results_removes_them_first(tmp_path, finis
   with pytest.raises(ValueError, match=rf'^{stale} is stale: its config_sha256 is not that of '
                      rf'{workdir}/config.json; expected the results of the run config.json '
                      r'describes \(rerun it, or delete both\)\.$'):
-    tables.read_results(workdir)
+    table_runs.read_results(workdir)
   files.write_json_atomic(stale, {k: v for k, v in results.items() if k != 'config_sha256'})
   with pytest.raises(ValueError, match=rf"is stale: its rounds 2 is not {workdir}/config.json's "
                      r'3;'):
-    tables.read_results(workdir)
+    table_runs.read_results(workdir)
 
 
 def test_results_name_every_block_in_effect(finished):

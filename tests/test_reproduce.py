@@ -10,7 +10,9 @@ from absl import app
 
 from fedjax_face import reproduce
 from fedjax_face.proj.fedgc import reproduce as fedgc_tables
-from fedjax_face.tools import tables
+from fedjax_face.tools.tables import markdown
+from fedjax_face.tools.tables import run as table_runs
+from fedjax_face.tools.tables import spec
 from tests import config_files
 
 
@@ -35,7 +37,7 @@ def test_command_line_dry_run_with_seeds(tmp_path):
   """The program end to end (flags included) on finished runs: no training is started."""
   fedpe = fedgc_tables._fedpe()  # pylint: disable=protected-access
   for seed, acc in ((0, 0.8), (1, 0.9)):
-    workdir = tmp_path / fedpe.name(tables.seed_overrides((), seed))
+    workdir = tmp_path / fedpe.name(spec.seed_overrides((), seed))
     workdir.mkdir()
     (workdir / 'results.json').write_text(json.dumps({'verification': {'lfw': {'accuracy': acc}}}))
   out_file = tmp_path / 'table4.md'
@@ -56,8 +58,8 @@ def test_command_line_dry_run_with_seeds(tmp_path):
     bad = subprocess.run(cmd[:3] + args + [f'--root={tmp_path}', '--dry_run'],
                          cwd=config_files.ROOT, capture_output=True, text=True)
     assert bad.returncode != 0 and message in bad.stderr + bad.stdout, args
-  # --park trains nothing and leaves each ended run its archived files (tools/tables.park).
-  seed_0 = tmp_path / fedpe.name(tables.seed_overrides((), 0))
+  # --park trains nothing and leaves each ended run its archived files (tables/archive.py:park).
+  seed_0 = tmp_path / fedpe.name(spec.seed_overrides((), 0))
   (seed_0 / 'checkpoints').mkdir()
   parked = subprocess.run(cmd[:3] + ['--table=fedgc4', f'--root={tmp_path}', '--seeds=0', '--park'],
                           cwd=config_files.ROOT, capture_output=True, text=True, check=True)
@@ -68,7 +70,7 @@ def test_command_line_dry_run_with_seeds(tmp_path):
 def test_command_line_refuses_a_table_of_mixed_commits_unless_allowed(tmp_path):
   fedpe = fedgc_tables._fedpe()  # pylint: disable=protected-access
   for seed, commit in ((0, 'a'), (1, 'b'), (2, 'b')):
-    workdir = tmp_path / fedpe.name(tables.seed_overrides((), seed))
+    workdir = tmp_path / fedpe.name(spec.seed_overrides((), seed))
     workdir.mkdir()
     result = {'verification': {'lfw': {'accuracy': 0.8}},
               'provenance': {'git': {'commit': commit * 40, 'dirty': False, 'version': None}}}
@@ -93,9 +95,9 @@ def test_check_rebuilds_each_table_from_the_archive_alone(tmp_path, monkeypatch)
   """`--check`: a generated table equals what its footnote's command makes from the archived
   runs, or it is named with the first differing line, or the runs the archive lacks."""
   import types  # pylint: disable=g-import-not-at-top
-  a, b = tables.Run('fedgc/fedgc'), tables.Run('fedgc/fedpe')
-  table = tables.Table('Toy', 'verification', ('lfw',),
-                       (tables.Row('A', a, (None,)), tables.Row('B', b, (None,))), 'A > B')
+  a, b = spec.Run('fedgc/fedgc'), spec.Run('fedgc/fedpe')
+  table = spec.Table('Toy', 'verification', ('lfw',),
+                     (spec.Row('A', a, (None,)), spec.Row('B', b, (None,))), 'A > B')
   monkeypatch.setattr(reproduce, 'PAPERS', ('toy',))
   monkeypatch.setattr(reproduce, 'paper_module',
                       lambda paper: types.SimpleNamespace(TABLES={1: table}))
@@ -103,13 +105,13 @@ def test_check_rebuilds_each_table_from_the_archive_alone(tmp_path, monkeypatch)
   docs.mkdir()
   for run, seeds in ((a, (0, 1)), (b, (0, 1))):
     for seed in seeds:
-      run_dir = archive / 'toy_tables' / run.name(tables.seed_overrides((), seed))
+      run_dir = archive / 'toy_tables' / run.name(spec.seed_overrides((), seed))
       run_dir.mkdir(parents=True)
       (run_dir / 'results.json').write_text(json.dumps(
           {'verification': {'lfw': {'accuracy': 0.8 + 0.01 * seed}}}))
   command = 'python -m fedjax_face.reproduce --table=toy1 --seeds=0,1 --root=/elsewhere'
-  results = tables.run_all(table, str(archive / 'toy_tables'), (), seeds=(0, 1))
-  doc = tables.markdown(table, results, command, (0, 1),
+  results = table_runs.run_all(table, str(archive / 'toy_tables'), (), seeds=(0, 1))
+  doc = markdown.render(table, results, command, (0, 1),
                         'commit: unrecorded (runs made before provenance was recorded)')
   assert reproduce.check(str(docs), str(archive)) == [('toy1', 'no generated table in docs')]
   (docs / 'toy_table1.md').write_text(doc)
@@ -118,7 +120,7 @@ def test_check_rebuilds_each_table_from_the_archive_alone(tmp_path, monkeypatch)
   assert reproduce.check(str(docs), str(archive)) == [('toy1',
                                                        'differs from the archive from line 7')]
   (docs / 'toy_table1.md').write_text(doc)
-  (archive / 'toy_tables' / b.name(tables.seed_overrides((), 1)) / 'results.json').unlink()
+  (archive / 'toy_tables' / b.name(spec.seed_overrides((), 1)) / 'results.json').unlink()
   assert reproduce.check(str(docs), str(archive)) == [
       ('toy1', f'1 run not in {archive / "toy_tables"}')]
 

@@ -9,7 +9,7 @@ these numbers, so the column beside ours stays empty.
 """
 
 from fedjax_face.proj.blocks import setting
-from fedjax_face.tools.tables import Ordering, Row, Run, Table
+from fedjax_face.tools.tables.spec import Ordering, Row, Run, Table
 
 COLUMNS = ('verification/lfw/accuracy', 'verification/sllfw/accuracy',
            'communication/bytes_per_client_round/up', 'communication/bytes_per_client_round/down',

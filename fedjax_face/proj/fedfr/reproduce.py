@@ -21,7 +21,7 @@ quoted in each table's claim instead of beside ours.
 """
 
 from fedjax_face.proj.fedfr import setting
-from fedjax_face.tools.tables import Ordering, Row, Run, Table
+from fedjax_face.tools.tables.spec import Ordering, Row, Run, Table
 
 PRETRAIN = Run('fedfr/pretrain')
 SETTING = ('ours: the small CNN (width 16, 128-d, 32x32) on the synthetic benchmark: 100 public '

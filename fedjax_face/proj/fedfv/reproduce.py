@@ -19,8 +19,9 @@ import numpy as np
 
 from fedjax_face.eval import plots
 from fedjax_face.io import artifacts, files
-from fedjax_face.tools import tables
-from fedjax_face.tools.tables import Ordering, Row, Run, Table
+from fedjax_face.tools.tables import markdown
+from fedjax_face.tools.tables import spec
+from fedjax_face.tools.tables.spec import Ordering, Row, Run, Table
 
 PAIR_SETS = ('lfw', 'agedb_30', 'cfp_fp')
 SETTING = ('ours: the GroupNorm CNN of configs/fedfv/ (width 16, 128-d, 32x32) on the synthetic '
@@ -132,13 +133,13 @@ def figure5(root: str, extra: tuple, seeds: tuple[int, ...], out_dir: str | None
   for label in FIGURE5_ROWS:
     stats = []
     for seed in seeds:
-      path = files.join(tables.workdir(root, rows[label].run, extra, seed), FIGURE5_FILE)
+      path = files.join(spec.workdir(root, rows[label].run, extra, seed), FIGURE5_FILE)
       if not files.exists(path):
         continue
       values = files.read_npz(path)['cross']
       cross.setdefault(label, values)
       stats.append((histogram_mode(values), float(np.mean(values)), float(np.std(values))))
-    cells = [tables.summarize([s[i] for s in stats], len(seeds)) for i in range(3)]
+    cells = [markdown.summarize([s[i] for s in stats], len(seeds)) for i in range(3)]
     lines.append(f'| {label} | ' + ' | '.join(cells) + f' | {len(stats)} |')
   lines += ['', 'Mode: the centre of the fullest of 80 bins over [-1, 1]. The mean of all pairwise '
             'cosines of C unit vectors is at least -1/(C-1) (= -0.001 here), so only the mode can '

@@ -7,7 +7,7 @@ r"""The FedGC paper's tables, scaled down to the embedded benchmark, with the pa
 training randomness) and reports mean ± standard deviation over the seeds: single runs differ by a
 few points from seed to seed on the embedded benchmark (docs/fedgc.md), so a gap smaller than that
 is not an ordering. Runs shared by several tables (FedGC with the defaults is in Tables 1-5) are
-trained once (`tools/tables.py`).
+trained once (`tools/tables/run.py`).
 
 The paper trains ResNet-34 on CASIA-WebFace and tests on the real LFW / CFP-FP / AgeDB-30 (Tables
 1-5), MegaFace (Table 6) and IJB-B/C (Table 7). Ours is the small CNN on the synthetic benchmark, so
@@ -17,7 +17,7 @@ our 1:N analogue (rank-1 and TPIR@FPIR on held-out identities with distractors) 
 
 import dataclasses
 
-from fedjax_face.tools.tables import Ordering, Row, Run, Table
+from fedjax_face.tools.tables.spec import Ordering, Row, Run, Table
 
 PAIR_SETS = ('lfw', 'cfp_fp', 'agedb_30', 'sllfw', 'cplfw', 'calfw')   # synthetic.ALL_PAIR_SET_NAMES
 SETTING = ('ours: small CNN on the synthetic benchmark (default config), 10-fold accuracy (%) of '

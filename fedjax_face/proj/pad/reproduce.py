@@ -24,7 +24,8 @@ Dec), not its ResNet-18 FedPAD of Table III; the Table III rows quote that paper
 from fedjax_face.data.synthetic import pad_benchmark
 from fedjax_face.io import files
 from fedjax_face.proj.pad import baselines
-from fedjax_face.tools.tables import Combined, Ordering, Row, Run, Table
+from fedjax_face.tools.tables import spec
+from fedjax_face.tools.tables.spec import Combined, Ordering, Row, Run, Table
 
 DOMAINS = pad_benchmark.DOMAIN_NAMES
 
@@ -357,10 +358,9 @@ def figure5(root: str, extra: tuple, seeds: tuple[int, ...], out_dir: str | None
   from fedjax_face.eval import plots  # pylint: disable=g-import-not-at-top
   from fedjax_face.eval.pad import evaluators, metrics  # pylint: disable=g-import-not-at-top
   from fedjax_face.io import artifacts  # pylint: disable=g-import-not-at-top
-  from fedjax_face.tools import tables  # pylint: disable=g-import-not-at-top
 
   def run_dir(run: Run) -> str:
-    return tables.workdir(root, run, extra, seeds[0])
+    return spec.workdir(root, run, extra, seeds[0])
 
   def target_scores(run: Run, target: str):
     path = files.join(run_dir(run), evaluators.video_scores_file(target))

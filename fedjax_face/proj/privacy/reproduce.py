@@ -11,7 +11,8 @@ column beside ours stays empty.
 """
 
 from fedjax_face.proj.fedfr import reproduce as fedfr_tables
-from fedjax_face.tools.tables import Row, Run, Table
+from fedjax_face.tools.tables import spec
+from fedjax_face.tools.tables.spec import Row, Run, Table
 
 EPSILONS = ('1.0', '4.0', '16.0')
 COLUMNS = ('verification/lfw/accuracy', 'verification/sllfw/accuracy', 'privacy/epsilon',
@@ -103,7 +104,6 @@ def accuracy_against_epsilon(root: str, extra: tuple, seeds: tuple[int, ...],
   epsilon does not cover what it sends)."""
   from fedjax_face.eval import plots  # pylint: disable=g-import-not-at-top
   from fedjax_face.io import artifacts, files  # pylint: disable=g-import-not-at-top
-  from fedjax_face.tools import tables  # pylint: disable=g-import-not-at-top
 
   lines = ['## Accuracy against epsilon (picture: privacy_accuracy.png)', '',
            '| method | epsilon | LFW-like accuracy (%) |', '| --- | --- | --- |']
@@ -113,7 +113,7 @@ def accuracy_against_epsilon(root: str, extra: tuple, seeds: tuple[int, ...],
       continue
     label = row.label.split(' ')[0]
     points, without = curves.get(label, ([], None))
-    path = files.join(tables.workdir(root, row.run, extra, seeds[0]), 'results.json')
+    path = files.join(spec.workdir(root, row.run, extra, seeds[0]), 'results.json')
     if files.exists(path):
       result = files.read_json(path)
       accuracy = 100 * result['verification']['lfw']['accuracy']

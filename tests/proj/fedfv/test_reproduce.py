@@ -4,7 +4,7 @@ import numpy as np
 
 from fedjax_face.io import artifacts
 from fedjax_face.proj.fedfv import reproduce
-from fedjax_face.tools import tables
+from fedjax_face.tools.tables import spec
 from tests import config_files
 
 
@@ -39,7 +39,7 @@ def test_figure5_reads_the_table3_runs(tmp_path):
   rows = {row.label: row.run for row in reproduce.TABLES[3].rows}
   for label, centre in (('Centralized', -0.31), ('FedAwS', 0.01)):
     for seed in (0, 1):
-      workdir = tables.workdir(str(tmp_path), rows[label], (), seed)
+      workdir = spec.workdir(str(tmp_path), rows[label], (), seed)
       # 600 pairs at the mode, 400 at 0.5: the mean is elsewhere.
       cross = np.concatenate([np.full(600, centre + 0.001 * seed), np.full(400, 0.5)])
       artifacts.write_arrays(f'{workdir}/class_embedding_similarity.npz',

@@ -10,7 +10,10 @@ from fedjax_face import experiment
 from fedjax_face.data.synthetic import pad_benchmark
 from fedjax_face.eval.pad import evaluators, metrics
 from fedjax_face.proj.pad import reproduce
-from fedjax_face.tools import tables
+from fedjax_face.tools.tables import markdown
+from fedjax_face.tools.tables import run as table_runs
+from fedjax_face.tools.tables import spec
+from fedjax_face.tools.tables import verdict
 from tests import config_files
 
 
@@ -18,7 +21,7 @@ def test_every_run_loads_and_validates():
   for table in reproduce.TABLES.values():
     assert len(table.titles) == len(table.columns)
     for row in table.rows:
-      runs = row.run.runs if isinstance(row.run, tables.Combined) else (row.run,)
+      runs = row.run.runs if isinstance(row.run, spec.Combined) else (row.run,)
       for run in runs:
         experiment.validate(config_files.run_config(run))
 
@@ -37,14 +40,14 @@ def test_fused_rows_combine_their_protocols_single_runs(tmp_path):
     (workdir / 'results.json').write_text('{}')
     np.savez(workdir / evaluators.video_scores_file('M'),
              scores=np.array([0.9, 0.3 + 0.1 * i, 0.2]), labels=np.array([1, 1, 0]))
-  result = tables.combined_result(row, str(tmp_path), (), 0, dry_run=True)
+  result = table_runs.combined_result(row, str(tmp_path), (), 0, dry_run=True)
   mean = np.mean([[0.9, 0.3 + 0.1 * i, 0.2] for i in range(len(row.runs))], axis=0)   # 0.4
   assert result == {'pad': metrics.pad_metrics(mean, [1, 1, 0])}
   # A missing run leaves the row empty; a failed one marks it failed.
   (tmp_path / row.runs[1].name() / 'results.json').unlink()
-  assert tables.combined_result(row, str(tmp_path), (), 0, dry_run=True) is None
-  (tmp_path / row.runs[1].name() / tables.FAILED).write_text('{"returncode": 1, "error": "x"}')
-  assert tables.combined_result(row, str(tmp_path), (), 0, dry_run=True) == {'failed': 'x'}
+  assert table_runs.combined_result(row, str(tmp_path), (), 0, dry_run=True) is None
+  (tmp_path / row.runs[1].name() / table_runs.FAILED).write_text('{"returncode": 1, "error": "x"}')
+  assert table_runs.combined_result(row, str(tmp_path), (), 0, dry_run=True) == {'failed': 'x'}
 
 
 def _single_result(tmp_path, center: str) -> dict:
@@ -59,12 +62,12 @@ def _single_result(tmp_path, center: str) -> dict:
 
 def test_one_single_run_per_center_serves_every_protocol_and_the_calibration(tmp_path):
   pad = _single_result(tmp_path, 'C')
-  results = tables.run_all(reproduce.TABLES[3], str(tmp_path), (), dry_run=True)
+  results = table_runs.run_all(reproduce.TABLES[3], str(tmp_path), (), dry_run=True)
   singles = {row.label: results.get((row.run, 0)) for row in reproduce.TABLES[3].rows
              if row.label.startswith('Single C')}
   assert singles == {f'Single C -> {t}': {'pad': pad['domains'][t]} for t in ('M', 'I', 'O')}
-  calibration = tables.run_all(reproduce.TABLES[1], str(tmp_path), (), dry_run=True)
-  text = tables.markdown(reproduce.TABLES[1], calibration, 'cmd')
+  calibration = table_runs.run_all(reproduce.TABLES[1], str(tmp_path), (), dry_run=True)
+  text = markdown.render(reproduce.TABLES[1], calibration, 'cmd')
   # Columns: in-domain, then on O, C, I, M, S (its own domain empty).
   assert '| Single C | 1.00 | 0.00 | — | 20.00 | 30.00 | 40.00 |' in text   # in %
   assert '| Single O | — | — | — | — | — | — |' in text
@@ -77,7 +80,7 @@ def test_figure5_draws_the_finished_runs_of_each_protocol(tmp_path):
     workdir = tmp_path / reproduce._single(center).name()  # pylint: disable=protected-access
     workdir.mkdir()
     np.savez(workdir / evaluators.video_scores_file('M'), scores=np.array(scores), labels=labels)
-  fedgpad = tmp_path / tables.Run('pad/fedgpad', 'protocol=OCI_M').name()
+  fedgpad = tmp_path / spec.Run('pad/fedgpad', 'protocol=OCI_M').name()
   fedgpad.mkdir()
   np.savez(fedgpad / evaluators.video_scores_file('M'), scores=np.array([0.9, 0.8, 0.1, 0.2]),
            labels=labels)
@@ -107,7 +110,7 @@ def test_table3_orderings_average_each_methods_protocols_as_the_paper_does():
     results[(rows[f'FedGPAD {arrow}'], 0)] = {'pad': {'hter': gpad}}
     results[(rows[f'FedPAD {arrow}'], 0)] = {'pad': {'hter': pad}}
   ordering = orderings[('FedGPAD ahead of FedPAD', 'pad/hter')]
-  assert tables.ordering_margins(table, ordering, results, (0,)) == {0: 10.0}
+  assert verdict.ordering_margins(table, ordering, results, (0,)) == {0: 10.0}
 
 
 def test_the_terms_table_drops_one_weight_on_each_protocol_and_shares_table_vi():

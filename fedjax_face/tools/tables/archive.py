@@ -1,0 +1,181 @@
+"""What a table keeps of its runs under results/, and reading it back.
+
+`archive_runs` copies each run's `archived_files` (its results, its config with the commits it ran
+at, a failure's record, and what else its table reads) into the archive (`results/<paper>_tables`),
+which `reproduce --check` rebuilds every table from; `park` shrinks a sweep's root to the same, so
+that a commit carries it. Read back, a table says which commits its runs came from
+(`commits_line`: seeds trained by different code are no mean ± std of one method, so a mix is
+refused unless asked for), and `spot_check` reruns one run per method to compare its printed cells
+with the archived run's.
+"""
+
+import glob
+import os
+import shutil
+
+from fedjax_face.io import checkpoint
+from fedjax_face.io import files
+from fedjax_face.io import provenance
+from fedjax_face.tools.tables import run as table_runs
+from fedjax_face.tools.tables import spec
+from fedjax_face.tools.tables.spec import Run, Table
+
+# What a table is rebuilt from (`reproduce --check`), kept per run by `archive_runs`: its results,
+# its config (with the commits it ran at), a failure's record, and PAD's per-video scores (Fused
+# and Fig. 5). A table that reads more names it (`Table.archived_files`: FedFV Table 3's class-
+# embedding cosines, for Fig. 5); every method writes those, at up to 2 MB a run.
+ARCHIVED = ('results.json', 'config.json', table_runs.FAILED, 'pad_video_scores*.npz')
+
+
+def archived_files(table: Table) -> tuple[str, ...]:
+  """The file patterns `archive_runs` and `park` keep of each of `table`'s runs."""
+  return ARCHIVED + table.archived_files
+
+
+def archive_runs(table: Table, root: str, extra: tuple, seeds: tuple[int, ...],
+                 archive_root: str) -> list[str]:
+  """Copies the `archived_files` of every run the table is made of (finished or failed) from
+  `root` to `archive_root`/<run name>/; returns the archived workdirs. Local paths only."""
+  out = []
+  ended = ('results.json', table_runs.FAILED)
+  for run_dir in table_runs.finished_workdirs(table, root, extra, seeds, ended=ended):
+    target = os.path.join(archive_root, os.path.basename(run_dir))
+    if os.path.abspath(target) == os.path.abspath(run_dir):
+      out.append(target)
+      continue
+    os.makedirs(target, exist_ok=True)
+    for pattern in archived_files(table):
+      for path in sorted(glob.glob(os.path.join(run_dir, pattern))):
+        shutil.copy2(path, os.path.join(target, os.path.basename(path)))
+    out.append(target)
+  return out
+
+
+def park(table: Table, root: str, extra: tuple, seeds: tuple[int, ...],
+         also_kept: dict[str, tuple[str, ...]] | None = None) -> list[str]:
+  """Shrinks a sweep's `root` to what a commit carries, so that its queue goes on in another
+  sitting from a fresh checkout (`launch/every_table.sh park`). Each finished or failed run of
+  the table keeps only its `archived_files`, except a run that others start from (`init_from`),
+  which is kept whole for them; a run that has not ended is removed, to start again. Returns a
+  line per workdir changed or kept whole. Stop the sweep first: a running run is removed.
+  `also_kept`: workdir -> the patterns other tables keep of that run, where it is theirs too
+  (`reproduce --park` passes them: FedFV Table 3's cosines of the runs it shares with Tables
+  1 and 2, and of no other run). Local paths only."""
+  lines = []
+  for run_dir, started_from in table_runs.table_workdirs(table, root, extra, seeds).items():
+    if not os.path.isdir(run_dir):
+      continue
+    if not any(os.path.exists(os.path.join(run_dir, name))
+               for name in ('results.json', table_runs.FAILED)):
+      shutil.rmtree(run_dir)
+      lines.append(f'removed, not ended: {run_dir}')
+      continue
+    if started_from:
+      lines.append(f'kept whole, other runs start from it: {run_dir}')
+      continue
+    patterns = archived_files(table) + tuple((also_kept or {}).get(run_dir, ()))
+    kept = {path for pattern in patterns for path in glob.glob(os.path.join(run_dir, pattern))}
+    dropped = sorted({os.path.join(run_dir, name) for name in os.listdir(run_dir)} - kept)
+    for path in dropped:
+      if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+      else:
+        os.remove(path)
+    if dropped:
+      lines.append(f'pruned to its archived files: {run_dir}')
+  return lines
+
+
+def spot_runs(table: Table) -> list[Run]:
+  """One run per method (config file) of a table, its first row's: what `spot_check` reruns."""
+  out = {}
+  for row in table.rows:
+    if isinstance(row.run, Run) and row.run.config not in out:
+      out[row.run.config] = row.run
+  return list(out.values())
+
+
+def spot_check(table: Table, archive_root: str, root: str, dry_run: bool = False) -> list[str]:
+  """Reruns `spot_runs` at seed 0 under `root` (at this checkout's code) and compares each
+  column, as the table prints it, with the archived run's: one line per run saying 'same
+  digits' or which cells differ, with the commits of both and how the machine differed, if it
+  did. Lines start with 'differs' when a cell differs; a run the archive lacks is said so and
+  rerun all the same."""
+  lines = []
+  for run in spot_runs(table):
+    archived_dir = spec.workdir(archive_root, run, (), 0)
+    archived_path = files.join(archived_dir, 'results.json')
+    fresh_dir = table_runs.ensure_run(run, root, (), 0, dry_run)
+    fresh_path = files.join(fresh_dir, 'results.json')
+    name = run.name()
+    if not files.exists(fresh_path):
+      lines.append(f'{name}: not rerun ({table_runs.failure(run, root, (), 0) or "dry run"})')
+      continue
+    if not files.exists(archived_path):
+      lines.append(f'{name}: not in the archive; rerun at '
+                   f'{", ".join(run_commits(fresh_dir))}')
+      continue
+    old, new = files.read_json(archived_path), files.read_json(fresh_path)
+    differ = []
+    for column in table.columns:
+      digits = spec.column_digits(table, column)
+      values = (spec.column_value(old, table, column), spec.column_value(new, table, column))
+      cells = [None if v is None else f'{v:.{digits}f}' for v in values]
+      if cells[0] != cells[1]:
+        differ.append(f'{spec.column_title(table, column)} {cells[0]} -> {cells[1]}')
+    commits = (f'archive at {", ".join(run_commits(archived_dir))}, rerun at '
+               f'{", ".join(run_commits(fresh_dir))}')
+    # The same code can give other digits on another machine kind: say when it was one.
+    moved = provenance.machine_difference(old.get('provenance'), new.get('provenance'))
+    commits += f'; machine: {moved}' if moved else ''
+    lines.append(f'differs: {name}: {"; ".join(differ)} ({commits})' if differ else
+                 f'{name}: same digits ({commits})')
+  return lines
+
+
+def run_commits(run_dir: str) -> list[str]:
+  """The commit labels (`provenance.commit_label`) a finished run was trained at: its
+  config.json's record of its start and resumes when it has one (results.json's provenance is
+  that of the last of them), else its results.json's ('unrecorded' for archived runs made before
+  provenance was recorded)."""
+  config_path = files.join(run_dir, 'config.json')
+  config = files.read_json(config_path) if files.exists(config_path) else {}
+  if checkpoint.PROVENANCE_KEY in config:
+    return list(dict.fromkeys(checkpoint.config_commits(config)))
+  result = files.read_json(files.join(run_dir, 'results.json'))
+  return [provenance.commit_label(result.get(checkpoint.PROVENANCE_KEY))]
+
+
+def commit_counts(run_dirs: list[str]) -> dict[str, int]:
+  """How many runs each commit label made; a run resumed across commits counts for each."""
+  counts = {}
+  for run_dir in run_dirs:
+    for label in run_commits(run_dir):
+      counts[label] = counts.get(label, 0) + 1
+  return counts
+
+
+class MixedCommitsError(ValueError):
+  """A table's runs came from more than one commit (and mixing was not allowed)."""
+
+
+def commits_line(counts: dict[str, int], allow_mixed: bool = False) -> str:
+  """The table's line saying which commits its runs came from ('' without finished runs).
+
+  Raises MixedCommitsError, in one line naming each commit and its number of runs, when there
+  are several (a dirty tree and 'unrecorded' are labels of their own) and `allow_mixed` is False.
+  """
+  if not counts:
+    return ''
+  how_many = lambda n: f'{n} run{"" if n == 1 else "s"}'
+  if list(counts) == ['unrecorded']:
+    return 'commit: unrecorded (runs made before provenance was recorded)'
+  if len(counts) == 1:
+    (label, n), = counts.items()
+    return f'commit: {label} ({how_many(n)})'
+  named = ', '.join(f'{label} ({how_many(n)})' for label, n in
+                    sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+  if not allow_mixed:
+    raise MixedCommitsError(f'the runs come from {len(counts)} commits: {named}; rerun them at '
+                            'one commit, or pass --allow_mixed_commits to make the table anyway.')
+  return f'commits (mixed, --allow_mixed_commits): {named}'

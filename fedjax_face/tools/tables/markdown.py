@@ -1,0 +1,124 @@
+"""A table as markdown: ours beside the paper's (mean ± std over seeds), then the verdicts.
+
+`render` prints the page `reproduce` writes to docs/<paper>_table<N>.md: the header, one line per
+row, the paper's orderings judged on ours (verdict.py), and a footnote with the command that made
+it, the setting, the seeds and the commits of its runs.
+"""
+
+import statistics
+
+from fedjax_face.tools import claims
+from fedjax_face.tools.tables import spec
+from fedjax_face.tools.tables import verdict as verdict_lib
+from fedjax_face.tools.tables.spec import Ordering, Row, Run, Table
+
+
+def summarize(values: list[float], num_seeds: int = 1, digits: int = 2) -> str:
+  """One cell: '—' without runs, the value of one run, mean ± sample std over several; a cell
+  missing some of the `num_seeds` runs says how many it has."""
+  if not values:
+    return '—'
+  cell = (f'{values[0]:.{digits}f}' if len(values) == 1 else
+          f'{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}')
+  return cell if len(values) == num_seeds else f'{cell} ({len(values)} of {num_seeds} seeds)'
+
+
+def row_values(table: Table, row: Row, column: str, results: dict,
+               seeds: tuple[int, ...]) -> list[float]:
+  """Ours for one cell: one value per seed that has a finished run."""
+  values = [spec.column_value(results.get((row.run, seed)), table, column) for seed in seeds]
+  return [v for v in values if v is not None]
+
+
+def ordering_line(table: Table, ordering: Ordering, verdict: verdict_lib.Verdict,
+                  seeds: tuple[int, ...]) -> str:
+  """'- FedFR above FedFace (generic LFW acc.): **reproduced**: holds in 3 of 3 seeds (by +0.35
+  to +1.35; t = 4.10 > 2.92).'"""
+  detail = verdict_lib.verdict_detail(verdict, seeds, table.own_orderings)
+  return f'- {ordering.claim} ({spec.column_title(table, ordering.column)}): {detail}.'
+
+
+def ordering_lines(table: Table, results: dict, seeds: tuple[int, ...]) -> list[str]:
+  """Every ordering's line; a claim checked on several columns gets a line saying on how many it
+  is reproduced, then one indented line per column."""
+  by_claim = {}
+  for ordering, verdict in zip(table.orderings,
+                               verdict_lib.table_verdicts(table, results, seeds)):
+    by_claim.setdefault(ordering.claim, []).append((ordering, verdict))
+  lines = []
+  for claim, judged in by_claim.items():
+    if len(judged) == 1:
+      lines.append(ordering_line(table, *judged[0], seeds))
+      continue
+    counts = {word: sum(v.verdict == word for _, v in judged)
+              for word in ('reproduced', 'reversed')}
+    said = verdict_lib.OWN_WORDS if table.own_orderings else {word: word for word in counts}
+    lines.append(f'- {claim}: {said["reproduced"]} on {counts["reproduced"]} of {len(judged)} '
+                 'columns' + (f', {said["reversed"]} on {counts["reversed"]}'
+                              if counts['reversed'] else '') + ':')
+    lines += [f'  - {spec.column_title(table, o.column)}: '
+              f'{verdict_lib.verdict_detail(v, seeds, table.own_orderings)}.'
+              for o, v in judged]
+  return lines
+
+
+def header_lines(table: Table, has_paper: bool) -> list[str]:
+  """The title, the paper's claim and the table's two header lines (ours and the paper's title
+  per column when the paper has numbers)."""
+  header = ['method']
+  for i, column in enumerate(table.columns):
+    title = spec.column_title(table, column)
+    paper_title = table.paper_titles[i] if table.paper_titles else title
+    header += [f'{title} (ours)', f'{paper_title} (paper)'] if has_paper else [title]
+  return [f'## {table.title}', '', f'Paper: {table.claim}.', '',
+          '| ' + ' | '.join(header) + ' |', '|' + ' --- |' * len(header)]
+
+
+def row_line(table: Table, row: Row, results: dict, seeds: tuple[int, ...],
+             has_paper: bool) -> str:
+  """One row: per column, ours over the seeds (with how many failed) and the paper's number."""
+  cells = [row.label]
+  failed = sum('failed' in results.get((row.run, seed), {}) for seed in seeds)
+  for column, paper in zip(table.columns, row.paper):
+    values = [] if row.run is None else row_values(table, row, column, results, seeds)
+    digits = spec.column_digits(table, column)
+    cell = summarize(values, len(seeds) - failed, digits) if values else 'failed'
+    if failed and values:
+      cell += f' ({failed} failed)'
+    cells.append('not built' if row.run is None else cell if values or failed else '—')
+    if has_paper:
+      cells.append('—' if paper is None else f'{paper:.2f}')
+  return '| ' + ' | '.join(cells) + ' |'
+
+
+def orderings_head(table: Table) -> str:
+  """The sentence before the verdict lines (`claims.ORDERINGS_HEADS` finds it there)."""
+  heads = claims.ORDERINGS_HEADS
+  if table.own_orderings:
+    return (f"{heads[1]} (no paper states them), on ours seed by seed (by: how far the first "
+            "leads, per seed, in the column's unit). " + verdict_lib.VERDICT_RULE
+            + " Here 'ahead' stands for reproduced and 'behind' for reversed.")
+  return (f"{heads[0]}, seed by seed (by: how far the first leads, per seed, in the column's "
+          'unit). ' + verdict_lib.VERDICT_RULE)
+
+
+def render(table: Table, results: dict[tuple[Run, int], dict], command: str,
+           seeds: tuple[int, ...] = (0,), commits: str = '') -> str:
+  """The table with ours and the paper's value side by side per column (ours alone when the
+  paper has no number anywhere in it); `commits` (`archive.commits_line`) goes under the
+  footnote."""
+  has_paper = any(v is not None for row in table.rows for v in row.paper)
+  lines = header_lines(table, has_paper)
+  lines += [row_line(table, row, results, seeds, has_paper) for row in table.rows]
+  spread = ('' if len(seeds) == 1 else
+            f' Ours: mean ± standard deviation over config.seed = {", ".join(map(str, seeds))}.')
+  errors = sorted({result['failed'] for result in results.values() if 'failed' in result})
+  if table.orderings:
+    lines += ['', orderings_head(table), '']
+    lines += ordering_lines(table, results, seeds)
+  lines += ['', f'Made by `{command}`; {table.setting}' + spread, '']
+  if commits:
+    lines += [commits, '']
+  if errors:
+    lines += ['Failed runs ended with: ' + '; '.join(f'`{e}`' for e in errors), '']
+  return '\n'.join(lines)
