@@ -107,7 +107,8 @@ def _refusal(path: str, error: OSError) -> str:
       '' if error.errno == errno.ENOENT else f' ({reason})')
 
 
-IN_USE = 'is in use by'   # the refusal of `workdir_lock`, as `tools/tables.py` recognizes it
+# The refusal of `workdir_lock`, as `tools/tables/run.py` recognizes it.
+IN_USE = 'is in use by'
 
 
 @contextlib.contextmanager

@@ -1,8 +1,8 @@
 """Where a result came from: the code's commit, the library versions and the machine.
 
 `collect()` is recorded in every run's `results.json` and `config.json` (`io/checkpoint.py`
-keeps the first start's and appends each resume's), so a table made of several runs can say
-which code made them, and refuse to mix commits (`tools/tables.py`). Seeds trained at different
+keeps the first start's and appends each resume's), so a table made of several runs can say which
+code made them, and refuse to mix commits (`tools/tables/archive.py`). Seeds trained at different
 commits once sat side by side in one table with nothing to tell them apart.
 
 The commit is that of the checkout the imported `fedjax_face` package lives in (not of the

@@ -205,9 +205,9 @@ def open_workdir(workdir: str, config_dict: dict, *, max_to_keep: int = 2,
 def write_config(workdir: str, config_dict: dict, defaults: dict | None, opening: Opening
                  ) -> None:
   """Writes config.json with the run's provenance record (`checkpoint.run_provenance`) once
-  `check_opening` has passed; a results.json this run will replace goes first, so that no
-  workdir shows one run's config beside another's results (`tools/tables.py` reads both). A
-  stopped run that goes on records what changed, and its stopped.json goes."""
+  `check_opening` has passed; a results.json this run will replace goes first, so that no workdir
+  shows one run's config beside another's results (`tools/tables/run.py` reads both). A stopped run
+  that goes on records what changed, and its stopped.json goes."""
   path = files.join(workdir, 'config.json')
   config_dict = dict(config_dict)
   # A caller handing back a saved config.json (a tool reopening a finished run to read it) does

@@ -4,10 +4,10 @@ r"""What reproduces, in one place: each paper's summary of verdicts, collected f
     python -m fedjax_face.tools.claims --check    # exit 1 naming each summary that is stale,
                                                   # and each mean ± std no table holds
 
-The verdicts are made once, by `reproduce` (`tools/tables.py:judge`), at the end of each generated
-table (docs/<paper>_table<N>.md, docs/<paper>_fig<N>.md, ...). A paper's page states no verdict
-of its own: between the two markers below it holds a copy of its tables' verdict lines, which
-this tool writes and `tests/tools/test_claims.py` checks, so a page cannot say more than its
+The verdicts are made once, by `reproduce` (`tools/tables/verdict.py:judge`), at the end of each
+generated table (docs/<paper>_table<N>.md, docs/<paper>_fig<N>.md, ...). A paper's page states no
+verdict of its own: between the two markers below it holds a copy of its tables' verdict lines,
+which this tool writes and `tests/tools/test_claims.py` checks, so a page cannot say more than its
 tables show. The page's prose quotes numbers too: every mean ± std it quotes must be a cell of one
 of its tables, so that a regenerated table cannot leave the prose behind. Figures of earlier code
 states, kept as the record of how a result was found, go between the two HISTORY markers.
@@ -27,8 +27,9 @@ END = '<!-- /verdicts -->'
 HISTORY = ('<!-- history: figures of earlier code states, not rebuilt from the tables -->',
            '<!-- /history -->')
 MEAN_STD = re.compile(r'(-?\d+\.\d+)\s+±\s+(\d+\.\d+)')   # a cell "83.18 ± 0.61", even across lines
-# The sentence that starts a generated table's verdict lines (`tools/tables.py:markdown`): the
-# paper's orderings, or, in a table no paper reports, orderings of our own asking.
+# The sentence that starts a generated table's verdict lines
+# (`tools/tables/markdown.py:orderings_head`): the paper's orderings, or, in a table no paper
+# reports, orderings of our own asking.
 ORDERINGS_HEADS = ("The paper's orderings on ours", 'Our own orderings')
 
 
