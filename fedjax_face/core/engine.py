@@ -4,7 +4,8 @@ One compiled program serves every round: the cohort is padded to a fixed size wi
 (id = num_clients, weight 0, all-false masks), and client data arrive stacked and padded as
 `[cohort, steps, batch, ...]`.
 
-Backends for the clients axis (measured, not assumed — REFERENCE_NOTES §9, `python -m fedjax_face.tools.bench`):
+Backends for the clients axis (measured, not assumed: docs/references.md, xla-cpu-loops;
+`python -m fedjax_face.tools.bench`):
   vmap  all clients of the cohort at once (per-client weights become grouped convolutions);
   map   `map_width` clients at a time under vmap, the chunks one after another (`lax.map`);
   loop  a Python loop over a jitted client update, the way fedjax and pfl-research run clients

@@ -7,12 +7,12 @@ the GIL, so the host work overlaps the device's. The thread changes only *when* 
 made: `sample_round` is a pure function of (seed, round, client), so runs with prefetch on and off
 are bit-identical (tests/test_pipeline.py).
 
-Augmentation: the training transform (random horizontal flip, then `(x / 255 - 0.5) / 0.5`,
-REFERENCE_NOTES §1) runs inside the jitted local step (`algorithms/common.py` with
-`data/preprocess.py`), on the accelerator: the host ships uint8, a quarter of the bytes of float32,
-and the flips come from the round's JAX key, so a run is reproducible on every backend. `augment`
-is the same transform in numpy, for measuring the host-side cost (`bench_pipeline`) and for feeding
-another trainer.
+Augmentation: the training transform (random horizontal flip, then `(x / 255 - 0.5) / 0.5`;
+docs/references.md, insightface-transform) runs inside the jitted local step
+(`algorithms/common.py` with `data/preprocess.py`), on the accelerator: the host ships uint8, a
+quarter of the bytes of float32, and the flips come from the round's JAX key, so a run is
+reproducible on every backend. `augment` is the same transform in numpy, for measuring the
+host-side cost (`bench_pipeline`) and for feeding another trainer.
 """
 
 from __future__ import annotations

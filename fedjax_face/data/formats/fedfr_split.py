@@ -1,6 +1,6 @@
 """FedFR's pre-split federated data: one RecordIO set per client, as the authors' split scripts
-write MS1M (REFERENCE_NOTES §10; github.com/jackie840129/FedFR, `split_dataset/`), read without
-MXNet.
+write MS1M (docs/references.md, fedfr-split-layout; github.com/jackie840129/FedFR,
+`split_dataset/`), read without MXNet.
 
   <root>/split_train_i<N>c<K>/client_XXXX/train.rec, train.idx   one set per client
   <root>/split_pretrain_<K_g>/client_XXXX/train.rec, train.idx   the public identities, in

@@ -1,5 +1,5 @@
-"""The three anti-spoofing list layouts researchers hold (REFERENCE_NOTES §6, §10): readers, and
-the writers the tests and `tools/export_pad.py` use. No framework needed.
+"""The three anti-spoofing list layouts researchers hold (docs/references.md, pad-list-layouts):
+readers, and the writers the tests and `tools/export_pad.py` use. No framework needed.
 
 A data center is a root directory in one layout; each layout has a training split ('train') and
 an evaluation split ('test'):

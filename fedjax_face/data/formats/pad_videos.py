@@ -2,9 +2,9 @@
 frame sampling rules, face boxes and crops; decoding with PyAV (`pip install -e '.[video]'`).
 
 A video list is a text file, one video a line: `<path> <label>`, whitespace-separated, the path
-relative to the list's video root, 1 = live (the FedGPAD lists' line, REFERENCE_NOTES §10). Each
-data set names live and attack videos its own way, so the list is the user's one statement of
-which is which (docs/pad.md gives the one-line command per data set).
+relative to the list's video root, 1 = live (the FedGPAD lists' line; docs/references.md,
+pad-list-layouts). Each data set names live and attack videos its own way, so the list is the
+user's one statement of which is which (docs/pad.md gives the one-line command per data set).
 
 Sampling (frames numbered from 0 in decoding order, n per video):
   'ssdg'   SSDG's rule, k frames `6 + j*floor(n/k)`, j < k (k = 1 for training videos, 2 for the

@@ -1,7 +1,7 @@
 """MXNet RecordIO (`train.rec` / `train.idx` / `property`) read and written without MXNet.
 
-This is the insightface training-set format (REFERENCE_NOTES §1), implemented here from the dmlc
-recordio specification so that no MXNet is needed:
+This is the insightface training-set format (docs/references.md, insightface-recordio),
+implemented here from the dmlc recordio specification so that no MXNet is needed:
 
 * Framing (dmlc recordio). A record is one or more parts; each part is `uint32 magic = 0xced7230a`,
   `uint32 lrecord` (low 29 bits: part length, top 3 bits: continuation flag), the part bytes, and

@@ -13,10 +13,10 @@ What tensorflow-datasets 4.9.10 does without TensorFlow (checked on this project
 * A copy prepared in the default `tfrecord` format has no random access: it is read once with
   `tf.data` (TensorFlow required), its encoded images kept in memory.
 
-TFDS (REFERENCE_NOTES §7): `lfw` has 13,233 unaligned 250x250 images with person-name labels (no
-pairs); `celeb_a` has aligned 218x178 images with `identity/Identity_No`. Both are cropped to the
-central square (`data.tfds.center_crop` of the shorter side) and resized to `data.image_size`. The
-identities are numbered in sorted order of their label values.
+TFDS (docs/references.md, tfds-face-sets): `lfw` has 13,233 unaligned 250x250 images with
+person-name labels (no pairs); `celeb_a` has aligned 218x178 images with `identity/Identity_No`.
+Both are cropped to the central square (`data.tfds.center_crop` of the shorter side) and resized
+to `data.image_size`. The identities are numbered in sorted order of their label values.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """insightface verification pair sets (`lfw.bin`, `cfp_fp.bin`, `agedb_30.bin`, ...), read safely.
 
-A `.bin` file is a pickle of `(bins, issame_list)` (REFERENCE_NOTES §1): `bins` holds 2N encoded
-images (pair p is `bins[2p]`, `bins[2p + 1]`), `issame_list` N booleans. The public files were
-written by Python 2, so their images are py2 `str` objects: Python 3 reads them with
-`encoding='bytes'`.
+A `.bin` file is a pickle of `(bins, issame_list)` (docs/references.md, verification-bin):
+`bins` holds 2N encoded images (pair p is `bins[2p]`, `bins[2p + 1]`), `issame_list` N booleans.
+The public files were written by Python 2, so their images are py2 `str` objects: Python 3 reads
+them with `encoding='bytes'`.
 
 A pickle can import and call anything, so these files are read with
 `io.safe_pickle.RestrictedUnpickler`, which admits no real global at all. Plain containers,

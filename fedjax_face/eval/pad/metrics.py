@@ -1,7 +1,7 @@
 """Face presentation-attack detection (PAD, anti-spoofing) metrics: AUC, EER and HTER.
 
 The reading of FedGPAD (Shao et al., TNNLS 2022, Sec. IV-A3) and of its authors' code
-(rshaojimmy/FedGPAD, `misc/metrics_utils.py`; REFERENCE_NOTES.md sections 6 and 10):
+(rshaojimmy/FedGPAD, `misc/metrics_utils.py`; docs/references.md, pad-metrics):
 
 - A score is the probability of LIVE (the sigmoid of the classifier's logit). Label 1 = live
   (bona fide), 0 = spoof (presentation attack). A sample is accepted as live when
@@ -292,11 +292,11 @@ def sklearn_roc(scores: npt.ArrayLike,
 
   The extra point's threshold: sklearn before 1.3 writes `thresholds[0] + 1` (the highest score
   + 1), 1.3 and later `np.inf` (scikit-learn#26194). The FedGPAD code targets Python 3.6 and
-  PyTorch 1.2 (its README), whose newest sklearn is 0.24, and REFERENCE_NOTES records no
-  version, so this reads it as `max(score) + 1`. It only matters when that point is chosen, i.e.
-  when every score is equal: both thresholds then accept nothing (FAR 0, FRR 1, HTER 1/2), and
-  this one stays finite in results.json. fpr and tpr are sklearn's bit for bit, the thresholds
-  after the first are the scores themselves.
+  PyTorch 1.2 (its README), whose newest sklearn is 0.24, and names no sklearn version
+  (docs/references.md, pad-metrics), so this reads it as `max(score) + 1`. It only matters when
+  that point is chosen, i.e. when every score is equal: both thresholds then accept nothing
+  (FAR 0, FRR 1, HTER 1/2), and this one stays finite in results.json. fpr and tpr are sklearn's
+  bit for bit, the thresholds after the first are the scores themselves.
 
   Returns:
     `(fpr, tpr, thresholds)`, float64, thresholds descending.

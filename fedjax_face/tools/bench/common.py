@@ -30,7 +30,8 @@ COHORT_FIELDS = ('num_clients', 'cohort_size', 'identities_per_client', 'images_
 
 
 CPU_SKIP_REASON = ('XLA CPU runs convolutions inside while loops (scanned steps, lax.map over '
-                   'client groups) ~18x slower than straight-line code (REFERENCE_NOTES §9)')
+                   'client groups) ~18x slower than straight-line code '
+                   '(docs/references.md, xla-cpu-loops)')
 
 
 def per_second(count: float, seconds: float) -> float:
