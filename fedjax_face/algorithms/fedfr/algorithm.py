@@ -24,7 +24,8 @@ negatives and the contrastive term, then the last round is local adaptation -- e
 the global model, L_cos alone ('finetune') or with T^2 KL to the global model's logits over the
 same classes ('kd', `losses.distillation_loss`) -- and the server keeps the global model.
 
-Readings (the paper and the authors' code are silent or slip; REFERENCE_NOTES §4):
+Readings (the paper and the authors' code are silent or slip; docs/references.md,
+fedfr-authors-code):
   * g(z) = 2((z + 1)/2)^t - 1: the paper prints 2((z+1)^t/2) - 1; the form here maps [-1, 1]
     onto itself, as SphereFace2's does.
   * Eq. 6's bias enters both terms with the logit: z_j = s'(g(cos_j) -/+ m') + b_j.

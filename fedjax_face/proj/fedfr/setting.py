@@ -111,7 +111,7 @@ def pretraining_config(runlocal: bool = False, paper: bool = False) -> ml_collec
   c = fedfr_config('centralized', runlocal=runlocal, paper=paper)
   c.data.centralized_on = 'public'
   del c.evals.diagnostics               # no clients' class embeddings: one class matrix
-  c.optimizer.learning_rate = 0.1        # the usual CosFace recipe (REFERENCE_NOTES §3)
+  c.optimizer.learning_rate = 0.1        # the usual CosFace recipe (docs/references.md, sgd-recipe)
   c.engine.step_mode = 'auto'
   c.federated.local_steps = 2 if runlocal else 8
   c.num_rounds = 4 if runlocal else 250  # 2,000 steps of 32: 32 epochs of the 2,000 public images
