@@ -15,7 +15,7 @@ refused (one line naming them) unless `--allow_mixed_commits`.
 
 `--check` rebuilds each generated table from the run archive alone (`results/<paper>_tables`),
 with the command its footnote records, and names every table that differs or whose runs the
-archive lacks. `--archive_to=results` copies a sweep's runs into the archive
+archive lacks; a table's extra page (FedFV's Fig. 5) is rebuilt with its table's seeds. `--archive_to=results` copies a sweep's runs into the archive
 (`tools/tables/archive.py:ARCHIVED`); `--spot_check --root=DIR` reruns one run per method of each
 table at this checkout and compares its printed cells with the archived run's. `--park` shrinks a
 stopped sweep's root to the files a commit carries, so that its queue goes on in another sitting.
@@ -129,6 +129,11 @@ def check_table(paper: str, tid, docs_dir: str, archive_dir: str) -> str:
     return f'{missing} run{"" if missing == 1 else "s"} not in {root}'
   if isinstance(rebuilt, archive.MixedCommitsError):
     return str(rebuilt)
+  return compare(rebuilt, doc)
+
+
+def compare(rebuilt: str, doc: str) -> str:
+  """'ok', or the first line where the page in docs differs from the one rebuilt."""
   if rebuilt == doc:
     return 'ok'
   differing = [i + 1 for i, (a, b) in enumerate(zip(rebuilt.splitlines(), doc.splitlines()))
@@ -137,10 +142,33 @@ def check_table(paper: str, tid, docs_dir: str, archive_dir: str) -> str:
   return f'differs from the archive from line {first}'
 
 
+def check_extra(paper: str, tid, docs_dir: str, archive_dir: str) -> str:
+  """'ok', or why a table's extra page (the paper module's `EXTRAS`: FedFV's Fig. 5) in docs does
+  not rebuild from the archive alone with the seeds and overrides its table's footnote records.
+  Its picture is not compared: PNG bytes follow the matplotlib version."""
+  file_name, make = paper_module(paper).EXTRAS[tid]
+  path = os.path.join(docs_dir, file_name)
+  if not os.path.exists(path):
+    return 'no generated page in docs'
+  table_path = os.path.join(docs_dir, out_name(paper, tid))
+  recorded = (recorded_command(files.read_text(table_path)) if os.path.exists(table_path)
+              else None)
+  if recorded is None:
+    return f'no "Made by" command in the footnote of {out_name(paper, tid)}'
+  rebuilt = make(os.path.join(archive_dir, f'{paper}_tables'),
+                 spec.parse_overrides(recorded['set']), spec.parse_seeds(recorded['seeds']), None)
+  return compare(rebuilt, files.read_text(path))
+
+
 def check(docs_dir: str, archive_dir: str) -> list[tuple[str, str]]:
-  """(table name, `check_table`) for every table of every paper."""
-  return [(f'{paper}{tid}', check_table(paper, tid, docs_dir, archive_dir))
-          for paper in PAPERS for tid in table_ids(paper)]
+  """(table name, `check_table`) for every table of every paper, then (page name,
+  `check_extra`) for every extra page ('fedfv_fig5.md')."""
+  table_checks = [(f'{paper}{tid}', check_table(paper, tid, docs_dir, archive_dir))
+                  for paper in PAPERS for tid in table_ids(paper)]
+  extras = [(file_name, check_extra(paper, tid, docs_dir, archive_dir))
+            for paper in PAPERS
+            for tid, (file_name, _) in getattr(paper_module(paper), 'EXTRAS', {}).items()]
+  return table_checks + extras
 
 
 def define_flags():

@@ -93,14 +93,17 @@ def test_command_line_refuses_a_table_of_mixed_commits_unless_allowed(tmp_path):
 
 def test_check_rebuilds_each_table_from_the_archive_alone(tmp_path, monkeypatch):
   """`--check`: a generated table equals what its footnote's command makes from the archived
-  runs, or it is named with the first differing line, or the runs the archive lacks."""
+  runs, or it is named with the first differing line, or the runs the archive lacks; so does its
+  extra page, made with the seeds the table's footnote records."""
   import types  # pylint: disable=g-import-not-at-top
   a, b = spec.Run('fedgc/fedgc'), spec.Run('fedgc/fedpe')
   table = spec.Table('Toy', 'verification', ('lfw',),
                      (spec.Row('A', a, (None,)), spec.Row('B', b, (None,))), 'A > B')
   monkeypatch.setattr(reproduce, 'PAPERS', ('toy',))
-  monkeypatch.setattr(reproduce, 'paper_module',
-                      lambda paper: types.SimpleNamespace(TABLES={1: table}))
+  # An extra page, made with the seeds its table's footnote records, from the archive's root.
+  extra_page = lambda root, extra, seeds, out_dir: f'{os.path.basename(root)}: seeds {seeds}'
+  monkeypatch.setattr(reproduce, 'paper_module', lambda paper: types.SimpleNamespace(
+      TABLES={1: table}, EXTRAS={1: ('toy_fig.md', extra_page)}))
   archive, docs = tmp_path / 'results', tmp_path / 'docs'
   docs.mkdir()
   for run, seeds in ((a, (0, 1)), (b, (0, 1))):
@@ -113,16 +116,21 @@ def test_check_rebuilds_each_table_from_the_archive_alone(tmp_path, monkeypatch)
   results = table_runs.run_all(table, str(archive / 'toy_tables'), (), seeds=(0, 1))
   doc = markdown.render(table, results, command, (0, 1),
                         'commit: unrecorded (runs made before provenance was recorded)')
-  assert reproduce.check(str(docs), str(archive)) == [('toy1', 'no generated table in docs')]
+  (docs / 'toy_fig.md').write_text('toy_tables: seeds (0, 1)')
+  assert reproduce.check(str(docs), str(archive)) == [
+      ('toy1', 'no generated table in docs'),
+      ('toy_fig.md', 'no "Made by" command in the footnote of toy_table1.md')]
   (docs / 'toy_table1.md').write_text(doc)
-  assert reproduce.check(str(docs), str(archive)) == [('toy1', 'ok')]
+  assert reproduce.check(str(docs), str(archive)) == [('toy1', 'ok'), ('toy_fig.md', 'ok')]
   (docs / 'toy_table1.md').write_text(doc.replace('| A | 80.50 ± 0.71 |', '| A | 80.51 ± 0.71 |'))
-  assert reproduce.check(str(docs), str(archive)) == [('toy1',
-                                                       'differs from the archive from line 7')]
+  (docs / 'toy_fig.md').write_text('toy_tables: seeds (0,)')
+  assert reproduce.check(str(docs), str(archive)) == [
+      ('toy1', 'differs from the archive from line 7'),
+      ('toy_fig.md', 'differs from the archive from line 1')]
   (docs / 'toy_table1.md').write_text(doc)
   (archive / 'toy_tables' / b.name(spec.seed_overrides((), 1)) / 'results.json').unlink()
-  assert reproduce.check(str(docs), str(archive)) == [
-      ('toy1', f'1 run not in {archive / "toy_tables"}')]
+  assert reproduce.check(str(docs), str(archive))[0] == (
+      'toy1', f'1 run not in {archive / "toy_tables"}')
 
 
 def test_every_table_in_docs_rebuilds_from_the_repository_s_archive():
@@ -130,5 +138,8 @@ def test_every_table_in_docs_rebuilds_from_the_repository_s_archive():
   command makes from `results/`. Since PAD's landed (session 31) no table lacks its runs."""
   status = dict(reproduce.check(os.path.join(config_files.ROOT, 'docs'),
                                 os.path.join(config_files.ROOT, 'results')))
-  assert set(status) == set(reproduce.table_names())
+  extras = {name for paper in reproduce.PAPERS
+            for name, _ in getattr(reproduce.paper_module(paper), 'EXTRAS', {}).values()}
+  assert set(status) == set(reproduce.table_names()) | extras
+  assert 'fedfv_fig5.md' in extras   # drawn from the archive's cosine histograms
   assert {name: why for name, why in status.items() if why != 'ok'} == {}
