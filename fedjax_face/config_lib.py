@@ -1,6 +1,9 @@
 """The sections every method shares, the `get_config(arg)` variant parser, and their checks.
 
-Every file in `configs/` starts from `base_config()` and adds its method's own section
+A config is of one task ('recognition' | 'anti_spoofing'): `base_config(task)` holds the shared
+sections and the task's own, each asked of the module that owns it (sources, evaluators, the
+head, the split), so an anti-spoofing config.json carries no face-recognition field.
+Every file in `configs/` starts from `base_config(task)` and adds its method's own section
 (`c.<method> = <method module>.config_section()`, checked by that module's `check_config`), so a
 field that exists in neither is a typo, and `ml_collections.config_flags` rejects
 `--config.<field>=...` overrides of unknown fields. The allowed values of a field are defined by
@@ -9,22 +12,28 @@ the module that uses them and checked from there.
 
 import ml_collections
 
+from fedjax_face import eval as eval_lib
 from fedjax_face.core import (compression, distributed, engine, local, local_terms, privacy,
                               server_optimizers, xla_flags)
 from fedjax_face.core.checks import (check_bool, check_choice, check_fraction, check_int,  # pylint: disable=unused-import
                                      check_number, section)
-from fedjax_face.data import participation, partition, sources
+from fedjax_face.data import participation, partition, sources, splits
 from fedjax_face.models import heads
 from fedjax_face.models.conv import CONV_GRADIENTS
 
 
+TASKS = ('recognition', 'anti_spoofing')
 SCHEDULES = ('constant', 'step')   # learning rate by round (algorithms/common.py:lr_scale_schedule)
 
 
 def base_config(task: str = 'recognition') -> ml_collections.ConfigDict:
-  """Defaults sized so one run finishes in a few minutes on 2 CPU cores (README), with the
-  sections of every data source of `task` ('recognition' | 'anti_spoofing'), so that
-  `--config.data.source=` moves a config between them."""
+  """The sections every run shares, defaults sized so one run finishes in a few minutes on 2 CPU
+  cores (README), and those of `task` ('recognition' | 'anti_spoofing'), each from the module
+  that owns it: every data source of the task (so that `--config.data.source=` moves a config
+  between them), its evaluators (`eval.TASK_EVALUATORS`), and for recognition the head's loss
+  (`models/heads.py`) and the public / private split (`data/splits.py`)."""
+  if task not in TASKS:
+    raise ValueError(f'task={task!r}; expected one of {TASKS}.')
   c = ml_collections.ConfigDict()
   c.algorithm = ''                     # a key of algorithms.ALGORITHMS, set by each config
   c.seed = 0
@@ -47,15 +56,8 @@ def base_config(task: str = 'recognition') -> ml_collections.ConfigDict:
   # The data every run shares; the source's own fields are in `c.data.<source>`
   # (`data/sources/`: a task's configs carry every source of the task).
   c.data = ml_collections.ConfigDict()
-  c.data.source = 'synthetic'          # a key of data.sources.SOURCES
+  c.data.source = sources.of_task(task)[0]   # a key of data.sources.SOURCES
   c.data.image_size = 32
-  # Public and private identities (FedFR; data/splits.py): the first K_g training identities are
-  # public (the pre-training set, shared with every client), the rest are dealt to the clients.
-  c.data.public_identities = 0         # K_g; 0 = every identity is a client's
-  c.data.private_test_fraction = 0.0   # of each private identity's images, held out for the
-                                       # personalized evaluation (FedFR: 40 of 100)
-  c.data.centralized_on = 'all'        # a centralized run with public identities: 'public' (the
-                                       # pre-training) | 'all' (public + private training images)
   c.data.prefetch = 1                  # rounds prepared ahead in a background thread; 0 = off
   c.data.decode_threads = 0            # image decode threads; 0 = every usable CPU
   sources.add_sections(c, task)
@@ -88,14 +90,6 @@ def base_config(task: str = 'recognition') -> ml_collections.ConfigDict:
   c.model.width = 16
   c.model.embedding_dim = 128
   c.model.dtype = 'float32'
-
-  c.head = ml_collections.ConfigDict()
-  c.head.loss = 'softmax'              # 'softmax' (W^T x) | 'cosface' | 'arcface' | positive-only:
-                                       # 'positive_cosine' (FedAwS, FedFace) | 'positive_dot' (FedUV)
-  c.head.scale = 64.0                  # s for cosface / arcface
-  c.head.margin = -1.0                 # < 0: the paper's margin (CosFace 0.35, ArcFace 0.5)
-  c.head.arcface_fallback = 'classic'  # 'classic' | 'easy' | 'none' (REFERENCE_NOTES §3)
-  c.head.init_std = 0.01               # class embeddings ~ N(0, std^2) (arcface_torch's init)
 
   c.optimizer = ml_collections.ConfigDict()
   c.optimizer.name = 'sgd'             # 'sgd' (momentum, coupled weight decay) | 'adam' (FedGPAD)
@@ -167,29 +161,10 @@ def base_config(task: str = 'recognition') -> ml_collections.ConfigDict:
   c.eval.batch_size = 256
   # Evaluators by type (eval/__init__.py:EVALUATORS); each present section runs, with its settings.
   c.evals = ml_collections.ConfigDict()
-  c.evals.verification = ml_collections.ConfigDict()    # 1:1, the insightface 10-fold protocol
-  c.evals.verification.pair_sets = ('lfw', 'cfp_fp', 'agedb_30')   # the synthetic benchmark
-                                       # renders these; real data: <name>.bin / .txt stems
-  c.evals.verification.far_target = 1e-3
-  # 1:N identification (MegaFace / IJB-C 1:N analogue, FedGC Tables 6-7) on held-out synthetic
-  # identities (skipped for real data).
-  c.evals.identification = ml_collections.ConfigDict()
-  c.evals.identification.num_enrolled = 100
-  c.evals.identification.num_distractors = 1000
-  c.evals.identification.num_non_mated = 200
-  c.evals.identification.probes_per_identity = 2
-  # Class-embedding cosines within / across clients (FedGC Fig. 3(c)(d)); methods that keep
-  # class embeddings only.
-  c.evals.diagnostics = ml_collections.ConfigDict()
-  # IJB-B / IJB-C 1:1 and 1:N (eval/recognition/ijb.py): off until `root` names a set's root
-  # (meta/ and loose_crop/). layout 'insightface' | 'fedfr' (meta/<SET>_meta/); switches
-  # 'insightface' (= 'FND') | 'fedfr' (= 'ND') | letters of F (flip), N (norms), D (faceness);
-  # tar_rule 'nearest_roc_point' (the IJB scripts') | 'far_at_most'; workers: the host processes that
-  # read and align the images (0 = the usable CPUs); check_pair_count: the root is the released
-  # set, so its pair list must hold the published count (False for a protocol of other pairs).
-  c.evals.ijb = ml_collections.ConfigDict(dict(
-      root='', set='IJBC', layout='insightface', switches='insightface',
-      tar_rule='nearest_roc_point', workers=0, check_pair_count=True))
+  eval_lib.add_sections(c, task)
+  if task == 'recognition':   # the recognition task's own sections: its loss, and FedFR's split
+    splits.add_fields(c.data)
+    c.head = heads.config_section()
   return c
 
 
@@ -210,9 +185,8 @@ def runlocal(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   c.model.width = 4
   c.model.embedding_dim = 16
   c.eval.batch_size = 64
-  c.evals.identification.num_enrolled = 8
-  c.evals.identification.num_distractors = 16
-  c.evals.identification.num_non_mated = 10
+  if 'identification' in c.evals:
+    c.evals.identification.update(num_enrolled=8, num_distractors=16, num_non_mated=10)
   return c
 
 
@@ -241,20 +215,14 @@ def parse_arg(arg: str | None, allowed: dict[str, tuple]) -> dict[str, str | boo
 
 
 def _check_data(c: ml_collections.ConfigDict) -> None:
-  """The shared fields of `c.data`; the source's own section is checked by the source."""
+  """The shared fields of `c.data`; the split's and the source's own section are checked by
+  their modules."""
   d = c.data
   check_int('data.image_size', d.image_size)
-  for name in ('prefetch', 'decode_threads', 'public_identities'):
+  for name in ('prefetch', 'decode_threads'):
     check_int(f'data.{name}', d[name], allow_zero=True)
-  fraction = d.private_test_fraction
-  if not (isinstance(fraction, (int, float)) and not isinstance(fraction, bool)
-          and 0.0 <= fraction < 1.0):
-    raise ValueError(f'config.data.private_test_fraction={fraction!r}; expected a fraction in '
-                     '[0, 1).')
-  check_choice('data.centralized_on', d.centralized_on, ('all', 'public'))
-  if not d.public_identities and d.centralized_on != 'all':
-    raise ValueError(f'config.data.centralized_on={d.centralized_on!r} needs public identities '
-                     '(data.public_identities > 0).')
+  if 'public_identities' in d:
+    splits.check_config(c)
   if not isinstance(c.init_from, str):
     raise ValueError(f'config.init_from={c.init_from!r}; expected a workdir path, an '
                      "arcface_torch backbone file (.pth or .onnx) or ''.")
@@ -287,9 +255,8 @@ def _check_federated(c: ml_collections.ConfigDict) -> None:
 def _check_model_and_head(c: ml_collections.ConfigDict) -> None:
   check_int('model.embedding_dim', c.model.embedding_dim)
   check_choice('model.dtype', c.model.dtype, ('float32', 'bfloat16'))
-  check_choice('head.loss', c.head.loss, heads.HEADS)
-  check_choice('head.arcface_fallback', c.head.arcface_fallback, heads.ARCFACE_FALLBACKS)
-  check_number('head.init_std', c.head.init_std)
+  if 'head' in c:
+    heads.check_config(c)
 
 
 def _check_optimizer(c: ml_collections.ConfigDict) -> None:

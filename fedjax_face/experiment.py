@@ -27,7 +27,7 @@ from absl import logging as absl_logging
 
 from fedjax_face import algorithms, eval as eval_lib, models
 from fedjax_face.core import checks, distributed, policy
-from fedjax_face.data import participation, stores
+from fedjax_face.data import participation, sources, stores
 from fedjax_face.io import artifacts, checkpoint, files, metrics, provenance, report
 from fedjax_face.models import arcface_torch
 from fedjax_face.run import hooks, loop, noise, replay, resume, schedule, simulation
@@ -142,7 +142,7 @@ def _train_and_evaluate(config, workdir: str, method, setup: setup_lib.Setup, st
   writer = metrics.MetricWriter(files.join(workdir, 'tensorboard')) if chief else None
   progress = metrics.Progress(config.num_rounds, start_round,
                               cohort_size * fl.local_steps * fl.batch_size)
-  embed = eval_lib.make_embed(setup.model)
+  predict = eval_lib.predictions(setup.model, sources.task_of(config))
   hook_list = (   # in this order after each round (run/hooks/__init__.py)
       divergence.divergence_guard(config, workdir, chief, record.get('guard')),
       logging.logging(config, algorithm, writer, progress, start_round, noise_plan.epsilons,
@@ -150,7 +150,8 @@ def _train_and_evaluate(config, workdir: str, method, setup: setup_lib.Setup, st
       hooks.Hook(record=noise_plan.record),
       hooks.recorded(schedule.lr_record(config, setup.prior, setup.kept)),
       checkpointing.checkpointing(config, ckpt),
-      evaluation.mid_run_evaluation(config, setup.evaluators, embed, algorithm, workdir, writer),
+      evaluation.mid_run_evaluation(config, setup.evaluators, predict, algorithm, workdir,
+                                     writer),
       preemption.preemption(signals, ckpt, workdir, start_round, config.num_rounds,
                             (sim.round_data.close,) + ((writer.close,) if chief else ())))
   trained = loop.run_rounds(functools.partial(simulation.train_round, sim), state, start_round,
@@ -165,7 +166,7 @@ def _train_and_evaluate(config, workdir: str, method, setup: setup_lib.Setup, st
                   'command to evaluate it')
   say(f'evaluating the model of round {config.num_rounds}')
   t0 = time.perf_counter()
-  outputs = evaluation.evaluate(setup.evaluators, embed, algorithm, trained.state, replay=(
+  outputs = evaluation.evaluate(setup.evaluators, predict, algorithm, trained.state, replay=(
       replay.replayer(config, workdir, algorithm, sim, start) if chief else None))
   plots = pictures + (artifacts.write_eval_outputs(workdir, outputs) if chief else [])
   results = results_lib.run_results(
@@ -256,7 +257,8 @@ def _evaluate_model(config, outdir: str, chief: bool, method, fed, evaluators, s
   state = algorithm.init(jax.random.fold_in(jax.random.PRNGKey(config.seed), 0), start)
   print(f'evaluating {config.init_from} ({config.model.name}) on '
         f'{[e.type for e in evaluators]} into {outdir}', flush=True)
-  outputs = evaluation.evaluate(evaluators, eval_lib.make_embed(model), algorithm, state)
+  outputs = evaluation.evaluate(evaluators, eval_lib.predictions(model, sources.task_of(config)),
+                                algorithm, state)
   if not chief:
     return {kind: out.results for kind, out in outputs.items()}
   plots = artifacts.write_eval_outputs(outdir, outputs)

@@ -15,7 +15,7 @@ import pytest
 from fedjax_face import algorithms, experiment, models
 from fedjax_face.data import sources, views
 from fedjax_face.io import files
-from fedjax_face.data.synthetic import faces
+from fedjax_face.data.synthetic import pairs
 from fedjax_face.run import setup as run_setup
 from tests import config_files, saved_checkpoints
 
@@ -47,7 +47,7 @@ def test_train_and_evaluate_writes_every_output(tmp_path, request, name, algorit
   saved = json.loads((tmp_path / 'results.json').read_text())
   assert saved['algorithm'] == algorithm and saved['rounds'] == config.num_rounds
   # The FedGC paper's configs evaluate all six pair sets of the benchmark.
-  assert set(saved['verification']) == set(faces.ALL_PAIR_SET_NAMES)
+  assert set(saved['verification']) == set(pairs.ALL_PAIR_SET_NAMES)
   for metrics in saved['verification'].values():
     assert 0.0 <= metrics['accuracy'] <= 1.0
     assert metrics['num_pairs'] == config.data.synthetic.num_pairs
@@ -309,6 +309,11 @@ def test_pad_configs_run_end_to_end(tmp_path, name, arg):
   assert (tmp_path / 'pad_roc.png').exists()
   saved = np.load(tmp_path / 'pad_video_scores.npz')   # for Fused
   assert saved['scores'].shape == saved['labels'].shape == (pad['num_videos'],)
+  # config.json holds the anti-spoofing task's fields only: no head's loss, no public split.
+  written = json.loads((tmp_path / 'config.json').read_text())
+  assert 'head' not in written and list(written['evals']) == ['pad']
+  assert not {'public_identities', 'private_test_fraction', 'centralized_on'} & set(written['data'])
+  assert {k for k in written['data'] if isinstance(written['data'][k], dict)} == {'pad', 'pad_lists'}
 
 
 @pytest.mark.parametrize('field, value, match', [

@@ -14,9 +14,9 @@ LAYERS = (
     ('fedjax_face.core',),                            # the engine, its contract, checks
     ('fedjax_face.io',),                              # workdir files, checkpoints, reports
     ('fedjax_face.data', 'fedjax_face.models'),       # data sources and formats; backbones, heads
-    ('fedjax_face.config_lib',),                      # the sections every run shares
     ('fedjax_face.algorithms',),                      # the methods
     ('fedjax_face.eval',),                            # evaluators and their metrics
+    ('fedjax_face.config_lib',),                      # a task's config, from its owners' sections
     ('fedjax_face.run',),                             # the run: setup, rules, loop, hooks, results
     ('fedjax_face.experiment', 'fedjax_face.main',    # the driver and its command lines
      'fedjax_face.evaluate'),

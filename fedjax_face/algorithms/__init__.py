@@ -77,7 +77,8 @@ def check_config(config) -> None:
                      if getattr(get(name), 'KEEPS_CLIENT_OPTIMIZER', False))
     raise ValueError(f"config.federated.client_optimizer_state='keep' is not offered by "
                      f"{config.algorithm}; expected 'reset' (methods that offer it: {offered}).")
-  if config.data.centralized_on != 'all' and not method.ONE_CLIENT:
+  # (An anti-spoofing config has no split: its data centers hold their own data.)
+  if config.data.get('centralized_on', 'all') != 'all' and not method.ONE_CLIENT:
     raise ValueError(f"config.data.centralized_on={config.data.centralized_on!r} with "
                      f"{config.algorithm}: it chooses what a centralized run trains on; a "
                      "federated method's clients hold the private identities. Expected 'all'.")

@@ -26,7 +26,7 @@ Readings:
 
 import ml_collections
 
-from fedjax_face import config_lib
+from fedjax_face.core import checks
 from fedjax_face.algorithms import fedaws, spreadout
 from fedjax_face.core.algorithm import Algorithm
 from fedjax_face.models import heads
@@ -45,7 +45,7 @@ def config_section() -> ml_collections.ConfigDict:
 
 def check_config(config) -> None:
   spreadout.check_config(config, 'fedface')
-  config_lib.check_choice('fedface.embedding_init', config.fedface.embedding_init,
+  checks.check_choice('fedface.embedding_init', config.fedface.embedding_init,
                           EMBEDDING_INITS)
   one_each = config.federated.partition == 'one_per_client'
   if one_each and config.head.loss != 'positive_cosine':

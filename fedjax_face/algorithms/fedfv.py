@@ -28,9 +28,8 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from fedjax_face import config_lib
 from fedjax_face.algorithms import common
-from fedjax_face.core import aggregation, arrays, class_tables
+from fedjax_face.core import aggregation, arrays, checks, class_tables
 from fedjax_face.core.algorithm import (Algorithm, ClientInput, ClientResult, RoundState,
                                         origin_by_key)
 from fedjax_face.data import federated
@@ -49,10 +48,10 @@ def config_section() -> ml_collections.ConfigDict:
 
 
 def check_config(config) -> None:
-  c = config_lib.section(config, 'fedfv', 'fedfv.config_section() (configs/fedfv/fedfv.py)')
-  config_lib.check_int('fedfv.num_equivalent', c.num_equivalent)
-  config_lib.check_int('fedfv.group_size', c.group_size)
-  config_lib.check_choice('fedfv.draw', c.draw, DRAWS)
+  c = checks.section(config, 'fedfv', 'fedfv.config_section() (configs/fedfv/fedfv.py)')
+  checks.check_int('fedfv.num_equivalent', c.num_equivalent)
+  checks.check_int('fedfv.group_size', c.group_size)
+  checks.check_choice('fedfv.draw', c.draw, DRAWS)
   if c.group_size < 2:
     raise ValueError(f'config.fedfv.group_size={c.group_size}; expected at least 2: an '
                      'equivalent embedding of one class embedding is that client\'s own '

@@ -35,9 +35,8 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from fedjax_face import config_lib
 from fedjax_face.algorithms import common, pad_losses
-from fedjax_face.core import aggregation, local
+from fedjax_face.core import aggregation, checks, local
 from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, RoundState
 from fedjax_face.data import preprocess, sources
 from fedjax_face.models import pad as pad_model
@@ -68,14 +67,14 @@ def config_section() -> ml_collections.ConfigDict:
 
 
 def check_config(config) -> None:
-  c = config_lib.section(config, 'fedgpad', 'fedgpad.config_section() (configs/pad/)')
-  config_lib.check_choice('fedgpad.weighting', c.weighting, WEIGHTINGS)
-  config_lib.check_choice('fedgpad.specific_init', c.specific_init, SPECIFIC_INITS)
+  c = checks.section(config, 'fedgpad', 'fedgpad.config_section() (configs/pad/)')
+  checks.check_choice('fedgpad.weighting', c.weighting, WEIGHTINGS)
+  checks.check_choice('fedgpad.specific_init', c.specific_init, SPECIFIC_INITS)
   if set(c.loss_weights) != set(pad_losses.LOSS_WEIGHTS):
     raise ValueError(f'config.fedgpad.loss_weights has {sorted(c.loss_weights)}; expected '
                      f'{sorted(pad_losses.LOSS_WEIGHTS)}.')
   for name, value in c.loss_weights.items():
-    config_lib.check_number(f'fedgpad.loss_weights.{name}', value, allow_zero=True)
+    checks.check_number(f'fedgpad.loss_weights.{name}', value, allow_zero=True)
   if sources.get(config.data.source).TASK != 'anti_spoofing':
     raise ValueError(f"config.data.source={config.data.source!r}; {config.algorithm} trains a "
                      "presentation-attack detector: expected an anti-spoofing source "

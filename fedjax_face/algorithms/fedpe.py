@@ -12,9 +12,8 @@ import jax
 import ml_collections
 import numpy as np
 
-from fedjax_face import config_lib
 from fedjax_face.algorithms import common
-from fedjax_face.core import aggregation, class_tables
+from fedjax_face.core import aggregation, checks, class_tables
 from fedjax_face.core.algorithm import (Algorithm, ClientInput, ClientResult, RoundState,
                                         origin_by_key)
 
@@ -30,8 +29,8 @@ def config_section() -> ml_collections.ConfigDict:
 
 
 def check_config(config) -> None:
-  c = config_lib.section(config, 'fedpe', 'fedpe.config_section() (configs/fedgc/fedpe.py)')
-  config_lib.check_bool('fedpe.fixed_class_embeddings', c.fixed_class_embeddings)
+  c = checks.section(config, 'fedpe', 'fedpe.config_section() (configs/fedgc/fedpe.py)')
+  checks.check_bool('fedpe.fixed_class_embeddings', c.fixed_class_embeddings)
 
 
 def variant_name(config) -> str:

@@ -39,9 +39,8 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from fedjax_face import config_lib
 from fedjax_face.algorithms import bch, common
-from fedjax_face.core import aggregation, arrays, class_tables
+from fedjax_face.core import aggregation, arrays, checks, class_tables
 from fedjax_face.core.algorithm import (Algorithm, ClientInput, ClientResult, RoundState,
                                         origin_by_key)
 from fedjax_face.data import preprocess
@@ -67,10 +66,10 @@ def message_bits(section) -> int:
 
 
 def check_config(config) -> None:
-  c = config_lib.section(config, 'feduv', 'feduv.config_section() (configs/fedfv/feduv.py)')
-  config_lib.check_choice('feduv.code_length', c.code_length, CODE_LENGTHS)
-  config_lib.check_choice('feduv.codeword_scale', c.codeword_scale, tuple(CODEWORD_SCALES))
-  config_lib.check_int('feduv.message_bits', c.message_bits, allow_zero=True)
+  c = checks.section(config, 'feduv', 'feduv.config_section() (configs/fedfv/feduv.py)')
+  checks.check_choice('feduv.code_length', c.code_length, CODE_LENGTHS)
+  checks.check_choice('feduv.codeword_scale', c.codeword_scale, tuple(CODEWORD_SCALES))
+  checks.check_int('feduv.message_bits', c.message_bits, allow_zero=True)
   q = c.threshold_quantile
   if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 < q < 1:
     raise ValueError(f'config.feduv.threshold_quantile={q!r}; expected a fraction in (0, 1).')

@@ -26,9 +26,8 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from fedjax_face import config_lib
 from fedjax_face.algorithms import pairwise
-from fedjax_face.core import arrays
+from fedjax_face.core import arrays, checks
 
 DISTANCES = ('euclidean', 'cosine')
 REDUCTIONS = ('sum', 'mean')   # over the ordered pairs i != i' of valid rows
@@ -54,15 +53,15 @@ def config_section(*, distance: str, margin: float, reg_lambda: float,
 
 def check_config(config, name: str) -> None:
   """Checks `config.<name>` (a `config_section`), naming the wrong field."""
-  c = config_lib.section(config, name, f'{name}.config_section() (configs/fedfv/{name}.py)')
-  config_lib.check_choice(f'{name}.distance', c.distance, DISTANCES)
-  config_lib.check_choice(f'{name}.reduction', c.reduction, REDUCTIONS)
-  config_lib.check_number(f'{name}.margin', c.margin)
-  config_lib.check_number(f'{name}.reg_lambda', c.reg_lambda, allow_zero=True)
-  config_lib.check_int(f'{name}.server_steps', c.server_steps)
-  config_lib.check_choice(f'{name}.reg_implementation', c.reg_implementation,
+  c = checks.section(config, name, f'{name}.config_section() (configs/fedfv/{name}.py)')
+  checks.check_choice(f'{name}.distance', c.distance, DISTANCES)
+  checks.check_choice(f'{name}.reduction', c.reduction, REDUCTIONS)
+  checks.check_number(f'{name}.margin', c.margin)
+  checks.check_number(f'{name}.reg_lambda', c.reg_lambda, allow_zero=True)
+  checks.check_int(f'{name}.server_steps', c.server_steps)
+  checks.check_choice(f'{name}.reg_implementation', c.reg_implementation,
                           pairwise.IMPLEMENTATIONS)
-  config_lib.check_int(f'{name}.reg_block_size', c.reg_block_size, allow_zero=True)
+  checks.check_int(f'{name}.reg_block_size', c.reg_block_size, allow_zero=True)
   if c.distance == 'cosine' and c.margin > 2:
     raise ValueError(f'config.{name}.margin={c.margin} with distance cosine; expected at most 2 '
                      '(1 - cos lies in [0, 2]: a larger margin penalises every pair equally).')
@@ -73,7 +72,7 @@ def check_config(config, name: str) -> None:
 
 def pair_penalty(distance: str, margin: float):
   """`(a [Ra, d], b [Rb, d]) -> [Ra, Rb]`: (max{0, nu - d(a_r, b_c)})^2 per pair (Eq. 3's term)."""
-  config_lib.check_choice('spreadout distance', distance, DISTANCES)
+  checks.check_choice('spreadout distance', distance, DISTANCES)
 
   def penalty(a, b):
     cos = arrays.l2_normalize(a) @ arrays.l2_normalize(b).T
@@ -91,7 +90,7 @@ def spreadout(w: jax.Array, valid: jax.Array, *, distance: str, margin: float,
               reduction: str = 'sum') -> jax.Array:
   """reg_sp(W) of Eq. 3 over the valid rows of `w [C, d]` (ordered pairs i != i'), or its
   mean over those pairs (`reduction='mean'`)."""
-  config_lib.check_choice('spreadout reduction', reduction, REDUCTIONS)
+  checks.check_choice('spreadout reduction', reduction, REDUCTIONS)
   penalty = pair_penalty(distance, margin)
   if pairwise.uses_streamed(implementation, w.shape[0]):
     total = pairwise.streamed_pairwise_sum(penalty, w, valid,

@@ -10,7 +10,37 @@ training set's identity order is its own.
 
 import dataclasses
 
+import ml_collections
 import numpy as np
+
+from fedjax_face.core.checks import check_choice, check_int
+
+CENTRALIZED_ON = ('all', 'public')
+
+
+def add_fields(data: ml_collections.ConfigDict) -> None:
+  """Adds the split's fields to `config.data` (the face recognition task's configs: a data
+  center of the anti-spoofing task holds its own data, none of it public)."""
+  data.public_identities = 0         # K_g; 0 = every identity is a client's
+  data.private_test_fraction = 0.0   # of each private identity's images, held out for the
+                                     # personalized evaluation (FedFR: 40 of 100)
+  data.centralized_on = 'all'        # a centralized run with public identities: 'public' (the
+                                     # pre-training) | 'all' (public + private training images)
+
+
+def check_config(config) -> None:
+  """The split's fields of `config.data` (ValueError naming the first wrong one)."""
+  d = config.data
+  check_int('data.public_identities', d.public_identities, allow_zero=True)
+  fraction = d.private_test_fraction
+  if not (isinstance(fraction, (int, float)) and not isinstance(fraction, bool)
+          and 0.0 <= fraction < 1.0):
+    raise ValueError(f'config.data.private_test_fraction={fraction!r}; expected a fraction in '
+                     '[0, 1).')
+  check_choice('data.centralized_on', d.centralized_on, CENTRALIZED_ON)
+  if not d.public_identities and d.centralized_on != 'all':
+    raise ValueError(f'config.data.centralized_on={d.centralized_on!r} needs public identities '
+                     '(data.public_identities > 0).')
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,6 +3,7 @@ settings; every one present runs after training (and every `eval.every_rounds` r
 
 An evaluator module defines, for its type:
 
+  config_<type>() -> ConfigDict                   its section's fields at their defaults
   check_<type>(config, section) -> None          ValueError naming a wrong field of the section
   make_<type>(config, section, setup) -> Evaluator | None   None: nothing to evaluate here
                                                    (e.g. 1:N on a source with no gallery)
@@ -14,8 +15,9 @@ evaluation; it returns an `EvalOutput`: its results, scalars, figures, arrays an
 report.md. `evaluate` runs them all; `io/artifacts.py` writes the figures and arrays,
 `io/report.py` the results and the sections as given.
 
-Adding a task (face anti-spoofing: HTER / EER / AUC) is a module under `eval/<task>/` and one
-line here (WORKSPACE.md, "How to add a task").
+A task's configs start with the sections of `TASK_EVALUATORS[task]` (`config_lib.base_config`);
+a config adds or deletes others. Adding a task's evaluator (face anti-spoofing: HTER / EER / AUC)
+is a module under `eval/<task>/` and a line in each table below.
 """
 
 import importlib
@@ -32,6 +34,11 @@ EVALUATORS = {   # type -> module defining check_<type> and make_<type> (a dotte
     'diagnostics': 'fedjax_face.eval.diagnostics',
     'pad': 'fedjax_face.eval.pad.evaluators',
 }
+# The evaluators a task's configs carry from the start (`add_sections`), in `EVALUATORS` order.
+TASK_EVALUATORS = {
+    'recognition': ('verification', 'identification', 'diagnostics', 'ijb'),
+    'anti_spoofing': ('pad',),
+}
 
 
 class EvalSetup(NamedTuple):
@@ -42,8 +49,10 @@ class EvalSetup(NamedTuple):
 
 
 class EvalInputs(NamedTuple):
-  """What one evaluation sees."""
-  embed: Callable[[np.ndarray], jax.Array]   # uint8 images [B, H, W, C] -> embeddings [B, d]
+  """What one evaluation sees: the model's prediction its task makes (`predictions`), and what
+  the method and the run hold."""
+  embed: Callable[[np.ndarray], jax.Array] | None   # a face recognition model's: uint8 images
+                                              # [B, H, W, C] -> embeddings [B, d]; else None
   class_embeddings: Any                       # [num_identities, d], or None (method keeps none)
   personal_embed: Callable[[int], Callable] | None = None   # client -> its model's embed, or
                                               # None: every client is evaluated with `embed`
@@ -52,6 +61,9 @@ class EvalInputs(NamedTuple):
                                               # of that round again, in cohort order, from the
                                               # checkpoint of round r-1 (run/replay.py); the final
                                               # evaluation of process 0 only, else None
+  live_logits: Callable[[np.ndarray], jax.Array] | None = None   # an anti-spoofing detector's:
+                                              # its input images [B, H, W, C] -> the logit of
+                                              # live [B]; else None
 
 
 class EvalOutput(NamedTuple):
@@ -73,6 +85,17 @@ def _module(kind: str):
                      f'{sorted(EVALUATORS)}.')
   module = EVALUATORS[kind]
   return importlib.import_module(module) if isinstance(module, str) else module
+
+
+def config_section(kind: str):
+  """`config.evals.<kind>` at its defaults."""
+  return getattr(_module(kind), f'config_{kind}')()
+
+
+def add_sections(config, task: str) -> None:
+  """Adds `config.evals.<kind>` for every evaluator of `task`, at its defaults."""
+  for kind in TASK_EVALUATORS[task]:
+    config.evals[kind] = config_section(kind)
 
 
 def evaluator_types(config) -> list[str]:
@@ -103,6 +126,26 @@ def make_embed(model) -> Callable:
   """`embed(variables) -> images -> embeddings`, jitted once for the whole run."""
   apply = jax.jit(lambda variables, x: model.apply(variables, x, train=False))
   return lambda variables: (lambda images: apply(variables, images))
+
+
+def _live_logits(model) -> Callable:
+  """`(variables) -> images -> live logits` of an anti-spoofing detector (whose output is a
+  dict of its heads), jitted once for the whole run."""
+  apply = jax.jit(lambda variables, x: model.apply(variables, x, train=False)['logit'])
+  return lambda variables: (lambda images: apply(variables, images))
+
+
+# The prediction each task's evaluators take from the model: EvalInputs' field, and its maker.
+PREDICTIONS = {'recognition': ('embed', make_embed), 'anti_spoofing': ('live_logits', _live_logits)}
+
+
+def predictions(model, task: str) -> Callable[[Any], dict[str, Callable]]:
+  """`(variables) -> {EvalInputs field: its function}`: the prediction `task`'s evaluators take
+  (`PREDICTIONS`), for `EvalInputs(**predictions(model, task)(variables), ...)`."""
+  field, make = PREDICTIONS[task]
+  predict = make(model)
+  others = {other: None for other, _ in PREDICTIONS.values() if other != field}
+  return lambda variables: {field: predict(variables), **others}
 
 
 def evaluate(evaluators: list[Evaluator], inputs: EvalInputs) -> dict[str, EvalOutput]:

@@ -15,6 +15,7 @@ images of one identity.
 
 from typing import Any
 
+import ml_collections
 import numpy as np
 
 from fedjax_face.core import arrays, class_tables
@@ -119,6 +120,12 @@ def class_embedding_norms(class_embeddings) -> dict[str, float]:
   """
   norms = np.linalg.norm(np.asarray(class_embeddings), axis=-1)
   return {'norm_mean': float(np.mean(norms)), 'norm_max': float(np.max(norms))}
+
+
+def config_diagnostics() -> ml_collections.ConfigDict:
+  """No settings: class-embedding cosines within / across clients (FedGC Fig. 3(c)(d)), for
+  methods that keep class embeddings."""
+  return ml_collections.ConfigDict()
 
 
 def check_diagnostics(config, section) -> None:

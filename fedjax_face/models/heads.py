@@ -27,8 +27,10 @@ from typing import Any, Dict, Optional
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 
 from fedjax_face.core import arrays
+from fedjax_face.core.checks import check_choice, check_number
 
 CLASSIFIER_HEADS = ('softmax', 'cosface', 'arcface')     # logits over classes
 POSITIVE_HEADS = ('positive_cosine', 'positive_dot')     # one class per client, no negatives
@@ -57,6 +59,26 @@ PAD_LOGIT = -1e9
 # stays finite at cos = +-1. 1e-6 is a few float32 ulps below 1 (ulp(1) ~ 6e-8), where
 # d/dc sqrt(1 - c^2) is ~ 700: large but finite.
 _COS_EPS = 1e-6
+
+
+def config_section() -> ml_collections.ConfigDict:
+  """`config.head`: the loss over class embeddings, in the face recognition task's configs (an
+  anti-spoofing detector has its own losses: algorithms/pad_losses.py)."""
+  c = ml_collections.ConfigDict()
+  c.loss = 'softmax'              # 'softmax' (W^T x) | 'cosface' | 'arcface' | positive-only:
+                                  # 'positive_cosine' (FedAwS, FedFace) | 'positive_dot' (FedUV)
+  c.scale = 64.0                  # s for cosface / arcface
+  c.margin = -1.0                 # < 0: the paper's margin (CosFace 0.35, ArcFace 0.5)
+  c.arcface_fallback = 'classic'  # 'classic' | 'easy' | 'none' (ARCFACE_FALLBACKS)
+  c.init_std = 0.01               # class embeddings ~ N(0, std^2) (arcface_torch's init)
+  return c
+
+
+def check_config(config) -> None:
+  """`config.head`'s fields (ValueError naming the first wrong one)."""
+  check_choice('head.loss', config.head.loss, HEADS)
+  check_choice('head.arcface_fallback', config.head.arcface_fallback, ARCFACE_FALLBACKS)
+  check_number('head.init_std', config.head.init_std)
 
 
 def _check_kind(kind: str) -> None:

@@ -20,7 +20,7 @@ def defaults(config) -> dict:
   """The base config of the config's task with every source's section and the method's own, at
   their defaults: what a field missing from an older config.json is compared at (run/resume.py;
   a method's section added since the run counts at its defaults, as a shared field does)."""
-  base = config_lib.base_config(sources.get(config.data.source).TASK)
+  base = config_lib.base_config(sources.task_of(config))
   section = algorithms.get(config.algorithm).config_section()
   if section is not None:
     base[config.algorithm] = section

@@ -638,8 +638,9 @@ def _evaluator(seen: list) -> eval_lib.Evaluator:
   return eval_lib.Evaluator('fake', evaluate)
 
 
-def _embed(variables):
-  return ('embed of', float(variables['w'][0]))
+def _predict(variables):
+  """`eval.predictions` of a recognition model: its embed function (here a label of it)."""
+  return {'embed': ('embed of', float(variables['w'][0])), 'live_logits': None}
 
 
 def test_evaluation_runs_every_eval_every_rounds_before_the_last(workdir):
@@ -647,7 +648,7 @@ def test_evaluation_runs_every_eval_every_rounds_before_the_last(workdir):
   seen, writer = [], Writer()
   config = cfg(eval=cfg(every_rounds=2), num_rounds=7)
   silent = eval_lib.Evaluator('silent', lambda inputs: None)   # nothing to say: left out
-  hook = evaluation.mid_run_evaluation(config, [_evaluator(seen), silent], _embed,
+  hook = evaluation.mid_run_evaluation(config, [_evaluator(seen), silent], _predict,
                                        Method(class_embeddings=lambda state: 'W'), workdir,
                                        writer)
   loop.run_rounds(train_state(), round_state(0), 0, 7, [hook])
@@ -661,11 +662,11 @@ def test_evaluation_runs_every_eval_every_rounds_before_the_last(workdir):
 def test_no_mid_run_evaluation_when_off_and_no_files_from_another_process(workdir):
   seen = []
   off = evaluation.mid_run_evaluation(cfg(eval=cfg(every_rounds=0), num_rounds=4),
-                                      [_evaluator(seen)], _embed, Method(), workdir, Writer())
+                                      [_evaluator(seen)], _predict, Method(), workdir, Writer())
   loop.run_rounds(train_state(), round_state(0), 0, 4, [off])
   assert seen == []
   other = evaluation.mid_run_evaluation(cfg(eval=cfg(every_rounds=1), num_rounds=3),
-                                        [_evaluator(seen)], _embed, Method(), workdir, None)
+                                        [_evaluator(seen)], _predict, Method(), workdir, None)
   loop.run_rounds(train_state(), round_state(0), 0, 3, [other])
   assert [r for r, *_ in seen] == [1, 2]
   assert not os.path.exists(workdir)
@@ -674,7 +675,7 @@ def test_no_mid_run_evaluation_when_off_and_no_files_from_another_process(workdi
 def test_evaluate_sees_the_personalized_models_and_eval_scalars_name_each_type():
   seen = []
   method = Method(personalized=lambda state: f'personal of round {int(state.round)}')
-  outputs = evaluation.evaluate([_evaluator(seen)], _embed, method, round_state(3))
+  outputs = evaluation.evaluate([_evaluator(seen)], _predict, method, round_state(3))
   assert seen == [(3, ('embed of', 3.0), None, 'personal of round 3')]
   assert outputs['fake'].results == {'round': 3}
   assert evaluation.eval_scalars({'a': outputs['fake'], 'b': outputs['fake']._replace(

@@ -55,10 +55,9 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from fedjax_face import config_lib
 from fedjax_face.algorithms import common
 from fedjax_face.algorithms.fedfr import client, losses
-from fedjax_face.core import aggregation, class_tables
+from fedjax_face.core import aggregation, checks, class_tables
 from fedjax_face.core.algorithm import Algorithm, ClientInput, RoundState, origin_by_key
 from fedjax_face.data import stores
 from fedjax_face.models import heads
@@ -96,23 +95,23 @@ def config_section() -> ml_collections.ConfigDict:
 
 
 def check_config(config) -> None:
-  c = config_lib.section(config, 'fedfr', 'fedfr.config_section() (configs/fedfr/fedfr.py)')
+  c = checks.section(config, 'fedfr', 'fedfr.config_section() (configs/fedfr/fedfr.py)')
   for name in ('public_data', 'dfc'):
-    config_lib.check_bool(f'fedfr.{name}', c[name])
+    checks.check_bool(f'fedfr.{name}', c[name])
   if not isinstance(c.hn_threshold, (int, float)) or not -1.0 <= c.hn_threshold <= 1.0:
     raise ValueError(f'config.fedfr.hn_threshold={c.hn_threshold!r}; expected a cosine in '
                      '[-1, 1] (-1 keeps every public image).')
-  config_lib.check_int('fedfr.max_public', c.max_public, allow_zero=True)
+  checks.check_int('fedfr.max_public', c.max_public, allow_zero=True)
   for name in ('contrastive_weight', 'cosface_weight', 'dfc_weight', 'dfc_margin'):
-    config_lib.check_number(f'fedfr.{name}', c[name], allow_zero=True)
+    checks.check_number(f'fedfr.{name}', c[name], allow_zero=True)
   for name in ('temperature', 'dfc_scale', 'dfc_power'):
-    config_lib.check_number(f'fedfr.{name}', c[name])
-  config_lib.check_fraction('fedfr.dfc_balance', c.dfc_balance)
-  config_lib.check_choice('fedfr.dfc_loss', c.dfc_loss, DFC_LOSSES)
-  config_lib.check_choice('fedfr.local_class_init', c.local_class_init, LOCAL_CLASS_INITS)
-  config_lib.check_choice('fedfr.adaptation', c.adaptation, ADAPTATIONS)
-  config_lib.check_number('fedfr.kd_weight', c.kd_weight, allow_zero=True)
-  config_lib.check_number('fedfr.kd_temperature', c.kd_temperature)
+    checks.check_number(f'fedfr.{name}', c[name])
+  checks.check_fraction('fedfr.dfc_balance', c.dfc_balance)
+  checks.check_choice('fedfr.dfc_loss', c.dfc_loss, DFC_LOSSES)
+  checks.check_choice('fedfr.local_class_init', c.local_class_init, LOCAL_CLASS_INITS)
+  checks.check_choice('fedfr.adaptation', c.adaptation, ADAPTATIONS)
+  checks.check_number('fedfr.kd_weight', c.kd_weight, allow_zero=True)
+  checks.check_number('fedfr.kd_temperature', c.kd_temperature)
   if c.adaptation != 'none' and c.dfc:
     raise ValueError(f"config.fedfr.adaptation={c.adaptation!r} with fedfr.dfc=True: the "
                      'two-stage baselines personalize the local model itself (Table 2); expected '

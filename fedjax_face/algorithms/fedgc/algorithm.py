@@ -24,9 +24,8 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from fedjax_face import config_lib
 from fedjax_face.algorithms import common, pairwise
-from fedjax_face.core import aggregation, class_tables
+from fedjax_face.core import aggregation, checks, class_tables
 from fedjax_face.algorithms.fedgc import correction, regularizer
 from fedjax_face.core.algorithm import (Algorithm, ClientInput, ClientResult, RoundState,
                                         origin_by_key)
@@ -51,19 +50,19 @@ def config_section() -> ml_collections.ConfigDict:
 
 def check_config(config) -> None:
   """Raises ValueError naming the `config.fedgc` field that is wrong."""
-  c = config_lib.section(config, 'fedgc', 'fedgc.config_section() (configs/fedgc/fedgc.py)')
-  config_lib.check_choice('fedgc.regularizer', c.regularizer, regularizer.KINDS)
-  config_lib.check_number('fedgc.reg_lambda', c.reg_lambda, allow_zero=True)
-  config_lib.check_choice('fedgc.reg_form', c.reg_form, ('',) + regularizer.FORMS)
+  c = checks.section(config, 'fedgc', 'fedgc.config_section() (configs/fedgc/fedgc.py)')
+  checks.check_choice('fedgc.regularizer', c.regularizer, regularizer.KINDS)
+  checks.check_number('fedgc.reg_lambda', c.reg_lambda, allow_zero=True)
+  checks.check_choice('fedgc.reg_form', c.reg_form, ('',) + regularizer.FORMS)
   if not c.reg_form and config.head.loss not in regularizer.FORMS:
     raise ValueError(f"config.fedgc.reg_form='' takes the head's form, but head.loss="
                      f'{config.head.loss!r} has no logits; set fedgc.reg_form to one of '
                      f'{regularizer.FORMS} or head.loss to a classifier.')
-  config_lib.check_choice('fedgc.reg_reduction', c.reg_reduction, regularizer.REDUCTIONS)
-  config_lib.check_bool('fedgc.reg_self_gradient', c.reg_self_gradient)
-  config_lib.check_choice('fedgc.reg_implementation', c.reg_implementation,
+  checks.check_choice('fedgc.reg_reduction', c.reg_reduction, regularizer.REDUCTIONS)
+  checks.check_bool('fedgc.reg_self_gradient', c.reg_self_gradient)
+  checks.check_choice('fedgc.reg_implementation', c.reg_implementation,
                           pairwise.IMPLEMENTATIONS)
-  config_lib.check_int('fedgc.reg_block_size', c.reg_block_size, allow_zero=True)
+  checks.check_int('fedgc.reg_block_size', c.reg_block_size, allow_zero=True)
 
 
 def variant_name(config) -> str:

@@ -47,10 +47,9 @@ import ml_collections
 import numpy as np
 import optax
 
-from fedjax_face import config_lib
 from fedjax_face.algorithms import common, fedgpad, pad_losses
 from fedjax_face.algorithms.fedma import layers, matching
-from fedjax_face.core import aggregation, local
+from fedjax_face.core import aggregation, checks, local
 from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, RoundState
 from fedjax_face.data import sources
 from fedjax_face.models import pad as pad_model
@@ -75,7 +74,7 @@ def config_section() -> ml_collections.ConfigDict:
 
 
 def check_config(config) -> None:
-  c = config_lib.section(config, 'fedma', 'fedma.config_section() (configs/pad/fedma.py)')
+  c = checks.section(config, 'fedma', 'fedma.config_section() (configs/pad/fedma.py)')
   if sources.get(config.data.source).TASK != 'anti_spoofing':
     raise ValueError(f"config.data.source={config.data.source!r}; fedma trains a "
                      "presentation-attack detector: expected an anti-spoofing source "
@@ -91,16 +90,16 @@ def check_config(config) -> None:
   if m.batch_norm_groups != 1:
     raise ValueError(f'config.model.batch_norm_groups={m.batch_norm_groups} with fedma; '
                      'expected 1 (each data center trains alone).')
-  config_lib.check_int('fedma.client_width', c.client_width)
+  checks.check_int('fedma.client_width', c.client_width)
   if c.client_width > m.width:
     raise ValueError(f'config.fedma.client_width={c.client_width} > model.width={m.width}; '
                      'model.width is the cap of the matched widths: expected client_width <= it.')
   for name in ('sigma', 'sigma0', 'gamma'):
-    config_lib.check_number(f'fedma.{name}', c[name])
+    checks.check_number(f'fedma.{name}', c[name])
   if not isinstance(c.mu0, (int, float)):
     raise ValueError(f'config.fedma.mu0={c.mu0!r}; expected a number.')
-  config_lib.check_int('fedma.iterations', c.iterations, allow_zero=True)
-  config_lib.check_choice('fedma.estimate', c.estimate, matching.ESTIMATES)
+  checks.check_int('fedma.iterations', c.iterations, allow_zero=True)
+  checks.check_choice('fedma.estimate', c.estimate, matching.ESTIMATES)
   if config.federated.participation != 1.0:
     raise ValueError(f'config.federated.participation={config.federated.participation} with '
                      'fedma; expected 1.0: a layer is matched over every data center, and '

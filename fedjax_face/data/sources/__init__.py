@@ -68,6 +68,11 @@ def get(name: str) -> ModuleType:
   return importlib.import_module(module) if isinstance(module, str) else module
 
 
+def task_of(config) -> str:
+  """The task of the config's data source ('recognition', 'anti_spoofing')."""
+  return get(config.data.source).TASK
+
+
 def of_task(task: str) -> tuple[str, ...]:
   """The sources whose data serve `task` ('recognition', 'anti_spoofing')."""
   return tuple(name for name in SOURCES if get(name).TASK == task)

@@ -22,9 +22,10 @@ and `data.pad.extra_targets`). Whatever the unit, the per-video scores of each g
 per-frame scores, labels and video ids also go to `pad_frame_scores_<X>.npz` / `FRAME_SCORES`.
 """
 
+import ml_collections
 import numpy as np
 
-from fedjax_face import config_lib
+from fedjax_face.core import checks
 from fedjax_face.data import preprocess, sources
 from fedjax_face.eval import EvalOutput, Evaluator, plots
 from fedjax_face.eval.pad import metrics
@@ -46,33 +47,43 @@ def frame_scores_file(domain: str | None = None) -> str:
   return FRAME_SCORES if domain is None else f'pad_frame_scores_{domain}.npz'
 
 
+def config_pad() -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.threshold_rule = 'test'    # on the target's scores; 'authors': the authors' code exactly;
+                               # 'validation': the paper's text
+  c.scoring_unit = 'video'     # frame scores averaged per video (SSDG, FLIP); 'frame': each
+                               # frame alone (the FedGPAD code)
+  return c
+
+
 def check_pad(config, section) -> None:
-  config_lib.check_choice('evals.pad.threshold_rule', section.get('threshold_rule'), RULES)
-  config_lib.check_choice('evals.pad.scoring_unit', section.get('scoring_unit'), UNITS)
+  checks.check_choice('evals.pad.threshold_rule', section.get('threshold_rule'), RULES)
+  checks.check_choice('evals.pad.scoring_unit', section.get('scoring_unit'), UNITS)
   sources.require(config, 'pad_sets', 'config.evals.pad')
 
 
-def frame_level(embed, frames, batch_size: int) -> np.ndarray:
-  """`[F]` float64 live probabilities, one per frame of a `PadSet` under `embed`."""
+def frame_level(live_logits, frames, batch_size: int) -> np.ndarray:
+  """`[F]` float64 live probabilities, one per frame of a `PadSet` under `live_logits`
+  (`EvalInputs.live_logits`)."""
   scores = []
   for start in range(0, len(frames.images), batch_size):
-    out = embed(preprocess.rgb_hsv(frames.images[start:start + batch_size]))
+    logits = live_logits(preprocess.rgb_hsv(frames.images[start:start + batch_size]))
     # The sigmoid in float64: in float32 every logit above ~17 is exactly 1.0, and a detector
     # that has fit its data centers would score whole sets of videos as ties.
-    scores.append(1.0 / (1.0 + np.exp(-np.asarray(out['logit'], np.float64))))
+    scores.append(1.0 / (1.0 + np.exp(-np.asarray(logits, np.float64))))
   return np.concatenate(scores)
 
 
-def video_level(embed, frames, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
-  """(per-video mean live probability, per-video label) of a `PadSet` under `embed`."""
-  return metrics.video_scores(frame_level(embed, frames, batch_size), frames.video,
+def video_level(live_logits, frames, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+  """(per-video mean live probability, per-video label) of a `PadSet` under `live_logits`."""
+  return metrics.video_scores(frame_level(live_logits, frames, batch_size), frames.video,
                               frames.live.astype(np.int64))
 
 
-def scored(embed, frames, batch_size: int, unit: str) -> dict[str, np.ndarray]:
+def scored(live_logits, frames, batch_size: int, unit: str) -> dict[str, np.ndarray]:
   """A `PadSet` scored once: 'video' and 'video_labels' (per-video means, whatever the unit),
   'scores' and 'labels' in `unit`, and with unit 'frame' 'frame_video' (each frame's video)."""
-  frame_scores = frame_level(embed, frames, batch_size)
+  frame_scores = frame_level(live_logits, frames, batch_size)
   frame_labels = frames.live.astype(np.int64)
   # Also checks one label per video, in either unit.
   video, video_labels = metrics.video_scores(frame_scores, frames.video, frame_labels)
@@ -92,12 +103,12 @@ def make_pad(config, section, setup) -> Evaluator:
   in_domain_rule = 'authors' if rule == 'authors' else 'test'
 
   def evaluate(inputs) -> EvalOutput:
-    val = scored(inputs.embed, sets.validation, batch, unit)
+    val = scored(inputs.live_logits, sets.validation, batch, unit)
     kwargs = ({'val_scores': val['scores'], 'val_labels': val['labels']}
               if rule == 'validation' else {})
     domains, arrays, curves = {}, {}, {}
     for domain, frames in targets.items():
-      test = scored(inputs.embed, frames, batch, unit)
+      test = scored(inputs.live_logits, frames, batch, unit)
       domains[domain] = metrics.pad_metrics(test['scores'], test['labels'], rule=rule, **kwargs)
       domains[domain].update(scoring_unit=unit, num_videos=len(test['video']),
                              num_frames=len(frames.images))

@@ -2,12 +2,22 @@
 and 'personalized' (FedFR's per-client 1:1 and 1:N), over the protocols of `verification.py`,
 `identification.py` and `personalized.py`."""
 
+import ml_collections
 import numpy as np
 
-from fedjax_face import config_lib
+from fedjax_face.core import checks
 from fedjax_face.data import sources, stores
 from fedjax_face.eval import EvalOutput, Evaluator, plots
 from fedjax_face.eval.recognition import identification, personalized, report, verification
+
+
+def config_verification() -> ml_collections.ConfigDict:
+  """1:1 verification, the insightface 10-fold protocol, on each pair set."""
+  c = ml_collections.ConfigDict()
+  c.pair_sets = ('lfw', 'cfp_fp', 'agedb_30')   # the synthetic benchmark renders these; real
+                                                # data: <name>.bin / .txt stems
+  c.far_target = 1e-3
+  return c
 
 
 def check_verification(config, section) -> None:
@@ -19,12 +29,12 @@ def check_verification(config, section) -> None:
                      'tuple of names, e.g. "(\'lfw\', \'cfp_fp\')".')
   for name in pair_sets:
     if source.PAIR_SET_NAMES is not None:
-      config_lib.check_choice('evals.verification.pair_sets[...]', name, source.PAIR_SET_NAMES)
+      checks.check_choice('evals.verification.pair_sets[...]', name, source.PAIR_SET_NAMES)
     elif not isinstance(name, str) or not name or any(ch in name for ch in ',/\\ '):
       raise ValueError(f'config.evals.verification.pair_sets has {name!r}; expected the file '
                        'stem of a <name>.bin or <name>.txt pair set, one name per tuple item, '
                        'e.g. "(\'lfw\', \'calfw\')".')
-  config_lib.check_fraction('evals.verification.far_target', section.far_target)
+  checks.check_fraction('evals.verification.far_target', section.far_target)
 
 
 def make_verification(config, section, setup) -> Evaluator:
@@ -48,11 +58,18 @@ def make_verification(config, section, setup) -> Evaluator:
   return Evaluator('verification', evaluate)
 
 
+def config_identification() -> ml_collections.ConfigDict:
+  """1:N identification (the MegaFace / IJB-C 1:N analogue, FedGC Tables 6-7) on held-out
+  synthetic identities (a source without a gallery skips it)."""
+  return ml_collections.ConfigDict(dict(num_enrolled=100, num_distractors=1000,
+                                        num_non_mated=200, probes_per_identity=2))
+
+
 def check_identification(config, section) -> None:
   del config
   for name in ('num_enrolled', 'num_non_mated', 'probes_per_identity'):
-    config_lib.check_int(f'evals.identification.{name}', section[name])
-  config_lib.check_int('evals.identification.num_distractors', section.num_distractors,
+    checks.check_int(f'evals.identification.{name}', section[name])
+  checks.check_int('evals.identification.num_distractors', section.num_distractors,
                        allow_zero=True)
 
 
@@ -73,6 +90,11 @@ def make_identification(config, section, setup) -> Evaluator | None:
                       markdown=report.identification_lines(res, config.algorithm))
 
   return Evaluator('identification', evaluate)
+
+
+def config_personalized() -> ml_collections.ConfigDict:
+  """FedFR's per-client 1:1 and 1:N at these FARs and FPIRs (Tables 1-2's columns)."""
+  return ml_collections.ConfigDict(dict(fars=personalized.FARS, fpirs=personalized.FPIRS))
 
 
 def check_personalized(config, section) -> None:

@@ -43,6 +43,7 @@ import threading
 import time
 from typing import Iterator, Sequence
 
+import ml_collections
 import numpy as np
 
 from fedjax_face.core import arrays
@@ -337,8 +338,24 @@ def markdown(results: dict, ijb_set: str) -> list[str]:
   return lines
 
 
+def config_ijb() -> ml_collections.ConfigDict:
+  """IJB-B / IJB-C 1:1 and 1:N: off until `root` names a set's root (meta/ and loose_crop/)."""
+  c = ml_collections.ConfigDict()
+  c.root = ''
+  c.set = 'IJBC'                       # ijb_format.SETS
+  c.layout = 'insightface'             # | 'fedfr' (meta/<SET>_meta/)
+  c.switches = 'insightface'           # (= 'FND') | 'fedfr' (= 'ND') | letters of F (flip),
+                                       # N (norms), D (faceness): parse_switches
+  c.tar_rule = 'nearest_roc_point'     # the IJB scripts' | 'far_at_most'
+  c.workers = 0                        # host processes that read and align the images; 0 = the
+                                       # usable CPUs
+  c.check_pair_count = True            # the root is the released set, so its pair list holds
+                                       # the published count (False: a protocol of other pairs)
+  return c
+
+
 def check_ijb(config, section) -> None:
-  """`evals.ijb` (`config_lib.base_config`): set, layout, switches, tar_rule, workers,
+  """`evals.ijb` (`config_ijb`): set, layout, switches, tar_rule, workers,
   check_pair_count; `root` '' turns the evaluator off (the root's files are read at the run's
   start, by `make_ijb`)."""
   if not isinstance(section.root, str):

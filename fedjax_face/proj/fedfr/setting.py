@@ -16,8 +16,7 @@ import math
 
 import ml_collections
 
-from fedjax_face import config_lib
-from fedjax_face.eval.recognition import personalized
+from fedjax_face import config_lib, eval as eval_lib
 
 
 def fedfr_config(algorithm: str, runlocal: bool = False,
@@ -44,9 +43,7 @@ def fedfr_config(algorithm: str, runlocal: bool = False,
   c.optimizer.weight_decay = 5e-4
   c.engine.step_mode = 'scan'            # a client's steps vary with its hard negatives
   # Table 1 / 2's personalized columns (eval/recognition/personalized.py).
-  c.evals.personalized = ml_collections.ConfigDict()
-  c.evals.personalized.fars = personalized.FARS
-  c.evals.personalized.fpirs = personalized.FPIRS
+  c.evals.personalized = eval_lib.config_section('personalized')
   if paper:
     c.data.public_identities = 6000
     c.data.synthetic.num_identities = 10000

@@ -1,5 +1,5 @@
-"""The FedGPAD paper's setting (its Sec. IV-A and the authors' code, REFERENCE_NOTES §6), shared
-by configs/pad/.
+"""The FedGPAD paper's setting (its Sec. IV-A and the authors' code: docs/references.md,
+fedgpad-setting), shared by configs/pad/.
 
 Data centers = the source domains of a leave-one-out protocol of the embedded PAD benchmark
 (`data/synthetic/pad_benchmark.py`), every one in every round; one local step a round with a
@@ -74,12 +74,6 @@ def pad_config(algorithm: str, protocol: str = 'OCI_M', runlocal: bool = False,
   c.model.image_size = c.data.image_size
   c.model.disentangle = algorithm == 'fedgpad'
   c.model.batch_norm_groups = 1          # All's `batch_norm=per_center`: one per data center
-  c.evals = ml_collections.ConfigDict()
-  c.evals.pad = ml_collections.ConfigDict()
-  c.evals.pad.threshold_rule = 'test'    # on the target's scores; 'authors': the authors' code
-                                         # exactly; 'validation': the paper's text
-  c.evals.pad.scoring_unit = 'video'     # frame scores averaged per video (SSDG, FLIP);
-                                         # 'frame': each frame alone (the FedGPAD code)
   if paper:
     c.data.image_size = c.model.image_size = 256
     c.model.width = 64

@@ -8,12 +8,13 @@ from fedjax_face.run import schedule
 from fedjax_face.run.hooks import Hook
 
 
-def evaluate(evaluators, embed, algorithm, state, replay=None) -> dict:
-  """Every evaluator on the model of `state`: type -> `eval.EvalOutput`. Evaluators see the round
-  state itself and `replay(r)`, round r's client updates again (None: not available)."""
+def evaluate(evaluators, predict, algorithm, state, replay=None) -> dict:
+  """Every evaluator on the model of `state` (`predict`: `eval.predictions` of the model):
+  type -> `eval.EvalOutput`. Evaluators see the round state itself and `replay(r)`, round r's
+  client updates again (None: not available)."""
   state = engine_lib.local_copy(state)   # evaluation runs in each process alone
   personal = algorithm.personalized(state) if algorithm.personalized else None
-  inputs = eval_lib.EvalInputs(embed=embed(algorithm.eval_variables(state.server)),
+  inputs = eval_lib.EvalInputs(**predict(algorithm.eval_variables(state.server)),
                                class_embeddings=algorithm.class_embeddings(state),
                                personal_embed=personal, state=state, replay=replay)
   return eval_lib.evaluate(evaluators, inputs)
@@ -25,14 +26,14 @@ def eval_scalars(outputs: dict) -> dict[str, float]:
           for name, value in out.scalars.items()}
 
 
-def mid_run_evaluation(config, evaluators, embed, algorithm, workdir: str, writer) -> Hook:
+def mid_run_evaluation(config, evaluators, predict, algorithm, workdir: str, writer) -> Hook:
   """Evaluates the rounds `schedule.evaluation_due` picks; process 0 (`writer` not None) writes
   the figures and arrays and the eval/ scalars."""
 
   def after_round(end):
     if not schedule.evaluation_due(config, end.done):
       return
-    outputs = evaluate(evaluators, embed, algorithm, end.state)
+    outputs = evaluate(evaluators, predict, algorithm, end.state)
     if writer is not None:
       artifacts.write_eval_outputs(workdir, outputs)
       writer.write_scalars(end.done, eval_scalars(outputs))

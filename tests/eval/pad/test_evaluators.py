@@ -13,9 +13,9 @@ from fedjax_face.eval.pad import evaluators, metrics
 from tests.config_files import load_config
 
 
-def _embed(images):
+def _live_logits(images):
   # A fixed detector: the logit is the mean of the first HSV channel minus a constant.
-  return {'logit': np.asarray(images, np.float64)[..., 3].mean(axis=(1, 2)) - 0.5}
+  return np.asarray(images, np.float64)[..., 3].mean(axis=(1, 2)) - 0.5
 
 
 def test_target_in_domain_and_extra_domains_are_each_measured_on_their_own_videos():
@@ -23,11 +23,11 @@ def test_target_in_domain_and_extra_domains_are_each_measured_on_their_own_video
   bench = pad_source.load(config)
   evaluator = evaluators.make_pad(config, config.evals.pad,
                                   types.SimpleNamespace(benchmark=bench))
-  out = evaluator.evaluate(types.SimpleNamespace(embed=_embed))
+  out = evaluator.evaluate(types.SimpleNamespace(live_logits=_live_logits))
   batch = config.eval.batch_size
 
   def by_hand(frames):
-    scores, labels = evaluators.video_level(_embed, frames, batch)
+    scores, labels = evaluators.video_level(_live_logits, frames, batch)
     return metrics.pad_metrics(scores, labels), scores, labels
 
   res = out.results
@@ -58,7 +58,7 @@ def _evaluate(threshold_rule='test', scoring_unit='video'):
   bench = pad_source.load(config)
   evaluator = evaluators.make_pad(config, config.evals.pad,
                                   types.SimpleNamespace(benchmark=bench))
-  return config, bench, evaluator.evaluate(types.SimpleNamespace(embed=_embed))
+  return config, bench, evaluator.evaluate(types.SimpleNamespace(live_logits=_live_logits))
 
 
 def test_default_unit_is_the_video_and_the_report_says_so():
@@ -87,7 +87,7 @@ def test_frame_unit_scores_every_frame_on_its_own():
   assert res['scoring_unit'] == 'frame'
   for domain in res['domains']:
     frames = bench.eval_sets['test' if domain == 'O' else f'test:{domain}']
-    scores = evaluators.frame_level(_embed, frames, batch)
+    scores = evaluators.frame_level(_live_logits, frames, batch)
     labels = frames.live.astype(np.int64)
     expected = metrics.pad_metrics(scores, labels)
     assert res['domains'][domain] == {k: expected[k] for k in ('hter', 'eer', 'auc')}
@@ -107,7 +107,7 @@ def test_frame_unit_scores_every_frame_on_its_own():
                                 out.arrays[evaluators.frame_scores_file('O')]['scores'])
   # In-domain in frames too, threshold on their own scores.
   val = bench.eval_sets['validation']
-  expected = metrics.pad_metrics(evaluators.frame_level(_embed, val, batch),
+  expected = metrics.pad_metrics(evaluators.frame_level(_live_logits, val, batch),
                                  val.live.astype(np.int64))
   assert res['in_domain'] == {k: expected[k] for k in ('hter', 'eer', 'auc')}
   text = '\n'.join(out.markdown)
@@ -125,8 +125,8 @@ def test_authors_rule_takes_the_threshold_on_sklearns_default_roc(unit):
 
   def unit_scores(frames):
     if unit == 'video':
-      return evaluators.video_level(_embed, frames, batch)
-    return evaluators.frame_level(_embed, frames, batch), frames.live.astype(np.int64)
+      return evaluators.video_level(_live_logits, frames, batch)
+    return evaluators.frame_level(_live_logits, frames, batch), frames.live.astype(np.int64)
 
   scores, labels = unit_scores(bench.eval_sets['test'])
   assert res['threshold'] == metrics.authors_threshold(scores, labels)
