@@ -10,7 +10,7 @@ process that never plots, starts ~0.6 s sooner.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Mapping, NamedTuple
 
 import numpy as np
 
@@ -75,6 +75,24 @@ def roc_panels_figure(panels: Mapping[str, Mapping[str, tuple[np.ndarray, np.nda
   return fig
 
 
+SIMILARITY_BINS = np.linspace(-1.0, 1.0, 81)   # every cosine histogram's: 80 bins over [-1, 1]
+
+
+class Histogram(NamedTuple):
+  """Cosine similarities as a panel draws them: their counts on `SIMILARITY_BINS` (clipped to
+  [-1, 1]), their number and their mean. A table that draws a run's histogram again keeps this
+  much of the run, not every pair's cosine (FedFV Fig. 5)."""
+  counts: np.ndarray   # int, one per bin
+  n: int
+  mean: float          # of the values before clipping, in float64
+
+
+def similarity_histogram(values: np.ndarray) -> Histogram:
+  values = np.asarray(values, dtype=np.float64).ravel()
+  counts, _ = np.histogram(np.clip(values, -1.0, 1.0), bins=SIMILARITY_BINS)
+  return Histogram(counts, int(values.size), float(values.mean()) if values.size else 0.0)
+
+
 def similarity_figure(results: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> Figure:
   """One panel per method with overlaid within- and cross-client cosine-similarity histograms.
 
@@ -86,17 +104,25 @@ def similarity_figure(results: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> F
     results: method name (e.g. 'FedPE', 'FedGC') -> `(within, cross)` from
       `diagnostics.class_embedding_similarity`.
   """
+  return similarity_histogram_figure({
+      name: (similarity_histogram(within), similarity_histogram(cross))
+      for name, (within, cross) in results.items()})
+
+
+def similarity_histogram_figure(results: Mapping[str, tuple[Histogram, Histogram]]) -> Figure:
+  """`similarity_figure` drawn from the histograms (`similarity_histogram`) instead of the values:
+  method name -> `(within, cross)`; a histogram of no values draws nothing."""
   num_panels = max(len(results), 1)
   fig = _figure(figsize=(4.5 * num_panels, 3.5))
   axes = fig.subplots(1, num_panels, sharex=True, sharey=True, squeeze=False)[0]
-  bins = np.linspace(-1.0, 1.0, 81)
+  centres = (SIMILARITY_BINS[:-1] + SIMILARITY_BINS[1:]) / 2   # one weighted value per bin
   for ax, (name, (within, cross)) in zip(axes, results.items()):
-    for label, values, color in (('within-client', within, 'tab:blue'),
-                                 ('cross-client', cross, 'tab:orange')):
-      values = np.asarray(values, dtype=np.float64).ravel()
-      if values.size:
-        ax.hist(np.clip(values, -1.0, 1.0), bins=bins, density=True, alpha=0.55, color=color,
-                label=f'{label} (n={values.size}, mean={values.mean():.3f})')
+    for label, histogram, color in (('within-client', within, 'tab:blue'),
+                                    ('cross-client', cross, 'tab:orange')):
+      if histogram.n:
+        ax.hist(centres, bins=SIMILARITY_BINS, weights=histogram.counts, density=True,
+                alpha=0.55, color=color,
+                label=f'{label} (n={histogram.n}, mean={histogram.mean:.3f})')
     ax.set_title(name)
     ax.set_xlabel('cosine similarity')
     if ax.get_legend_handles_labels()[0]:
