@@ -8,12 +8,14 @@ each); Table 3: centralized, FedAwS, FedUV-127/255/511, FedFV-100 (and FedFace, 
 not run). The runs with the defaults (FedFV-100, k = 2) are shared by the three tables. Fig. 5, the
 histograms of the pairwise cosines of the learned class embeddings per method, is drawn from the
 Table 3 runs' `class_embedding_similarity.npz` (every pair is a cross-client pair here) into
-docs/fedfv_fig5.png, with its statistics in docs/fedfv_fig5.md.
+docs/fedfv_fig5.png, with its statistics in docs/fedfv_fig5.md. The archive keeps only what the
+figure reads of those files (`FIGURE5_SUMMARY`): the histogram, the number, mean and std.
 
 The paper's columns are LFW, AgeDB-30, CFP-FP, in that order; so are ours.
 """
 
 import dataclasses
+import json
 
 import numpy as np
 
@@ -21,7 +23,7 @@ from fedjax_face.eval import plots
 from fedjax_face.io import artifacts, files
 from fedjax_face.tools.tables import markdown
 from fedjax_face.tools.tables import spec
-from fedjax_face.tools.tables.spec import Ordering, Row, Run, Table
+from fedjax_face.tools.tables.spec import Compacted, Ordering, Row, Run, Table
 
 PAIR_SETS = ('lfw', 'agedb_30', 'cfp_fp')
 SETTING = ('ours: the GroupNorm CNN of configs/fedfv/ (width 16, 128-d, 32x32) on the synthetic '
@@ -81,7 +83,6 @@ TABLES[4] = Table(
     'FedUV-511 > FedUV-255 > FedUV-127 (Table 3; the paper runs d = 512 and Eq. 4)', SETTING)
 
 
-
 def _chain(labels, claim: str) -> tuple[Ordering, ...]:
   """Each label above the next, on every pair set (the paper reports all three)."""
   return tuple(Ordering((ahead,), (behind,), column, claim)
@@ -101,31 +102,64 @@ ORDERINGS = {
             for variant in ('Eq. 4', '1/‖v‖', 'Eq. 4, d = 512')
             for a, b in ((511, 255), (255, 127))), ()),
 }
-FIGURE5_FILE = 'class_embedding_similarity.npz'   # per run, written by FedFV's diagnostics
+FIGURE5_FILE = 'class_embedding_similarity.npz'   # per run, by the diagnostics: every pair's cosine
+FIGURE5_SUMMARY = 'class_embedding_cosines.json'  # what Fig. 5 reads of it; all the archive keeps
+FIGURE5_ROWS = ('Centralized', 'FedAwS', 'FedUV-511', 'FedFV-100', 'FedFace')
+BINS = plots.SIMILARITY_BINS   # Fig. 5's bins, the picture's
+
+
+def cosine_summary(cross: np.ndarray) -> dict:
+  """What Fig. 5 reads of a run's cross-client cosines: their histogram as the picture draws it
+  (`plots.similarity_histogram`: counts on 80 bins over [-1, 1], the number and the mean) and
+  their std, the mean and std in float64."""
+  histogram = plots.similarity_histogram(cross)
+  return {'bins': len(BINS) - 1, 'range': [float(BINS[0]), float(BINS[-1])],
+          'counts': histogram.counts.tolist(), 'n': histogram.n, 'mean': histogram.mean,
+          'std': float(np.std(np.asarray(cross, dtype=np.float64)))}
+
+
+def write_cosine_summary(source: str, target: str) -> None:
+  """`cosine_summary` of the run file `source` (FIGURE5_FILE), written as JSON to `target`: what
+  the archive keeps of the file (`tables.spec.Compacted`)."""
+  files.write_text_atomic(target, json.dumps(cosine_summary(files.read_npz(source)['cross'])))
+
+
+def read_cosine_summary(run_dir: str) -> dict | None:
+  """A run's `cosine_summary`: its archived FIGURE5_SUMMARY, else made from its FIGURE5_FILE (a
+  run in a sweep's root); None without either."""
+  summary = files.join(run_dir, FIGURE5_SUMMARY)
+  if files.exists(summary):
+    out = files.read_json(summary)
+    if (out['bins'], out['range']) != (len(BINS) - 1, [float(BINS[0]), float(BINS[-1])]):
+      raise ValueError(f'{summary}: {out["bins"]} bins over {out["range"]}; expected Fig. 5\'s '
+                       f'{len(BINS) - 1} over [-1, 1] (rebuild it from {FIGURE5_FILE}).')
+    return out
+  source = files.join(run_dir, FIGURE5_FILE)
+  return cosine_summary(files.read_npz(source)['cross']) if files.exists(source) else None
+
+
+FIGURE5_ARCHIVED = Compacted(FIGURE5_FILE, FIGURE5_SUMMARY, write_cosine_summary)
 TABLES = {tid: dataclasses.replace(table, orderings=ORDERINGS[tid],
-                                   archived_files=(FIGURE5_FILE,) if tid == 3 else ())
+                                   archived_files=(FIGURE5_ARCHIVED,) if tid == 3 else ())
           for tid, table in TABLES.items()}
 
-FIGURE5_ROWS = ('Centralized', 'FedAwS', 'FedUV-511', 'FedFV-100', 'FedFace')
-BINS = np.linspace(-1.0, 1.0, 81)   # the bins of `plots.similarity_figure`
 
-
-def histogram_mode(values: np.ndarray) -> float:
-  """The centre of the fullest bin of `BINS`: where 'most' pairs lie, as Fig. 5 reads it.
+def histogram_mode(counts: np.ndarray) -> float:
+  """The centre of the fullest bin of `BINS`, from the counts on them: where 'most' pairs lie,
+  as Fig. 5 reads it.
 
   Not the mean: the mean pairwise cosine of C unit vectors is at least -1/(C-1) (the squared norm
   of their sum is non-negative), so it is about 0 for C = 1,000 whatever the method; the paper's
   "around -0.35" can only be a mode.
   """
-  counts, edges = np.histogram(np.clip(values, -1.0, 1.0), bins=BINS)
   peak = int(np.argmax(counts))
-  return float((edges[peak] + edges[peak + 1]) / 2)
+  return float((BINS[peak] + BINS[peak + 1]) / 2)
 
 
 def figure5(root: str, extra: tuple, seeds: tuple[int, ...], out_dir: str | None) -> str:
   """Fig. 5 from the Table 3 runs: the picture (seed `seeds[0]`) and mode / mean per method."""
   rows = {row.label: row for row in TABLES[3].rows}
-  cross = {}
+  drawn = {}
   lines = ['## FedFV Fig. 5: pairwise cosines of the learned class embeddings', '',
            'Paper: centralized and FedFV mostly around -0.35 (about 110 degrees), FedAwS and FedUV '
            'around 0.', '', '| method | mode (ours) | mean (ours) | std (ours) | seeds |',
@@ -133,20 +167,21 @@ def figure5(root: str, extra: tuple, seeds: tuple[int, ...], out_dir: str | None
   for label in FIGURE5_ROWS:
     stats = []
     for seed in seeds:
-      path = files.join(spec.workdir(root, rows[label].run, extra, seed), FIGURE5_FILE)
-      if not files.exists(path):
+      summary = read_cosine_summary(spec.workdir(root, rows[label].run, extra, seed))
+      if summary is None:
         continue
-      values = files.read_npz(path)['cross']
-      cross.setdefault(label, values)
-      stats.append((histogram_mode(values), float(np.mean(values)), float(np.std(values))))
+      drawn.setdefault(label, summary)
+      stats.append((histogram_mode(summary['counts']), summary['mean'], summary['std']))
     cells = [markdown.summarize([s[i] for s in stats], len(seeds)) for i in range(3)]
     lines.append(f'| {label} | ' + ' | '.join(cells) + f' | {len(stats)} |')
   lines += ['', 'Mode: the centre of the fullest of 80 bins over [-1, 1]. The mean of all pairwise '
             'cosines of C unit vectors is at least -1/(C-1) (= -0.001 here), so only the mode can '
             'sit at -0.35. Picture: the runs of the first seed.', '']
-  if out_dir and cross:
-    figure = plots.similarity_figure({label: (np.zeros(0), values)
-                                      for label, values in cross.items()})
+  if out_dir and drawn:
+    none = plots.Histogram(np.zeros(len(BINS) - 1, np.int64), 0, 0.0)   # no within-client pairs
+    figure = plots.similarity_histogram_figure({
+        label: (none, plots.Histogram(np.asarray(s['counts']), s['n'], s['mean']))
+        for label, s in drawn.items()})
     artifacts.write_figure(files.join(out_dir, 'fedfv_fig5.png'), figure)
   return '\n'.join(lines)
 

@@ -1,12 +1,12 @@
 """What a table keeps of its runs under results/, and reading it back.
 
 `archive_runs` copies each run's `archived_files` (its results, its config with the commits it ran
-at, a failure's record, and what else its table reads) into the archive (`results/<paper>_tables`),
-which `reproduce --check` rebuilds every table from; `park` shrinks a sweep's root to the same, so
-that a commit carries it. Read back, a table says which commits its runs came from
-(`commits_line`: seeds trained by different code are no mean ± std of one method, so a mix is
-refused unless asked for), and `spot_check` reruns one run per method to compare its printed cells
-with the archived run's.
+at, a failure's record, and what else its table reads, or only the summary of it the table reads)
+into the archive (`results/<paper>_tables`), which `reproduce --check` rebuilds every table from;
+`park` shrinks a sweep's root to the same, so that a commit carries it. Read back, a table says
+which commits its runs came from (`commits_line`: seeds trained by different code are no mean ± std
+of one method, so a mix is refused unless asked for), and `spot_check` reruns one run per method to
+compare its printed cells with the archived run's.
 """
 
 import glob
@@ -18,24 +18,46 @@ from fedjax_face.io import files
 from fedjax_face.io import provenance
 from fedjax_face.tools.tables import run as table_runs
 from fedjax_face.tools.tables import spec
-from fedjax_face.tools.tables.spec import Run, Table
+from fedjax_face.tools.tables.spec import Compacted, Run, Table
 
 # What a table is rebuilt from (`reproduce --check`), kept per run by `archive_runs`: its results,
 # its config (with the commits it ran at), a failure's record, and PAD's per-video scores (Fused
-# and Fig. 5). A table that reads more names it (`Table.archived_files`: FedFV Table 3's class-
-# embedding cosines, for Fig. 5); every method writes those, at up to 2 MB a run.
+# and Fig. 5). A table that reads more names it (`Table.archived_files`): a file kept whole, or,
+# where the table reads only a summary of it, a `Compacted` file whose summary is kept instead
+# (FedFV Table 3's runs: the cosine histograms Fig. 5 draws, about 1 kB a run, where every pair's
+# cosine took up to 2 MB).
 ARCHIVED = ('results.json', 'config.json', table_runs.FAILED, 'pad_video_scores*.npz')
 
 
-def archived_files(table: Table) -> tuple[str, ...]:
-  """The file patterns `archive_runs` and `park` keep of each of `table`'s runs."""
+def archived_files(table: Table) -> tuple[str | Compacted, ...]:
+  """What `archive_runs` and `park` keep of each of `table`'s runs: file patterns, and the
+  files kept as their summaries."""
   return ARCHIVED + table.archived_files
+
+
+def kept_pattern(item: str | Compacted) -> str:
+  """The pattern of the files the archive holds for `item` (a `Compacted` file's summary)."""
+  return item.name if isinstance(item, Compacted) else item
+
+
+def keep(run_dir: str, items: tuple[str | Compacted, ...], target_dir: str) -> None:
+  """Puts into `target_dir` (`run_dir` itself when parking) what the archive keeps of `run_dir`:
+  the files each pattern matches, copied, and each `Compacted` file's summary, written from the
+  file (or copied, where `run_dir` holds the summary alone: an archived or parked run)."""
+  in_place = os.path.abspath(run_dir) == os.path.abspath(target_dir)
+  for item in items:
+    if isinstance(item, Compacted) and os.path.exists(os.path.join(run_dir, item.source)):
+      item.write(os.path.join(run_dir, item.source), os.path.join(target_dir, item.name))
+    elif not in_place:
+      for path in sorted(glob.glob(os.path.join(run_dir, kept_pattern(item)))):
+        shutil.copy2(path, os.path.join(target_dir, os.path.basename(path)))
 
 
 def archive_runs(table: Table, root: str, extra: tuple, seeds: tuple[int, ...],
                  archive_root: str) -> list[str]:
-  """Copies the `archived_files` of every run the table is made of (finished or failed) from
-  `root` to `archive_root`/<run name>/; returns the archived workdirs. Local paths only."""
+  """Puts what the archive keeps (`keep`) of every run the table is made of (finished or failed)
+  from `root` into `archive_root`/<run name>/; returns the archived workdirs. Local paths
+  only."""
   out = []
   ended = ('results.json', table_runs.FAILED)
   for run_dir in table_runs.finished_workdirs(table, root, extra, seeds, ended=ended):
@@ -44,23 +66,22 @@ def archive_runs(table: Table, root: str, extra: tuple, seeds: tuple[int, ...],
       out.append(target)
       continue
     os.makedirs(target, exist_ok=True)
-    for pattern in archived_files(table):
-      for path in sorted(glob.glob(os.path.join(run_dir, pattern))):
-        shutil.copy2(path, os.path.join(target, os.path.basename(path)))
+    keep(run_dir, archived_files(table), target)
     out.append(target)
   return out
 
 
 def park(table: Table, root: str, extra: tuple, seeds: tuple[int, ...],
-         also_kept: dict[str, tuple[str, ...]] | None = None) -> list[str]:
+         also_kept: dict[str, tuple[str | Compacted, ...]] | None = None) -> list[str]:
   """Shrinks a sweep's `root` to what a commit carries, so that its queue goes on in another
   sitting from a fresh checkout (`launch/every_table.sh park`). Each finished or failed run of
-  the table keeps only its `archived_files`, except a run that others start from (`init_from`),
-  which is kept whole for them; a run that has not ended is removed, to start again. Returns a
-  line per workdir changed or kept whole. Stop the sweep first: a running run is removed.
-  `also_kept`: workdir -> the patterns other tables keep of that run, where it is theirs too
-  (`reproduce --park` passes them: FedFV Table 3's cosines of the runs it shares with Tables
-  1 and 2, and of no other run). Local paths only."""
+  the table keeps only what the archive would (`keep`: its `archived_files`, a `Compacted` file
+  as its summary), except a run that others start from (`init_from`), which is kept whole for
+  them; a run that has not ended is removed, to start again. Returns a line per workdir changed
+  or kept whole. Stop the sweep first: a running run is removed.
+  `also_kept`: workdir -> what other tables keep of that run, where it is theirs too
+  (`reproduce --park` passes them: FedFV Table 3's cosine histograms of the runs it shares with
+  Tables 1 and 2, and of no other run). Local paths only."""
   lines = []
   for run_dir, started_from in table_runs.table_workdirs(table, root, extra, seeds).items():
     if not os.path.isdir(run_dir):
@@ -73,8 +94,10 @@ def park(table: Table, root: str, extra: tuple, seeds: tuple[int, ...],
     if started_from:
       lines.append(f'kept whole, other runs start from it: {run_dir}')
       continue
-    patterns = archived_files(table) + tuple((also_kept or {}).get(run_dir, ()))
-    kept = {path for pattern in patterns for path in glob.glob(os.path.join(run_dir, pattern))}
+    items = archived_files(table) + tuple((also_kept or {}).get(run_dir, ()))
+    keep(run_dir, items, run_dir)
+    kept = {path for item in items
+            for path in glob.glob(os.path.join(run_dir, kept_pattern(item)))}
     dropped = sorted({os.path.join(run_dir, name) for name in os.listdir(run_dir)} - kept)
     for path in dropped:
       if os.path.isdir(path) and not os.path.islink(path):

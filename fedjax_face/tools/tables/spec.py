@@ -80,6 +80,15 @@ class Ordering:
 
 
 @dataclasses.dataclass(frozen=True)
+class Compacted:
+  """A run file a table reads only a summary of: the archive keeps the summary, `name`, in its
+  place (FedFV Fig. 5 reads histogram counts and moments, not a run's 499,500 cosines)."""
+  source: str                         # the run's file, e.g. 'class_embedding_similarity.npz'
+  name: str                           # the summary's file name
+  write: Callable[[str, str], None]   # (source path, summary path): writes the summary
+
+
+@dataclasses.dataclass(frozen=True)
 class Table:
   title: str
   metric: str                       # 'verification', 'identification', 'diagnostics' or
@@ -94,7 +103,8 @@ class Table:
   titles: tuple[str, ...] = ()      # column titles ('results' tables)
   column_digits: tuple[int, ...] = ()   # decimals per column where they differ (0 for bytes)
   orderings: tuple[Ordering, ...] = ()  # the paper's orderings, judged per seed (`verdict.py`)
-  archived_files: tuple[str, ...] = ()   # run files kept beyond `archive.ARCHIVED`, that it reads
+  archived_files: tuple[str | Compacted, ...] = ()   # run files kept beyond
+                                    # `archive.ARCHIVED`, that it reads (or their summaries)
   own_orderings: bool = False       # the orderings are questions of ours, not a paper's claims:
                                     # they read 'ahead' / 'behind' (`verdict.OWN_WORDS`), not
                                     # 'reproduced'

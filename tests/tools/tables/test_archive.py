@@ -1,6 +1,7 @@
 """What a table keeps of its runs, and reading it back: commits, archive, park, spot check."""
 
 import json
+import os
 import sys
 
 import pytest
@@ -9,7 +10,7 @@ from fedjax_face.tools.tables import archive
 from fedjax_face.tools.tables import markdown
 from fedjax_face.tools.tables import run as table_runs
 from fedjax_face.tools.tables import spec
-from fedjax_face.tools.tables.spec import Row, Run, Table
+from fedjax_face.tools.tables.spec import Compacted, Row, Run, Table
 from tests.tools.tables.fakes import fake_result
 
 
@@ -220,3 +221,30 @@ def test_spot_check_reruns_one_run_per_method_and_compares_the_printed_cells(tmp
       f'{a1.name()}: same digits (archive at unrecorded, rerun at unrecorded)',
       f'differs: {b.name()}: LFW 75.00 -> 75.12 (archive at unrecorded, rerun at unrecorded; '
       'machine: os v769 -> v669; CPU gained f16c)']
+
+
+def test_a_file_a_table_reads_a_summary_of_is_archived_and_parked_as_the_summary(tmp_path):
+  def write_length(source, target):   # a summary: the file's size
+    with open(target, 'w') as f:
+      f.write(str(os.path.getsize(source)))
+  cosines = Compacted('cosines.npz', 'cosines.json', write_length)
+  run = Run('fedfv/fedfv')
+  table = Table('T', 'verification', ('lfw',), (Row('A', run, (None,)),), 'c',
+                archived_files=(cosines,))
+  root = tmp_path / 'sweep'
+  (root / run.name()).mkdir(parents=True)
+  (root / run.name() / 'results.json').write_text(json.dumps(fake_result(lfw=0.8)))
+  (root / run.name() / 'cosines.npz').write_text('x' * 2000)
+  listing = lambda d: sorted(p.name for p in (d / run.name()).iterdir())
+  archive.archive_runs(table, str(root), (), (0,), str(tmp_path / 'archive'))
+  assert listing(tmp_path / 'archive') == ['cosines.json', 'results.json']
+  assert (tmp_path / 'archive' / run.name() / 'cosines.json').read_text() == '2000'
+  # An archived run holds the summary alone: archived again, the summary is copied.
+  archive.archive_runs(table, str(tmp_path / 'archive'), (), (0,), str(tmp_path / 'again'))
+  assert (tmp_path / 'again' / run.name() / 'cosines.json').read_text() == '2000'
+  # Parked, the sweep's run keeps the summary in the file's place, and parks again unchanged.
+  assert archive.park(table, str(root), (), (0,)) == [
+      f'pruned to its archived files: {root / run.name()}']
+  assert listing(root) == ['cosines.json', 'results.json']
+  assert archive.park(table, str(root), (), (0,)) == []
+  assert (root / run.name() / 'cosines.json').read_text() == '2000'
