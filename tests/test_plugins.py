@@ -49,7 +49,7 @@ def _toy_load(config) -> FaceBenchmark:
   return FaceBenchmark(
       train_images=_toy_images(config.seed, n, config.data.image_size),
       train_labels=np.repeat(np.arange(d.num_identities), d.images_per_identity).astype(np.int32),
-      num_identities=d.num_identities, pair_sets={})
+      num_identities=d.num_identities)
 
 
 def _toy_data_fields(config) -> tuple[str, ...]:

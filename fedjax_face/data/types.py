@@ -1,5 +1,6 @@
-"""The data types shared across the package: what a data source loads (`FaceBenchmark`) and a
-verification pair set (`PairSet`), whatever source or benchmark made them."""
+"""The data types shared across the package: what a data source loads (`SourceData`, viewed per
+task: `FaceBenchmark` for face recognition, `AntiSpoofingData`) and a verification pair set
+(`PairSet`), whatever source or benchmark made them."""
 
 import dataclasses
 
@@ -31,31 +32,52 @@ class PairSet:
 
 
 @dataclasses.dataclass(frozen=True)
-class FaceBenchmark:
-  """A synthetic training set plus the three verification pair sets.
+class SourceData:
+  """What a data source loads, whatever its task (`data/sources/`): the training set, and the
+  evaluation data its own views read back. Each task's sources load its subclass.
 
   Attributes:
-    train_images: uint8 `[N, H, W, 3]`.
-    train_labels: int32 `[N]` identity ids in 0..num_identities-1, sorted by identity.
-    num_identities: number of training identities.
-    pair_sets: name -> PairSet, all built from held-out identities.
-    train_identity_params: parameters of the training identities (row i = label i).
-    test_identity_params: parameters of the held-out identities (row j = PairSet id j).
-    train_families: int32 `[num_identities]` look-alike family of each training identity
-      (`label // lookalike_family_size`); None for real data.
-    client_identities: the data's own clients, as the identities each holds (PAD: one client per
-      data center holding its attack and live classes); None: the config's partition deals them.
-    train_targets: per-sample arrays beside the labels (PAD's depth maps), or None.
-    eval_sets: a task's evaluation data by name (PAD: the target domain's 'test' frames and the
-      data centers' 'validation' frames), or None.
+    train_images: uint8 `[N, H, W, 3]` (or a store that decodes them on demand: `stores.py`).
+    train_labels: int32 `[N]` class ids in 0..num_identities-1 (identities; anti-spoofing: a
+      data center's attack and live classes).
+    num_identities: number of training classes.
+    client_identities: the data's own clients, as the classes each holds (anti-spoofing: one
+      client per data center); None: the config's partition deals them.
+    train_targets: per-sample arrays beside the labels (anti-spoofing's depth maps), or None.
+    eval_sets: the source's evaluation data by name, as its views read it back (anti-spoofing:
+      the target domain's 'test' frames, the data centers' 'validation' frames; FedFR's split:
+      which records are public, the clients' and held out), or None.
   """
   train_images: np.ndarray
   train_labels: np.ndarray
   num_identities: int
-  pair_sets: dict[str, PairSet]
-  train_identity_params: dict[str, np.ndarray] | None = None
-  test_identity_params: dict[str, np.ndarray] | None = None
-  train_families: np.ndarray | None = None
   client_identities: list[np.ndarray] | None = None
   train_targets: dict[str, np.ndarray] | None = None
   eval_sets: dict | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class FaceBenchmark(SourceData):
+  """A face recognition source's data: the training identities, and what the embedded synthetic
+  benchmark also knows of its faces (None or empty for real data).
+
+  Attributes:
+    pair_sets: name -> PairSet, rendered with the training set (the evaluators ask the source
+      for theirs: `sources.pair_sets`).
+    train_identity_params: parameters of the training identities (row i = label i).
+    test_identity_params: parameters of the held-out identities (row j = PairSet id j).
+    train_families: int32 `[num_identities]` look-alike family of each training identity
+      (`label // lookalike_family_size`).
+  """
+  pair_sets: dict[str, PairSet] = dataclasses.field(default_factory=dict)
+  train_identity_params: dict[str, np.ndarray] | None = None
+  test_identity_params: dict[str, np.ndarray] | None = None
+  train_families: np.ndarray | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class AntiSpoofingData(SourceData):
+  """An anti-spoofing source's data: each data center's attack (class 2k) and live (2k + 1)
+  training frames, their depth maps in `train_targets['depth']`, and `eval_sets` of
+  `sources.pad.PadSet`s: 'test' (the unseen target), 'test:<domain>' (more unseen domains) and
+  'validation' (the data centers' held-out subjects)."""

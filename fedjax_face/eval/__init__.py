@@ -44,7 +44,7 @@ TASK_EVALUATORS = {
 class EvalSetup(NamedTuple):
   """What evaluators may prepare from once per run."""
   config: Any
-  benchmark: Any        # data.types.FaceBenchmark: what the data source loaded
+  benchmark: Any        # data.types.SourceData (its task's subclass): what the source loaded
   fed_view: Any         # data.federated.FederatedData of the clients (identity / class tables)
 
 

@@ -42,7 +42,8 @@ HEADS = CLASSIFIER_HEADS + POSITIVE_HEADS
 #   'classic': insightface's rule: if cos theta_y <= cos(pi - m) use the CosFace-like
 #              `cos theta_y - m sin(pi - m)` instead (continuous at theta_y = pi - m).
 #   'easy':    `easy_margin=True`: apply the margin only where cos theta_y > 0, else plain cos.
-#   'none':    no fallback, always cos(theta_y + m) (modern arcface_torch behaviour).
+#   'none':    no fallback, always cos(theta_y + m) (modern arcface_torch behaviour;
+#              docs/references.md, arcface-fallback).
 ARCFACE_FALLBACKS = ('classic', 'easy', 'none')
 
 # Per-kind defaults (FedGC paper settings): CosFace s=64 m=0.35, ArcFace s=64 m=0.5.

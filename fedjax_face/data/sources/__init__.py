@@ -19,7 +19,7 @@ A source module defines:
   config_section() -> ConfigDict         its fields, at `config.data.<name>`
   check_config(config) -> None           ValueError naming a wrong field (its own and what it
                                          implies elsewhere, e.g. how many clients fit)
-  load(config) -> types.FaceBenchmark    the training data
+  load(config) -> types.SourceData       the training data (its task's subclass)
   training_views(config, data, one_client) -> (federated view, what the method trains on)
   data_fields(config) -> tuple[str, ...]  the fields that decide the training identities: a run
                                          started from another (`init_from`) must agree on them

@@ -70,7 +70,7 @@ def load(config) -> FaceBenchmark:
                                    num_threads=config.data.decode_threads)
   labels = np.concatenate(labels).astype(np.int32)
   return FaceBenchmark(train_images=store, train_labels=labels,
-                       num_identities=sum(len(ids) for ids in client_identities), pair_sets={},
+                       num_identities=sum(len(ids) for ids in client_identities),
                        client_identities=client_identities)
 
 

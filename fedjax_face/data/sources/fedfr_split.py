@@ -184,7 +184,6 @@ def load(config) -> FaceBenchmark:
                      sum(len(s.keys) for s in veri)])
   return FaceBenchmark(
       train_images=store, train_labels=labels, num_identities=num_public + num_private,
-      pair_sets={},
       client_identities=[np.arange(num_public + c.id_base, num_public + c.id_base + c.num_ids,
                                    dtype=np.int32) for c in clients],
       eval_sets={'public': np.arange(sizes[0], sizes[1]), 'clients': np.arange(sizes[1], sizes[2]),

@@ -83,7 +83,7 @@ def labelled(store: stores.DecodedImageStore, labels: np.ndarray, config) -> Fac
   if len(index) != len(store):
     store = store.subset(index)
   return FaceBenchmark(train_images=store, train_labels=labels.astype(np.int32),
-                       num_identities=num_identities, pair_sets={})
+                       num_identities=num_identities)
 
 
 def training_views(config, data, one_client: bool):

@@ -148,7 +148,7 @@ def concat(sets: list[PadSet], name: str) -> PadSet:
 
 
 def load(config):
-  """The benchmark as `types.FaceBenchmark`: the data centers' training frames (train
+  """The benchmark as `types.AntiSpoofingData`: the data centers' training frames (train
   subjects, the attacks of `train_attacks` and live), labelled 2k (attack) and 2k + 1 (live) for
   data center k, which holds exactly those two classes (`client_identities`; `pooled`: one
   client holds all, so that live = an odd class either way), their depth maps
@@ -166,15 +166,15 @@ def load(config):
 
 
 def benchmark(train: list[PadSet], eval_sets: dict[str, PadSet],
-              pooled: bool) -> types.FaceBenchmark:
-  """Every PAD source's `types.FaceBenchmark`: data center k's training frames `train[k]`
+              pooled: bool) -> types.AntiSpoofingData:
+  """Every PAD source's `types.AntiSpoofingData`: data center k's training frames `train[k]`
   labelled 2k (attack) and 2k + 1 (live), the client holding exactly those two classes (pooled:
   one client holds all, so that live = an odd class either way), their depth maps as
   `train_targets['depth']`, and `eval_sets` as given."""
   labels = np.concatenate([2 * k + t.live.astype(np.int32) for k, t in enumerate(train)])
-  return types.FaceBenchmark(
+  return types.AntiSpoofingData(
       train_images=np.concatenate([t.images for t in train]),
-      train_labels=labels.astype(np.int32), num_identities=2 * len(train), pair_sets={},
+      train_labels=labels.astype(np.int32), num_identities=2 * len(train),
       client_identities=([np.arange(2 * len(train), dtype=np.int32)] if pooled else
                          [np.array([2 * k, 2 * k + 1], np.int32) for k in range(len(train))]),
       train_targets={'depth': np.concatenate([t.depth for t in train])},

@@ -177,7 +177,7 @@ def _read(config, root, layout, split, depth_dirs=None, attack_list='fake', name
 
 
 def load(config):
-  """The lists' frames as `types.FaceBenchmark` (`sources/pad.py:benchmark`). Every list and
+  """The lists' frames as `types.AntiSpoofingData` (`sources/pad.py:benchmark`). Every list and
   frame is read here, so that a bad one stops the run before anything else is made. A
   training-only data set (`formats.TRAIN_ONLY`) gives training frames alone."""
   p = config.data.pad_lists
