@@ -17,7 +17,7 @@ import struct
 import numpy as np
 
 from fedjax_face.data.formats import recordio
-from fedjax_face.data.synthetic import faces
+from fedjax_face.data.synthetic import identities, nuisance, render as render_lib
 
 MAGIC = 0xCED7230A
 
@@ -67,10 +67,10 @@ class Written:
 
 
 def render(num_identities: int, per_identity: int, size: int, rng) -> tuple[np.ndarray, np.ndarray]:
-  identities = faces.sample_identities(rng, num_identities)
+  people = identities.sample_identities(rng, num_identities)
   labels = np.repeat(np.arange(num_identities), per_identity)
-  nz = faces.sample_nuisance(rng, len(labels), 'train', 1.0)
-  return faces.render_faces({k: v[labels] for k, v in identities.items()}, nz, size), labels
+  nz = nuisance.sample_nuisance(rng, len(labels), 'train', 1.0)
+  return render_lib.render_faces(identities.take(people, labels), nz, size), labels
 
 
 def write_split(root, *, public: int = 3, pretrain_folders: int = 1, clients: int = 3,

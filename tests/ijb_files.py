@@ -13,7 +13,7 @@ import os
 import numpy as np
 
 from fedjax_face.data.formats import ijb, recordio
-from fedjax_face.data.synthetic import faces
+from fedjax_face.data.synthetic import identities, nuisance, render
 
 
 class Written:
@@ -35,7 +35,7 @@ def write_ijb(root, *, ijb_set: str = 'IJBC', layout: str = 'insightface', num_s
               size: int = 48, seed: int = 0) -> Written:
   root = os.fspath(root)
   rng = np.random.default_rng(seed)
-  identities = faces.sample_identities(rng, num_subjects)
+  people = identities.sample_identities(rng, num_subjects)
   out = Written()
   for s in range(num_subjects):
     for t in range(templates_per_subject):
@@ -47,12 +47,12 @@ def write_ijb(root, *, ijb_set: str = 'IJBC', layout: str = 'insightface', num_s
           out.medias.append(1000 + 100 * s + 10 * t + m)
   n = len(out.names)
   subjects = np.asarray(out.subjects)
-  ip = {k: v[subjects] for k, v in identities.items()}
-  nz = faces.sample_nuisance(rng, n, 'cfp_frontal', 1.0)
+  ip = identities.take(people, subjects)
+  nz = nuisance.sample_nuisance(rng, n, 'cfp_frontal', 1.0)
   nz['yaw'][:] = 0.0
   nz['pitch'][:] = 0.0
-  out.images = faces.render_faces(ip, nz, size)
-  out.landmarks = faces.face_landmarks(ip, nz, size)
+  out.images = render.render_faces(ip, nz, size)
+  out.landmarks = render.face_landmarks(ip, nz, size)
   out.faceness = rng.uniform(0.5, 1.0, n).astype(np.float32)
   os.makedirs(os.path.join(root, 'loose_crop'), exist_ok=True)
   for name, image in zip(out.names, out.images):

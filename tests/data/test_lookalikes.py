@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from fedjax_face.data import partition
-from fedjax_face.data.synthetic import faces
+from fedjax_face.data.synthetic import benchmark, identities, pairs, render
 
 SMALL = dict(seed=3, num_identities=12, images_per_identity=3, image_size=32,
              num_test_identities=40, num_pairs=200, num_folds=2)
@@ -13,8 +13,8 @@ SMALL = dict(seed=3, num_identities=12, images_per_identity=3, image_size=32,
 
 @pytest.fixture(scope='module')
 def families():
-  return faces.make_benchmark(**SMALL, lookalike_family_size=3,
-                                  pair_sets=faces.ALL_PAIR_SET_NAMES)
+  return benchmark.make_benchmark(**SMALL, lookalike_family_size=3,
+                                  pair_sets=pairs.ALL_PAIR_SET_NAMES)
 
 
 def _pixels(ps):
@@ -25,33 +25,33 @@ def _pixels(ps):
 
 
 def test_family_size_one_is_the_default_benchmark_and_other_sets_do_not_change_it(families):
-  plain = faces.make_benchmark(**SMALL)
-  again = faces.make_benchmark(**SMALL, lookalike_family_size=1,
-                                   pair_sets=faces.ALL_PAIR_SET_NAMES)
+  plain = benchmark.make_benchmark(**SMALL)
+  again = benchmark.make_benchmark(**SMALL, lookalike_family_size=1,
+                                   pair_sets=pairs.ALL_PAIR_SET_NAMES)
   np.testing.assert_array_equal(again.train_images, plain.train_images)
   np.testing.assert_array_equal(again.train_families, np.arange(12))
-  for name in faces.PAIR_SET_NAMES:   # rendering more sets leaves these bit for bit
+  for name in pairs.PAIR_SET_NAMES:   # rendering more sets leaves these bit for bit
     np.testing.assert_array_equal(again.pair_sets[name].images, plain.pair_sets[name].images)
     np.testing.assert_array_equal(families.pair_sets[name].images, plain.pair_sets[name].images)
-  assert set(plain.pair_sets) == set(faces.PAIR_SET_NAMES)
+  assert set(plain.pair_sets) == set(pairs.PAIR_SET_NAMES)
 
 
 def test_members_blend_towards_their_own_draw_and_take_discrete_traits_whole():
   rng = np.random.default_rng(0)
-  centres = faces.sample_identities(rng, 2)
-  draws = faces.sample_identities(rng, 4)
+  centres = identities.sample_identities(rng, 2)
+  draws = identities.sample_identities(rng, 4)
   family = np.array([0, 0, 1, 1])
-  members = faces.lookalike_members(centres, draws, family, 0.25, np.random.default_rng(1))
+  members = identities.lookalike_members(centres, draws, family, 0.25, np.random.default_rng(1))
   for key, value in members.items():
     centre, own = centres[key][family], draws[key]
-    if key in faces.DISCRETE_TRAITS:
+    if key in identities.DISCRETE_TRAITS:
       is_own = np.all(value == own, axis=tuple(range(1, own.ndim)))
       is_centre = np.all(value == centre, axis=tuple(range(1, own.ndim)))
       assert np.all(is_own | is_centre), key
     else:
       np.testing.assert_allclose(value, 0.75 * centre + 0.25 * own, rtol=1e-6, atol=1e-7)
   # Spread 1 gives the independent draws themselves.
-  same = faces.lookalike_members(centres, draws, family, 1.0, np.random.default_rng(1))
+  same = identities.lookalike_members(centres, draws, family, 1.0, np.random.default_rng(1))
   for key in members:
     np.testing.assert_array_equal(same[key], draws[key])
 
@@ -64,9 +64,9 @@ def test_training_families_are_consecutive_labels(families):
 def test_family_members_sit_as_close_as_the_spread_says(spread):
   # Two members differ by spread·(own draw difference); strangers by the blend of both centres
   # and draws: the ratio of mean distances is spread / sqrt((1 - spread)^2 + spread^2).
-  params, family = faces.sample_families(np.random.default_rng(0), 600, 3, spread)
+  params, family = identities.sample_families(np.random.default_rng(0), 600, 3, spread)
   x = np.concatenate([v.reshape(600, -1) for k, v in sorted(params.items())
-                      if k not in faces.DISCRETE_TRAITS], axis=1)
+                      if k not in identities.DISCRETE_TRAITS], axis=1)
   x = (x - x.mean(0)) / x.std(0)
   dist = np.linalg.norm(x[:, None] - x[None], axis=-1)
   same = family[:, None] == family[None]
@@ -95,7 +95,7 @@ def test_cplfw_is_cross_pose_with_matched_impostors(families):
   assert yaw[0::2].max() < 1.0           # the in-the-wild side never turned away
   assert yaw[1::2].min() >= 0.7          # the other side always is
   params = families.test_identity_params
-  luma = params['skin_color'][:SMALL['num_test_identities']] @ faces._LUMA
+  luma = params['skin_color'][:SMALL['num_test_identities']] @ render.LUMA
   band = np.digitize(luma, np.quantile(luma, [1 / 3, 2 / 3]))
   hair = (params['beard'] > 0) | (params['moustache'] > 0)
   a, b = ps.identities[~ps.issame].T
@@ -108,8 +108,8 @@ def test_calfw_is_cross_age_with_matched_impostors(families):
   ps = families.pair_sets['calfw']
   age = ps.nuisance['age']
   gap = np.abs(age[0::2] - age[1::2])
-  assert gap.min() >= faces.CALFW_GAP_YEARS[0] - 1e-4
-  assert gap.max() <= faces.CALFW_GAP_YEARS[1] + 1e-4
+  assert gap.min() >= pairs.CALFW_GAP_YEARS[0] - 1e-4
+  assert gap.max() <= pairs.CALFW_GAP_YEARS[1] + 1e-4
   params = families.test_identity_params
   a, b = ps.identities[~ps.issame].T
   assert np.all(a != b)
@@ -120,7 +120,7 @@ def test_calfw_is_cross_age_with_matched_impostors(families):
 
 def test_matched_partners_falls_back_to_anyone_when_alone():
   keys = np.array([0, 0, 1])
-  out = faces.matched_partners(np.random.default_rng(0), np.array([0, 1, 2, 2, 2]), keys)
+  out = identities.matched_partners(np.random.default_rng(0), np.array([0, 1, 2, 2, 2]), keys)
   np.testing.assert_array_equal(out[:2], [1, 0])
   assert set(out[2:]) <= {0, 1}
 
@@ -134,7 +134,7 @@ def test_matched_partners_falls_back_to_anyone_when_alone():
 ])
 def test_bad_lookalike_arguments_raise(overrides, words):
   with pytest.raises(ValueError, match=words):
-    faces.make_benchmark(**{**SMALL, **overrides})
+    benchmark.make_benchmark(**{**SMALL, **overrides})
 
 
 def test_spread_families_puts_every_member_on_a_different_client():

@@ -8,7 +8,7 @@ import pytest
 
 from fedjax_face.data.sources import pad as pad_source
 from fedjax_face.data.synthetic import pad_benchmark as pad
-from fedjax_face.data.synthetic import faces
+from fedjax_face.data.synthetic import identities, nuisance, render
 from tests.config_files import load_config
 
 SMALL = dict(subjects=4, test_subjects=1, live_videos=1, attack_videos=3, frames=2,
@@ -37,7 +37,7 @@ def test_every_domain_has_its_frames_videos_and_splits(domains):
 
 
 def test_an_attack_photo_differs_from_the_live_scene_only_in_its_light():
-  nz = faces.sample_nuisance(np.random.default_rng(0), 5, 'lfw', 1.0)
+  nz = nuisance.sample_nuisance(np.random.default_rng(0), 5, 'lfw', 1.0)
   photo = pad.photo_nuisance(nz)
   changed = {k for k in nz if not np.array_equal(nz[k], photo[k])}
   assert changed == set(pad.PHOTO_LIGHT)
@@ -77,10 +77,10 @@ def test_live_frames_carry_depth_and_attacks_zero_maps(domains):
 
 def test_depth_follows_the_head_the_renderer_draws():
   rng = np.random.default_rng(3)
-  ip = faces.sample_identities(rng, 2)
-  nz = faces.sample_nuisance(rng, 2, 'lfw', 0.0)       # frontal, centred
+  ip = identities.sample_identities(rng, 2)
+  nz = nuisance.sample_nuisance(rng, 2, 'lfw', 0.0)       # frontal, centred
   nz['shift_x'] = np.array([0.0, 0.3], np.float32)         # the second moved right
-  depth = faces.face_depth(ip, nz, 32)
+  depth = render.face_depth(ip, nz, 32)
   cols = [np.average(np.arange(32), weights=d.sum(axis=0)) for d in depth]
   assert abs(cols[0] - 15.5) < 1.0 and cols[1] - cols[0] > 3.0
 

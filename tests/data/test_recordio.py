@@ -16,7 +16,7 @@ from PIL import Image
 import pytest
 
 from fedjax_face.data.formats import recordio
-from fedjax_face.data.synthetic import faces as synthetic
+from fedjax_face.data.synthetic import benchmark
 
 MAGIC = 0xCED7230A
 H = W = 8
@@ -215,7 +215,7 @@ def test_lrecord_and_framing_edge_cases():
 
 @pytest.fixture(scope='module')
 def faces():
-  bench = synthetic.make_benchmark(seed=1, num_identities=5, images_per_identity=4,
+  bench = benchmark.make_benchmark(seed=1, num_identities=5, images_per_identity=4,
                                    image_size=32, num_test_identities=2, num_pairs=2,
                                    num_folds=1, images_per_identity_sigma=0.5)
   return bench.train_images, bench.train_labels

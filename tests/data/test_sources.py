@@ -19,7 +19,7 @@ from tests import config_files, saved_checkpoints
 from fedjax_face.data import federated, sources, stores, views
 from fedjax_face.data.sources import files as source_files
 from fedjax_face.data.formats import recordio
-from fedjax_face.data.synthetic import faces as synthetic
+from fedjax_face.data.synthetic import pairs as synthetic_pairs
 from fedjax_face.data.formats import tfds_source
 from fedjax_face.data.formats import verification_bin
 
@@ -35,7 +35,7 @@ def runlocal_config(**data):
   `config.data`, the others in the source's section."""
   config = config_files.load_config('fedpe')
   del config.evals.identification
-  config.evals.verification.pair_sets = synthetic.PAIR_SET_NAMES   # the three real .bin analogues
+  config.evals.verification.pair_sets = synthetic_pairs.PAIR_SET_NAMES   # the three .bin analogues
   for key, value in data.items():
     if key in SHARED_DATA_FIELDS:
       config.data[key] = value

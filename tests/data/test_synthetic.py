@@ -1,10 +1,9 @@
 """Tests for fedjax_face.data.synthetic: shapes, determinism, protocol layout, argument checks."""
 
 import numpy as np
-from PIL import Image
 import pytest
 
-from fedjax_face.data.synthetic import faces
+from fedjax_face.data.synthetic import benchmark, identities, nuisance, render
 
 # Small enough to build in well under a second.
 SMALL = dict(seed=3, num_identities=6, images_per_identity=3, image_size=32,
@@ -13,7 +12,7 @@ SMALL = dict(seed=3, num_identities=6, images_per_identity=3, image_size=32,
 
 @pytest.fixture(scope='module')
 def bench():
-  return faces.make_benchmark(**SMALL)
+  return benchmark.make_benchmark(**SMALL)
 
 
 def _param_matrix(params):
@@ -47,14 +46,14 @@ def test_shapes_and_dtypes(bench):
 
 
 def test_deterministic(bench):
-  again = faces.make_benchmark(**SMALL)
+  again = benchmark.make_benchmark(**SMALL)
   np.testing.assert_array_equal(again.train_images, bench.train_images)
   np.testing.assert_array_equal(again.train_labels, bench.train_labels)
   for name, ps in bench.pair_sets.items():
     np.testing.assert_array_equal(again.pair_sets[name].images, ps.images)
     np.testing.assert_array_equal(again.pair_sets[name].issame, ps.issame)
     np.testing.assert_array_equal(again.pair_sets[name].identities, ps.identities)
-  other = faces.make_benchmark(**{**SMALL, 'seed': 4})
+  other = benchmark.make_benchmark(**{**SMALL, 'seed': 4})
   assert not np.array_equal(other.train_images, bench.train_images)
 
 
@@ -70,7 +69,7 @@ def test_train_and_test_identities_disjoint(bench):
 
 
 def test_test_set_does_not_depend_on_training_size(bench):
-  bigger = faces.make_benchmark(**{**SMALL, 'num_identities': 9, 'images_per_identity': 4})
+  bigger = benchmark.make_benchmark(**{**SMALL, 'num_identities': 9, 'images_per_identity': 4})
   for name, ps in bench.pair_sets.items():
     np.testing.assert_array_equal(bigger.pair_sets[name].images, ps.images)
 
@@ -111,7 +110,7 @@ def test_agedb_pairs_far_apart_in_age(bench):
 
 def test_genuine_pairs_closer_in_pixel_space():
   # Identity must survive the nuisance: even raw pixels put genuine pairs closer on average.
-  b = faces.make_benchmark(seed=1, num_identities=2, images_per_identity=2,
+  b = benchmark.make_benchmark(seed=1, num_identities=2, images_per_identity=2,
                                num_test_identities=50, num_pairs=200, num_folds=1)
   ps = b.pair_sets['lfw']
   x = ps.images.reshape(ps.images.shape[0], -1).astype(np.float32) / 127.5 - 1.0
@@ -121,7 +120,7 @@ def test_genuine_pairs_closer_in_pixel_space():
 
 
 def test_images_per_identity_sigma_gives_unequal_counts():
-  b = faces.make_benchmark(**{**SMALL, 'num_identities': 30, 'images_per_identity': 6,
+  b = benchmark.make_benchmark(**{**SMALL, 'num_identities': 30, 'images_per_identity': 6,
                                   'images_per_identity_sigma': 0.6})
   counts = np.bincount(b.train_labels, minlength=30)
   assert len(set(counts.tolist())) > 3
@@ -145,20 +144,20 @@ def test_images_per_identity_sigma_gives_unequal_counts():
 ])
 def test_bad_arguments_raise(overrides, argument):
   with pytest.raises(ValueError, match=argument):
-    faces.make_benchmark(**{**SMALL, **overrides})
+    benchmark.make_benchmark(**{**SMALL, **overrides})
 
 
 def test_unknown_profile_raises():
   with pytest.raises(ValueError, match='cfp_profile'):
-    faces.sample_nuisance(np.random.default_rng(0), 3, 'frontal', 1.0)
+    nuisance.sample_nuisance(np.random.default_rng(0), 3, 'frontal', 1.0)
 
 
 @pytest.mark.parametrize('size', [64, 112])
 def test_render_other_sizes(size):
   rng = np.random.default_rng(0)
-  ids = faces.sample_identities(rng, 3)
-  nz = faces.sample_nuisance(rng, 3, 'lfw', 1.0)
-  images = faces.render_faces(ids, nz, size)
+  ids = identities.sample_identities(rng, 3)
+  nz = nuisance.sample_nuisance(rng, 3, 'lfw', 1.0)
+  images = render.render_faces(ids, nz, size)
   assert images.shape == (3, size, size, 3)
   assert images.dtype == np.uint8
   assert images.std() > 20
@@ -167,27 +166,16 @@ def test_render_other_sizes(size):
 def test_render_is_independent_of_chunking():
   rng = np.random.default_rng(5)
   n = 70  # spans several chunks at 32x32
-  ids = faces.sample_identities(rng, n)
-  nz = faces.sample_nuisance(rng, n, 'train', 1.0)
-  full = faces.render_faces(ids, nz, 32)
-  part = faces.render_faces({k: v[40:45] for k, v in ids.items()},
+  ids = identities.sample_identities(rng, n)
+  nz = nuisance.sample_nuisance(rng, n, 'train', 1.0)
+  full = render.render_faces(ids, nz, 32)
+  part = render.render_faces({k: v[40:45] for k, v in ids.items()},
                                 {k: v[40:45] for k, v in nz.items()}, 32)
   np.testing.assert_array_equal(full[40:45], part)
 
 
 def test_difficulty_zero_is_canonical_pose():
-  nz = faces.sample_nuisance(np.random.default_rng(0), 50, 'train', 0.0)
+  nz = nuisance.sample_nuisance(np.random.default_rng(0), 50, 'train', 0.0)
   for key in ('yaw', 'pitch', 'roll', 'shift_x', 'blur', 'noise', 'age'):
     np.testing.assert_array_equal(nz[key], 0.0)
-  assert np.all(nz['occluder'] == faces.OCC_NONE)
-
-
-def test_save_sample_grid(tmp_path, bench):
-  path = tmp_path / 'grid.png'
-  faces.save_sample_grid(bench.train_images, str(path), rows=2, cols=5,
-                             labels=bench.train_labels)
-  with Image.open(path) as im:
-    assert im.format == 'PNG'
-    width, height = im.size
-  # Upscaled so that 32x32 faces are visible.
-  assert width >= 5 * 96 and height >= 2 * 96
+  assert np.all(nz['occluder'] == nuisance.OCC_NONE)

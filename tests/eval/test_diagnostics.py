@@ -8,7 +8,7 @@ import pytest
 
 from fedjax_face import config_lib
 from fedjax_face.data import federated, preprocess
-from fedjax_face.data.synthetic import faces
+from fedjax_face.data.synthetic import benchmark
 from fedjax_face.eval import EvalInputs, EvalSetup, diagnostics
 from fedjax_face.eval import plots
 from fedjax_face.io import artifacts
@@ -136,7 +136,7 @@ def test_lookalike_feature_cosines_embed_normalised_images():
   # The evaluator must embed the way the protocol does: images in [-1, 1], not raw uint8. A
   # linear stub embedding (the first 8 normalised pixels) gives the expected cosines by hand.
   config = config_lib.runlocal(config_lib.base_config())
-  bench = faces.make_benchmark(seed=0, num_identities=8, images_per_identity=3,
+  bench = benchmark.make_benchmark(seed=0, num_identities=8, images_per_identity=3,
                                    num_test_identities=4, num_pairs=20, num_folds=1,
                                    lookalike_family_size=2)
   clients = [np.array([0, 2, 4, 6], np.int32), np.array([1, 3, 5, 7], np.int32)]

@@ -2,7 +2,7 @@
 
 | source | task | training set | its section |
 | --- | --- | --- | --- |
-| `synthetic` | recognition | rendered from the seed, in memory (`data/synthetic/faces.py`) | `data.synthetic` |
+| `synthetic` | recognition | rendered from the seed, in memory (`data/synthetic/benchmark.py`) | `data.synthetic` |
 | `insightface` | recognition | `<root>/{train.rec, train.idx, property}`, streamed | `data.insightface` |
 | `image_folder` | recognition | `<root>/<identity>/*.jpg`, streamed | `data.image_folder` |
 | `tfds` | recognition | a TFDS data set prepared in `data_dir`, streamed | `data.tfds` |

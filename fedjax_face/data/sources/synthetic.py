@@ -1,5 +1,5 @@
 """`data.source='synthetic'`: the embedded face benchmark, rendered from the seed in memory
-(`data/synthetic/faces.py`): training identities (optionally in look-alike families), six
+(`data/synthetic/benchmark.py`): training identities (optionally in look-alike families), six
 verification pair sets of held-out identities, and a 1:N gallery of other held-out identities
 (`data/synthetic/identification_set.py`)."""
 
@@ -8,11 +8,11 @@ import numpy as np
 
 from fedjax_face.core import checks
 from fedjax_face.data import views
-from fedjax_face.data.synthetic import faces, identification_set
-from fedjax_face.io import files
+from fedjax_face.data.synthetic import benchmark, identification_set, identities, pairs
+from fedjax_face.io import artifacts, files
 
 TASK = 'recognition'
-PAIR_SET_NAMES = faces.ALL_PAIR_SET_NAMES
+PAIR_SET_NAMES = pairs.ALL_PAIR_SET_NAMES
 PAIR_SET_TITLES = {'lfw': 'LFW-like', 'cfp_fp': 'CFP-FP-like', 'agedb_30': 'AgeDB-30-like',
                    'sllfw': 'SLLFW-like', 'cplfw': 'CPLFW-like', 'calfw': 'CALFW-like'}
 # The fields that decide the training identities and their images (`init_from` must agree);
@@ -32,8 +32,8 @@ def config_section() -> ml_collections.ConfigDict:
   c.difficulty = 1.0              # scales every nuisance
   c.lookalike_family_size = 1     # g: training identities in look-alike families of g
                                   # (1 = independent identities)
-  c.lookalike_spread = faces.LOOKALIKE_SPREAD   # in (0, 1]: a member's distance from its family
-                                  # centre (training families and sllfw's)
+  c.lookalike_spread = identities.LOOKALIKE_SPREAD   # in (0, 1]: a member's distance from its
+                                                     # family centre (training families, sllfw's)
   return c
 
 
@@ -88,7 +88,7 @@ def data_fields(config) -> tuple[str, ...]:
 def load(config):
   """The training set (no pair set: the verification evaluator asks for those)."""
   d = config.data.synthetic
-  return faces.make_benchmark(
+  return benchmark.make_benchmark(
       seed=config.seed, num_identities=d.num_identities,
       images_per_identity=d.images_per_identity, image_size=config.data.image_size,
       num_test_identities=d.num_test_identities, num_pairs=d.num_pairs,
@@ -112,7 +112,7 @@ def pair_sets(config, data, names):
   others are asked for)."""
   del data
   d = config.data.synthetic
-  rendered, _ = faces.make_pair_sets(
+  rendered, _ = pairs.make_pair_sets(
       seed=config.seed, names=tuple(names), num_test_identities=d.num_test_identities,
       num_pairs=d.num_pairs, num_folds=10, image_size=config.data.image_size,
       difficulty=d.difficulty, lookalike_spread=d.lookalike_spread)
@@ -137,10 +137,10 @@ def pictures(config, data, workdir: str) -> list[str]:
   into `workdir`; returns their names."""
   del config
   written = ['samples.png']
-  faces.save_sample_grid(data.train_images[::max(1, len(data.train_images) // 96)],
-                         files.join(workdir, 'samples.png'))
+  artifacts.write_image_grid(files.join(workdir, 'samples.png'),
+                             data.train_images[::max(1, len(data.train_images) // 96)])
   if views.has_families(data.train_families):
     written.append('lookalikes.png')
-    faces.save_family_grid(data.train_images, data.train_labels, data.train_families,
-                           files.join(workdir, 'lookalikes.png'))
+    artifacts.write_family_grid(files.join(workdir, 'lookalikes.png'), data.train_images,
+                                data.train_labels, data.train_families)
   return written

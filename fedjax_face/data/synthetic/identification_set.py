@@ -25,7 +25,7 @@ import dataclasses
 
 import numpy as np
 
-from fedjax_face.data.synthetic import faces
+from fedjax_face.data.synthetic import benchmark, identities, nuisance as nuisance_lib, render
 
 # Nuisance profile of every gallery image (enrollment photos: near frontal, controlled).
 GALLERY_PROFILE = 'cfp_frontal'
@@ -122,9 +122,6 @@ def _stream(seed: int, k: int) -> np.random.Generator:
   return np.random.default_rng(np.random.SeedSequence([seed, _STREAM_TAG, k]))
 
 
-_check_int = faces._check_int  # pylint: disable=protected-access  (same argument rules)
-
-
 def probe_nuisance(rng: np.random.Generator, n: int, difficulty: float) -> dict[str, np.ndarray]:
   """Nuisance of `n` probe images: the 'lfw' profile with wider yaw and age drift.
 
@@ -134,12 +131,12 @@ def probe_nuisance(rng: np.random.Generator, n: int, difficulty: float) -> dict[
   Args:
     rng: numpy random generator (consumed).
     n: number of images.
-    difficulty: see `faces.sample_nuisance`.
+    difficulty: see `nuisance.sample_nuisance`.
 
   Returns:
-    A nuisance dict as from `faces.sample_nuisance`.
+    A nuisance dict as from `nuisance.sample_nuisance`.
   """
-  nuisance = faces.sample_nuisance(rng, n, PROBE_PROFILE, difficulty)
+  nuisance = nuisance_lib.sample_nuisance(rng, n, PROBE_PROFILE, difficulty)
   yaw = np.clip(rng.normal(0.0, PROBE_YAW_SD * difficulty, n), -PROBE_MAX_YAW, PROBE_MAX_YAW)
   nuisance['yaw'] = yaw.astype(np.float32)
   nuisance['age'] = rng.normal(0.0, PROBE_AGE_SD * difficulty, n).astype(np.float32)
@@ -156,7 +153,7 @@ def _render_group(params: dict[str, np.ndarray], per_identity: int, rng: np.rand
   num = params['head_w'].shape[0]
   local = np.repeat(np.arange(num), per_identity)
   nuisance = nuisance_fn(rng, local.shape[0])
-  images = faces.render_faces({k: v[local] for k, v in params.items()}, nuisance, image_size)
+  images = render.render_faces({k: v[local] for k, v in params.items()}, nuisance, image_size)
   return images, local, nuisance
 
 
@@ -175,7 +172,7 @@ def make_identification_set(seed: int,
                             difficulty: float = 1.0) -> IdentificationSet:
   """Builds a synthetic open-set identification set.
 
-  Identities are fresh draws from the generator's face prior (`faces.sample_identities`) on
+  Identities are fresh draws from the generator's face prior (`identities.sample_identities`) on
   random streams of their own (see `_STREAM_TAG`), never the training or pair-set identities of
   `make_benchmark`: those come from different streams, so for the same or any other seed the
   identities here are independent draws. As with make_benchmark's held-out identities,
@@ -194,7 +191,7 @@ def make_identification_set(seed: int,
       neither the gallery nor the training set.
     gallery_per_identity: gallery images per enrolled or distractor identity (>= 1).
     probes_per_identity: mated probes per enrolled identity (>= 1).
-    difficulty: scales all incidental nuisance, as in `faces.sample_nuisance`.
+    difficulty: scales all incidental nuisance, as in `nuisance.sample_nuisance`.
 
   Returns:
     The IdentificationSet (labels int32, layout in the module docstring).
@@ -202,26 +199,26 @@ def make_identification_set(seed: int,
   Raises:
     ValueError: an argument is out of range; the message names it.
   """
-  seed = _check_int('seed', seed, 0)
-  image_size = _check_int('image_size', image_size, 16)
-  num_enrolled = _check_int('num_enrolled', num_enrolled, 1)
-  num_distractors = _check_int('num_distractors', num_distractors, 0)
-  num_non_mated = _check_int('num_non_mated', num_non_mated, 1)
-  gallery_per_identity = _check_int('gallery_per_identity', gallery_per_identity, 1)
-  probes_per_identity = _check_int('probes_per_identity', probes_per_identity, 1)
+  seed = benchmark.check_int('seed', seed, 0)
+  image_size = benchmark.check_int('image_size', image_size, 16)
+  num_enrolled = benchmark.check_int('num_enrolled', num_enrolled, 1)
+  num_distractors = benchmark.check_int('num_distractors', num_distractors, 0)
+  num_non_mated = benchmark.check_int('num_non_mated', num_non_mated, 1)
+  gallery_per_identity = benchmark.check_int('gallery_per_identity', gallery_per_identity, 1)
+  probes_per_identity = benchmark.check_int('probes_per_identity', probes_per_identity, 1)
   if not (np.isfinite(difficulty) and difficulty >= 0):
     raise ValueError(f'difficulty must be a finite number >= 0, got {difficulty}')
 
   def gallery_fn(rng, n):
-    return faces.sample_nuisance(rng, n, GALLERY_PROFILE, difficulty)
+    return nuisance_lib.sample_nuisance(rng, n, GALLERY_PROFILE, difficulty)
 
   def probe_fn(rng, n):
     return probe_nuisance(rng, n, difficulty)
 
-  enrolled = faces.sample_identities(_stream(seed, _STREAM_ENROLLED_IDS), num_enrolled)
-  distractors = faces.sample_identities(_stream(seed, _STREAM_DISTRACTOR_IDS),
-                                            num_distractors)
-  non_mated = faces.sample_identities(_stream(seed, _STREAM_NON_MATED_IDS), num_non_mated)
+  enrolled = identities.sample_identities(_stream(seed, _STREAM_ENROLLED_IDS), num_enrolled)
+  distractors = identities.sample_identities(_stream(seed, _STREAM_DISTRACTOR_IDS),
+                                             num_distractors)
+  non_mated = identities.sample_identities(_stream(seed, _STREAM_NON_MATED_IDS), num_non_mated)
 
   enrolled_images, enrolled_local, enrolled_nz = _render_group(
       enrolled, gallery_per_identity, _stream(seed, _STREAM_ENROLLED_GALLERY), gallery_fn,

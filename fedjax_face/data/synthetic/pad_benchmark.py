@@ -7,7 +7,7 @@ each is a capture setting with the traits the paper's Table I gives it (extra li
 backgrounds, its attack types and display devices) and a camera of its own. A frame is made in
 three steps, all pure functions of the seed:
 
-1. The scene: a subject of the domain rendered by `faces.render_faces` (pose, expression and
+1. The scene: a subject of the domain rendered by `render.render_faces` (pose, expression and
    lighting of the domain's sessions; no camera effects yet), at twice the output size.
 2. For an attack, the medium: the same subject's source photo (same pose, even light) reproduced
    by a print (reduced gamut, paper tone, halftone dots, paper grain, bending, visible edges and
@@ -17,7 +17,7 @@ three steps, all pure functions of the seed:
 3. The capture: the domain's camera (colour response, resolution, blur, sensor noise, JPEG),
    the same for live and attack frames, so that only the medium separates them.
 
-Live frames carry a pseudo-depth map (`faces.face_depth`, min-max normalised, as the
+Live frames carry a pseudo-depth map (`render.face_depth`, min-max normalised, as the
 authors' PRNet maps are); attack frames an all-zero map. A video is `frames` frames of one
 subject, one kind and one session (small pose and expression changes between frames); metrics
 average frame scores per video. Each domain has its own subjects, split into train and test
@@ -30,7 +30,7 @@ import io
 import numpy as np
 from PIL import Image
 
-from fedjax_face.data.synthetic import faces
+from fedjax_face.data.synthetic import identities, nuisance as nuisance_lib, render
 
 ATTACKS = ('print', 'cut', 'display', 'replay')
 LIVE = -1                      # `attack` value of a live frame
@@ -282,7 +282,7 @@ def hold(medium: np.ndarray, scene: np.ndarray, frame_color: np.ndarray, held: n
 def _session_nuisance(rng: np.random.Generator, n: int, domain: Domain) -> dict:
   """Per-video scene draws: pose and expression of the benchmark's 'lfw' profile, the domain's
   lighting and backgrounds, no camera effects (the domain's camera adds its own)."""
-  nz = faces.sample_nuisance(rng, n, 'lfw', 1.0)
+  nz = nuisance_lib.sample_nuisance(rng, n, 'lfw', 1.0)
   light = 1.3 if domain.extra_light else 0.45
   nz['light_strength'] = np.clip(nz['light_strength'] * light, 0.0, 0.9).astype(np.float32)
   nz['gain'] = np.exp(np.log(nz['gain']) * light).astype(np.float32)
@@ -294,7 +294,7 @@ def _session_nuisance(rng: np.random.Generator, n: int, domain: Domain) -> dict:
     nz['blob_r'] = np.zeros(n, np.float32)
   nz['blur'] = np.zeros(n, np.float32)
   nz['noise'] = np.zeros(n, np.float32)
-  nz['occluder'] = np.full(n, faces.OCC_NONE, np.int32)
+  nz['occluder'] = np.full(n, nuisance_lib.OCC_NONE, np.int32)
   nz['saturation'] = np.maximum(nz['saturation'], 0.7).astype(np.float32)
   return nz
 
@@ -325,8 +325,8 @@ def _frames_of(nz: dict, frames: int, rng: np.random.Generator) -> dict:
 
 def _eye_holes(ip: dict, nz: dict, size: int) -> np.ndarray:
   """[N, S, S] masks of the two eye regions (the cut-photo attack's holes), placed with the
-  renderer's face transform (`faces.face_frame`)."""
-  x, y = faces.face_frame(nz, size)
+  renderer's face transform (`render.face_frame`)."""
+  x, y = render.face_frame(nz, size)
   yaw_shift = np.sin(nz['yaw'])[:, None, None] * ip['head_w'][:, None, None] * 0.8
   holes = np.zeros_like(x)
   for side in (-1.0, 1.0):
@@ -353,7 +353,7 @@ def make_domain(name: str, *, seed: int, image_size: int = 64, subjects: int = 2
                      'that the domain keeps training subjects.')
   domain = DOMAINS[name]
   rng = np.random.default_rng(np.random.SeedSequence([seed, _STREAM_OF[name]]))
-  people = faces.sample_identities(rng, subjects)
+  people = identities.sample_identities(rng, subjects)
   kinds = list(domain.attacks)
   shares = np.array([domain.attacks[k] for k in kinds])
   # Videos: every subject's live videos, then its attack videos (kinds by the domain's mix).
@@ -374,14 +374,14 @@ def make_domain(name: str, *, seed: int, image_size: int = 64, subjects: int = 2
   f_video = np.repeat(np.arange(num_videos), frames)
   ip = {k: v[f_subject] for k, v in people.items()}
   src = 2 * image_size
-  scene = faces.render_faces(ip, nz, src).astype(np.float32) / 255.0
+  scene = render.render_faces(ip, nz, src).astype(np.float32) / 255.0
   images = scene.copy()
   spoof = f_attack != LIVE
   if spoof.any():
     idx = np.flatnonzero(spoof)
     photo_nz = photo_nuisance({k: v[idx] for k, v in nz.items()})
     photo_ip = {k: v[idx] for k, v in ip.items()}
-    photo = faces.render_faces(photo_ip, photo_nz, src).astype(np.float32) / 255.0
+    photo = render.render_faces(photo_ip, photo_nz, src).astype(np.float32) / 255.0
     kind = f_attack[idx]
     medium = np.empty_like(photo)
     frame_color = np.empty((len(idx), 3), np.float32)
@@ -405,7 +405,7 @@ def make_domain(name: str, *, seed: int, image_size: int = 64, subjects: int = 2
     medium = np.clip(medium * light[:, None, None, :] ** 0.5, 0.0, 1.0)
     images[idx] = hold(medium, scene[idx], frame_color, held[f_video[idx]], rng)
   out = capture(images, domain.camera, image_size, rng)
-  depth = faces.face_depth(ip, nz, DEPTH_SIZE) * (~spoof)[:, None, None]
+  depth = render.face_depth(ip, nz, DEPTH_SIZE) * (~spoof)[:, None, None]
   split = (f_subject >= subjects - test_subjects).astype(np.int8)
   return PadSet(domain=name, images=out, depth=depth.astype(np.float32), live=~spoof,
                 attack=f_attack.astype(np.int8), video=f_video.astype(np.int32),

@@ -15,9 +15,9 @@ one row per family (the spread in each tile's corner), two images per member.
 import numpy as np
 from absl import app, flags
 
-from fedjax_face.data.synthetic import faces
+from fedjax_face.data.synthetic import benchmark, identities, nuisance as nuisance_lib, render
 from fedjax_face.data import types
-from fedjax_face.io import files
+from fedjax_face.io import artifacts, files
 
 
 def pixel_cosines(pair_set: types.PairSet) -> np.ndarray:
@@ -30,7 +30,7 @@ def pixel_cosines(pair_set: types.PairSet) -> np.ndarray:
 
 def calibration_row(seed: int, spread: float, difficulty: float, num_pairs: int) -> dict:
   """Mean pixel cosines of genuine, look-alike and random pairs at one spread."""
-  bench = faces.make_benchmark(
+  bench = benchmark.make_benchmark(
       seed=seed, num_identities=2, images_per_identity=2, num_test_identities=300,
       num_pairs=num_pairs, pair_sets=('lfw', 'sllfw'), lookalike_spread=spread,
       difficulty=difficulty)
@@ -47,12 +47,12 @@ def family_picture(seed: int, spreads: list[float], path: str, families: int = 3
   rng = np.random.default_rng([seed, 0x1a1])
   tiles, labels = [], []
   for spread in spreads:
-    params, family = faces.sample_families(rng, families * members, members, spread)
+    params, family = identities.sample_families(rng, families * members, members, spread)
     index = np.repeat(np.arange(families * members), images)
-    nuisance = faces.sample_nuisance(rng, len(index), 'lfw', 0.0)
-    tiles.append(faces.render_faces({k: v[index] for k, v in params.items()}, nuisance, 32))
+    nuisance = nuisance_lib.sample_nuisance(rng, len(index), 'lfw', 0.0)
+    tiles.append(render.render_faces({k: v[index] for k, v in params.items()}, nuisance, 32))
     labels += [f'{spread:g}'] * len(index)
-  faces.save_sample_grid(np.concatenate(tiles), path, rows=families * len(spreads),
+  artifacts.write_image_grid(path, np.concatenate(tiles), rows=families * len(spreads),
                              cols=members * images, labels=labels)
 
 

@@ -11,7 +11,7 @@ import ml_collections
 
 from fedjax_face import config_lib
 from fedjax_face.data import partition
-from fedjax_face.data.synthetic import faces
+from fedjax_face.data.synthetic import pairs
 from fedjax_face.models import heads
 
 # Family size of the `lookalikes` argument: 90 families of 4 over the 360 default identities,
@@ -33,7 +33,7 @@ def config(algorithm: str, arg: str | None,
   c.algorithm = algorithm
   c.head.loss = args.get('loss', 'softmax')
   c.federated.partition = args.get('partition', 'balanced')
-  c.evals.verification.pair_sets = faces.ALL_PAIR_SET_NAMES
+  c.evals.verification.pair_sets = pairs.ALL_PAIR_SET_NAMES
   if args.get('runlocal'):
     config_lib.runlocal(c)
   if args.get('lookalikes'):

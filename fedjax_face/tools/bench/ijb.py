@@ -28,7 +28,7 @@ from fedjax_face.core.policy import usable_cpus
 from fedjax_face.data import preprocess
 from fedjax_face.data.formats import ijb as ijb_format
 from fedjax_face.data.formats import recordio
-from fedjax_face.data.synthetic import faces
+from fedjax_face.data.synthetic import identities, nuisance, render
 from fedjax_face.eval.recognition import ijb
 from fedjax_face.tools.bench.common import per_second
 from fedjax_face.tools.timing import measure
@@ -41,16 +41,16 @@ def _crop_files(directory: str, num: int, distinct: int, size: int, seed: int
   """`num` loose-crop JPEG files under `directory`/loose_crop (`distinct` rendered faces, each
   written num / distinct times) and a protocol naming them with their landmarks."""
   rng = np.random.default_rng(seed)
-  ip = faces.sample_identities(rng, distinct)
-  nz = faces.sample_nuisance(rng, distinct, 'cfp_frontal', 1.0)
+  ip = identities.sample_identities(rng, distinct)
+  nz = nuisance.sample_nuisance(rng, distinct, 'cfp_frontal', 1.0)
   nz['yaw'][:] = nz['pitch'][:] = 0.0
-  encoded = [recordio.encode_image(image, 'jpeg') for image in faces.render_faces(ip, nz, size)]
+  encoded = [recordio.encode_image(image, 'jpeg') for image in render.render_faces(ip, nz, size)]
   os.makedirs(os.path.join(directory, 'loose_crop'))
   names = np.asarray([f'{i}.jpg' for i in range(num)])
   for i, name in enumerate(names):
     with open(os.path.join(directory, 'loose_crop', name), 'wb') as f:
       f.write(encoded[i % distinct])
-  landmarks = faces.face_landmarks(ip, nz, size)[np.arange(num) % distinct]
+  landmarks = render.face_landmarks(ip, nz, size)[np.arange(num) % distinct]
   none = np.zeros(0, np.int64)
   return ijb_format.Protocol(directory, names, none, none, landmarks, none, none, none, {}, None)
 

@@ -25,7 +25,7 @@ from fedjax_face.core import xla_flags
 from fedjax_face.data import federated, partition, pipeline, stores
 from fedjax_face.data.sources import files as source_files
 from fedjax_face.data.formats import recordio
-from fedjax_face.data.synthetic import faces
+from fedjax_face.data.synthetic import benchmark
 
 
 
@@ -53,7 +53,7 @@ def main(argv):
   n, size = flags.FLAGS.num_images, flags.FLAGS.image_size
   per_id = 32
   t0 = time.perf_counter()
-  bench = faces.make_benchmark(seed=0, num_identities=max(1, n // per_id),
+  bench = benchmark.make_benchmark(seed=0, num_identities=max(1, n // per_id),
                                    images_per_identity=per_id, image_size=size,
                                    num_test_identities=2, num_pairs=2, num_folds=1)
   print(f'load average {os.getloadavg()[0]:.1f}; rendered {len(bench.train_images)} '

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fedjax_face.data.synthetic import identification_set
-from fedjax_face.data.synthetic import faces
+from fedjax_face.data.synthetic import benchmark
 from fedjax_face.eval.recognition import identification
 from fedjax_face.eval.recognition import verification
 
@@ -320,7 +320,7 @@ def test_set_label_disjointness(small_set):
 
 
 def test_set_identities_differ_from_make_benchmark(small_set):
-  bench = faces.make_benchmark(seed=7, num_identities=20, images_per_identity=2,
+  bench = benchmark.make_benchmark(seed=7, num_identities=20, images_per_identity=2,
                                    num_test_identities=20, num_pairs=20, num_folds=1)
   for other in (bench.train_identity_params, bench.test_identity_params):
     for key in ('head_w', 'eye_dx', 'nose_len', 'base_age'):

@@ -15,7 +15,7 @@ from PIL import Image
 from fedjax_face import config_lib
 from fedjax_face.data import align
 from fedjax_face.data.formats import ijb as ijb_format
-from fedjax_face.data.synthetic import faces
+from fedjax_face.data.synthetic import identities, nuisance, render
 from fedjax_face.eval.recognition import ijb
 from tests import ijb_files
 
@@ -55,11 +55,11 @@ def test_the_similarity_of_the_template_moved_by_a_known_one_is_that_one():
 
 def test_a_face_warped_by_a_known_similarity_aligns_back_to_the_unwarped_alignment():
   rng = np.random.default_rng(0)
-  ip = faces.sample_identities(rng, 1)
-  nz = faces.sample_nuisance(rng, 1, 'cfp_frontal', 1.0)
+  ip = identities.sample_identities(rng, 1)
+  nz = nuisance.sample_nuisance(rng, 1, 'cfp_frontal', 1.0)
   nz['yaw'][:] = nz['pitch'][:] = 0.0
-  image = faces.render_faces(ip, nz, 112)[0]
-  landmarks = faces.face_landmarks(ip, nz, 112)[0]
+  image = render.render_faces(ip, nz, 112)[0]
+  landmarks = render.face_landmarks(ip, nz, 112)[0]
   # The known similarity, applied by PIL (the test's own warp): output pixel p samples the input at
   # A p + b; so input point q lands at A^-1 (q - b). PIL samples at pixel centres offset by 0.5.
   angle, scale = -0.25, 1.2

@@ -1,37 +1,11 @@
-"""Embedded synthetic face-recognition benchmark, generated on the fly from a seed.
+"""The renderer of the embedded face benchmark: images of identities (`identities`) under per-image
+nuisance (`nuisance`), and the geometry it draws them with (`face_frame`, `face_landmarks`,
+`face_depth`).
 
-Every identity is a parametric face (head shape, eyes, brows, nose, mouth, ears, skin tone, hair,
-facial hair, glasses, a mole ...) drawn from a prior; every image renders one identity under
-nuisance draws (yaw/pitch/roll, alignment jitter, illumination, expression, age drift, occlusion,
-blur, sensor noise, background, clothes). Rendering is vectorised numpy: soft signed-distance
-masks evaluated on a per-image warped coordinate grid, composited as albedo layers and shaded with
-a Lambertian model, in fixed-size chunks so memory stays bounded and two worker threads can share
-the work (numpy releases the GIL inside its loops).
-
-`make_benchmark` mirrors what federated face-recognition papers use: a labelled training set
-(identities sorted, as in an MS1M-style record file) and three verification pair sets built from
-*disjoint* held-out identities, laid out like the insightface `.bin` files:
-
-* `lfw`: mild nuisance on both sides.
-* `cfp_fp`: a near-frontal image against a large-yaw (profile-ish) image, genuine and impostor.
-* `agedb_30`: the two images are ~30 years apart in age (genuine and impostor), moderate nuisance,
-  a share of them greyscale like the old photos in AgeDB.
-
-and, on request (`pair_sets=`), three harder sets in the style of the FedGC paper's other tests:
-
-* `sllfw` (similar-looking LFW): LFW nuisance; every impostor pairs two members of one held-out
-  look-alike family (families of two, drawn with `lookalike_spread`).
-* `cplfw` (cross-pose): one near-frontal side against one at |yaw| 0.7..1.35 rad, in the wild,
-  genuine and impostor; impostors share the skin-tone band and the facial-hair class.
-* `calfw` (cross-age): in-the-wild nuisance, the sides 10..30 years apart; impostors share the age
-  band and the facial-hair class. The prior has no sex parameter: facial hair is its sex-linked
-  cue, so "same gender" becomes "same facial-hair class".
-
-Look-alike training identities (`lookalike_family_size` g > 1): the identities come in families of
-g members (labels f·g .. f·g + g - 1) around a shared centre drawn from the prior. Each member's
-continuous traits sit `lookalike_spread` of the way from the centre towards an independent draw,
-and each discrete trait (iris colour, glasses, mole, facial hair) is that draw's with probability
-`lookalike_spread`, else the centre's. Spread 1 gives independent identities, 0 clones.
+Rendering is vectorised numpy: soft signed-distance masks evaluated on a per-image warped
+coordinate grid, composited as albedo layers and shaded with a Lambertian model, in fixed-size
+chunks so memory stays bounded and two worker threads can share the work (numpy releases the GIL
+inside its loops).
 
 Images follow `fedjax_face.data.preprocess`: uint8 `[N, H, W, 3]` RGB.
 
@@ -47,34 +21,13 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import functools
-import io
 import math
 from typing import Mapping, Sequence
 
 import numpy as np
 
 from fedjax_face.data import stores
-from fedjax_face.data.types import FaceBenchmark, PairSet
-from fedjax_face.io import files
-
-PROFILES = ('train', 'lfw', 'cfp_frontal', 'cfp_profile', 'agedb', 'cplfw_pose')
-PAIR_SET_NAMES = ('lfw', 'cfp_fp', 'agedb_30')                 # rendered unless asked otherwise
-LOOKALIKE_PAIR_SET_NAMES = ('sllfw', 'cplfw', 'calfw')
-ALL_PAIR_SET_NAMES = PAIR_SET_NAMES + LOOKALIKE_PAIR_SET_NAMES
-
-# Traits a look-alike family member takes whole (from the centre or its own draw), not blended.
-DISCRETE_TRAITS = ('iris_color', 'glasses', 'glasses_color', 'mole', 'beard', 'moustache')
-# Default spread of a look-alike family around its centre (docs/fedgc.md, "The embedded benchmark
-# and look-alike identities").
-LOOKALIKE_SPREAD = 0.35
-# Age gap of a calfw pair, years.
-CALFW_GAP_YEARS = (10.0, 30.0)
-
-# Occluder kinds stored in nuisance['occluder'].
-OCC_NONE, OCC_RECT, OCC_SUNGLASSES, OCC_HAND, OCC_MASK = 0, 1, 2, 3, 4
-
-# Age gap of an agedb_30 pair, in the same "years" as identity base ages and nuisance age offsets.
-AGEDB_GAP_YEARS = 30.0
+from fedjax_face.data.synthetic import nuisance as nuisance_lib
 
 # Pixels rendered per chunk (128 images at 32x32, 10 at 112x112): large enough that per-call
 # overhead, which holds the GIL, stays a small share and two threads scale (measured 1.5x over one
@@ -84,310 +37,16 @@ _CHUNK_PIXELS = 1 << 17
 # Number of fixed sensor-noise fields images pick from (see _noise_bank).
 _NOISE_BANK = 257
 
-# Independent rng streams per purpose (seeded as SeedSequence([seed, stream])), so that e.g. the
-# test identities and pair sets do not change when the training set size changes.
-_STREAM_TRAIN_IDS = 1
-_STREAM_TRAIN_COUNTS = 2
-_STREAM_TRAIN_NUISANCE = 3
-_STREAM_TEST_IDS = 4
-_STREAM_PAIRS = {'lfw': 5, 'cfp_fp': 6, 'agedb_30': 7, 'sllfw': 8, 'cplfw': 9, 'calfw': 10}
-_STREAM_FAMILY_MEMBERS = 11
-_STREAM_SLLFW_IDS = 12
-
 # Placement of the head in the image: a looser crop than the ArcFace 112x112 template so that the
 # hair outline (a strong cue at 32x32) stays visible; chin near the bottom edge.
 _FACE_SCALE = 0.92
 _FACE_CENTER_Y = -0.04
 
-
-# ----------------------------------------------------------------------------------------------
-# Priors.
-# ----------------------------------------------------------------------------------------------
-
-# Skin tones from light to dark; identities interpolate along this ramp so that neighbouring
-# tones (and hence look-alike identities) are common, as in real populations.
-_SKIN_RAMP = np.array([
-    [0.97, 0.83, 0.72],
-    [0.90, 0.72, 0.60],
-    [0.80, 0.60, 0.46],
-    [0.66, 0.46, 0.33],
-    [0.50, 0.34, 0.24],
-    [0.34, 0.23, 0.17],
-])
-_HAIR_PALETTE = np.array([
-    [0.07, 0.06, 0.06],  # black
-    [0.18, 0.12, 0.08],  # dark brown
-    [0.35, 0.23, 0.14],  # brown
-    [0.55, 0.42, 0.28],  # light brown
-    [0.80, 0.67, 0.45],  # blond
-    [0.52, 0.24, 0.11],  # auburn
-])
-_HAIR_WEIGHTS = np.array([0.4, 0.28, 0.13, 0.07, 0.08, 0.04])
-_IRIS_PALETTE = np.array([
-    [0.22, 0.13, 0.07],  # brown
-    [0.12, 0.08, 0.05],  # dark brown
-    [0.30, 0.45, 0.62],  # blue
-    [0.33, 0.42, 0.25],  # green / hazel
-])
-_IRIS_WEIGHTS = np.array([0.45, 0.3, 0.15, 0.1])
-_GREY_HAIR = np.array([0.78, 0.78, 0.80])
-
-
-def _truncnorm(rng: np.random.Generator, mean: float, sd: float, n: int, lo: float,
-               hi: float) -> np.ndarray:
-  # Clipping (rather than rejection) keeps the number of draws fixed, hence the streams stable.
-  return np.clip(rng.normal(mean, sd, n), lo, hi)
-
-
-def sample_identities(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
-  """Draws `n` identities from the face prior.
-
-  Args:
-    rng: numpy random generator (consumed).
-    n: number of identities.
-
-  Returns:
-    Dict of float32 arrays with leading dimension `n` (`[n]` or `[n, 3]` for colours). Lengths in
-    head units (average head half-width ~0.64); ages in years.
-  """
-  if n < 0:
-    raise ValueError(f'n must be >= 0, got {n}')
-  # Every entry is one draw per identity; the renderer documents their meaning where used.
-  p = {}
-  p['head_w'] = _truncnorm(rng, 0.64, 0.04, n, 0.52, 0.77)
-  p['head_h'] = _truncnorm(rng, 0.95, 0.05, n, 0.8, 1.1)
-  p['jaw'] = _truncnorm(rng, 0.32, 0.1, n, 0.05, 0.6)  # lower-face taper: high = pointed chin
-  p['eye_dx'] = _truncnorm(rng, 0.27, 0.022, n, 0.2, 0.34)
-  p['eye_y'] = _truncnorm(rng, 0.0, 0.035, n, -0.1, 0.1)
-  p['eye_w'] = _truncnorm(rng, 0.085, 0.012, n, 0.055, 0.12)
-  p['eye_h'] = _truncnorm(rng, 0.04, 0.008, n, 0.022, 0.06)
-  p['eye_tilt'] = _truncnorm(rng, 0.0, 0.12, n, -0.35, 0.35)
-  p['iris_color'] = _IRIS_PALETTE[rng.choice(len(_IRIS_PALETTE), n, p=_IRIS_WEIGHTS)]
-  p['brow_gap'] = _truncnorm(rng, 0.095, 0.02, n, 0.05, 0.15)
-  p['brow_thick'] = _truncnorm(rng, 0.036, 0.011, n, 0.015, 0.07)
-  p['brow_angle'] = _truncnorm(rng, 0.05, 0.13, n, -0.3, 0.4)
-  p['brow_len'] = _truncnorm(rng, 0.115, 0.02, n, 0.07, 0.16)
-  p['brow_dark'] = rng.uniform(0.35, 0.8, n)  # brow colour = hair colour * brow_dark
-  p['nose_len'] = _truncnorm(rng, 0.35, 0.035, n, 0.26, 0.45)
-  p['nose_w'] = _truncnorm(rng, 0.075, 0.014, n, 0.045, 0.12)
-  p['nose_depth'] = _truncnorm(rng, 0.16, 0.035, n, 0.08, 0.26)
-  p['mouth_y'] = _truncnorm(rng, 0.57, 0.035, n, 0.47, 0.68)
-  p['mouth_w'] = _truncnorm(rng, 0.19, 0.025, n, 0.13, 0.26)
-  p['lip_thick'] = _truncnorm(rng, 0.036, 0.01, n, 0.015, 0.065)
-  p['ear_y'] = _truncnorm(rng, 0.14, 0.04, n, 0.04, 0.25)
-  p['ear_h'] = _truncnorm(rng, 0.17, 0.025, n, 0.11, 0.24)
-  p['ear_out'] = rng.uniform(0.2, 1.0, n)  # how far the ears stick out
-  # Skin: position on the light->dark ramp plus a small independent hue jitter.
-  tone = rng.beta(1.6, 2.2, n) * (len(_SKIN_RAMP) - 1)
-  lo = np.floor(tone).astype(int).clip(0, len(_SKIN_RAMP) - 2)
-  frac = (tone - lo)[:, None]
-  skin = _SKIN_RAMP[lo] * (1 - frac) + _SKIN_RAMP[lo + 1] * frac
-  p['skin_color'] = np.clip(skin * np.exp(rng.normal(0, 0.02, (n, 3))), 0, 1)
-  p['lip_color'] = np.clip(skin * np.array([0.92, 0.62, 0.62]) *
-                           np.exp(rng.normal(0, 0.06, (n, 3))), 0, 1)
-  hair = _HAIR_PALETTE[rng.choice(len(_HAIR_PALETTE), n, p=_HAIR_WEIGHTS)]
-  p['hair_color'] = np.clip(hair * np.exp(rng.normal(0, 0.08, (n, 1)) +
-                                          rng.normal(0, 0.03, (n, 3))), 0, 1)
-  # Hairline (texture y of the forehead edge): mostly normal, some fringes, a few bald.
-  kind = rng.random(n)
-  hairline = np.where(kind < 0.15, rng.uniform(-0.45, -0.2, n),
-                      np.where(kind > 0.94, rng.uniform(-1.1, -0.95, n),
-                               rng.normal(-0.68, 0.07, n)))
-  p['hairline'] = hairline
-  p['hairline_curve'] = rng.normal(0.35, 0.2, n)
-  p['hair_volume'] = np.clip(np.abs(rng.normal(0.05, 0.06, n)), 0, 0.25)
-  length_kind = rng.random(n)
-  p['hair_length'] = np.where(length_kind < 0.55, rng.uniform(-0.35, 0.1, n),
-                              np.where(length_kind < 0.75, rng.uniform(0.1, 0.7, n),
-                                       rng.uniform(0.7, 1.8, n)))
-  p['recede'] = np.where(rng.random(n) < 0.4, rng.random(n), 0.0)
-  p['grey_onset'] = rng.normal(50.0, 8.0, n)
-  p['base_age'] = rng.uniform(25.0, 60.0, n)
-  p['weight_drift'] = rng.normal(0.0, 1.0, n)  # face width change per 30 years, in units of 6%
-  beard_kind = rng.random(n)
-  p['beard'] = np.where(beard_kind < 0.18, rng.uniform(0.45, 0.95, n),
-                        np.where(beard_kind < 0.3, rng.uniform(0.12, 0.3, n), 0.0))
-  p['moustache'] = np.where((p['beard'] > 0.4) & (rng.random(n) < 0.8), rng.uniform(0.6, 1.0, n),
-                            np.where(rng.random(n) < 0.08, rng.uniform(0.5, 0.95, n), 0.0))
-  p['glasses'] = (rng.random(n) < 0.15).astype(float)
-  p['glasses_size'] = rng.uniform(0.85, 1.2, n)
-  p['glasses_color'] = np.where(rng.random((n, 1)) < 0.7,
-                                rng.uniform(0.02, 0.2, (n, 1)) * np.ones((1, 3)),
-                                rng.uniform(0.3, 0.8, (n, 3)))
-  p['mole'] = (rng.random(n) < 0.3).astype(float)
-  p['mole_x'] = rng.uniform(-0.4, 0.4, n)
-  p['mole_y'] = rng.uniform(-0.25, 0.7, n)
-  return {k: np.asarray(v, np.float32) for k, v in p.items()}
-
-
-@dataclasses.dataclass(frozen=True)
-class _Profile:
-  """Nuisance strengths of one sampling profile at difficulty 1 (see sample_nuisance)."""
-  yaw_sd: float  # rad, near-frontal images
-  profile_frac: float  # share of profile-ish (large yaw) images
-  pitch_sd: float = 0.1  # rad
-  roll_sd: float = 0.06  # rad
-  shift_sd: float = 0.03  # alignment jitter, image half-widths
-  scale_sd: float = 0.04  # log scale
-  light: float = 1.0  # illumination strength multiplier
-  expression: float = 1.0
-  age_sd: float = 5.0  # years
-  occlusion: float = 0.1  # probability of an occluder
-  blur_max: float = 0.6  # max gaussian sigma, pixels of a 32x32 image
-  noise_max: float = 0.035  # max sensor noise std
-  grey_frac: float = 0.03  # share of greyscale / faded images
-  restyle: float = 1.2  # hair / facial-hair change multiplier
-
-
-_PROFILES = {
-    # Broad "in the wild" variation, a few profile views (as in MS1M-like training data).
-    'train': _Profile(yaw_sd=0.3, profile_frac=0.05, pitch_sd=0.12, roll_sd=0.08,
-                      shift_sd=0.04, scale_sd=0.05, age_sd=7.0, occlusion=0.15,
-                      blur_max=0.7, noise_max=0.04, grey_frac=0.05),
-    'lfw': _Profile(yaw_sd=0.25, profile_frac=0.0),
-    'cfp_frontal': _Profile(yaw_sd=0.07, profile_frac=0.0, pitch_sd=0.06, roll_sd=0.04,
-                            shift_sd=0.025, scale_sd=0.03, expression=0.7,
-                            age_sd=3.0, occlusion=0.05, blur_max=0.5, noise_max=0.03,
-                            grey_frac=0.0),
-    'cfp_profile': _Profile(yaw_sd=0.0, profile_frac=1.0, pitch_sd=0.06, roll_sd=0.04,
-                            shift_sd=0.025, scale_sd=0.03, expression=0.7,
-                            age_sd=3.0, occlusion=0.05, blur_max=0.5, noise_max=0.03,
-                            grey_frac=0.0),
-    # Old photos: more blur / noise / greyscale, and hairstyles change over the years.
-    'agedb': _Profile(yaw_sd=0.2, profile_frac=0.0, blur_max=0.9, noise_max=0.05,
-                      grey_frac=0.3, restyle=1.5),
-    # In the wild like 'lfw', every view turned away (|yaw| 0.7..1.35 rad): cplfw's other side.
-    'cplfw_pose': _Profile(yaw_sd=0.25, profile_frac=1.0),
-}
-assert tuple(_PROFILES) == PROFILES
-
-
-def sample_nuisance(rng: np.random.Generator, n: int, profile: str,
-                    difficulty: float) -> dict[str, np.ndarray]:
-  """Draws per-image nuisance for `n` images.
-
-  Args:
-    rng: numpy random generator (consumed).
-    n: number of images.
-    profile: 'train' (broad variation incl. a few profile views), 'lfw' (in the wild, no
-      profiles), 'cfp_frontal' (near frontal, controlled), 'cfp_profile' (|yaw| 1.2..1.5 rad,
-      controlled), 'agedb' (old photos; age offsets are +-15 years around the identity's base age;
-      make_benchmark sets paired ages explicitly), 'cplfw_pose' (as 'lfw', every view at |yaw|
-      0.7..1.35 rad).
-    difficulty: multiplies all incidental nuisance strengths (1.0 = default calibration, 0 =
-      canonical frontal, evenly lit images). The protocol-defining quantities (the yaw of
-      'cfp_profile' and 'cplfw_pose', the agedb age offsets) are not scaled.
-
-  Returns:
-    Dict of arrays with leading dimension `n`: float32 except 'occluder' (int32) and
-    'noise_seed' (uint32).
-
-  Raises:
-    ValueError: unknown profile or negative difficulty.
-  """
-  if profile not in _PROFILES:
-    raise ValueError(f'profile must be one of {PROFILES}, got {profile!r}')
-  if n < 0:
-    raise ValueError(f'n must be >= 0, got {n}')
-  if not (np.isfinite(difficulty) and difficulty >= 0):
-    raise ValueError(f'difficulty must be a finite number >= 0, got {difficulty}')
-  pr = _PROFILES[profile]
-  d = float(difficulty)
-  d1 = min(d, 1.0)
-  q = {}
-  # Pose. Profile-ish views: a share of 'train', all of 'cfp_profile'.
-  sign = np.where(rng.random(n) < 0.5, -1.0, 1.0)
-  if profile == 'cfp_profile':
-    big_yaw = sign * rng.uniform(1.2, 1.5, n)
-    is_profile = np.ones(n, bool)
-  elif profile == 'cplfw_pose':
-    big_yaw = sign * rng.uniform(0.7, 1.35, n)
-    is_profile = np.ones(n, bool)
-  else:
-    big_yaw = sign * rng.uniform(0.7, 1.35, n) * d1
-    is_profile = rng.random(n) < min(1.0, pr.profile_frac * d)
-  small_yaw = rng.normal(0.0, pr.yaw_sd * d, n)
-  q['yaw'] = np.clip(np.where(is_profile, big_yaw, small_yaw), -1.5, 1.5)
-  q['pitch'] = np.clip(rng.normal(0.0, pr.pitch_sd * d, n), -0.5, 0.5)
-  q['roll'] = np.clip(rng.normal(0.0, pr.roll_sd * d, n), -0.4, 0.4)
-  q['shift_x'] = rng.normal(0.0, pr.shift_sd * d, n)
-  q['shift_y'] = rng.normal(0.0, pr.shift_sd * d, n)
-  q['scale'] = np.exp(rng.normal(0.0, pr.scale_sd * d, n))
-  # Illumination: direction (z towards the camera), diffuse share, exposure, white balance, and
-  # an intensity gradient across the frame.
-  lt = pr.light * d
-  q['light_x'] = rng.normal(0.0, 0.7 * lt, n)
-  q['light_y'] = rng.normal(-0.2 * min(lt, 1.0), 0.35 * lt, n)
-  q['light_strength'] = np.clip(rng.uniform(0.25, 0.7, n) * lt, 0.0, 0.9)
-  q['gain'] = np.exp(rng.normal(0.0, 0.22 * lt, n))
-  q['tint'] = np.exp(rng.normal(0.0, 0.1 * lt, (n, 3)))
-  q['grad'] = rng.uniform(0.0, 0.3, n) * lt
-  q['grad_angle'] = rng.uniform(0.0, 2 * np.pi, n)
-  q['saturation'] = np.where(rng.random(n) < min(1.0, pr.grey_frac * d), rng.uniform(0.0, 0.3, n),
-                             np.exp(rng.normal(0.0, 0.15 * lt, n)))
-  # Expression.
-  e = pr.expression * d
-  q['smile'] = np.clip(rng.normal(0.1 * min(e, 1.0), 0.5 * e, n), -1.0, 1.2)
-  q['mouth_open'] = np.clip(rng.exponential(1.0, n) * 0.35 * e * (rng.random(n) < 0.35), 0, 1)
-  blink = rng.random(n) < 0.04 * min(e, 1.0)
-  q['eye_open'] = np.where(blink, 0.1, np.clip(rng.normal(1.0, 0.15 * e, n), 0.2, 1.4))
-  q['brow_raise'] = np.clip(rng.normal(0.0, 0.5 * e, n), -1.5, 1.5)
-  # Age offset in years relative to the identity's base age.
-  if profile == 'agedb':
-    q['age'] = sign * 15.0 + rng.normal(0.0, 2.0, n)
-  else:
-    q['age'] = rng.normal(0.0, pr.age_sd * d, n)
-  # Appearance changes between photos of one person: haircut, hair shade, facial hair (grown,
-  # trimmed, shaved, stubble), glasses taken off.
-  h = pr.restyle * d
-  q['hair_length_delta'] = rng.normal(0.0, 0.15 * h, n)
-  q['hair_volume_delta'] = rng.normal(0.0, 0.03 * h, n)
-  q['hairline_delta'] = rng.normal(0.0, 0.04 * h, n)
-  q['hair_shade'] = np.exp(rng.normal(0.0, 0.12 * h, n))
-  q['beard_growth'] = np.where(rng.random(n) < min(1.0, 0.12 * h), 0.0,
-                               np.clip(rng.normal(1.0, 0.25 * h, n), 0.0, 1.3))
-  q['stubble'] = np.where(rng.random(n) < min(1.0, 0.1 * h), rng.uniform(0.05, 0.25, n), 0.0)
-  q['glasses_on'] = (rng.random(n) >= min(1.0, 0.25 * d)).astype(float)
-  # Occlusion.
-  occ = np.where(rng.random(n) < min(1.0, pr.occlusion * d), rng.integers(1, 5, n), OCC_NONE)
-  q['occluder'] = occ.astype(np.int32)
-  q['occ_x'] = rng.uniform(-0.6, 0.6, n)
-  q['occ_y'] = rng.uniform(-0.6, 0.6, n)
-  q['occ_w'] = rng.uniform(0.15, 0.45, n)
-  q['occ_h'] = rng.uniform(0.1, 0.4, n)
-  q['occ_color'] = rng.uniform(0.0, 1.0, (n, 3))
-  # Camera: gaussian blur sigma (in pixels of a 32x32 image; scaled with resolution) with a few
-  # strongly blurred shots, and sensor noise std in [0, 1] intensity units.
-  heavy = rng.random(n) < 0.05 * d1
-  q['blur'] = np.where(heavy, rng.uniform(1.0, 1.8, n) * d, rng.uniform(0.0, pr.blur_max, n) * d)
-  q['noise'] = rng.uniform(0.1, 1.0, n) * pr.noise_max * d
-  q['noise_seed'] = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
-  # Scene: background gradient between two colours (muted, like most real backgrounds), an
-  # optional background blob, clothes.
-  grey = rng.uniform(0.1, 0.9, (n, 1))
-  bg1 = grey + (rng.uniform(0.0, 1.0, (n, 3)) - grey) * rng.uniform(0.0, 0.8, (n, 1))
-  q['bg_color'] = bg1
-  q['bg_color2'] = 0.5 * bg1 + 0.5 * rng.uniform(0.0, 1.0, (n, 3))
-  q['bg_angle'] = rng.uniform(0.0, 2 * np.pi, n)
-  q['blob_r'] = np.where(rng.random(n) < 0.5, rng.uniform(0.15, 0.5, n), 0.0)
-  q['blob_x'] = rng.uniform(-1.0, 1.0, n)
-  q['blob_y'] = rng.uniform(-1.0, 1.0, n)
-  q['blob_color'] = rng.uniform(0.0, 1.0, (n, 3))
-  q['clothes_color'] = rng.uniform(0.02, 0.9, (n, 3))
-  out = {k: np.asarray(v, np.float32) for k, v in q.items()}
-  out['occluder'] = q['occluder']
-  out['noise_seed'] = q['noise_seed']
-  return out
-
-
-# ----------------------------------------------------------------------------------------------
-# Rendering.
-# ----------------------------------------------------------------------------------------------
-
 _F32 = np.float32
-# Luma weights (ITU-R BT.601), used for desaturation.
-_LUMA = np.array([0.299, 0.587, 0.114], _F32)
+# Luma weights (ITU-R BT.601): desaturation here, the skin-tone bands of `pairs`.
+LUMA = np.array([0.299, 0.587, 0.114], _F32)
 _COS_BACK = math.cos(1.3)  # texture angle beyond which the skull's side/back shows (hair)
+_GREY_HAIR = np.array([0.78, 0.78, 0.80])  # what hair turns to past the identity's grey onset
 
 
 def _soft(d: np.ndarray, inv_w) -> np.ndarray:
@@ -834,7 +493,7 @@ def _glasses_layers(canvas: _Canvas, head: _Head, eye: _EyeBand, layout: _Layout
   around the eyes plus a bridge; sunglasses also fill the lenses. Returned as layers, painted
   after the head hair, which they sit on."""
   layers = []
-  sun = nz['occluder'] == OCC_SUNGLASSES
+  sun = nz['occluder'] == nuisance_lib.OCC_SUNGLASSES
   wear = np.maximum(ip['glasses'] * nz['glasses_on'], sun)
   idx = canvas.select(wear > 0)
   if idx is None or idx.size:
@@ -1001,13 +660,13 @@ def _paint_occluders(canvas: _Canvas, head: _Head, layout: _Layout, look: _Look,
   """The occluders other than sunglasses: a random rectangle, a hand over the lower face, a
   medical mask."""
   occ = nz['occluder']
-  idx = canvas.select(occ == OCC_RECT)
+  idx = canvas.select(occ == nuisance_lib.OCC_RECT)
   if idx is None or idx.size:
     rect = _soft(np.maximum(np.abs(canvas.u - _c(nz['occ_x'], idx)) - _c(nz['occ_w'], idx),
                             np.abs(canvas.v - _c(nz['occ_y'], idx)) - _c(nz['occ_h'], idx)),
                  _F32(1.0 / canvas.pw))
     canvas.add(rect, nz['occ_color'], idx)
-  idx = canvas.select(occ == OCC_HAND)
+  idx = canvas.select(occ == nuisance_lib.OCC_HAND)
   if idx is None or idx.size:
     x_i, y_i, ipw = canvas.pick(idx, head.x, head.y, head.inv_pw)
     hy = _c(0.35 + 0.35 * (nz['occ_y'] + 0.6), idx)
@@ -1017,7 +676,7 @@ def _paint_occluders(canvas: _Canvas, head: _Head, layout: _Layout, look: _Look,
     canvas.add(hand, look.skin_rgb * 0.97, idx)
     canvas.add(hand * (np.cos((y_i - hy) * _F32(2 * np.pi / 0.11)) > 0.6) * _F32(0.12), _BLACK,
                idx)
-  idx = canvas.select(occ == OCC_MASK)
+  idx = canvas.select(occ == nuisance_lib.OCC_MASK)
   if idx is None or idx.size:
     yt_i, face_i, ipw, ny1_i, b_i = canvas.pick(idx, head.yt, head.face, head.inv_pw,
                                                 layout.nose_y1, head.b)
@@ -1058,7 +717,7 @@ def _expose(canvas: _Canvas, nz: Mapping[str, np.ndarray], shade: np.ndarray,
   # Camera colour: tint, then (de)saturation, folded into one 3x3 matrix applied to the layer
   # colours rather than to every pixel.
   sat = nz['saturation'].astype(_F32)[:, None, None]
-  cmat = sat * np.eye(3, dtype=_F32) + (1.0 - sat) * _LUMA[None, None, :]
+  cmat = sat * np.eye(3, dtype=_F32) + (1.0 - sat) * LUMA[None, None, :]
   cmat = cmat * nz['tint'].astype(_F32)[:, None, :]
   # einsum rather than matmul: no BLAS threads involved (see _blur).
   img = np.einsum('nck,knp->ncp', np.einsum('ncd,ndk->nck', cmat, cols), w)  # [n, 3, H*W]
@@ -1186,8 +845,9 @@ def render_faces(identity_params: dict[str, np.ndarray], nuisance: dict[str, np.
   """Renders one image per row of `identity_params` / `nuisance`.
 
   Args:
-    identity_params: as from `sample_identities`, already gathered per image (leading dim n).
-    nuisance: as from `sample_nuisance`, leading dim n.
+    identity_params: as from `identities.sample_identities`, already gathered per image
+      (leading dim n).
+    nuisance: as from `nuisance.sample_nuisance`, leading dim n.
     image_size: output height and width in pixels (>= 16).
 
   Returns:
@@ -1222,327 +882,3 @@ def render_faces(identity_params: dict[str, np.ndarray], nuisance: dict[str, np.
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
       list(pool.map(work, starts))
   return out
-
-
-# ----------------------------------------------------------------------------------------------
-# Benchmark assembly.
-# ----------------------------------------------------------------------------------------------
-
-
-def _stream(seed: int, stream: int) -> np.random.Generator:
-  return np.random.default_rng(np.random.SeedSequence([seed, stream]))
-
-
-def _take(params: Mapping[str, np.ndarray], idx: np.ndarray) -> dict[str, np.ndarray]:
-  return {k: v[idx] for k, v in params.items()}
-
-
-def _interleave(first: Mapping[str, np.ndarray],
-                second: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-  """Rows a0, b0, a1, b1, ... (insightface .bin pair order)."""
-  out = {}
-  for k in first:
-    a, b = first[k], second[k]
-    z = np.empty((2 * a.shape[0],) + a.shape[1:], a.dtype)
-    z[0::2], z[1::2] = a, b
-    out[k] = z
-  return out
-
-
-def lookalike_members(centres: Mapping[str, np.ndarray], draws: Mapping[str, np.ndarray],
-                      family: np.ndarray, spread: float,
-                      rng: np.random.Generator) -> dict[str, np.ndarray]:
-  """Family members around their centres (module docstring: look-alike identities).
-
-  Args:
-    centres: identity parameters of the family centres (`sample_identities`).
-    draws: one independent prior draw per member (`sample_identities`, leading dim = members).
-    family: int `[members]`, each member's row of `centres`.
-    spread: in (0, 1]: how far a member sits from its centre towards its own draw.
-    rng: decides, per member and discrete trait, whether the draw's value replaces the centre's.
-  """
-  out = {}
-  for key, centre in centres.items():
-    centre, own = centre[family], draws[key]
-    if key in DISCRETE_TRAITS:
-      take = rng.random(len(family)) < spread
-      out[key] = np.where(take.reshape((-1,) + (1,) * (own.ndim - 1)), own, centre)
-    else:
-      out[key] = (1 - spread) * centre + spread * own   # spread 1: exactly the own draw
-  return {k: np.asarray(v, np.float32) for k, v in out.items()}
-
-
-def sample_families(rng: np.random.Generator, num_identities: int, family_size: int,
-                    spread: float) -> tuple[dict[str, np.ndarray], np.ndarray]:
-  """(identity parameters, int32 family of each identity): families of `family_size` consecutive
-  identities (the last may be smaller) around centres drawn from the prior."""
-  family = (np.arange(num_identities) // family_size).astype(np.int32)
-  centres = sample_identities(rng, int(family[-1]) + 1 if num_identities else 0)
-  draws = sample_identities(rng, num_identities)
-  return lookalike_members(centres, draws, family, spread, rng), family
-
-
-def _skin_band(params: Mapping[str, np.ndarray]) -> np.ndarray:
-  """Tercile of the skin's luma among these identities: 0 light .. 2 dark."""
-  luma = params['skin_color'] @ _LUMA
-  return np.digitize(luma, np.quantile(luma, [1 / 3, 2 / 3]))
-
-
-def _facial_hair(params: Mapping[str, np.ndarray]) -> np.ndarray:
-  return ((params['beard'] > 0) | (params['moustache'] > 0)).astype(np.int64)
-
-
-def _impostor_keys(name: str, params: Mapping[str, np.ndarray]) -> np.ndarray:
-  """The group an impostor partner shares: cplfw skin band and facial hair, calfw age band (ten
-  years of base age) and facial hair."""
-  if name == 'cplfw':
-    return _skin_band(params) * 2 + _facial_hair(params)
-  return (params['base_age'] // 10).astype(np.int64) * 2 + _facial_hair(params)
-
-
-def matched_partners(rng: np.random.Generator, id_a: np.ndarray, keys: np.ndarray) -> np.ndarray:
-  """For each of `id_a`, a uniformly random other identity with the same key (from all others
-  when its key group has no other member)."""
-  everyone = np.arange(len(keys))
-  out = np.empty_like(id_a)
-  for p, a in enumerate(id_a):
-    pool = everyone[(keys == keys[a]) & (everyone != a)]
-    if not len(pool):
-      pool = everyone[everyone != a]
-    out[p] = pool[rng.integers(len(pool))]
-  return out
-
-
-def _make_pair_set(name: str, rng: np.random.Generator, test_params: Mapping[str, np.ndarray],
-                   num_pairs: int, num_folds: int, image_size: int,
-                   difficulty: float) -> PairSet:
-  """Builds a pair set; each contiguous fold holds its genuine pairs, then its impostor pairs.
-
-  For 'sllfw', `test_params` are look-alike families of two (rows 2f, 2f + 1); the returned ids
-  index those rows.
-  """
-  n_test = test_params['head_w'].shape[0]
-  per_fold = num_pairs // num_folds
-  issame = np.tile(np.repeat([True, False], per_fold // 2), num_folds)
-  id_a = rng.integers(0, n_test, num_pairs)
-  if name == 'sllfw':
-    partner = id_a ^ 1                    # the other member of the family
-  elif name in ('cplfw', 'calfw'):
-    partner = matched_partners(rng, id_a, _impostor_keys(name, test_params))
-  else:                                   # a uniformly random *other* identity
-    partner = (id_a + rng.integers(1, n_test, num_pairs)) % n_test
-  id_b = np.where(issame, id_a, partner)
-  profiles = {'cfp_fp': ('cfp_frontal', 'cfp_profile'), 'agedb_30': ('agedb', 'agedb'),
-              'cplfw': ('lfw', 'cplfw_pose')}.get(name, ('lfw', 'lfw'))
-  first = sample_nuisance(rng, num_pairs, profiles[0], difficulty)
-  second = sample_nuisance(rng, num_pairs, profiles[1], difficulty)
-  if name in ('agedb_30', 'calfw'):
-    if name == 'agedb_30':   # younger and older side ~AGEDB_GAP_YEARS apart
-      young = -0.5 * AGEDB_GAP_YEARS + rng.normal(0.0, 2.0, num_pairs)
-      gap = AGEDB_GAP_YEARS + np.clip(rng.normal(0.0, 1.5, num_pairs), -3.0, 3.0)
-    else:
-      gap = rng.uniform(*CALFW_GAP_YEARS, num_pairs)
-      young = -0.5 * gap + rng.normal(0.0, 2.0, num_pairs)
-    swap = rng.random(num_pairs) < 0.5   # which side is older
-    first['age'] = np.where(swap, young + gap, young).astype(np.float32)
-    second['age'] = np.where(swap, young, young + gap).astype(np.float32)
-  nuisance = _interleave(first, second)
-  ids = np.stack([id_a, id_b], axis=1).astype(np.int32)
-  images = render_faces(_take(test_params, ids.reshape(-1)), nuisance, image_size)
-  return PairSet(name=name, images=images, issame=issame, identities=ids, nuisance=nuisance)
-
-
-def _check_int(name: str, value, minimum: int) -> int:
-  if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-    raise ValueError(f'{name} must be an integer, got {value!r}')
-  if value < minimum:
-    raise ValueError(f'{name} must be >= {minimum}, got {value}')
-  return int(value)
-
-
-def make_benchmark(*, seed: int, num_identities: int, images_per_identity: int,
-                   image_size: int = 32, num_test_identities: int = 300, num_pairs: int = 6000,
-                   num_folds: int = 10, difficulty: float = 1.0,
-                   images_per_identity_sigma: float = 0.0,
-                   pair_sets: Sequence[str] = PAIR_SET_NAMES, lookalike_family_size: int = 1,
-                   lookalike_spread: float = LOOKALIKE_SPREAD) -> FaceBenchmark:
-  """Generates the training set and the verification pair sets.
-
-  Args:
-    seed: non-negative integer; the same arguments always give identical arrays. The test
-      identities and pair sets depend only on (seed, num_test_identities, num_pairs, num_folds,
-      image_size, difficulty), not on the training-set size.
-    num_identities: training identities.
-    images_per_identity: images per training identity (the median when sigma > 0); >= 2.
-    image_size: square image size in pixels (>= 16; 32, 64 and 112 are the intended ones).
-    num_test_identities: held-out identities for the pair sets (disjoint from training); >= 2.
-    num_pairs: pairs per pair set; divisible by 2 * num_folds.
-    num_folds: contiguous folds; each holds num_pairs / num_folds / 2 genuine pairs followed by
-      the same number of impostor pairs (LFW layout).
-    difficulty: scales all incidental nuisance (1.0 = default calibration).
-    images_per_identity_sigma: if > 0, identity i gets
-      max(2, round(images_per_identity * lognormal(0, sigma))) images.
-    pair_sets: which of ALL_PAIR_SET_NAMES to render; each depends only on its own arguments
-      (sllfw also on lookalike_spread), not on which others are rendered.
-    lookalike_family_size: g; training identities come in look-alike families of g (1 = the
-      independent identities of the default benchmark, bit for bit).
-    lookalike_spread: in (0, 1]; how far family members sit from their centre (training
-      families when g > 1, and sllfw's held-out families).
-
-  Returns:
-    The FaceBenchmark.
-
-  Raises:
-    ValueError: an argument is out of range; the message names it.
-  """
-  seed = _check_int('seed', seed, 0)
-  num_identities = _check_int('num_identities', num_identities, 1)
-  images_per_identity = _check_int('images_per_identity', images_per_identity, 2)
-  image_size = _check_int('image_size', image_size, 16)
-  num_test_identities = _check_int('num_test_identities', num_test_identities, 2)
-  num_folds = _check_int('num_folds', num_folds, 1)
-  num_pairs = _check_int('num_pairs', num_pairs, 2 * num_folds)
-  if num_pairs % (2 * num_folds):
-    raise ValueError(f'num_pairs ({num_pairs}) must be divisible by 2 * num_folds '
-                     f'({2 * num_folds}) so every fold is half genuine, half impostor')
-  if not (np.isfinite(difficulty) and difficulty >= 0):
-    raise ValueError(f'difficulty must be a finite number >= 0, got {difficulty}')
-  if not (np.isfinite(images_per_identity_sigma) and images_per_identity_sigma >= 0):
-    raise ValueError('images_per_identity_sigma must be a finite number >= 0, got '
-                     f'{images_per_identity_sigma}')
-
-  lookalike_family_size = _check_int('lookalike_family_size', lookalike_family_size, 1)
-  if not (np.isfinite(lookalike_spread) and 0 < lookalike_spread <= 1):
-    raise ValueError(f'lookalike_spread must be in (0, 1] (0 would make clones), got '
-                     f'{lookalike_spread}')
-  unknown = [name for name in pair_sets if name not in ALL_PAIR_SET_NAMES]
-  if unknown or isinstance(pair_sets, str):
-    raise ValueError(f'pair_sets={pair_sets!r}; expected names from {ALL_PAIR_SET_NAMES}')
-
-  if lookalike_family_size == 1:
-    train_params = sample_identities(_stream(seed, _STREAM_TRAIN_IDS), num_identities)
-    families = np.arange(num_identities, dtype=np.int32)
-  else:
-    train_params, families = sample_families(_stream(seed, _STREAM_FAMILY_MEMBERS),
-                                             num_identities, lookalike_family_size,
-                                             lookalike_spread)
-  if images_per_identity_sigma > 0:
-    factor = _stream(seed, _STREAM_TRAIN_COUNTS).lognormal(0.0, images_per_identity_sigma,
-                                                           num_identities)
-    counts = np.maximum(2, np.round(images_per_identity * factor)).astype(np.int64)
-  else:
-    counts = np.full(num_identities, images_per_identity, np.int64)
-  labels = np.repeat(np.arange(num_identities, dtype=np.int32), counts)
-  nuisance = sample_nuisance(_stream(seed, _STREAM_TRAIN_NUISANCE), labels.shape[0], 'train',
-                             difficulty)
-  train_images = render_faces(_take(train_params, labels), nuisance, image_size)
-
-  rendered, test_params = make_pair_sets(seed=seed, names=pair_sets,
-                                         num_test_identities=num_test_identities,
-                                         num_pairs=num_pairs, num_folds=num_folds,
-                                         image_size=image_size, difficulty=difficulty,
-                                         lookalike_spread=lookalike_spread)
-  return FaceBenchmark(train_images=train_images, train_labels=labels,
-                       num_identities=num_identities, pair_sets=rendered,
-                       train_identity_params=train_params, test_identity_params=test_params,
-                       train_families=families)
-
-
-# ----------------------------------------------------------------------------------------------
-# Visualisation.
-# ----------------------------------------------------------------------------------------------
-
-
-
-def make_pair_sets(*, seed: int, names: Sequence[str], num_test_identities: int, num_pairs: int,
-                   num_folds: int, image_size: int, difficulty: float,
-                   lookalike_spread: float = LOOKALIKE_SPREAD
-                   ) -> tuple[dict[str, PairSet], dict[str, np.ndarray]]:
-  """(name -> PairSet, the held-out identities' parameters) of `make_benchmark`'s pair sets,
-  rendered on their own: each draws from its own streams, so they equal the ones
-  `make_benchmark` renders beside a training set, bit for bit. The arguments are checked there."""
-  test_params = sample_identities(_stream(seed, _STREAM_TEST_IDS), num_test_identities)
-  # sllfw's look-alikes: held-out families of two of their own, numbered after the common ones.
-  lookalikes = None
-  if 'sllfw' in names:
-    lookalikes, _ = sample_families(_stream(seed, _STREAM_SLLFW_IDS),
-                                    2 * max(1, num_test_identities // 2), 2, lookalike_spread)
-  rendered = {}
-  for name in names:
-    params = lookalikes if name == 'sllfw' else test_params
-    ps = _make_pair_set(name, _stream(seed, _STREAM_PAIRS[name]), params, num_pairs, num_folds,
-                        image_size, difficulty)
-    if name == 'sllfw':
-      ps = dataclasses.replace(ps, identities=ps.identities + num_test_identities)
-    rendered[name] = ps
-  if lookalikes is not None:
-    test_params = {k: np.concatenate([v, lookalikes[k]]) for k, v in test_params.items()}
-  return rendered, test_params
-
-
-def save_family_grid(images, labels: np.ndarray, families: np.ndarray, path: str, *,
-                     num_families: int = 8, images_per_identity: int = 3) -> None:
-  """A picture of look-alike families: one row per family (the first `num_families`), then
-  `images_per_identity` images of each member side by side, each tile labelled with its identity.
-  `images` may be an array or an image store."""
-  labels, families = np.asarray(labels), np.asarray(families)
-  size = int(np.bincount(families).max())
-  index, names = [], []
-  for f in range(min(num_families, int(families.max()) + 1)):
-    members = np.flatnonzero(families == f)
-    for m in range(size):   # a smaller last family leaves blank tiles
-      own = (np.flatnonzero(labels == members[m])[:images_per_identity] if m < len(members)
-             else np.zeros(0, np.int64))
-      blank = images_per_identity - len(own)
-      index += own.tolist() + [-1] * blank
-      names += [str(members[m])] * len(own) + [''] * blank
-  index = np.asarray(index)
-  picked, _ = stores.take(images, np.maximum(index, 0))
-  picked = np.where((index >= 0)[:, None, None, None], picked, 255).astype(np.uint8)
-  save_sample_grid(picked, path, rows=len(index) // (size * images_per_identity),
-                   cols=size * images_per_identity, labels=names)
-
-
-def save_sample_grid(images: np.ndarray, path: str, *, rows: int = 8, cols: int = 12,
-                     labels: Sequence | None = None) -> None:
-  """Writes the first rows*cols images as a PNG grid, upscaled (nearest) to >= 96 px per tile.
-
-  Args:
-    images: uint8 `[N, H, W, 3]` (N may be smaller than rows*cols; the rest stays blank).
-    path: output .png path (local or a URI).
-    rows: grid rows.
-    cols: grid columns.
-    labels: optional per-image labels, drawn in each tile's corner.
-  """
-  from PIL import Image, ImageDraw  # pylint: disable=g-import-not-at-top
-
-  images = np.asarray(images)
-  if images.ndim != 4 or images.shape[-1] != 3:
-    raise ValueError(f'images must be [N, H, W, 3], got shape {images.shape}')
-  if rows < 1 or cols < 1:
-    raise ValueError(f'rows and cols must be >= 1, got {rows}, {cols}')
-  if images.dtype != np.uint8:
-    images = np.clip(images, 0, 255).astype(np.uint8)
-  h, w = images.shape[1:3]
-  zoom = max(1, math.ceil(96 / max(h, w)))
-  gap = 2
-  th, tw = h * zoom, w * zoom
-  canvas = np.full((rows * (th + gap) + gap, cols * (tw + gap) + gap, 3), 255, np.uint8)
-  count = min(len(images), rows * cols)
-  for i in range(count):
-    rr, cc = divmod(i, cols)
-    tile = images[i].repeat(zoom, axis=0).repeat(zoom, axis=1)
-    y0, x0 = gap + rr * (th + gap), gap + cc * (tw + gap)
-    canvas[y0:y0 + th, x0:x0 + tw] = tile
-  pil = Image.fromarray(canvas)
-  if labels is not None:
-    draw = ImageDraw.Draw(pil)
-    for i in range(min(count, len(labels))):
-      rr, cc = divmod(i, cols)
-      y0, x0 = gap + rr * (th + gap), gap + cc * (tw + gap)
-      text = str(labels[i])
-      draw.rectangle([x0, y0, x0 + 7 * len(text) + 3, y0 + 12], fill=(0, 0, 0))
-      draw.text((x0 + 2, y0 + 1), text, fill=(255, 255, 0))
-  buffer = io.BytesIO()
-  pil.save(buffer, format='PNG')
-  files.write_bytes_atomic(path, buffer.getvalue())

@@ -1,0 +1,20 @@
+"""The embedded benchmark's random streams: one generator per purpose, seeded as
+`SeedSequence([seed, stream])`, so that e.g. the held-out identities and the pair sets do not
+change when the training set's size changes. They are numbered in one table so that no two
+purposes share a stream; `pad_benchmark` numbers its domains from 100 and `identification_set`
+tags its own."""
+
+import numpy as np
+
+TRAIN_IDS = 1
+TRAIN_COUNTS = 2
+TRAIN_NUISANCE = 3
+TEST_IDS = 4
+PAIRS = {'lfw': 5, 'cfp_fp': 6, 'agedb_30': 7, 'sllfw': 8, 'cplfw': 9, 'calfw': 10}
+FAMILY_MEMBERS = 11
+SLLFW_IDS = 12
+
+
+def rng(seed: int, stream: int) -> np.random.Generator:
+  """The generator of `stream` under `seed`."""
+  return np.random.default_rng(np.random.SeedSequence([seed, stream]))
