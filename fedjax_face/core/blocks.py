@@ -10,14 +10,21 @@ around its `Algorithm` without touching its module.
                      and the server decodes it before the method's server step; BatchNorm's
                      running statistics cross as they are (below).
 
+Each block is a wrapper, `Algorithm -> Algorithm` (`server_optimizer`, `fedprox`, `scaffold`,
+`compression`), and `wrap` composes the ones the config switches on with `chain`, as optax.chain
+composes GradientTransformations; `wrappers` names them in their order, innermost first.
+
 Secure aggregation and DP act on the sum, so they live in the round engine
 (`core/engine.py`, `core/secure_aggregation.py`, `core/privacy.py`); participation and
 stragglers choose the cohort (`data/participation.py`).
 
 The wrapped method's state: `server = {'method': <its own>, 'blocks': {...}}` and
-`clients = {'method': <its own>, 'blocks': {...}}`, with the blocks' part holding the server
-optimizer's state and SCAFFOLD's c (server), SCAFFOLD's c_i and top-k's residual (clients). With
-every switch off `wrap` is not applied, so a run is today's bit for bit.
+`clients = {'method': <its own>, 'blocks': {...}}` (`nested`, first in every chain), with the
+blocks' part holding, each block under its own key, the server optimizer's state ('optimizer') and
+SCAFFOLD's c ('control') on the server, SCAFFOLD's c_i ('control') and top-k's residual
+('residual') on the clients: one 'blocks' dict, so that checkpoints keep one layout
+(tests/core/test_blocks_checkpoint.py restores one written before the wrappers). With every switch
+off `wrap` is not applied, so a run is today's bit for bit.
 
 Which parameters: the update's averaged keys (every key but the client's own class rows,
 `Algorithm.client_rows`), their float leaves outside BatchNorm's 'batch_stats'. The server decodes
@@ -36,11 +43,12 @@ they do without compression. Momentum or an adaptive step on a running variance 
 past rounds' changes into it and could make it negative, as top-k's error feedback did.
 """
 
-from typing import NamedTuple
+import contextlib
+import functools
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 from fedjax_face.core import compression as codecs
@@ -49,6 +57,10 @@ from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, Rou
 
 # The key SCAFFOLD's Δc travels under in a client's update.
 CONTROL_DELTA = 'scaffold_delta_c'
+# The key SCAFFOLD's c travels under in the broadcast's shared part.
+SCAFFOLD_C = 'scaffold_c'
+# The keys the blocks add to an update: the method never sees them, and no codec codes them.
+BLOCK_KEYS = (CONTROL_DELTA,)
 
 
 class Blocks(NamedTuple):
@@ -107,143 +119,65 @@ def replace_leaves(tree, values: dict):
       lambda path, leaf: values.get(_path_name(path), leaf), tree)
 
 
-def _take(tree, i):
-  return jax.tree.map(lambda x: x[i], tree)
+# A block: the method's `Algorithm` in, the same with the block around it out.
+Wrapper = Callable[[Algorithm], Algorithm]
+
+
+def chain(*wrappers: Wrapper) -> Wrapper:
+  """The wrappers applied in order, the first next to the method (as optax.chain applies its
+  transformations in order to the updates)."""
+  def wrapped(algorithm: Algorithm) -> Algorithm:
+    for wrapper in wrappers:
+      algorithm = wrapper(algorithm)
+    return algorithm
+  return wrapped
 
 
 def wrap(algorithm: Algorithm, blocks: Blocks, num_clients: int) -> Algorithm:
   """`algorithm` with `blocks` (see the module docstring); `num_clients` is N of SCAFFOLD's
-  server step c ← c + |S|/N · mean(Δc)."""
-  client_rows = set(algorithm.client_rows)
-  scaffold = blocks.correction == 'scaffold'
-  probe = jax.random.PRNGKey(0)
+  server step c ← c + |S|/N · mean(Δc) and the number of rows of the clients' state."""
+  return chain(*wrappers(blocks, num_clients))(algorithm)
 
-  def origin_of(server, client_ids, round_index, rng):
-    """Per cohort row, what each client received for its update's keys (the server's view)."""
-    client_input = algorithm.broadcast(server, client_ids, round_index, rng)
-    return jax.vmap(lambda row: algorithm.update_origin(ClientInput(client_input.shared, row)),
-                    axis_size=len(client_ids))(client_input.per_client)
 
-  def averaged(tree: dict) -> dict:
-    return {k: v for k, v in tree.items() if k not in client_rows}
+def wrappers(blocks: Blocks, num_clients: int) -> list[Wrapper]:
+  """The chain `blocks` switches on, innermost first (`nested` always). The order is the
+  data's: compression outermost, so that the server decodes before anything reads an update and
+  a client encodes the update SCAFFOLD measured its variates on; the server optimizer next to the
+  method, so that it steps along the method's own server step."""
+  chosen = [nested]
+  if blocks.server_optimizer is not None:
+    chosen.append(server_optimizer(blocks.server_optimizer))
+  if blocks.correction == 'fedprox':
+    chosen.append(fedprox(blocks.prox_mu))
+  if blocks.correction == 'scaffold':
+    chosen.append(scaffold(blocks.client_learning_rate, num_clients))
+  if blocks.compression is not None:
+    chosen.append(compression(blocks.compression, num_clients))
+  return chosen
 
-  def shapes(server):
-    """(origin of one client, its averaged keys' chosen leaves), as shapes."""
-    ids = jnp.zeros((1,), jnp.int32)
-    origin = jax.eval_shape(lambda s: _take(origin_of(s, ids, jnp.int32(0), probe), 0), server)
-    return origin, chosen_leaves(averaged(origin))
+
+def nested(algorithm: Algorithm) -> Algorithm:
+  """`algorithm` with its state under 'method' and an empty 'blocks' beside it (server and
+  clients), for the block wrappers to fill; the method sees its own part only."""
 
   def init(rng, start=None):
     state = algorithm.init(rng, start)
-    origin, chosen = shapes(state.server)
-    missing = [k for k in averaged(origin) if k not in state.server]
-    if blocks.server_optimizer is not None and missing:
-      raise ValueError(f'server_optimizer: {algorithm.name} averages update keys {missing} '
-                       'that its server state does not hold under the same name, so their '
-                       'pseudo-gradient is not defined.')
-    zeros = {p: jnp.zeros(s.shape, jnp.float32) for p, s in chosen.items()}
-    server, clients = {}, {}
-    if blocks.server_optimizer is not None:
-      server['optimizer'] = blocks.server_optimizer.init(
-          chosen_leaves({k: state.server[k] for k in averaged(origin)}))
-    if scaffold:
-      server['control'] = zeros
-      clients['control'] = {p: jnp.zeros((num_clients,) + z.shape) for p, z in zeros.items()}
-    if blocks.compression is not None and blocks.compression.codec == 'topk':
-      clients['residual'] = jax.tree.map(
-          lambda z: jnp.zeros((num_clients,) + z.shape, jnp.float32),
-          codecs.residual_like(origin))
-    return RoundState(server={'method': state.server, 'blocks': server},
-                      clients={'method': state.clients, 'blocks': clients}, round=state.round)
+    return RoundState(server={'method': state.server, 'blocks': {}},
+                      clients={'method': state.clients, 'blocks': {}}, round=state.round)
 
   def broadcast(server, client_ids, round_index, rng):
-    client_input = algorithm.broadcast(server['method'], client_ids, round_index, rng)
-    if scaffold:   # c goes down with the model
-      client_input = client_input._replace(
-          shared={**client_input.shared, 'scaffold_c': server['blocks']['control']})
-    return client_input
-
-  def method_input(client_input: ClientInput) -> ClientInput:
-    return client_input._replace(
-        shared={k: v for k, v in client_input.shared.items() if k != 'scaffold_c'})
-
-  def update_origin(client_input: ClientInput):
-    origin = dict(algorithm.update_origin(method_input(client_input)))
-    if scaffold:
-      origin[CONTROL_DELTA] = jax.tree.map(jnp.zeros_like, client_input.shared['scaffold_c'])
-    return origin
+    return algorithm.broadcast(server['method'], client_ids, round_index, rng)
 
   def client_update(client_input: ClientInput, private, data, rng) -> ClientResult:
-    inner_input = method_input(client_input)
-    origin = algorithm.update_origin(inner_input)
-    received = chosen_leaves(averaged(origin))
-    own = private['blocks']
-    corrections = None
-    if scaffold:
-      c = client_input.shared['scaffold_c']
-      corrections = [c[p] - own['control'][p] for p in received]   # c − c_i
-    if blocks.correction == 'none':
-      result = algorithm.client_update(inner_input, private['method'], data, rng)
-      matched = set()
-    else:
-      with local_terms.applied(list(received.values()), corrections, blocks.prox_mu) as matched:
-        result = algorithm.client_update(inner_input, private['method'], data, rng)
-      if not matched:
-        raise ValueError(f'optimizer.correction={blocks.correction!r}: {algorithm.name}\'s client '
-                         'optimizer trains none of the arrays it received for its averaged '
-                         'update keys, so FedProx / SCAFFOLD cannot reach its model.')
-    update, kept, metrics = dict(result.update), {}, dict(result.metrics)
-    if scaffold:
-      sent = chosen_leaves(averaged(result.update))
-      lr = blocks.client_learning_rate * client_input.shared.get('lr_scale', 1.0)
-      steps = local_terms.active_steps(data['mask'])
-      paths = list(received)
-      new = local_terms.scaffold_control(
-          [own['control'][p] for p in paths], [client_input.shared['scaffold_c'][p] for p in paths],
-          [received[p] for p in paths], [sent[p] for p in paths], steps, lr)
-      tied = {p: (new[s] if s in matched else own['control'][p]) for s, p in enumerate(paths)}
-      kept['control'] = tied
-      update[CONTROL_DELTA] = {p: tied[p] - own['control'][p] for p in paths}
-    if blocks.compression is not None:
-      method_update = {k: v for k, v in update.items() if k != CONTROL_DELTA}
-      # The difference for coded leaves; the statistics (and integers) as the client has them.
-      delta = jax.tree_util.tree_map_with_path(
-          lambda path, u, o: u - o if codecs.is_coded(path, u) else u, method_update, origin)
-      payload, residual = codecs.encode(blocks.compression, delta, own.get('residual'), rng)
-      update = {**payload, **({CONTROL_DELTA: update[CONTROL_DELTA]} if scaffold else {})}
-      if residual is not None:
-        kept['residual'] = residual
-    return ClientResult(update=update, private={'method': result.private, 'blocks': kept},
-                        metrics=metrics)
+    result = algorithm.client_update(client_input, private['method'], data, rng)
+    return ClientResult(update=dict(result.update),
+                        private={'method': result.private, 'blocks': {}},
+                        metrics=dict(result.metrics))
 
   def server_update(server, updates, weights, client_ids, round_index, rng):
-    inner = server['method']
-    method_updates = {k: v for k, v in updates.items() if k != CONTROL_DELTA}
-    if blocks.compression is not None:   # decode against what each client received
-      origins = origin_of(inner, client_ids, round_index, probe)
-      origins = {k: v for k, v in origins.items() if k != CONTROL_DELTA}
-      decoded = jax.vmap(lambda p, o: codecs.decode(blocks.compression, p, o))(
-          method_updates, origins)
-      # Coded leaves back from their difference; the statistics stay as the clients sent them,
-      # so the method averages them exactly as in an uncompressed round.
-      method_updates = jax.tree_util.tree_map_with_path(
-          lambda path, o, d: o + d if codecs.is_coded(path, o) else d, origins, decoded)
-    new_inner = algorithm.server_update(inner, method_updates, weights, client_ids, round_index,
-                                        rng)
-    own = dict(server['blocks'])
-    if blocks.server_optimizer is not None:
-      keys = [k for k in inner if k in method_updates and k not in client_rows]
-      before = chosen_leaves({k: inner[k] for k in keys})
-      after = chosen_leaves({k: new_inner[k] for k in keys})
-      stepped, own['optimizer'] = server_optimizers.step(blocks.server_optimizer, before, after,
-                                                         own['optimizer'])
-      new_inner = {**new_inner, **replace_leaves({k: new_inner[k] for k in keys}, stepped)}
-    if scaffold:   # c ← c + |S|/N · mean over the cohort's real clients of Δc (Alg. 1 line 17)
-      real = (weights > 0).astype(jnp.float32)
-      share = real / num_clients
-      own['control'] = jax.tree.map(
-          lambda c, d: c + jnp.tensordot(share, d, axes=1), own['control'], updates[CONTROL_DELTA])
-    return {'method': new_inner, 'blocks': own}
+    return {'method': algorithm.server_update(server['method'], updates, weights, client_ids,
+                                              round_index, rng),
+            'blocks': dict(server['blocks'])}
 
   def unwrapped(state: RoundState) -> RoundState:
     return RoundState(server=state.server['method'], clients=state.clients['method'],
@@ -255,9 +189,224 @@ def wrap(algorithm: Algorithm, blocks: Blocks, num_clients: int) -> Algorithm:
       init=init, broadcast=broadcast, client_update=client_update, server_update=server_update,
       eval_variables=lambda server: algorithm.eval_variables(server['method']),
       class_embeddings=lambda state: algorithm.class_embeddings(unwrapped(state)),
-      personalized=personalized, update_origin=update_origin,
+      personalized=personalized,
       summary=None if algorithm.summary is None else (
           lambda state: algorithm.summary(unwrapped(state))))
+
+
+def server_optimizer(optimizer: optax.GradientTransformation) -> Wrapper:
+  """FedAvgM / FedAdam / FedYogi: `optimizer` steps from the server's model before the round
+  along the method's own step to the model after it (`core/server_optimizers.py`), on the chosen
+  leaves of the averaged keys. Its state: the server's 'optimizer'."""
+
+  def wrapper(inner: Algorithm) -> Algorithm:
+    def init(rng, start=None):
+      state = inner.init(rng, start)
+      method = state.server['method']
+      averaged = _averaged(inner, _one_origin_shape(inner, state.server))
+      missing = [k for k in averaged if k not in method]
+      if missing:
+        raise ValueError(f'server_optimizer: {inner.name} averages update keys {missing} '
+                         'that its server state does not hold under the same name, so their '
+                         'pseudo-gradient is not defined.')
+      own = optimizer.init(chosen_leaves({k: method[k] for k in averaged}))
+      return state.replace(server={**state.server,
+                                   'blocks': {**state.server['blocks'], 'optimizer': own}})
+
+    def server_update(server, updates, weights, client_ids, round_index, rng):
+      new = inner.server_update(server, updates, weights, client_ids, round_index, rng)
+      before, after = server['method'], new['method']
+      keys = [k for k in before if k in updates and k not in inner.client_rows]
+      stepped, own = server_optimizers.step(
+          optimizer, chosen_leaves({k: before[k] for k in keys}),
+          chosen_leaves({k: after[k] for k in keys}), server['blocks']['optimizer'])
+      return {'method': {**after, **replace_leaves({k: after[k] for k in keys}, stepped)},
+              'blocks': {**new['blocks'], 'optimizer': own}}
+
+    return inner._replace(init=init, server_update=server_update)
+  return wrapper
+
+
+def fedprox(mu: float) -> Wrapper:
+  """FedProx: μ/2·‖θ − θ_received‖² in the client's optimizer (`core/local_terms.py`) for what
+  it received for its averaged keys. No state."""
+
+  def wrapper(inner: Algorithm) -> Algorithm:
+    def client_update(client_input: ClientInput, private, data, rng) -> ClientResult:
+      with _local_terms(inner, 'fedprox', _received(inner, client_input), None, mu):
+        return inner.client_update(client_input, private, data, rng)
+    return inner._replace(client_update=client_update)
+  return wrapper
+
+
+def scaffold(learning_rate: float, num_clients: int) -> Wrapper:
+  """SCAFFOLD, option II (Karimireddy et al. 2020, Alg. 1): c goes down with the model, each
+  local gradient is corrected by c − c_i, the client sends Δc_i beside its update, and the
+  server moves c by |S|/N · mean(Δc) (line 17). Its state: the server's and the clients'
+  'control' (c; c_i, one row per client), keyed by `chosen_leaves` path."""
+
+  def wrapper(inner: Algorithm) -> Algorithm:
+    def init(rng, start=None):
+      state = inner.init(rng, start)
+      zeros = {p: jnp.zeros(s.shape, jnp.float32) for p, s in
+               chosen_leaves(_averaged(inner, _one_origin_shape(inner, state.server))).items()}
+      per_client = {p: jnp.zeros((num_clients,) + z.shape) for p, z in zeros.items()}
+      return state.replace(
+          server={**state.server, 'blocks': {**state.server['blocks'], 'control': zeros}},
+          clients={**state.clients, 'blocks': {**state.clients['blocks'], 'control': per_client}})
+
+    def broadcast(server, client_ids, round_index, rng):
+      client_input = inner.broadcast(server, client_ids, round_index, rng)
+      return client_input._replace(
+          shared={**client_input.shared, SCAFFOLD_C: server['blocks']['control']})
+
+    def update_origin(client_input: ClientInput):
+      origin = dict(inner.update_origin(_without_c(client_input)))
+      origin[CONTROL_DELTA] = jax.tree.map(jnp.zeros_like, client_input.shared[SCAFFOLD_C])
+      return origin
+
+    def server_update(server, updates, weights, client_ids, round_index, rng):
+      new = inner.server_update(server, {k: v for k, v in updates.items() if k != CONTROL_DELTA},
+                                weights, client_ids, round_index, rng)
+      share = (weights > 0).astype(jnp.float32) / num_clients   # real clients' |S|/N
+      control = jax.tree.map(lambda c, d: c + jnp.tensordot(share, d, axes=1),
+                             server['blocks']['control'], updates[CONTROL_DELTA])
+      return {**new, 'blocks': {**new['blocks'], 'control': control}}
+
+    return inner._replace(init=init, broadcast=broadcast, update_origin=update_origin,
+                          client_update=functools.partial(_scaffold_client, inner, learning_rate),
+                          server_update=server_update)
+  return wrapper
+
+
+def _scaffold_client(inner: Algorithm, learning_rate: float, client_input: ClientInput, private,
+                     data, rng) -> ClientResult:
+  """SCAFFOLD's client: trains with c − c_i added to its gradients, then c_i⁺ by option II
+  (`local_terms.scaffold_control`) for the leaves its optimizer tied; Δc_i goes up."""
+  c, c_i = client_input.shared[SCAFFOLD_C], private['blocks']['control']
+  method_input = _without_c(client_input)
+  received = _received(inner, method_input)
+  paths = list(received)
+  with _local_terms(inner, 'scaffold', received, [c[p] - c_i[p] for p in paths], 0.0) as matched:
+    result = inner.client_update(method_input, private, data, rng)
+  sent = chosen_leaves(_averaged(inner, result.update))
+  lr = learning_rate * client_input.shared.get('lr_scale', 1.0)
+  new = local_terms.scaffold_control(
+      [c_i[p] for p in paths], [c[p] for p in paths], [received[p] for p in paths],
+      [sent[p] for p in paths], local_terms.active_steps(data['mask']), lr)
+  tied = {p: (new[s] if s in matched else c_i[p]) for s, p in enumerate(paths)}
+  return ClientResult(
+      update={**result.update, CONTROL_DELTA: {p: tied[p] - c_i[p] for p in paths}},
+      private={**result.private, 'blocks': {**result.private['blocks'], 'control': tied}},
+      metrics=result.metrics)
+
+
+def compression(spec: codecs.Spec, num_clients: int) -> Wrapper:
+  """A client sends its update minus what it received, encoded by `spec` (`core/compression.py`;
+  top-k with its error-feedback residual, the clients' 'residual'); the server decodes it
+  against the origin it recomputes from its own state. BatchNorm's statistics and the blocks'
+  own keys (SCAFFOLD's Δc) cross as they are."""
+
+  def wrapper(inner: Algorithm) -> Algorithm:
+    probe = jax.random.PRNGKey(0)   # origins do not depend on the broadcast's key
+
+    def init(rng, start=None):
+      state = inner.init(rng, start)
+      if spec.codec != 'topk':
+        return state
+      origin = _method_part(_one_origin_shape(inner, state.server))
+      residual = jax.tree.map(lambda z: jnp.zeros((num_clients,) + z.shape, jnp.float32),
+                              codecs.residual_like(origin))
+      return state.replace(
+          clients={**state.clients, 'blocks': {**state.clients['blocks'], 'residual': residual}})
+
+    def client_update(client_input: ClientInput, private, data, rng) -> ClientResult:
+      origin = _method_part(inner.update_origin(client_input))
+      result = inner.client_update(client_input, private, data, rng)
+      # The difference for coded leaves; the statistics (and integers) as the client has them.
+      delta = jax.tree_util.tree_map_with_path(
+          lambda path, u, o: u - o if codecs.is_coded(path, u) else u,
+          _method_part(result.update), origin)
+      payload, residual = codecs.encode(spec, delta, private['blocks'].get('residual'), rng)
+      kept = dict(result.private['blocks'])
+      if residual is not None:
+        kept['residual'] = residual
+      return ClientResult(update={**payload, **_blocks_part(result.update)},
+                          private={**result.private, 'blocks': kept}, metrics=result.metrics)
+
+    def server_update(server, updates, weights, client_ids, round_index, rng):
+      origins = _method_part(_origins(inner, server, client_ids, round_index, probe))
+      decoded = jax.vmap(lambda p, o: codecs.decode(spec, p, o))(_method_part(updates), origins)
+      # Coded leaves back from their difference; the statistics stay as the clients sent them,
+      # so the method averages them exactly as in an uncompressed round.
+      restored = jax.tree_util.tree_map_with_path(
+          lambda path, o, d: o + d if codecs.is_coded(path, o) else d, origins, decoded)
+      return inner.server_update(server, {**restored, **_blocks_part(updates)}, weights,
+                                 client_ids, round_index, rng)
+
+    return inner._replace(init=init, client_update=client_update, server_update=server_update)
+  return wrapper
+
+
+# What the wrappers share: which keys are averaged, what a client received, FedProx's and
+# SCAFFOLD's local terms.
+
+def _averaged(algorithm: Algorithm, tree: dict) -> dict:
+  """`tree` without the client's own class rows (`Algorithm.client_rows`)."""
+  return {k: v for k, v in tree.items() if k not in algorithm.client_rows}
+
+
+def _method_part(update: dict) -> dict:
+  """An update (or its origin) without the keys the blocks add to it."""
+  return {k: v for k, v in update.items() if k not in BLOCK_KEYS}
+
+
+def _blocks_part(update: dict) -> dict:
+  return {k: v for k, v in update.items() if k in BLOCK_KEYS}
+
+
+def _without_c(client_input: ClientInput) -> ClientInput:
+  """What the method receives: the broadcast without SCAFFOLD's c."""
+  return client_input._replace(
+      shared={k: v for k, v in client_input.shared.items() if k != SCAFFOLD_C})
+
+
+def _take(tree, i):
+  return jax.tree.map(lambda x: x[i], tree)
+
+
+def _origins(algorithm: Algorithm, server, client_ids, round_index, rng):
+  """Per cohort row, what each client received for its update's keys (the server's view)."""
+  client_input = algorithm.broadcast(server, client_ids, round_index, rng)
+  return jax.vmap(lambda row: algorithm.update_origin(ClientInput(client_input.shared, row)),
+                  axis_size=len(client_ids))(client_input.per_client)
+
+
+def _one_origin_shape(algorithm: Algorithm, server):
+  """One client's origin, as shapes."""
+  ids = jnp.zeros((1,), jnp.int32)
+  probe = jax.random.PRNGKey(0)
+  return jax.eval_shape(lambda s: _take(_origins(algorithm, s, ids, jnp.int32(0), probe), 0),
+                        server)
+
+
+def _received(algorithm: Algorithm, client_input: ClientInput) -> dict:
+  """{path: array} the client received for its averaged keys' chosen leaves: the very arrays
+  its method trains from, which `local_terms.applied` ties by identity."""
+  return chosen_leaves(_averaged(algorithm, algorithm.update_origin(client_input)))
+
+
+@contextlib.contextmanager
+def _local_terms(algorithm: Algorithm, name: str, received: dict, corrections, mu: float):
+  """While the client trains: FedProx's term (`mu`) and SCAFFOLD's `corrections` on the
+  `received` leaves; yields the slots its optimizer tied. A method whose optimizer tied none is
+  refused."""
+  with local_terms.applied(list(received.values()), corrections, mu) as matched:
+    yield matched
+  if not matched:
+    raise ValueError(f'optimizer.correction={name!r}: {algorithm.name}\'s client '
+                     'optimizer trains none of the arrays it received for its averaged '
+                     'update keys, so FedProx / SCAFFOLD cannot reach its model.')
 
 
 def check(config, method_name: str, refusal: str | None) -> None:
