@@ -39,6 +39,9 @@ and, for the evaluators that read them (each evaluator's check says which it nee
   pair_set_title(name) -> str             how reports title a pair set
   identification_gallery(config, section) -> IdentificationSet   1:N identification
   pad_sets(config, data) -> PadSets                            anti-spoofing scoring
+  held_out_identities(config, num_identities, per_identity) -> (images, labels)
+                                          identities no run trains on, rendered as the
+                                          training images are (eval/privacy/membership.py)
   pictures(config, data, workdir) -> [file names]            pictures of the data, written
 
 `SOURCES` maps a name to its module (a dotted path, imported when used, or a module object: a

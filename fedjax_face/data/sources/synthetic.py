@@ -1,7 +1,8 @@
 """`data.source='synthetic'`: the embedded face benchmark, rendered from the seed in memory
 (`data/synthetic/benchmark.py`): training identities (optionally in look-alike families), six
 verification pair sets of held-out identities, and a 1:N gallery of other held-out identities
-(`data/synthetic/identification_set.py`)."""
+(`data/synthetic/identification_set.py`); for membership inference, more held-out identities
+rendered exactly as the training images are (`held_out_identities`)."""
 
 import ml_collections
 import numpy as np
@@ -9,6 +10,7 @@ import numpy as np
 from fedjax_face.core import checks
 from fedjax_face.data import views
 from fedjax_face.data.synthetic import benchmark, identification_set, identities, pairs
+from fedjax_face.data.synthetic import nuisance as nuisance_lib, render, streams
 from fedjax_face.io import artifacts, files
 
 TASK = 'recognition'
@@ -130,6 +132,28 @@ def identification_gallery(config, section):
       config.seed, image_size=config.data.image_size, num_enrolled=section.num_enrolled,
       num_distractors=section.num_distractors, num_non_mated=section.num_non_mated,
       probes_per_identity=section.probes_per_identity, difficulty=config.data.synthetic.difficulty)
+
+
+def held_out_identities(config, num_identities: int,
+                        per_identity: int) -> tuple[np.ndarray, np.ndarray]:
+  """(uint8 images `[num_identities * per_identity, H, W, 3]`, int32 identity 0.. of each,
+  identity-major): identities no run trains on, drawn from the training identities' prior (in
+  look-alike families of `data.synthetic.lookalike_family_size` when the training ones are) and
+  rendered as the training images are (the 'train' nuisance profile at `difficulty`), from
+  streams of their own (`streams.HELD_OUT_*`): the membership evaluator's non-members, from the
+  members' distribution but for their identity."""
+  d = config.data.synthetic
+  rng = streams.rng(config.seed, streams.HELD_OUT_IDS)
+  if d.lookalike_family_size > 1:
+    params, _ = identities.sample_families(rng, num_identities, d.lookalike_family_size,
+                                           d.lookalike_spread)
+  else:
+    params = identities.sample_identities(rng, num_identities)
+  labels = np.repeat(np.arange(num_identities, dtype=np.int32), per_identity)
+  nuisance = nuisance_lib.sample_nuisance(streams.rng(config.seed, streams.HELD_OUT_NUISANCE),
+                                          labels.shape[0], 'train', d.difficulty)
+  images = render.render_faces(identities.take(params, labels), nuisance, config.data.image_size)
+  return images, labels
 
 
 def pictures(config, data, workdir: str) -> list[str]:

@@ -13,6 +13,8 @@ TEST_IDS = 4
 PAIRS = {'lfw': 5, 'cfp_fp': 6, 'agedb_30': 7, 'sllfw': 8, 'cplfw': 9, 'calfw': 10}
 FAMILY_MEMBERS = 11
 SLLFW_IDS = 12
+HELD_OUT_IDS = 13        # identities no run trains on, rendered as the training images are
+HELD_OUT_NUISANCE = 14   # (the membership evaluator's non-members: sources/synthetic.py)
 
 
 def rng(seed: int, stream: int) -> np.random.Generator:
