@@ -33,6 +33,7 @@ EVALUATORS = {   # type -> module defining check_<type> and make_<type> (a dotte
     'ijb': 'fedjax_face.eval.recognition.ijb',
     'diagnostics': 'fedjax_face.eval.diagnostics',
     'pad': 'fedjax_face.eval.pad.evaluators',
+    'leakage': 'fedjax_face.eval.privacy.leakage',
     'membership': 'fedjax_face.eval.privacy.membership',
 }
 # The evaluators a task's configs carry from the start (`add_sections`), in `EVALUATORS` order.

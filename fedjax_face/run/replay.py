@@ -69,6 +69,20 @@ class Replay:
       state = state.replace(clients=engine_lib.host_clients(state.clients))
     return state
 
+  def received(self, r: int):
+    """(round r's real clients in cohort order, the `ClientInput` the server broadcast to them,
+    its `per_client` rows theirs alone): what each client of round r got from the server, the
+    curious client's view (FedFV's equivalent embeddings), recomputed from the state before it
+    with the round's server key (`core.engine.server_keys`), as the engine's broadcast ran."""
+    sim = self.sim
+    state = self.state_before(r)
+    cohort = simulation.cohort_of(sim.cohorts, sim.engine, r - 1)
+    key = engine_lib.server_keys(jax.random.fold_in(sim.root_rng, r))[0]
+    client_input = self.algorithm.broadcast(state.server, cohort, state.round, key)
+    real = cohort < sim.fed.num_clients
+    return cohort[real], client_input._replace(
+        per_client=jax.tree.map(lambda x: x[real], client_input.per_client))
+
 
 def replayer(config, workdir: str, algorithm, sim: simulation.Simulation, start) -> Replay:
   """`replay(r)` of the run in `workdir` (`Replay`): `algorithm` and `sim` the run's, `start` its

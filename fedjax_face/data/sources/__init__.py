@@ -42,6 +42,9 @@ and, for the evaluators that read them (each evaluator's check says which it nee
   held_out_identities(config, num_identities, per_identity) -> (images, labels)
                                           identities no run trains on, rendered as the
                                           training images are (eval/privacy/membership.py)
+  identity_probes(config, data, ids, per_identity, num_distractors) -> (images, labels)
+                                          new images of training identities and of held-out
+                                          distractors (eval/privacy/leakage.py)
   pictures(config, data, workdir) -> [file names]            pictures of the data, written
 
 `SOURCES` maps a name to its module (a dotted path, imported when used, or a module object: a

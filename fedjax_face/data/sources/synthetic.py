@@ -2,7 +2,8 @@
 (`data/synthetic/benchmark.py`): training identities (optionally in look-alike families), six
 verification pair sets of held-out identities, and a 1:N gallery of other held-out identities
 (`data/synthetic/identification_set.py`); for membership inference, more held-out identities
-rendered exactly as the training images are (`held_out_identities`)."""
+rendered exactly as the training images are (`held_out_identities`); for identity leakage, new
+images of the training identities beside held-out distractors (`identity_probes`)."""
 
 import ml_collections
 import numpy as np
@@ -154,6 +155,36 @@ def held_out_identities(config, num_identities: int,
                                           labels.shape[0], 'train', d.difficulty)
   images = render.render_faces(identities.take(params, labels), nuisance, config.data.image_size)
   return images, labels
+
+
+def identity_probes(config, data, identity_ids, per_identity: int, num_distractors: int):
+  """`(images, labels)`: `per_identity` NEW images of each training identity of `identity_ids`
+  (rendered from `data.train_identity_params` with fresh 'lfw'-profile nuisance, never a training
+  image), then `per_identity` images of each of `num_distractors` held-out identities. Labels:
+  the training identity, or `data.num_identities + j` for distractor j. Both on streams of their
+  own (`streams.IDENTITY_PROBES`, `PROBE_DISTRACTORS`): an identity's images depend on the seed,
+  its id and `per_identity` alone, not on which other identities are asked for."""
+  ids = np.asarray(identity_ids, np.int64)
+  if ids.size and (ids.min() < 0 or ids.max() >= data.num_identities):
+    raise ValueError(f'identity_probes: identities must be in 0..{data.num_identities - 1}, got '
+                     f'{ids.min()}..{ids.max()}.')
+  d, size = config.data.synthetic, config.data.image_size
+  draws = nuisance_lib.sample_nuisance(streams.rng(config.seed, streams.IDENTITY_PROBES),
+                                       data.num_identities * per_identity, 'lfw', d.difficulty)
+  rows = (ids[:, None] * per_identity + np.arange(per_identity)).reshape(-1)
+  labels = np.repeat(ids, per_identity)
+  images = [render.render_faces(identities.take(data.train_identity_params, labels),
+                                {k: v[rows] for k, v in draws.items()}, size)] if ids.size else []
+  out_labels = [labels]
+  if num_distractors:
+    rng = streams.rng(config.seed, streams.PROBE_DISTRACTORS)
+    params = identities.sample_identities(rng, num_distractors)
+    local = np.repeat(np.arange(num_distractors), per_identity)
+    images.append(render.render_faces(
+        identities.take(params, local),
+        nuisance_lib.sample_nuisance(rng, local.size, 'lfw', d.difficulty), size))
+    out_labels.append(data.num_identities + local)
+  return np.concatenate(images), np.concatenate(out_labels).astype(np.int64)
 
 
 def pictures(config, data, workdir: str) -> list[str]:

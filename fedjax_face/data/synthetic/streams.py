@@ -15,6 +15,8 @@ FAMILY_MEMBERS = 11
 SLLFW_IDS = 12
 HELD_OUT_IDS = 13        # identities no run trains on, rendered as the training images are
 HELD_OUT_NUISANCE = 14   # (the membership evaluator's non-members: sources/synthetic.py)
+IDENTITY_PROBES = 15     # new images of training identities, and
+PROBE_DISTRACTORS = 16   # held-out identities beside them (the leakage evaluator's probes)
 
 
 def rng(seed: int, stream: int) -> np.random.Generator:
