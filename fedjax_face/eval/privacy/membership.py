@@ -25,7 +25,8 @@ Which attack fits which method:
                        none.
   Members: `samples` training images, `images_per_identity` of each of `samples /
   images_per_identity` training identities, images the clients trained on (`fed_view`'s client
-  indices; FedFR's public set and held-out images are not drawn). Non-members: as many images of
+  indices; FedFR's public set and held-out images are not drawn, and `data.centralized_on=
+  'public'`, which trains on the public set alone, is refused). Non-members: as many images of
   as many identities no run trains on, drawn and rendered as the training images are (the source
   view `held_out_identities`: the synthetic source only; the pair sets and the 1:N gallery are
   rendered under other nuisance profiles, so they would measure a distribution shift). Every
@@ -101,6 +102,11 @@ def check_membership(config, section) -> None:
                        'at least 2 frames.')
     return
   sources.require(config, 'held_out_identities', 'config.evals.membership')
+  if config.data.get('centralized_on', 'all') != 'all':
+    raise ValueError(f'config.evals.membership with data.centralized_on='
+                     f'{config.data.centralized_on!r}: a centralized run then trains on the '
+                     "public identities alone, not on the clients' images the members are drawn "
+                     "from; expected 'all'.")
   per = section.images_per_identity
   if section.samples % per or section.samples // per < 2:
     raise ValueError(f'config.evals.membership.samples={section.samples}; expected 0 (off) or a '
@@ -282,7 +288,7 @@ def _released(config, section, inputs, fed) -> np.ndarray | str:
   rows = np.asarray(inputs.class_embeddings)
   if rows.shape[0] <= np.asarray(fed.identity_table).max():
     return (f'the class embeddings cover {rows.shape[0]} identities, not every client '
-            'identity (e.g. data.centralized_on=public)')
+            'identity')
   return rows
 
 

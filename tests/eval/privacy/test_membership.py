@@ -199,7 +199,7 @@ def test_check_names_the_field(field, value, message):
     membership.check_membership(config, config.evals.membership)
 
 
-def test_check_refuses_sources_without_non_members_and_pad_attack_shift():
+def test_check_refuses_sources_without_non_members_public_only_training_and_attack_shift():
   config = load_config('fedgc/fedgc', 'runlocal')
   config.evals.membership = membership.config_membership()
   config.data.source = 'insightface'
@@ -209,6 +209,11 @@ def test_check_refuses_sources_without_non_members_and_pad_attack_shift():
                                        r"data.source='insightface': that source has no "
                                        r"held_out_identities; expected a source that has "
                                        r"\(.*synthetic.*\)."):
+    membership.check_membership(config, config.evals.membership)
+  config.data.source = 'synthetic'
+  config.data.public_identities, config.data.centralized_on = 4, 'public'
+  with pytest.raises(ValueError, match=r"data.centralized_on='public': a centralized run then "
+                                       r"trains on the public identities alone"):
     membership.check_membership(config, config.evals.membership)
   config = load_config('pad/fedgpad', 'runlocal')
   config.evals.membership = membership.config_membership()
