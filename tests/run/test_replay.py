@@ -59,6 +59,16 @@ def test_replayed_updates_are_what_the_clients_sent(tmp_path, monkeypatch):
     assert identical(updates, [sent[r - 1][i].update for i in real]), r
   assert not identical(updates, replay(3))   # rounds 1 and 3 sent different updates
 
+  # What round 3's real clients received, in the order of replay(3): the engine's broadcast
+  # (`_prepare`, on the whole padded cohort, with the round's key), padding rows left out.
+  clients, received = replay.received(3)
+  cohort = simulation.cohort_of(sim.cohorts, sim.engine, 2)
+  np.testing.assert_array_equal(clients, cohort[cohort < sim.fed.num_clients])
+  sent_input, _ = engine_lib._prepare(   # pylint: disable=protected-access
+      replay.algorithm, replay.state_before(3), cohort, cohort,
+      jax.random.fold_in(sim.root_rng, 3))
+  assert identical(received.shared, sent_input.shared)
+
   # Round 2 trained from checkpoint 1, which checkpoint_keep=2 rotated away: one line naming the
   # round, the rounds held and the rounds that can be replayed.
   with pytest.raises(checks.UsageError) as refused:
