@@ -12,7 +12,8 @@ An evaluator loads what it evaluates on, through the data source's views (`data/
 sets, a 1:N gallery, anti-spoofing videos); its check names the view it needs. It is built once
 per run (its data prepared, its functions jitted once) and called with an `EvalInputs` at every
 evaluation; it returns an `EvalOutput`: its results, scalars, figures, arrays and its section of
-report.md. `evaluate` runs them all; `io/artifacts.py` writes the figures and arrays,
+report.md, and grids of images (PNG). `evaluate` runs them all; `io/artifacts.py` writes the
+figures, arrays and grids,
 `io/report.py` the results and the sections as given.
 
 A task's configs start with the sections of `TASK_EVALUATORS[task]` (`config_lib.base_config`);
@@ -35,6 +36,7 @@ EVALUATORS = {   # type -> module defining check_<type> and make_<type> (a dotte
     'pad': 'fedjax_face.eval.pad.evaluators',
     'leakage': 'fedjax_face.eval.privacy.leakage',
     'membership': 'fedjax_face.eval.privacy.membership',
+    'inversion': 'fedjax_face.eval.privacy.evaluators',
 }
 # The evaluators a task's configs carry from the start (`add_sections`), in `EVALUATORS` order.
 TASK_EVALUATORS = {
@@ -74,6 +76,8 @@ class EvalOutput(NamedTuple):
   figures: dict[str, Any]                        # file name -> matplotlib Figure
   arrays: dict[str, dict[str, np.ndarray]]       # file name (.npz) -> arrays
   markdown: tuple[str, ...] | list[str] = ()     # its section of report.md, as lines
+  images: dict[str, dict] | None = None          # file name (.png) -> io.artifacts
+                                                 # .write_image_grid's images, rows, cols
 
 
 class Evaluator(NamedTuple):

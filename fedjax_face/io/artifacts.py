@@ -28,8 +28,8 @@ def write_arrays(path: str, arrays: dict[str, np.ndarray]) -> None:
 
 
 def write_eval_outputs(workdir: str, outputs: dict) -> list[str]:
-  """Every figure and array of `eval.evaluate`'s outputs into `workdir`; returns the figures'
-  file names in order (report.md lists them)."""
+  """Every figure, array and image grid of `eval.evaluate`'s outputs into `workdir`;
+  returns the figures' and grids' file names in order (report.md lists them)."""
   written = []
   for output in outputs.values():
     for name, figure in output.figures.items():
@@ -37,6 +37,9 @@ def write_eval_outputs(workdir: str, outputs: dict) -> list[str]:
       written.append(name)
     for name, arrays in output.arrays.items():
       write_arrays(files.join(workdir, name), arrays)
+    for name, grid in (getattr(output, 'images', None) or {}).items():
+      write_image_grid(files.join(workdir, name), **grid)
+      written.append(name)
   return written
 
 

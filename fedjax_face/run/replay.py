@@ -41,6 +41,15 @@ class Replay:
         num_clients=sim.fed.num_clients)
     return [result.update for result in results]
 
+  def round_batches(self, r: int):
+    """(round r's real clients in cohort order, what each trained on): `federated.sample_round`'s
+    dict (images, labels, mask, class_mask), padding rows left out; the rows of `replay(r)`."""
+    sim = self.sim
+    cohort = simulation.cohort_of(sim.cohorts, sim.engine, r - 1)
+    data = simulation.round_data(self.config, sim.fed, sim.cohorts, sim.engine, slice(None), r - 1)
+    real = cohort < sim.fed.num_clients
+    return cohort[real], jax.tree.map(lambda x: x[real], data)
+
   def state_before(self, r: int):
     """The round state round r trained from: the initial state for round 1, else the checkpoint
     of round r-1, verified as a resume verifies (UsageError naming the rounds held when it is

@@ -27,8 +27,8 @@ def test_deleted_sections_are_skipped():
 def test_unknown_evaluator_type_is_named():
   with pytest.raises(ValueError, match=r"config.evals.pca is not an evaluator type; expected one "
                                        r"of \['diagnostics', 'identification', 'ijb', "
-                                       r"'leakage', 'membership', 'pad', 'personalized', "
-                                       r"'verification'\]"):
+                                       r"'inversion', 'leakage', 'membership', 'pad', "
+                                       r"'personalized', 'verification'\]"):
     eval_lib.evaluator_types(_evals('verification', 'pca'))
 
 

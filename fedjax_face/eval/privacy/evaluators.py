@@ -1,0 +1,280 @@
+"""The 'inversion' evaluator: gradient inversion of the clients' updates of one round
+(`inversion.py`; issue 59 part 2).
+
+Threat model: a curious server that sees each client's update before aggregation (no secure
+aggregation; under DP the clipped update as sent, before the server's noise) and knows the model
+it broadcast. It is also given the client's class rows W_k at the round's start and the true
+labels of its batch: FedGC sends its rows (they reveal the labels), FedPE keeps both private, so
+for FedPE the numbers are an upper bound on what its server learns.
+
+The attack: round `round`'s update of each of the first `targets` clients of its cohort, replayed
+from the checkpoint before it (`EvalInputs.replay`), read as a pseudo-gradient (θ_sent −
+θ_received) / lr. The attacker's model of it runs the client's own local steps on its dummy batch
+(train-mode BatchNorm per step, weight decay, SGD with momentum, W trained as FedPE and FedGC
+train it) from the broadcast θ and the client's W, unrolled as Geiping et al. (Sec. 5) attack a
+multi-step update, and is matched by cosine with a TV prior (Inverting Gradients) or by L2 (DLG,
+`distance='l2'`). A first-order reading (one gradient at θ weighted by the momentum's sums) was
+tried and dropped: on a runlocal FedPE round (2 steps of batch 2 at lr 0.1) the true images
+(under the best of their flips) were at cosine distance 0.40 from the update under it, against
+1e-6 at 1 step. The client's random
+flips are a coin the server never sees: each reconstruction is scored against its true image or
+that image's mirror, whichever is closer.
+
+Reported per target: PSNR and SSIM of its images against the true ones, and whether the final
+global model recognises each reconstruction as the right identity: nearest class embedding (when
+the method keeps them) and nearest mean embedding of that identity's training images (up to
+`GALLERY_IMAGES` each), beside the same for the true images (the ceiling).
+"""
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+
+from fedjax_face import models
+from fedjax_face.core import arrays, checks
+from fedjax_face.data import preprocess, stores
+from fedjax_face.eval import EvalOutput, Evaluator
+from fedjax_face.eval.privacy import inversion
+from fedjax_face.eval.recognition import verification
+from fedjax_face.models import heads
+
+GALLERY_IMAGES = 4   # training images per identity in its mean embedding
+_FIELDS = ('distance', 'iterations', 'learning_rate', 'restarts', 'round', 'signed', 'targets',
+           'tv_weight')
+
+
+def config_inversion() -> ml_collections.ConfigDict:
+  """`config.evals.inversion`: off (targets=0) unless switched on; the local batch and steps are
+  the run's own."""
+  c = ml_collections.ConfigDict()
+  c.round = 1              # the round attacked (1-based; its update replayed from round-1's state)
+  c.targets = 0            # clients attacked: the first of that round's cohort; 0 = off
+  c.restarts = 1           # random starts, the lowest matching loss kept
+  c.iterations = 200       # Adam steps on the images
+  c.learning_rate = 0.1    # Adam's rate, /10 at 3/8, 5/8, 7/8 of the iterations
+  c.tv_weight = 1e-4       # total-variation prior (0 with distance='l2': DLG)
+  c.distance = 'cosine'    # 'cosine' (Inverting Gradients) | 'l2' (DLG)
+  c.signed = True          # Adam on the sign of the images' gradient (inversion.make_attack)
+  return c
+
+
+def check_inversion(config, section) -> None:
+  name = 'evals.inversion'
+  if sorted(section) != sorted(_FIELDS):
+    raise ValueError(f'config.{name} has fields {sorted(section)}; expected {sorted(_FIELDS)}.')
+  checks.check_int(f'{name}.targets', section.targets, allow_zero=True)
+  for field in ('round', 'restarts', 'iterations'):
+    checks.check_int(f'{name}.{field}', section[field])
+  checks.check_number(f'{name}.learning_rate', section.learning_rate)
+  checks.check_number(f'{name}.tv_weight', section.tv_weight, allow_zero=True)
+  checks.check_choice(f'{name}.distance', section.distance, inversion.DISTANCES)
+  checks.check_bool(f'{name}.signed', section.signed)
+  if not section.targets:
+    return
+  if section.round > config.num_rounds:
+    raise ValueError(f'config.{name}.round={section.round}; expected a round of the run, '
+                     f'1..{config.num_rounds}.')
+  if 'head' not in config:
+    raise ValueError(f'config.{name}: the attack inverts a recognition model\'s update; '
+                     'expected a recognition config (one with a head).')
+  if config.secure_aggregation.enabled:
+    raise ValueError(f'config.{name}: with secure_aggregation.enabled the server sees only the '
+                     'masked sum, which this attack does not invert yet; expected it off.')
+  if config.optimizer.get('name', 'sgd') != 'sgd':
+    raise ValueError(f'config.{name}: optimizer.name={config.optimizer.name!r}; the update reads '
+                     "as a pseudo-gradient only under SGD; expected 'sgd'.")
+
+
+def _method_part(tree):
+  """A method's own server or clients state: under 'method' when building blocks wrap it."""
+  if isinstance(tree, dict) and set(tree) == {'method', 'blocks'}:
+    return tree['method']
+  return tree
+
+
+def _gallery(fed, num_identities: int):
+  """(indices into `fed.images`, their identities): up to `GALLERY_IMAGES` per identity."""
+  index, owner = [], []
+  for k, ids in enumerate(np.asarray(fed.identity_table)):
+    for local, identity in enumerate(ids):
+      if identity < 0:
+        continue
+      own = fed.client_indices[k][fed.client_local_labels[k] == local][:GALLERY_IMAGES]
+      index.append(own)
+      owner.append(np.full(len(own), identity))
+  index, owner = np.concatenate(index), np.concatenate(owner)
+  assert owner.max() < num_identities
+  return index, owner
+
+
+def _mean_embeddings(embedded: np.ndarray, owner: np.ndarray, num: int) -> np.ndarray:
+  total = np.zeros((num, embedded.shape[1]))
+  np.add.at(total, owner, embedded)
+  return arrays.l2_normalize(total)
+
+
+def _to_uint8(images) -> np.ndarray:
+  """Model inputs in [-1, 1] -> uint8 (the inverse of `preprocess.normalize`)."""
+  return np.clip(np.round((np.asarray(images) + 1.0) * 127.5), 0, 255).astype(np.uint8)
+
+
+def make_inversion(config, section, setup) -> Evaluator | None:
+  """The evaluator (module docstring); None when off (`targets=0`)."""
+  if not section.targets:
+    return None
+  model = models.build_backbone(config.model)
+  head = dict(config.head)
+  if head.get('margin', -1.0) < 0:   # a negative margin: the loss's own (algorithms/common.py)
+    head['margin'] = None
+  head_kwargs = heads.head_kwargs_from_config(head)
+  opt = config.optimizer
+  steps = config.federated.local_steps
+  # The round's learning-rate factor, as algorithms/common.py:lr_scale_schedule gives it.
+  decay = ({int(round(f * config.num_rounds)): opt.decay_factor for f in opt.decay_at}
+           if opt.get('schedule', 'constant') != 'constant' else {})
+  learning_rate = opt.learning_rate * float(
+      optax.piecewise_constant_schedule(1.0, decay)(section.round - 1))
+  # The client's local optimiser as FedPE / FedGC run it (algorithms/common.py: weight decay, then
+  # SGD with momentum reset each round); W trains unless the method holds it fixed.
+  client_opt = optax.chain(optax.add_decayed_weights(opt.weight_decay),
+                           optax.sgd(learning_rate, momentum=opt.momentum or None))
+  train_w = not config.get('fedpe', {}).get('fixed_class_embeddings', False)
+  fed = setup.fed_view
+  identity_table = np.asarray(fed.identity_table)
+  gallery_index, gallery_owner = _gallery(fed, fed.num_identities)
+  gallery_images, ok = stores.take(fed.images, gallery_index)
+  gallery_images, gallery_owner = gallery_images[ok], gallery_owner[ok]
+
+  def grad_fn(images, params, batch_stats, w, labels, mask, class_mask):
+    """The attacker's model of the pseudo-gradient: the client's S local steps on `images`
+    `[S, B, ...]` from θ and W, unrolled (Geiping et al. Sec. 5), as (θ − θ_S) / lr."""
+    def loss(p, step_images, step_labels, step_mask):
+      features, _ = model.apply({'params': p['backbone'], 'batch_stats': batch_stats},
+                                step_images, train=True, mutable=['batch_stats'])
+      rows = p['W'] if train_w else jax.lax.stop_gradient(w)
+      return heads.loss(features, rows, step_labels, class_mask, step_mask, **head_kwargs)
+    p = {'backbone': params, 'W': w}
+    opt_state = client_opt.init(p)
+    for s in range(steps):   # unrolled: XLA CPU's conv gradients are slow inside a loop
+      g = jax.grad(loss)(p, images[s], labels[s], mask[s])
+      if not train_w:
+        g = {**g, 'W': jnp.zeros_like(w)}
+      updates, opt_state = client_opt.update(g, opt_state, p)
+      p = optax.apply_updates(p, updates)
+    return inversion.pseudo_gradient(params, p['backbone'], learning_rate)
+
+  attack = inversion.make_attack(grad_fn, iterations=section.iterations,
+                                 learning_rate=section.learning_rate,
+                                 tv_weight=section.tv_weight, distance=section.distance,
+                                 signed=section.signed)
+
+  def recognised(inputs, means, images: np.ndarray, identities: np.ndarray) -> dict:
+    """Per image: is the right identity the nearest class embedding / mean embedding?"""
+    embedded = verification.compute_embeddings(inputs.embed, images,
+                                               batch_size=config.eval.batch_size, flip=False)
+    out = {'mean_embedding': np.argmax(embedded @ means.T, axis=1) == identities}
+    if inputs.class_embeddings is not None:
+      rows = arrays.l2_normalize(np.asarray(inputs.class_embeddings, np.float64))
+      out['class_embedding'] = np.argmax(embedded @ rows.T, axis=1) == identities
+    return out
+
+  def evaluate(inputs) -> EvalOutput | None:
+    if inputs.replay is None:   # a mid-run evaluation, or another process: nothing replayed
+      return None
+    r = section.round
+    updates = inputs.replay(r)
+    state = inputs.replay.state_before(r)
+    cohort, data = inputs.replay.round_batches(r)
+    server, clients = _method_part(state.server), _method_part(state.clients)
+    if 'model' not in server or not all('model' in u for u in updates):
+      raise ValueError(f'config.evals.inversion: {config.algorithm}\'s updates carry no backbone '
+                       "('model') the attack can match; expected a method that sends it.")
+    if not isinstance(clients, dict) or 'W' not in clients:
+      raise ValueError(f'config.evals.inversion: {config.algorithm} keeps no per-client class rows '
+                       "('W') to compute a client's loss with; expected FedPE or FedGC.")
+    sent = server['model']
+    gallery = verification.compute_embeddings(inputs.embed, gallery_images,
+                                              batch_size=config.eval.batch_size, flip=False)
+    means = _mean_embeddings(gallery, gallery_owner, fed.num_identities)
+    rng = jax.random.PRNGKey(config.seed)
+    per_target, true_tiles, recon_tiles, names = [], [], [], []
+    match_recon, match_true = {}, {}
+    for t in range(min(section.targets, len(cohort))):
+      k = int(cohort[t])
+      target = inversion.pseudo_gradient(sent['params'], updates[t]['model']['params'],
+                                         learning_rate)
+      images, labels, mask = data['images'][t], data['labels'][t], data['mask'][t]
+      recon, loss = inversion.invert(
+          attack, target, images.shape, jax.random.fold_in(rng, k), sent['params'],
+          sent.get('batch_stats', {}), jnp.asarray(clients['W'][k]), labels, mask,
+          data['class_mask'][t], restarts=section.restarts)
+      valid = np.asarray(mask).reshape(-1)
+      true = np.asarray(images).reshape((-1,) + images.shape[2:])[valid]
+      recon = _to_uint8(recon).reshape((-1,) + images.shape[2:])[valid]
+      mirror = np.asarray(preprocess.horizontal_flip(true))
+      p_true, p_mirror = inversion.psnr(recon, true), inversion.psnr(recon, mirror)
+      closer = np.where((p_mirror > p_true)[:, None, None, None], mirror, true)
+      psnr = np.maximum(p_true, p_mirror)
+      ssim = inversion.ssim(recon, closer)
+      identities = identity_table[k, np.asarray(labels).reshape(-1)[valid]]
+      got = recognised(inputs, means, recon, identities)
+      ceiling = recognised(inputs, means, closer, identities)
+      for kind in got:
+        match_recon.setdefault(kind, []).append(got[kind])
+        match_true.setdefault(kind, []).append(ceiling[kind])
+      per_target.append({
+          'client': k, 'images': int(len(true)), 'matching_loss': loss,
+          'psnr': float(np.mean(psnr)), 'ssim': float(np.mean(ssim)),
+          **{f'identity_match_{kind}': float(np.mean(v)) for kind, v in got.items()}})
+      true_tiles.append(closer)
+      recon_tiles.append(recon)
+      names += [str(i) for i in identities]
+    results = {
+        'round': r, 'distance': section.distance, 'labels': 'true', 'local_steps': steps,
+        'batch_size': config.federated.batch_size,
+        'threat_model': 'curious server: each update before aggregation, plus the client\'s '
+                        'class rows and labels (FedPE keeps them private: an upper bound there)',
+        'psnr': float(np.mean([t['psnr'] for t in per_target])),
+        'ssim': float(np.mean([t['ssim'] for t in per_target])),
+        **{f'identity_match_{kind}': float(np.mean(np.concatenate(v)))
+           for kind, v in match_recon.items()},
+        **{f'identity_match_{kind}_true_images': float(np.mean(np.concatenate(v)))
+           for kind, v in match_true.items()},
+        'targets': per_target}
+    scalars = {key: value for key, value in results.items()
+               if key in ('psnr', 'ssim') or key.startswith('identity_match')}
+    # The grid: each target's true images on one row, its reconstructions on the next.
+    cols = max(len(x) for x in true_tiles)
+    rows_of = lambda x: np.concatenate([x, np.full((cols - len(x),) + x.shape[1:], 255, np.uint8)])
+    grid = np.concatenate([rows_of(x) for pair in zip(true_tiles, recon_tiles) for x in pair])
+    return EvalOutput(
+        results=results, scalars=scalars, figures={},
+        arrays={'inversion.npz': {'true': np.concatenate(true_tiles),
+                                  'reconstructed': np.concatenate(recon_tiles)}},
+        images={'inversion.png': {'images': grid, 'rows': 2 * len(true_tiles), 'cols': cols}},
+        markdown=markdown(results))
+
+  return Evaluator('inversion', evaluate)
+
+
+def markdown(results: dict) -> list[str]:
+  """report.md's section: the attack, its threat model, and each target's scores."""
+  kinds = [k[len('identity_match_'):] for k in results
+           if k.startswith('identity_match_') and not k.endswith('_true_images')]
+  lines = [f"Gradient inversion of round {results['round']}'s updates ({results['distance']}, "
+           f"{results['local_steps']} local steps of batch {results['batch_size']}); threat "
+           f"model: {results['threat_model']}. Identity matched by the global model, "
+           'reconstruction (true images):', '',
+           '| client | images | PSNR dB | SSIM | ' + ' | '.join(kinds) + ' |',
+           '| --- | --- | --- | --- | ' + ' | '.join('---' for _ in kinds) + ' |']
+  for t in results['targets']:
+    lines.append(f"| {t['client']} | {t['images']} | {t['psnr']:.2f} | {t['ssim']:.3f} | "
+                 + ' | '.join(f"{t[f'identity_match_{k}']:.2f}" for k in kinds) + ' |')
+  lines.append(f"| all | | {results['psnr']:.2f} | {results['ssim']:.3f} | " + ' | '.join(
+      f"{results[f'identity_match_{k}']:.2f} ({results[f'identity_match_{k}_true_images']:.2f})"
+      for k in kinds) + ' |')
+  lines += ['', 'Reconstructions: inversion.png (true images, then their reconstructions, one '
+                'pair of rows per client).', '']
+  return lines
