@@ -120,10 +120,13 @@ def _to_uint8(images) -> np.ndarray:
   return np.clip(np.round((np.asarray(images) + 1.0) * 127.5), 0, 255).astype(np.uint8)
 
 
-def make_inversion(config, section, setup) -> Evaluator | None:
-  """The evaluator (module docstring); None when off (`targets=0`)."""
-  if not section.targets:
-    return None
+def client_update_model(config, r: int):
+  """(`grad_fn`, the client's learning rate in round r): the attacker's model of a client's
+  pseudo-gradient, `grad_fn(images [S, B, H, W, C] in [-1, 1], θ params, batch_stats, W [C, d],
+  labels [S, B], mask [S, B], class_mask [C]) -> (θ − θ_S) / lr`: the client's S local steps on
+  `images` from θ and W, unrolled (Geiping et al. Sec. 5) as FedPE and FedGC run them
+  (algorithms/common.py: weight decay, then SGD with momentum reset each round, train-mode
+  BatchNorm per step, W trained unless the method holds it fixed), random flips left out."""
   model = models.build_backbone(config.model)
   head = dict(config.head)
   if head.get('margin', -1.0) < 0:   # a negative margin: the loss's own (algorithms/common.py)
@@ -134,25 +137,17 @@ def make_inversion(config, section, setup) -> Evaluator | None:
   # The round's learning-rate factor, as algorithms/common.py:lr_scale_schedule gives it.
   decay = ({int(round(f * config.num_rounds)): opt.decay_factor for f in opt.decay_at}
            if opt.get('schedule', 'constant') != 'constant' else {})
-  learning_rate = opt.learning_rate * float(
-      optax.piecewise_constant_schedule(1.0, decay)(section.round - 1))
-  # The client's local optimiser as FedPE / FedGC run it (algorithms/common.py: weight decay, then
-  # SGD with momentum reset each round); W trains unless the method holds it fixed.
+  learning_rate = opt.learning_rate * float(optax.piecewise_constant_schedule(1.0, decay)(r - 1))
   client_opt = optax.chain(optax.add_decayed_weights(opt.weight_decay),
                            optax.sgd(learning_rate, momentum=opt.momentum or None))
   train_w = not config.get('fedpe', {}).get('fixed_class_embeddings', False)
-  fed = setup.fed_view
-  identity_table = np.asarray(fed.identity_table)
-  gallery_index, gallery_owner = _gallery(fed, fed.num_identities)
-  gallery_images, ok = stores.take(fed.images, gallery_index)
-  gallery_images, gallery_owner = gallery_images[ok], gallery_owner[ok]
 
   def grad_fn(images, params, batch_stats, w, labels, mask, class_mask):
-    """The attacker's model of the pseudo-gradient: the client's S local steps on `images`
-    `[S, B, ...]` from θ and W, unrolled (Geiping et al. Sec. 5), as (θ − θ_S) / lr."""
     def loss(p, step_images, step_labels, step_mask):
-      features, _ = model.apply({'params': p['backbone'], 'batch_stats': batch_stats},
-                                step_images, train=True, mutable=['batch_stats'])
+      variables = {'params': p['backbone']}
+      if batch_stats:
+        variables['batch_stats'] = batch_stats
+      features, _ = model.apply(variables, step_images, train=True, mutable=['batch_stats'])
       rows = p['W'] if train_w else jax.lax.stop_gradient(w)
       return heads.loss(features, rows, step_labels, class_mask, step_mask, **head_kwargs)
     p = {'backbone': params, 'W': w}
@@ -164,6 +159,21 @@ def make_inversion(config, section, setup) -> Evaluator | None:
       updates, opt_state = client_opt.update(g, opt_state, p)
       p = optax.apply_updates(p, updates)
     return inversion.pseudo_gradient(params, p['backbone'], learning_rate)
+
+  return grad_fn, learning_rate
+
+
+def make_inversion(config, section, setup) -> Evaluator | None:
+  """The evaluator (module docstring); None when off (`targets=0`)."""
+  if not section.targets:
+    return None
+  grad_fn, learning_rate = client_update_model(config, section.round)
+  steps = config.federated.local_steps
+  fed = setup.fed_view
+  identity_table = np.asarray(fed.identity_table)
+  gallery_index, gallery_owner = _gallery(fed, fed.num_identities)
+  gallery_images, ok = stores.take(fed.images, gallery_index)
+  gallery_images, gallery_owner = gallery_images[ok], gallery_owner[ok]
 
   attack = inversion.make_attack(grad_fn, iterations=section.iterations,
                                  learning_rate=section.learning_rate,
