@@ -155,6 +155,14 @@ def base_config(task: str = 'recognition') -> ml_collections.ConfigDict:
   c.dp.class_rows = 'private'          # a client's own class rows (FedGC's W_k): 'private' =
                                        # clipped and noised with the rest | 'unprotected' = sent
                                        # as they are, outside epsilon
+  c.dp.clip_rule = 'fixed'             # 'fixed': clip at clip_norm | 'adaptive': the clip
+                                       # starts at clip_norm and follows a quantile of the update
+                                       # norms (Andrew et al. 2021; core/privacy.py)
+  c.dp.target_quantile = 0.5           # adaptive: gamma, the share of clients left unclipped
+  c.dp.clip_learning_rate = 0.2        # adaptive: eta_C of C <- C exp(-eta_C (b - gamma))
+  c.dp.count_noise_multiplier = 5.0    # adaptive: sigma_b, std of the noise on the count of
+                                       # clients under the clip (> noise_multiplier / 2; the
+                                       # paper suggests cohort size / 20)
 
   c.eval = ml_collections.ConfigDict()
   c.eval.every_rounds = 0              # 0 = only after the last round
@@ -321,6 +329,16 @@ def _check_dp(c: ml_collections.ConfigDict) -> None:
   check_choice('dp.noise_seed', d.noise_seed, privacy.NOISE_SEEDS)
   check_number('dp.target_epsilon', d.target_epsilon, allow_zero=True)
   check_bool('dp.allow_sigma_increase', d.allow_sigma_increase)
+  check_choice('dp.clip_rule', d.clip_rule, privacy.CLIP_RULES)
+  if not isinstance(d.target_quantile, float) or not 0 < d.target_quantile < 1:
+    raise ValueError(f'config.dp.target_quantile={d.target_quantile!r}; expected a number in '
+                     '(0, 1) (the share of clients whose update the clip leaves whole).')
+  check_number('dp.clip_learning_rate', d.clip_learning_rate)
+  check_number('dp.count_noise_multiplier', d.count_noise_multiplier)
+  if d.enabled and d.clip_rule == 'adaptive' and c.secure_aggregation.enabled:
+    raise ValueError(engine.ADAPTIVE_WITH_SECURE)
+  if d.enabled and d.clip_rule == 'adaptive' and not d.target_epsilon:
+    privacy.update_noise_multiplier(d.noise_multiplier, d.count_noise_multiplier)
   if d.enabled and c.federated.sampling == 'weighted':
     raise ValueError("config.federated.sampling='weighted' with dp.enabled: the cohort would be "
                      "drawn by the clients' data sizes, which DP must not reveal; expected "

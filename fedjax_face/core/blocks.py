@@ -16,7 +16,9 @@ composes GradientTransformations; `wrappers` names them in their order, innermos
 
 Secure aggregation and DP act on the sum, so they live in the round engine
 (`core/engine.py`, `core/secure_aggregation.py`, `core/privacy.py`); participation and
-stragglers choose the cohort (`data/participation.py`).
+stragglers choose the cohort (`data/participation.py`). Adaptive clipping (`dp.clip_rule=
+'adaptive'`) is a block only for its state: `adaptive_clip` keeps the clip C_t in the server's
+'blocks' (privacy.CLIP_KEY), which the engine reads before a round and writes after it.
 
 The wrapped method's state: `server = {'method': <its own>, 'blocks': {...}}` and
 `clients = {'method': <its own>, 'blocks': {...}}` (`nested`, first in every chain), with the
@@ -52,7 +54,7 @@ import jax.numpy as jnp
 import optax
 
 from fedjax_face.core import compression as codecs
-from fedjax_face.core import local_terms, server_optimizers
+from fedjax_face.core import local_terms, privacy, server_optimizers
 from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, RoundState
 
 # The key SCAFFOLD's Δc travels under in a client's update.
@@ -70,11 +72,12 @@ class Blocks(NamedTuple):
   prox_mu: float = 0.0
   client_learning_rate: float = 0.0
   compression: codecs.Spec | None = None
+  adaptive_clip: float = 0.0   # > 0: the initial clip C_0 of `dp.clip_rule='adaptive'`
 
   @property
   def active(self) -> bool:
     return (self.server_optimizer is not None or self.correction != 'none'
-            or self.compression is not None)
+            or self.compression is not None or self.adaptive_clip > 0)
 
 
 def from_config(config) -> Blocks:
@@ -89,7 +92,9 @@ def from_config(config) -> Blocks:
       prox_mu=float(config.optimizer.prox_mu) if config.optimizer.correction == 'fedprox' else 0.0,
       client_learning_rate=float(config.optimizer.learning_rate),
       compression=None if comp.codec == 'none' else codecs.Spec(
-          comp.codec, int(comp.bits), float(comp.fraction)))
+          comp.codec, int(comp.bits), float(comp.fraction)),
+      adaptive_clip=(float(config.dp.clip_norm) if config.dp.enabled and
+                     config.dp.get('clip_rule', 'fixed') == 'adaptive' else 0.0))
 
 
 def method_start(start):
@@ -153,6 +158,8 @@ def wrappers(blocks: Blocks, num_clients: int) -> list[Wrapper]:
     chosen.append(scaffold(blocks.client_learning_rate, num_clients))
   if blocks.compression is not None:
     chosen.append(compression(blocks.compression, num_clients))
+  if blocks.adaptive_clip > 0:
+    chosen.append(adaptive_clip(blocks.adaptive_clip))
   return chosen
 
 
@@ -224,6 +231,19 @@ def server_optimizer(optimizer: optax.GradientTransformation) -> Wrapper:
               'blocks': {**new['blocks'], 'optimizer': own}}
 
     return inner._replace(init=init, server_update=server_update)
+  return wrapper
+
+
+def adaptive_clip(initial: float) -> Wrapper:
+  """The state of DP's adaptive clip (core/privacy.py): C_0 = `initial` in the server's
+  'blocks' under privacy.CLIP_KEY. The method never sees it and every server step keeps the
+  'blocks' it is given; the engine clips with it and writes C_{t+1} after the server step."""
+
+  def wrapper(inner: Algorithm) -> Algorithm:
+    def init(rng, start=None):
+      state = inner.init(rng, start)
+      return state.replace(server=privacy.with_clip(state.server, initial))
+    return inner._replace(init=init)
   return wrapper
 
 
@@ -442,4 +462,6 @@ def _switched_on(config, blocks: Blocks) -> str:
     on.append(f'optimizer.correction={blocks.correction!r}')
   if blocks.compression is not None:
     on.append(f'compression.codec={blocks.compression.codec!r}')
+  if blocks.adaptive_clip > 0:
+    on.append("dp.clip_rule='adaptive'")
   return ', '.join(on)

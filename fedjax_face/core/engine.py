@@ -181,6 +181,12 @@ def choose_width(cohort: int, per_device_capacity: int, num_shards: int) -> int:
   return arrays.round_up(arrays.ceil_div(cohort, chunks), num_shards)
 
 
+ADAPTIVE_WITH_SECURE = (
+    "dp.clip_rule='adaptive' with secure_aggregation.enabled: the count of clients under the clip "
+    'would need its own masked sum and client-drawn noise; not built (expected '
+    "dp.clip_rule='fixed').")
+
+
 def server_keys(round_rng: jax.Array) -> tuple[jax.Array, jax.Array]:
   """The server's keys of a round, (broadcast, server_update): from a stream no client id
   reaches (clients fold their id into the round key)."""
@@ -192,6 +198,12 @@ def noise_key(base: jax.Array, secret: jax.Array | None) -> jax.Array:
   """The key DP noise is drawn from: `base` (a function of the run's seed), or `base` XOR a
   secret drawn from the operating system (`dp.noise_seed='os'`), which nothing records."""
   return base if secret is None else base ^ secret
+
+
+def round_clip(dp: privacy.DpSpec | None, state: RoundState):
+  """The clip of the round that starts from `state`: the adaptive C_t it holds, or None (the
+  spec's fixed S, a Python constant in the programs, as before adaptive clipping existed)."""
+  return privacy.clip_of(state.server) if dp is not None and dp.adaptive else None
 
 
 def _prepare(algorithm: Algorithm, state: RoundState, client_ids, positions, rng):
@@ -213,9 +225,11 @@ def aggregation_shares(weights, dp: privacy.DpSpec | None):
 def _one_client(algorithm: Algorithm, shared, per_client, private, data, client_id,
                 rng, dp: privacy.DpSpec | None = None,
                 secure: secure_aggregation.Spec | None = None, position=None, share=None,
-                cohort: int = 0, secret: jax.Array | None = None) -> ClientResult:
+                cohort: int = 0, secret: jax.Array | None = None, clip=None) -> ClientResult:
   """One client's update; its randomness is fold_in(round rng, client id). With `dp` the client
-  clips what it sends (its difference from what it received) before it leaves. With `secure`
+  clips what it sends (its difference from what it received) before it leaves, to `clip` (the
+  round's adaptive C_t; None: the spec's fixed S), and under adaptive clipping also sends its bit
+  b_i = 1[norm <= C_t] (under privacy.COUNT_KEY, taken out by the server step). With `secure`
   the client at cohort row `position` (of `cohort`) sends its averaged keys as masked ring
   vectors of `share` times its difference (and, with `dp`, its share of the sum's noise)."""
   round_rng = rng
@@ -226,11 +240,15 @@ def _one_client(algorithm: Algorithm, shared, per_client, private, data, client_
     return result
   origin = algorithm.update_origin(client_input)
   if dp is not None:
+    bound = dp.clip_norm if clip is None else clip
     covered, passed = dp.covered(result.update)
-    clipped, norm = privacy.clip_update(covered, {k: origin[k] for k in covered}, dp.clip_norm)
+    clipped, norm = privacy.clip_update(covered, {k: origin[k] for k in covered}, bound)
     metrics = {**result.metrics, 'dp/update_norm': norm,
-               'dp/clipped': (norm > dp.clip_norm).astype(jnp.float32)}
-    result = result._replace(update={**clipped, **passed}, metrics=metrics)
+               'dp/clipped': (norm > bound).astype(jnp.float32)}
+    update = {**clipped, **passed}
+    if dp.adaptive:   # Andrew et al.'s one bit per client, beside its update
+      update[privacy.COUNT_KEY] = privacy.under_clip(norm, bound)
+    result = result._replace(update=update, metrics=metrics)
   if secure is None:
     return result
   summed = [k for k in result.update if k not in algorithm.client_rows]
@@ -247,12 +265,12 @@ def _one_client(algorithm: Algorithm, shared, per_client, private, data, client_
 
 
 def _client_row(algorithm: Algorithm, dp: privacy.DpSpec | None, shared, per_client, private,
-                data, index, client_id, rng) -> ClientResult:
+                data, index, client_id, rng, clip=None) -> ClientResult:
   """`_one_client` of row `index` of the cohort's stacked `per_client` / `private`, taken inside
   the program: the loop backend's client (`RoundEngine._client_at`) without secure aggregation."""
   take = lambda x: x[index]
   return _one_client(algorithm, shared, jax.tree.map(take, per_client),
-                     jax.tree.map(take, private), data, client_id, rng, dp)
+                     jax.tree.map(take, private), data, client_id, rng, dp, clip=clip)
 
 
 @functools.lru_cache(maxsize=4)
@@ -308,8 +326,10 @@ def client_messages(algorithm: Algorithm, state: RoundState, client_ids, data, r
   except TypeError:   # an algorithm holding an unhashable value: compiled for this call alone
     prepare, client = _message_programs.__wrapped__(algorithm, dp)
   client_input, private = prepare(state, client_ids, positions, round_rng)
+  clip = round_clip(dp, state)
   return [client(client_input.shared, client_input.per_client, private,
-                 jax.tree.map(lambda x, i=i: x[i], data), np.int32(i), client_ids[i], round_rng)
+                 jax.tree.map(lambda x, i=i: x[i], data), np.int32(i), client_ids[i], round_rng,
+                 clip)
           for i in range(len(client_ids)) if client_ids[i] < num_clients]
 
 
@@ -412,6 +432,8 @@ class RoundEngine:
       raise ValueError(f'secure_aggregation.enabled=True but {algorithm.name} does not say what '
                        'its clients received (Algorithm.update_origin), so their differences '
                        'cannot be summed.')
+    if dp is not None and dp.adaptive and secure is not None:
+      raise ValueError(ADAPTIVE_WITH_SECURE)
     if noise_secret is not None and np.shape(noise_secret) != (2,):
       raise ValueError(f'noise_secret of shape {np.shape(noise_secret)}; expected a uint32 [2] '
                        'key (privacy.noise_secret).')
@@ -475,21 +497,21 @@ class RoundEngine:
   # -- pure pieces ---------------------------------------------------------------------------
 
   def _one_client(self, shared, per_client, private, data, client_id, rng, position, share,
-                  secret, cohort: int) -> ClientResult:
+                  secret, clip, cohort: int) -> ClientResult:
     result = _one_client(self.algorithm, shared, per_client, private, data, client_id, rng,
-                         self.dp, self.secure, position, share, cohort, secret)
+                         self.dp, self.secure, position, share, cohort, secret, clip)
     # Inside vmap / lax.map / the loop's program alike, these are one client's shapes.
     self.client_wire = arrays.shape_structs((shared, per_client, result.update))
     return result
 
   def _client_at(self, shared, per_client, private, data, index, client_id, rng, position,
-                 shares, secret) -> ClientResult:
+                 shares, secret, clip) -> ClientResult:
     """The loop backend's client: row `index` of the cohort's stacked `per_client` / `private`
     is taken inside the jitted program, so a client costs one dispatch, not one per leaf.
     `position` is its row in the whole cohort, `shares` every row's (secure aggregation)."""
     take = lambda x: x[index]
     return self._one_client(shared, jax.tree.map(take, per_client), jax.tree.map(take, private),
-                            data, client_id, rng, position, shares[position], secret,
+                            data, client_id, rng, position, shares[position], secret, clip,
                             len(shares))
 
   def _prepare_fn(self, state: RoundState, client_ids, positions, rng):
@@ -519,6 +541,10 @@ class RoundEngine:
   def _finish_fn(self, state: RoundState, results: ClientResult, weights, client_ids, positions,
                  rng, secret):
     updates, server_weights = results.update, weights
+    clip = round_clip(self.dp, state)
+    if clip is not None:   # the bits leave the update before anything else reads it
+      updates = dict(updates)
+      bits = updates.pop(privacy.COUNT_KEY)
     if self.secure is not None:
       updates = self._unmask(state, updates, weights, client_ids, server_keys(rng)[0])
       if self.dp is not None:   # the averaged keys' noise came from the clients
@@ -529,13 +555,20 @@ class RoundEngine:
         updates = {**updates, **rows}
     elif self.dp is not None:   # the noise is the server's, drawn inside this jitted step
       noise_rng = noise_key(jax.random.fold_in(server_keys(rng)[1], privacy.NOISE_STREAM), secret)
-      updates, server_weights = privacy.noisy_updates(updates, weights, self.dp, noise_rng)
+      updates, server_weights = privacy.noisy_updates(
+          updates, weights, self.dp, noise_rng,
+          None if clip is None else self.dp.noise_std_at(clip))
     server = self.algorithm.server_update(state.server, updates, server_weights, client_ids,
                                           state.round, server_keys(rng)[1])
     if self.dp is not None:
       server = privacy.valid_statistics(server)
     clients = aggregation.scatter_clients(state.clients, positions, results.private)
     metrics = aggregation.weighted_mean(results.metrics, weights)
+    if clip is not None:   # Andrew et al.'s server step: C_{t+1} from the noised count
+      count_rng = noise_key(jax.random.fold_in(server_keys(rng)[1], privacy.COUNT_STREAM), secret)
+      new_clip, fraction = privacy.next_clip(clip, bits, weights, self.dp, count_rng)
+      server = privacy.with_clip(server, new_clip)
+      metrics = {**metrics, 'dp/clip_norm': clip, 'dp/noisy_fraction_under_clip': fraction}
     return RoundState(server=server, clients=clients, round=state.round + 1), metrics
 
   def _finish_list_fn(self, state: RoundState, results: list[ClientResult], weights, client_ids,
@@ -551,29 +584,30 @@ class RoundEngine:
     return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, sharding), tree)
 
   def _run_clients(self, client_input: ClientInput, private, data, client_ids, rng, weights,
-                   secret):
+                   secret, clip=None):
     m = len(client_ids)
     one = functools.partial(self._one_client, cohort=m)
-    over_clients = jax.vmap(one, in_axes=(None, 0, 0, 0, 0, None, 0, 0, None))
+    over_clients = jax.vmap(one, in_axes=(None, 0, 0, 0, 0, None, 0, 0, None, None))
     xs = (client_input.per_client, private, data, client_ids,
           jnp.arange(m, dtype=jnp.int32), aggregation_shares(weights, self.dp))
     if self.width is None or self.width == m:
       per_client, private, data, client_ids, rows, shares = self._shard(xs, axis=0)
       return over_clients(client_input.shared, per_client, private, data, client_ids, rng,
-                          rows, shares, secret)
+                          rows, shares, secret, clip)
     # Chunks of `width` clients under vmap, one after another. Row r = j·G + g goes to chunk g,
     # so a device's block of rows (the cohort axis is split in blocks over the mesh) is exactly
     # its share of every chunk: no client's data moves between devices.
     width = self.width
     chunks = jax.tree.map(lambda x: jnp.swapaxes(x.reshape((width, -1) + x.shape[1:]), 0, 1), xs)
     chunks = self._shard(chunks, axis=1)
-    run_chunk = lambda c: over_clients(client_input.shared, *c[:4], rng, *c[4:], secret)
+    run_chunk = lambda c: over_clients(client_input.shared, *c[:4], rng, *c[4:], secret, clip)
     results = jax.lax.map(run_chunk, chunks)
     return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1).reshape((-1,) + x.shape[2:]), results)
 
   def _round_fn(self, state: RoundState, client_ids, positions, weights, data, rng, secret):
     client_input, private = self._prepare_fn(state, client_ids, positions, rng)
-    results = self._run_clients(client_input, private, data, client_ids, rng, weights, secret)
+    results = self._run_clients(client_input, private, data, client_ids, rng, weights, secret,
+                                round_clip(self.dp, state))
     return self._finish_fn(state, results, weights, client_ids, positions, rng, secret)
 
   def _loop(self, run_client, n: int, signature) -> list[ClientResult]:
@@ -687,15 +721,17 @@ class RoundEngine:
     # in the jitted server step.
     rows = self.process_rows(m)
     ids = client_ids[rows]
-    client_input, private = self._prepare(local_copy(state), ids, positions[rows], rng)
+    local = local_copy(state)
+    client_input, private = self._prepare(local, ids, positions[rows], rng)
 
     shares = np.asarray(aggregation_shares(weights, self.dp), np.float32)
+    clip = round_clip(self.dp, local)
 
     def run_client(i: int) -> ClientResult:
       # Host data is sliced on the host (free); device-resident rows are sliced in `_client_at`.
       return self._client(client_input.shared, client_input.per_client, private,
                           jax.tree.map(lambda x: x[i], data), np.int32(i), ids[i], rng,
-                          np.int32(rows.start + i), shares, self.noise_secret)
+                          np.int32(rows.start + i), shares, self.noise_secret, clip)
 
     signature = tuple((x.shape, x.dtype) for x in jax.tree.leaves(
         (client_input.per_client, private, data)))

@@ -21,6 +21,23 @@ Balle and Kasiviswanathan 2019). That holds for `federated.sampling='uniform'` a
 so ε is composed without amplification (`amplified`; results.json says which), and cohorts chosen
 by data size ('weighted', stragglers) are refused with DP (data/participation.py).
 
+Adaptive clipping (`dp.clip_rule='adaptive'`; Andrew et al. 2021, docs/references.md,
+adaptive-clipping). The clip C_t of round t lives in the server state (`CLIP_KEY`, in the
+'blocks' of core/blocks.py's `adaptive_clip`; C_0 = `dp.clip_norm`). Each client clips to C_t
+and sends b_i = 1[‖Δ_i‖ ≤ C_t] beside its update (`COUNT_KEY`); the server adds N(0, σ_b²) to
+their sum and steps C_{t+1} = C_t · exp(-η_C (b̃ - γ)) with b̃ the noised sum over m (`next_clip`).
+Under replace-one one client moves that count by at most 1, so the count is a Gaussian event of
+noise multiplier σ_b (`dp.count_noise_multiplier`), composed with the update sum's in every
+round on the same cohort (`dp_event`). `dp.noise_multiplier` σ is then the pair's total z: the
+update sum's std is z_Δ·C_t with z_Δ = (z^-2 - (2σ_b)^-2)^-1/2 (`update_noise_multiplier`), so
+that the two together are one Gaussian of noise multiplier z, and a resumed or target-ε run
+plans with z as it does with a fixed clip. Not with secure aggregation (refused).
+
+A second accountant (`history_epsilon_pld`): dp-accounting's PLD, on the same events, where it
+has them. It has no sampling without replacement, so for an amplified cohort results.json says
+"n/a" and why; elsewhere (every client every round, or no amplification claimed) its ε is
+reported beside RDP's (`epsilon_pld`). Both are replace-one, unit a client.
+
 Under secure aggregation (core/secure_aggregation.py) the noise of the averaged keys is drawn by
 the clients, each N(0, (σS)²·s_k) on its clipped difference before masking (s_k = 1/m, its share
 of the uniform mean: `noise_share`), so the sum carries the same N(0, (σS)²) and the server never
@@ -64,9 +81,18 @@ from fedjax_face.core import arrays
 PyTree = Any
 
 CLASS_ROWS = ('private', 'unprotected')
+CLIP_RULES = ('fixed', 'adaptive')
 # Folded into the round's server key so that the noise stream is the server's own (clients fold
 # their ids into the round key; methods may use the server key for their own draws).
 NOISE_STREAM = 0x44500
+# The count's noise (adaptive clipping): a stream of its own beside the update's.
+COUNT_STREAM = 0x44501
+# Where the adaptive clip C_t lives: a key of the server state's 'blocks' dict (core/blocks.py's
+# `adaptive_clip`), so that it is checkpointed with the round it belongs to.
+CLIP_KEY = 'dp_clip_norm'
+# The key a client's bit b_i = 1[‖Δ_i‖ ≤ C_t] crosses under, beside its update; the engine takes
+# it out before the method's server step sees the update.
+COUNT_KEY = 'dp_under_clip'
 
 
 class DpSpec(NamedTuple):
@@ -79,6 +105,30 @@ class DpSpec(NamedTuple):
   noise_multiplier: float = 0.0
   sampling: str = 'uniform'   # config.federated.sampling: only 'uniform' is amplified
   secure: bool = False        # secure aggregation: the averaged keys' noise drawn by the clients
+  clip_rule: str = 'fixed'    # 'adaptive': the clip follows a quantile (Andrew et al. 2021)
+  target_quantile: float = 0.5       # γ
+  clip_learning_rate: float = 0.2    # η_C
+  count_noise_multiplier: float = 0.0   # σ_b: std of the noise on the count of clients under
+                                        # the clip (its replace-one sensitivity is 1)
+
+  @property
+  def adaptive(self) -> bool:
+    return self.clip_rule == 'adaptive'
+
+  @property
+  def count_noise(self) -> float:
+    """σ_b of the round's second Gaussian event (0: there is none, the clip is fixed)."""
+    return self.count_noise_multiplier if self.adaptive else 0.0
+
+  @property
+  def update_noise_multiplier(self) -> float:
+    """z_Δ: the update sum's noise std over the clip (σ for a fixed clip; under 'adaptive' the
+    share of σ left once the count has taken its own, `update_noise_multiplier`)."""
+    return update_noise_multiplier(self.noise_multiplier, self.count_noise)
+
+  def noise_std_at(self, clip) -> Any:
+    """The update sum's noise std at clip `clip` (the round's C_t under 'adaptive')."""
+    return self.noise_std if not self.adaptive else self.update_noise_multiplier * clip
 
   def covered(self, update: dict) -> tuple[dict, dict]:
     """(the keys of `update` clipped and noised, the keys passed as they are)."""
@@ -100,12 +150,19 @@ def spec_from_config(config, client_rows: tuple[str, ...], num_clients: int = 0,
     return None
   spec = DpSpec(clip_norm=float(dp.clip_norm), noise_std=0.0, client_rows=tuple(client_rows),
                 class_rows=dp.class_rows, sampling=config.federated.sampling,
-                secure=bool(config.secure_aggregation.enabled))
+                secure=bool(config.secure_aggregation.enabled),
+                clip_rule=dp.get('clip_rule', 'fixed'),
+                target_quantile=float(dp.get('target_quantile', 0.5)),
+                clip_learning_rate=float(dp.get('clip_learning_rate', 0.2)),
+                count_noise_multiplier=float(dp.get('count_noise_multiplier', 0.0)))
   sigma = float(dp.noise_multiplier)
   if dp.target_epsilon:
     sigma = target_noise(dp.target_epsilon, num_clients, cohort_size, config.num_rounds,
                          dp.target_delta, amplified(spec), history, planned)
-  return spec._replace(noise_std=sigma * spec.clip_norm, noise_multiplier=sigma)
+  spec = spec._replace(noise_multiplier=sigma)
+  # The update's share of sigma (a ValueError naming dp.count_noise_multiplier when the count
+  # would take all of it); under 'fixed' it is sigma itself.
+  return spec._replace(noise_std=spec.update_noise_multiplier * spec.clip_norm)
 
 
 def rounds_of(history) -> int:
@@ -186,10 +243,11 @@ def clip_update(update: PyTree, origin: PyTree, clip_norm: float) -> tuple[PyTre
   return clipped, norm
 
 
-def noisy_updates(updates: dict, weights: jax.Array, spec: DpSpec, rng: jax.Array
-                  ) -> tuple[dict, jax.Array]:
+def noisy_updates(updates: dict, weights: jax.Array, spec: DpSpec, rng: jax.Array,
+                  noise_std=None) -> tuple[dict, jax.Array]:
   """The cohort's clipped updates `[m, ...]` with the server's noise added, and the uniform
   weights (1 per real client, 0 for padding) that the method's own mean must then use.
+  `noise_std`: the round's std (z_Δ·C_t under adaptive clipping; None: the spec's σ·S).
 
   Averaged parts: one draw z ~ N(0, (σS)²) per coordinate is added to the sum, as z/m on each
   real row, so that the method's uniform mean gives (Σ_k u_k + z) / m exactly. Client rows under
@@ -198,6 +256,7 @@ def noisy_updates(updates: dict, weights: jax.Array, spec: DpSpec, rng: jax.Arra
   """
   real = (weights > 0).astype(jnp.float32)
   m = jnp.maximum(jnp.sum(real), 1.0)
+  std = spec.noise_std if noise_std is None else noise_std
   covered, passed = spec.covered(updates)
   keys = dict(zip(sorted(covered), jax.random.split(rng, max(len(covered), 1))))
   noisy = {}
@@ -211,14 +270,59 @@ def noisy_updates(updates: dict, weights: jax.Array, spec: DpSpec, rng: jax.Arra
         continue
       mask = real.reshape((-1,) + (1,) * (leaf.ndim - 1))
       if name in spec.client_rows:      # each client's own rows: a draw per row
-        noise = spec.noise_std * arrays.drawn_flat(jax.random.normal, key, leaf.shape,
-                                                    dtype=jnp.float32)
+        noise = std * arrays.drawn_flat(jax.random.normal, key, leaf.shape, dtype=jnp.float32)
       else:                             # the sum's one draw, shared as z / m by the real rows
-        noise = spec.noise_std * arrays.drawn_flat(jax.random.normal, key, leaf.shape[1:],
-                                                    dtype=jnp.float32)[None] / m
+        noise = std * arrays.drawn_flat(jax.random.normal, key, leaf.shape[1:],
+                                        dtype=jnp.float32)[None] / m
       out.append(leaf + (mask * noise).astype(leaf.dtype))
     noisy[name] = jax.tree.unflatten(treedef, out)
   return {**noisy, **passed}, real
+
+
+def update_noise_multiplier(noise_multiplier: float, count_noise: float) -> float:
+  """z_Δ = (z^-2 - (2σ_b)^-2)^-1/2, the update's noise multiplier when the count takes σ_b
+  (Andrew et al. 2021; docs/references.md, adaptive-clipping): the update's and the count's
+  Gaussians together are the one Gaussian of noise multiplier z = `noise_multiplier`. The 2 is
+  the ratio of the two sensitivities: 2C under replace-one for the update sum against 1 for the
+  count (the paper's add/remove reading, C against the 1/2 of a bit centred at 1/2, has the same
+  ratio, so the same formula). σ_b = 0 (a fixed clip) gives z itself; z = 0 gives 0."""
+  if not count_noise or noise_multiplier <= 0:
+    return float(noise_multiplier)
+  if 2.0 * count_noise <= noise_multiplier:
+    raise ValueError(f'config.dp.count_noise_multiplier={count_noise:g} with noise multiplier '
+                     f'{noise_multiplier:.4g}: the count alone would spend the whole budget; '
+                     f'expected a count_noise_multiplier above {noise_multiplier / 2:.4g} '
+                     '(half the noise multiplier; Andrew et al. suggest cohort size / 20).')
+  return float((noise_multiplier ** -2 - (2.0 * count_noise) ** -2) ** -0.5)
+
+
+def clip_of(server) -> jax.Array:
+  """The adaptive clip C_t held in the server state (`CLIP_KEY`)."""
+  return server['blocks'][CLIP_KEY]
+
+
+def with_clip(server, clip) -> dict:
+  """`server` holding the clip `clip` (float32) for the next round."""
+  return {**server, 'blocks': {**server['blocks'], CLIP_KEY: jnp.asarray(clip, jnp.float32)}}
+
+
+def under_clip(norm, clip) -> jax.Array:
+  """b_i = 1[‖Δ_i‖ ≤ C_t] (Andrew et al. 2021, the client's step), as float32."""
+  return (norm <= clip).astype(jnp.float32)
+
+
+def next_clip(clip, bits: jax.Array, weights: jax.Array, spec: DpSpec, rng: jax.Array
+              ) -> tuple[jax.Array, jax.Array]:
+  """(C_{t+1}, b̃_t): Andrew et al. 2021, the server's step with the geometric update,
+  b̃_t = (Σ_i b_i + N(0, σ_b²)) / m and C_{t+1} = C_t · exp(-η_C (b̃_t - γ)), over the cohort's
+  m real rows (weight > 0; padding rows are not clients). As the paper writes it, b̃ is not
+  clamped to [0, 1] (TF Privacy's estimator clamps it; a clamp is post-processing either way)."""
+  real = (weights > 0).astype(jnp.float32)
+  m = jnp.maximum(jnp.sum(real), 1.0)
+  noise = spec.count_noise_multiplier * jax.random.normal(rng, (), jnp.float32)
+  fraction = (jnp.sum(bits.astype(jnp.float32) * real) + noise) / m
+  return (clip * jnp.exp(-spec.clip_learning_rate * (fraction - spec.target_quantile)),
+          fraction)
 
 
 def noise_share(delta: PyTree, std, rng: jax.Array) -> PyTree:
@@ -244,18 +348,29 @@ def valid_statistics(server: PyTree) -> PyTree:
 
 
 def dp_event(num_clients: int, cohort_size: int, noise_multiplier: float, rounds: int,
-             amplified: bool):
-  """The dp-accounting event of `rounds` rounds (see the module docstring for σ/2)."""
+             amplified: bool, count_noise: float = 0.0):
+  """The dp-accounting event of `rounds` rounds (see the module docstring for σ/2). With
+  `count_noise` σ_b (adaptive clipping) a round is two Gaussian events on the same cohort,
+  composed: the update sum's, noise multiplier z_Δ/2 (its replace-one sensitivity is 2C_t, its
+  std z_Δ·C_t), and the count's, noise multiplier σ_b (a client's bit moves the count by at most
+  1 under replace-one, its std is σ_b). dp-accounting samples that composition as the one
+  Gaussian of noise multiplier (Σ σ_i^-2)^-1/2 = z/2: the two are one Gaussian mechanism on the
+  stacked vector (Andrew et al. 2021's joint analysis; docs/privacy.md)."""
   import dp_accounting  # pylint: disable=g-import-not-at-top  (only runs with dp on import it)
-  gaussian = dp_accounting.GaussianDpEvent(noise_multiplier / 2.0)
-  one_round = (dp_accounting.SampledWithoutReplacementDpEvent(num_clients, cohort_size, gaussian)
-               if amplified and cohort_size < num_clients else gaussian)
+  if count_noise:
+    mechanism = dp_accounting.ComposedDpEvent([
+        dp_accounting.GaussianDpEvent(update_noise_multiplier(noise_multiplier, count_noise) / 2),
+        dp_accounting.GaussianDpEvent(count_noise)])
+  else:
+    mechanism = dp_accounting.GaussianDpEvent(noise_multiplier / 2.0)
+  one_round = (dp_accounting.SampledWithoutReplacementDpEvent(num_clients, cohort_size, mechanism)
+               if amplified and cohort_size < num_clients else mechanism)
   return dp_accounting.SelfComposedDpEvent(one_round, rounds)
 
 
 @functools.lru_cache(maxsize=256)
 def _one_round_rdp(num_clients: int, cohort_size: int, noise_multiplier: float,
-                   amplified: bool) -> tuple[np.ndarray, np.ndarray]:
+                   amplified: bool, count_noise: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
   """(orders, RDP at each order) of one round, from dp-accounting's accountant; rounds compose by
   adding it (RDP is additive). Kept per sigma: dp-accounting's RDP of sampling without
   replacement is slow (BUILD_NOTES.md, "The test suite"), and the bisection of
@@ -265,7 +380,8 @@ def _one_round_rdp(num_clients: int, cohort_size: int, noise_multiplier: float,
   from dp_accounting import rdp  # pylint: disable=g-import-not-at-top
   accountant = rdp.RdpAccountant(
       neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
-  accountant.compose(dp_event(num_clients, cohort_size, noise_multiplier, 1, amplified))
+  accountant.compose(dp_event(num_clients, cohort_size, noise_multiplier, 1, amplified,
+                              count_noise))
   orders, one_round = np.array(accountant.orders), np.array(accountant.rdp)
   orders.setflags(write=False)
   one_round.setflags(write=False)
@@ -273,15 +389,15 @@ def _one_round_rdp(num_clients: int, cohort_size: int, noise_multiplier: float,
 
 
 def epsilon_curve(num_clients: int, cohort_size: int, noise_multiplier: float, rounds: int,
-                  delta: float, amplified: bool = True) -> list[float]:
+                  delta: float, amplified: bool = True, count_noise: float = 0.0) -> list[float]:
   """ε at `delta` after each of rounds 1..`rounds` at one noise multiplier; inf throughout
   without noise."""
   return history_epsilon_curve(num_clients, cohort_size, [(rounds, noise_multiplier)], delta,
-                               amplified)
+                               amplified, count_noise)
 
 
 def history_epsilon_curve(num_clients: int, cohort_size: int, history, delta: float,
-                          amplified: bool = True) -> list[float]:
+                          amplified: bool = True, count_noise: float = 0.0) -> list[float]:
   """ε at `delta` after each round of a noise history [(rounds, sigma), ...] (TensorBoard's
   dp/epsilon). The RDP of t rounds into a segment is the segments before it plus t times one
   round's, added in the order the accountant adds them, so each value is exactly
@@ -294,7 +410,7 @@ def history_epsilon_curve(num_clients: int, cohort_size: int, history, delta: fl
     if noiseless:
       out += [float('inf')] * rounds
       continue
-    orders, one_round = _one_round_rdp(num_clients, cohort_size, sigma, amplified)
+    orders, one_round = _one_round_rdp(num_clients, cohort_size, sigma, amplified, count_noise)
     base = np.zeros_like(one_round) if before is None else before
     out += [float(rdp_privacy_accountant.compute_epsilon(orders, base + t * one_round, delta)[0])
             for t in range(1, rounds + 1)]
@@ -303,14 +419,15 @@ def history_epsilon_curve(num_clients: int, cohort_size: int, history, delta: fl
 
 
 def epsilon(num_clients: int, cohort_size: int, noise_multiplier: float, rounds: int,
-            delta: float, amplified: bool = True) -> float:
+            delta: float, amplified: bool = True, count_noise: float = 0.0) -> float:
   """ε at `delta` after `rounds` rounds at one noise multiplier (RDP accountant, replace-one
   neighbours); inf without noise, 0 before the first round."""
-  return history_epsilon(num_clients, cohort_size, [(rounds, noise_multiplier)], delta, amplified)
+  return history_epsilon(num_clients, cohort_size, [(rounds, noise_multiplier)], delta, amplified,
+                         count_noise)
 
 
 def history_epsilon(num_clients: int, cohort_size: int, history, delta: float,
-                    amplified: bool = True) -> float:
+                    amplified: bool = True, count_noise: float = 0.0) -> float:
   """ε at `delta` after a noise history [(rounds, sigma), ...]: the accountant composes each
   segment's rounds with the sigma they ran at (a run resumed or extended with another noise
   multiplier). 0 for no rounds, inf when any round ran without noise."""
@@ -325,9 +442,59 @@ def history_epsilon(num_clients: int, cohort_size: int, history, delta: float,
   # float64 operations, so the same epsilon to the last bit (tests/core/test_privacy.py).
   total = None
   for rounds, sigma in history:
-    orders, one_round = _one_round_rdp(num_clients, cohort_size, sigma, amplified)
+    orders, one_round = _one_round_rdp(num_clients, cohort_size, sigma, amplified, count_noise)
     total = (np.zeros_like(one_round) if total is None else total) + rounds * one_round
   return float(rdp_privacy_accountant.compute_epsilon(orders, total, delta)[0])
+
+
+# The PLD accountant's grid of privacy-loss values: pessimistic (an upper bound at any grid),
+# 10x dp-accounting's default 1e-4, which took 4-15 s per results.json on the histories of the
+# tests; at 1e-3 epsilon moved by < 1e-7 relative on them (docs/privacy.md).
+PLD_DISCRETIZATION = 1e-3
+PLD_NO_SAMPLING = ("n/a: dp-accounting's PLD has no sampling without replacement (the cohort is "
+                   'drawn without replacement, a fixed {m} of {k}); the RDP epsilon uses it')
+
+
+def pld_mechanism(noise_multiplier: float, count_noise: float = 0.0):
+  """One unsampled round as dp-accounting's PLD accountant reads events under REPLACE_ONE. It
+  follows GaussianDpEvent's definition, noise multiplier = std / the bound on one record's norm,
+  and doubles that bound itself for a replacement: so the update sum (records of norm <= C, std
+  σC) is GaussianDpEvent(σ), where the RDP accountant, whose Gaussian ignores the relation, is
+  given std / the replace-one sensitivity, σ/2 (`dp_event`); the same mechanism, sensitivity 2C
+  and std σC (tests/core/test_adaptive_clipping.py checks the two readings agree). The count
+  (adaptive clipping) is a sum of bits centred at 1/2, records of norm 1/2 (the centring is
+  m/2 with m public, so post-processing): GaussianDpEvent(2σ_b), its replace-one sensitivity 1."""
+  import dp_accounting  # pylint: disable=g-import-not-at-top
+  if not count_noise:
+    return dp_accounting.GaussianDpEvent(noise_multiplier)
+  return dp_accounting.ComposedDpEvent([
+      dp_accounting.GaussianDpEvent(update_noise_multiplier(noise_multiplier, count_noise)),
+      dp_accounting.GaussianDpEvent(2.0 * count_noise)])
+
+
+def history_epsilon_pld(num_clients: int, cohort_size: int, history, delta: float,
+                        amplified: bool = True, count_noise: float = 0.0) -> float | str:
+  """ε at `delta` of a noise history from dp-accounting's PLD accountant (replace-one,
+  pessimistic, `PLD_DISCRETIZATION`), on each round's events unsampled (`pld_mechanism`),
+  which is what the RDP ε composes too wherever the cohort is not amplified by sampling; where
+  it is, `PLD_NO_SAMPLING` (that accountant has no sampling without replacement). 0 for no
+  rounds, inf when any round ran without noise."""
+  if amplified and cohort_size < num_clients:
+    return PLD_NO_SAMPLING.format(m=cohort_size, k=num_clients)
+  history = [(int(n), float(s)) for n, s in history if int(n) > 0]
+  if not history:
+    return 0.0
+  if any(s <= 0 for _, s in history):
+    return float('inf')
+  import dp_accounting  # pylint: disable=g-import-not-at-top
+  from dp_accounting import pld  # pylint: disable=g-import-not-at-top
+  accountant = pld.PLDAccountant(
+      neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE,
+      value_discretization_interval=PLD_DISCRETIZATION)
+  accountant.compose(dp_accounting.ComposedDpEvent([
+      dp_accounting.SelfComposedDpEvent(pld_mechanism(sigma, count_noise), rounds)
+      for rounds, sigma in history]))
+  return float(accountant.get_epsilon(delta))
 
 
 def noise_for_epsilon(target: float, num_clients: int, cohort_size: int, rounds: int,
@@ -392,15 +559,21 @@ def amplified(spec: DpSpec) -> bool:
 
 
 def ledger(config, spec: DpSpec, num_clients: int, cohort_size: int, rounds: int,
-           history=None) -> dict:
+           history=None, final_clip: float | None = None) -> dict:
   """results.json['privacy']: ε and what it means. `history` [(rounds, sigma), ...] is what the
-  run's rounds ran at (None: all `rounds` at the spec's sigma); ε composes it."""
+  run's rounds ran at (None: all `rounds` at the spec's sigma); ε composes it. `final_clip`: the
+  adaptive clip after the last round (the state's `clip_of`)."""
   dp = config.dp
   amp = amplified(spec)
   history = extended([], rounds, spec.noise_multiplier) if history is None else history
-  eps = history_epsilon(num_clients, cohort_size, history, dp.target_delta, amp)
+  eps = history_epsilon(num_clients, cohort_size, history, dp.target_delta, amp,
+                        spec.count_noise)
   out = {
       'epsilon': eps, 'delta': dp.target_delta, 'rounds': rounds,
+      'epsilon_pld': history_epsilon_pld(num_clients, cohort_size, history, dp.target_delta, amp,
+                                         spec.count_noise),
+      'accountant_pld': (f'PLD (dp-accounting), replace-one neighbours, pessimistic, '
+                         f'discretization {PLD_DISCRETIZATION:g}'),
       'target_epsilon': dp.target_epsilon or None,
       'clip_norm': dp.clip_norm, 'noise_multiplier': spec.noise_multiplier,
       'noise_history': [{'rounds': int(n), 'noise_multiplier': float(s)} for n, s in history],
@@ -417,7 +590,21 @@ def ledger(config, spec: DpSpec, num_clients: int, cohort_size: int, rounds: int
       'amplified_by_sampling': amp and cohort_size < num_clients,
       'client_rows': list(spec.client_rows),
       'class_rows': spec.class_rows if spec.client_rows else None,
+      'clip_rule': spec.clip_rule,
   }
+  if spec.adaptive:
+    out['adaptive_clip'] = {
+        'initial_clip_norm': spec.clip_norm, 'final_clip_norm': final_clip,
+        'target_quantile': spec.target_quantile, 'clip_learning_rate': spec.clip_learning_rate,
+        'count_noise_multiplier': spec.count_noise,
+        'update_noise_multiplier': spec.update_noise_multiplier,
+        # What noise_multiplier means under this rule, and how the count is accounted.
+        'accounting': ('each round composes two Gaussian events on the same cohort, replace-one: '
+                       'the update sum (sensitivity 2 C_t, std update_noise_multiplier x C_t) '
+                       'and the count of clients under C_t (sensitivity 1, std '
+                       'count_noise_multiplier); together one Gaussian of noise_multiplier '
+                       '(z^-2 = z_update^-2 + (2 sigma_count)^-2, Andrew et al. 2021)'),
+    }
   if spec.client_rows and spec.class_rows == 'unprotected':
     out['not_covered'] = (f'the class rows {list(spec.client_rows)} each client sends for its own '
                           'identities (sent without clipping or noise), and what the server derives '

@@ -31,10 +31,22 @@ def privacy_lines(priv: dict) -> list[str]:
   if not priv.get('enabled', True):
     return ['Differential privacy: off.', '']
   amp = 'with' if priv['amplified_by_sampling'] else 'without'
+  adaptive = priv.get('adaptive_clip')
+  clip = (f"clip S = {priv['clip_norm']:g}, noise std = {priv['noise_multiplier']:g} x S."
+          if not adaptive else
+          f"adaptive clip C_t from {adaptive['initial_clip_norm']:g} to "
+          f"{adaptive['final_clip_norm']:g} (target quantile {adaptive['target_quantile']:g}), "
+          f"noise std = {adaptive['update_noise_multiplier']:.4g} x C_t on the update and "
+          f"{adaptive['count_noise_multiplier']:g} on the count of clients under C_t, together "
+          f"noise multiplier {priv['noise_multiplier']:g}.")
   lines = [f"Client-level differential privacy: epsilon = {priv['epsilon']:.3f} at delta = "
            f"{priv['delta']:g} after {priv['rounds']} rounds ({priv['accountant']}; unit: "
-           f"{priv['unit']}; {priv['sampling']}; {amp} amplification by sampling); clip "
-           f"S = {priv['clip_norm']:g}, noise std = {priv['noise_multiplier']:g} x S."]
+           f"{priv['unit']}; {priv['sampling']}; {amp} amplification by sampling); {clip}"]
+  if 'epsilon_pld' in priv:   # written since the PLD accountant was added
+    pld = priv['epsilon_pld']
+    lines.append(f"PLD accountant (unit: {priv['unit']}; replace-one neighbours): "
+                 + (f'epsilon = {pld:.3f} at delta = {priv["delta"]:g}.'
+                    if isinstance(pld, (int, float)) else f'{pld}.'))
   history = priv.get('noise_history', [])
   if len(history) > 1:   # an extended run: its rounds ran at several noise multipliers
     lines.append('Noise multiplier by stretch of rounds: ' + ', '.join(

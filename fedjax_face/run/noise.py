@@ -54,7 +54,7 @@ def plan_noise(config, record: dict | None, start_round: int, client_rows, num_c
   _check_no_jump(config, dp, history, num_clients, cohort_size)
   total = privacy.extended(history, config.num_rounds - start_round, dp.noise_multiplier)
   curve = privacy.history_epsilon_curve(num_clients, cohort_size, total, config.dp.target_delta,
-                                        privacy.amplified(dp)) if epsilons else []
+                                        privacy.amplified(dp), dp.count_noise) if epsilons else []
   return NoisePlan(dp, start_round, history, total, curve,
                    lines + (describe_noise(dp, history, start_round, config.num_rounds),),
                    config.dp.target_delta, privacy.plan_record(config, dp.noise_multiplier))
@@ -95,7 +95,7 @@ def _check_no_jump(config, dp: privacy.DpSpec, history, num_clients: int,
     return
   epsilon = lambda rounds: privacy.history_epsilon(
       num_clients, cohort_size, privacy.extended(history, rounds, old), config.dp.target_delta,
-      privacy.amplified(dp))
+      privacy.amplified(dp), dp.count_noise)
   affordable = _most(lambda rounds: epsilon(rounds) <= target, config.num_rounds - done)
   if affordable == config.num_rounds - done:
     return   # the old noise meets the target: the planned one is above it by the search's tolerance
@@ -144,8 +144,14 @@ def no_history_line(config, start_round: int | None = None) -> str:
 
 def describe_noise(dp: privacy.DpSpec, history, start_round: int, num_rounds: int) -> str:
   """The run's 'dp:' line: the clip and noise, and the noise of the rounds already run when it
-  differs."""
+  differs. Under adaptive clipping: where the clip starts, its quantile, and how the noise
+  multiplier splits between the update and the count (core/privacy.py)."""
   line = f'dp: clip {dp.clip_norm:g}, noise multiplier {dp.noise_multiplier:.4g}'
+  if dp.adaptive:
+    line = (f'dp: adaptive clip from {dp.clip_norm:g} to the {dp.target_quantile:g} quantile '
+            f'(learning rate {dp.clip_learning_rate:g}), noise multiplier '
+            f'{dp.noise_multiplier:.4g} = update {dp.update_noise_multiplier:.4g} x C_t with '
+            f'count {dp.count_noise:.4g}')
   if history and history != privacy.extended([], start_round, dp.noise_multiplier):
     ran = ', '.join(f'{n} at {s:.4g}' for n, s in history)
     line += f' for rounds {start_round + 1}-{num_rounds} (rounds 1-{start_round} ran: {ran})'

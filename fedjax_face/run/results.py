@@ -8,8 +8,10 @@ import json
 import time
 
 import jax
+import numpy as np
 
 from fedjax_face.core import communication, privacy, xla_flags
+from fedjax_face.core import engine as engine_lib
 from fedjax_face.data import sources
 from fedjax_face.io import checkpoint, files, provenance
 from fedjax_face.run import resume
@@ -96,6 +98,13 @@ def engine_record(setup, engine, plan) -> dict:
           'platform': jax.default_backend()}
 
 
+def final_clip(dp, state) -> float | None:
+  """The adaptive clip after the last round (None under a fixed clip)."""
+  if dp is None or not dp.adaptive:
+    return None
+  return float(np.asarray(engine_lib.local_copy(privacy.clip_of(state.server))))
+
+
 def run_results(config, method, setup, sim, plan, noise, trained, outputs, plots, last_logged,
                 start_round: int, eval_s: float, t_start: float) -> dict:
   """results.json of a finished run. `sim`: the run's `simulation.Simulation`; `plan`: the
@@ -119,7 +128,7 @@ def run_results(config, method, setup, sim, plan, noise, trained, outputs, plots
                  'total_s': time.perf_counter() - t_start},
       'last_logged_round': last_logged,
       'privacy': (privacy.ledger(config, noise.dp, fed.num_clients, cohort_size,
-                                 config.num_rounds, noise.total)
+                                 config.num_rounds, noise.total, final_clip(noise.dp, state))
                   if noise.dp is not None else {'enabled': False}),
       'communication': None if method.ONE_CLIENT else communication.ledger(
           algorithm, state, setup_lib.one_client_data(fed, config),
