@@ -3,9 +3,10 @@
 
 Threat model: a curious server that sees each client's update before aggregation (no secure
 aggregation; under DP the clipped update as sent, before the server's noise) and knows the model
-it broadcast. It is also given the client's class rows W_k at the round's start and the true
-labels of its batch: FedGC sends its rows (they reveal the labels), FedPE keeps both private, so
-for FedPE the numbers are an upper bound on what its server learns.
+it broadcast, and is given the true labels of the client's batch. It needs the client's class
+rows W_k at the round's start: FedGC's server holds and broadcasts them (and the rows the client
+sends back reveal the labels); FedPE's are private, given to the attacker, so for FedPE the
+numbers are an upper bound on what its server learns (`client_rows`).
 
 The attack: round `round`'s update of each of the first `targets` clients of its cohort, replayed
 from the checkpoint before it (`EvalInputs.replay`), read as a pseudo-gradient (θ_sent −
@@ -115,6 +116,18 @@ def _mean_embeddings(embedded: np.ndarray, owner: np.ndarray, num: int) -> np.nd
   return arrays.l2_normalize(total)
 
 
+def client_rows(server, clients, num_clients: int):
+  """(each client's class rows W_k at the round's start `[K, C, d]`, and whose they are), or
+  (None, None): the client's own (FedPE: private, given to the attacker, so an upper bound), else
+  the server's per-client slots (FedGC: the rows it broadcasts)."""
+  if isinstance(clients, dict) and 'W' in clients:
+    return clients['W'], "the client's private class rows W_k (an upper bound)"
+  w = server.get('W') if isinstance(server, dict) else None
+  if w is not None and np.ndim(w) == 3 and np.shape(w)[0] == num_clients:
+    return w, 'the class rows W_k the server broadcast'
+  return None, None
+
+
 def _to_uint8(images) -> np.ndarray:
   """Model inputs in [-1, 1] -> uint8 (the inverse of `preprocess.normalize`)."""
   return np.clip(np.round((np.asarray(images) + 1.0) * 127.5), 0, 255).astype(np.uint8)
@@ -201,7 +214,8 @@ def make_inversion(config, section, setup) -> Evaluator | None:
     if 'model' not in server or not all('model' in u for u in updates):
       raise ValueError(f'config.evals.inversion: {config.algorithm}\'s updates carry no backbone '
                        "('model') the attack can match; expected a method that sends it.")
-    if not isinstance(clients, dict) or 'W' not in clients:
+    rows, rows_from = client_rows(server, clients, fed.num_clients)
+    if rows is None:
       raise ValueError(f'config.evals.inversion: {config.algorithm} keeps no per-client class rows '
                        "('W') to compute a client's loss with; expected FedPE or FedGC.")
     sent = server['model']
@@ -218,7 +232,7 @@ def make_inversion(config, section, setup) -> Evaluator | None:
       images, labels, mask = data['images'][t], data['labels'][t], data['mask'][t]
       recon, loss = inversion.invert(
           attack, target, images.shape, jax.random.fold_in(rng, k), sent['params'],
-          sent.get('batch_stats', {}), jnp.asarray(clients['W'][k]), labels, mask,
+          sent.get('batch_stats', {}), jnp.asarray(rows[k]), labels, mask,
           data['class_mask'][t], restarts=section.restarts)
       valid = np.asarray(mask).reshape(-1)
       true = np.asarray(images).reshape((-1,) + images.shape[2:])[valid]
@@ -244,8 +258,8 @@ def make_inversion(config, section, setup) -> Evaluator | None:
     results = {
         'round': r, 'distance': section.distance, 'labels': 'true', 'local_steps': steps,
         'batch_size': config.federated.batch_size,
-        'threat_model': 'curious server: each update before aggregation, plus the client\'s '
-                        'class rows and labels (FedPE keeps them private: an upper bound there)',
+        'threat_model': 'curious server: each update before aggregation, given the batch\'s '
+                        f'labels and {rows_from}',
         'psnr': float(np.mean([t['psnr'] for t in per_target])),
         'ssim': float(np.mean([t['ssim'] for t in per_target])),
         **{f'identity_match_{kind}': float(np.mean(np.concatenate(v)))

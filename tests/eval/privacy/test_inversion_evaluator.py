@@ -155,3 +155,12 @@ def test_a_method_without_client_class_rows_is_refused(evaluated):
       self.state = bare
   with pytest.raises(ValueError, match=r"fedpe keeps no per-client class rows \('W'\)"):
     evaluator.evaluate(inputs._replace(replay=NoRows()))
+
+
+def test_class_rows_come_from_the_client_or_the_servers_per_client_slots():
+  w = np.zeros((3, 2, 4))
+  rows, whose = evaluators.client_rows({'model': {}}, {'W': w}, 3)        # FedPE: private
+  assert rows is w and 'upper bound' in whose
+  rows, whose = evaluators.client_rows({'model': {}, 'W': w}, {}, 3)      # FedGC: broadcast
+  assert rows is w and 'broadcast' in whose
+  assert evaluators.client_rows({'model': {}, 'W': np.zeros((5, 4))}, {}, 3) == (None, None)
