@@ -44,7 +44,7 @@ def get_config(arg=None):
 
   b = c.bench = ml_collections.ConfigDict()
   b.sections = ('rounds', 'regularizer', 'eval', 'scaling', 'one_per_client', 'fedavg_cnn', 'ijb',
-                'backbone_training', 'fedma_matching')
+                'backbone_training', 'fedma_matching', 'inversion')
   b.backends = ('vmap', 'map', 'loop')     # engine.BACKENDS; 'map' once per map width
   b.map_widths = (2, 4, 8)
   b.loop_threads = (1, 0)                  # 'loop' on 1 thread and on 0 = the usable CPUs (auto)
@@ -149,6 +149,16 @@ def get_config(arg=None):
   b.fedma_matching.iterations = 5
   b.fedma_matching.resnet18 = True
 
+  # (l) Gradient inversion of one update (tools/bench/inversion.py): issue 59's grid of local
+  # batches x local steps (1 and the setting's), 8 targets a cell, 200 iterations each
+  # (evals.inversion's default); `timed_iterations` measure the rate.
+  b.inversion = ml_collections.ConfigDict()
+  b.inversion.batch_sizes = (1, 4, 16)
+  b.inversion.local_steps = tuple(sorted({1, c.federated.local_steps}))
+  b.inversion.targets = 8
+  b.inversion.iterations = 200
+  b.inversion.timed_iterations = 20
+
   if args.get('runlocal'):
     runlocal(c)
   if args.get('full'):
@@ -203,6 +213,7 @@ def runlocal(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   t.engines = ('ynnpack/xla', 'eigen/chunked')
   m = b.fedma_matching
   m.client_width, m.cap_width, m.resnet18 = 2, 3, False
+  b.inversion.batch_sizes, b.inversion.local_steps, b.inversion.timed_iterations = (2,), (1,), 2
   return c
 
 

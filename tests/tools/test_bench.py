@@ -157,6 +157,13 @@ def test_bench_json_has_every_section_and_combination(tiny_run):
   assert m['rows'][13]['dim'] == 8 * 3 + 1   # C's hidden dense: inputs and bias
   assert m['pad_net_total_s'] == pytest.approx(sum(r['seconds'] for r in m['rows']))
   assert m['resnet18_total_s'] is None
+  v = saved['inversion']   # runlocal: one cell, batch 2 x 1 step
+  assert [(r['batch'], r['local_steps'], r['images']) for r in v['rows']] == [(2, 1, 2)]
+  assert all(positive_finite(r['iteration_s']) and r['compile_s'] >= 0 for r in v['rows'])
+  assert all(r['target_s'] == pytest.approx(r['compile_s'] + v['iterations'] * r['iteration_s'])
+             for r in v['rows'])
+  assert v['grid_s'] == pytest.approx(sum(r['compile_s'] + v['targets'] * v['iterations']
+                                          * r['iteration_s'] for r in v['rows']))
   assert f['classes'] == b.fedavg_cnn.cohort.num_clients * b.fedavg_cnn.cohort.identities_per_client
 
 
@@ -232,7 +239,7 @@ def test_markdown_lists_every_row(tiny_run):
     for row in res['backends']:
       assert f"| {row['name'].split('/', 1)[1]}" in text
   assert 'sequential loop of a jitted step' in text and 'centralized, batch' in text
-  for title in ('## (a)-(c)', '## (d)', '## (e)', '## (f)', '## (h)'):
+  for title in ('## (a)-(c)', '## (d)', '## (e)', '## (f)', '## (h)', '## (l)'):
     assert title in text
 
 
@@ -338,6 +345,8 @@ def test_shipped_configs_validate(arg):
                              'bench.ijb.batch_size = 128'),
     ('bench.fedma_matching.cap_width', 1, r'bench.fedma_matching.cap_width=1 < its '
                                           'client_width=2'),
+    ('bench.inversion.local_steps', (1, 0),
+     r'config.bench.inversion.local_steps\[...\]=0; expected a positive'),
     ('bench.max_timed_s', 0.0, r'config.bench.max_timed_s=0.0; expected a positive'),
     ('bench.backbone_training.engines', ('eigen/xla', 'eigen'),
      r"bench.backbone_training.engines: 'eigen' is not library/gradient"),

@@ -27,6 +27,9 @@ Sections (keys of bench.json; `bench.sections` picks them):
                IResNet-50 (threads, and one process per core) when torch is installed.
   fedma_matching  (k) FedMA's host matching time per layer, for its network and for ResNet-18's
                convolutions (`fedma_matching`).
+  inversion    (l) gradient inversion of one client's update: compile time and time per
+               iteration per local batch and steps, one target's time, issue 59's grid's
+               (`inversion`).
 
 How figures are taken (`timing.measure`): each call's result is blocked on (`jax.block_until_ready`);
 `warmup` untimed calls come first, the first of them traces and compiles; then up to `repeats`
@@ -41,7 +44,7 @@ Sizes and what is skipped live in `configs/bench.py`; skipped combinations appea
 
 Modules: `common` (names, checks, the synthetic problem), `rounds` (a-c), `server_step` (d),
 `evaluation` (e), `scaling` (f), `one_per_client` (g), `fedavg_cnn` (h), `ijb` (i),
-`backbone_training` (j), `fedma_matching` (k), `torch_reference` (the PyTorch rows' models and processes), `report` (the
+`backbone_training` (j), `fedma_matching` (k), `inversion` (l), `torch_reference` (the PyTorch rows' models and processes), `report` (the
 tables), `pipeline` (the real-data input pipeline, its own command); `run` below runs the
 configured sections.
 """
@@ -57,6 +60,7 @@ from fedjax_face.tools.bench.common import make_problem, platform_info, validate
 from fedjax_face.tools.bench.evaluation import bench_eval
 from fedjax_face.tools.bench.fedavg_cnn import bench_fedavg_cnn
 from fedjax_face.tools.bench.fedma_matching import bench_fedma_matching
+from fedjax_face.tools.bench.inversion import bench_inversion
 from fedjax_face.tools.bench.ijb import bench_ijb
 from fedjax_face.tools.bench.one_per_client import bench_one_per_client
 from fedjax_face.tools.bench.report import markdown
@@ -110,6 +114,8 @@ def run(config, out_dir: str, log=print) -> dict:
     results['backbone_training'] = bench_backbone_training(config, log)
   if 'fedma_matching' in b.sections:
     results['fedma_matching'] = bench_fedma_matching(config, log)
+  if 'inversion' in b.sections:
+    results['inversion'] = bench_inversion(config, log)
   results['total_s'] = time.perf_counter() - t_start
   results['platform']['load_average_1min_end'] = os.getloadavg()[0] if hasattr(
       os, 'getloadavg') else None

@@ -22,7 +22,7 @@ from fedjax_face.models import conv as conv_lib
 
 
 SECTIONS = ('rounds', 'regularizer', 'eval', 'scaling', 'one_per_client', 'fedavg_cnn', 'ijb',
-            'backbone_training', 'fedma_matching')
+            'backbone_training', 'fedma_matching', 'inversion')
 
 
 COHORT_FIELDS = ('num_clients', 'cohort_size', 'identities_per_client', 'images_per_identity',
@@ -237,6 +237,14 @@ def validate(config, num_devices: int | None = None) -> None:
                      f'{ijb.CHUNK_BATCHES} x bench.ijb.batch_size = {chunk} (the rate is counted '
                      'after the first).')
   parse_engines(b.backbone_training.engines)
+  v = b.inversion
+  _tuple_of('bench.inversion.batch_sizes', v.batch_sizes)
+  _tuple_of('bench.inversion.local_steps', v.local_steps)
+  for field in ('batch_sizes', 'local_steps'):
+    for n in v[field]:
+      _positive_int(f'bench.inversion.{field}[...]', n)
+  for field in ('targets', 'iterations', 'timed_iterations'):
+    _positive_int(f'bench.inversion.{field}', v[field])
   m = b.fedma_matching
   for field in ('client_width', 'cap_width', 'clients'):
     _positive_int(f'bench.fedma_matching.{field}', m[field])

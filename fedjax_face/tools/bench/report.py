@@ -4,6 +4,7 @@
 from fedjax_face.tools.bench import backbone_training as bench_backbone_training
 from fedjax_face.tools.bench import fedma_matching as bench_fedma_matching
 from fedjax_face.tools.bench import ijb as bench_ijb
+from fedjax_face.tools.bench import inversion as bench_inversion
 from fedjax_face.tools.bench import regularizer as bench_regularizer
 
 
@@ -130,5 +131,7 @@ def markdown(results: dict) -> str:
     parts += bench_backbone_training.markdown_lines(results['backbone_training'])
   if 'fedma_matching' in results:
     parts += bench_fedma_matching.markdown_lines(results['fedma_matching'])
+  if 'inversion' in results:
+    parts += bench_inversion.markdown_lines(results['inversion'])
   parts.append(f"\ntotal {results['total_s']:.1f} s")
   return '\n'.join(parts)
