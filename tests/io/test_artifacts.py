@@ -40,3 +40,14 @@ def test_family_grid_puts_a_family_on_a_row(tmp_path):
   np.testing.assert_array_equal(_tile_centres(path, 3, 4), [[0, 20, 40, 60],
                                                             [80, 100, 120, 140],
                                                             [160, 180, 255, 255]])
+
+
+def test_an_evaluators_image_grids_are_written_and_listed(tmp_path):
+  from fedjax_face.eval import EvalOutput   # pylint: disable=g-import-not-at-top
+  grid = {'images': _grey_images([10, 20, 30, 40]), 'rows': 2, 'cols': 2}
+  outputs = {'inversion': EvalOutput(results={}, scalars={}, figures={}, arrays={},
+                                     images={'inversion.png': grid}),
+             'verification': EvalOutput(results={}, scalars={}, figures={}, arrays={})}
+  assert artifacts.write_eval_outputs(str(tmp_path), outputs) == ['inversion.png']
+  np.testing.assert_array_equal(_tile_centres(tmp_path / 'inversion.png', 2, 2),
+                                [[10, 20], [30, 40]])
