@@ -42,6 +42,12 @@ from fedjax_face.eval.recognition import verification
 from fedjax_face.models import heads
 
 GALLERY_IMAGES = 4   # training images per identity in its mean embedding
+# The methods whose client update the attacker's model reproduces (`client_update_model`): the
+# backbone sent after FedPE's local SGD, with per-client class rows to compute the loss with.
+# Others are refused before training: FedAwS / FedFace / FedFV / FedUV / FedFR train other local
+# objectives or hold no per-client rows, centralized training has no client, FedPAD / FedGPAD /
+# FedMA are anti-spoofing (no class rows).
+ATTACKED_METHODS = ('fedpe', 'fedgc')
 _FIELDS = ('distance', 'iterations', 'learning_rate', 'restarts', 'round', 'signed', 'targets',
            'tv_weight')
 
@@ -80,6 +86,9 @@ def check_inversion(config, section) -> None:
   if 'head' not in config:
     raise ValueError(f'config.{name}: the attack inverts a recognition model\'s update; '
                      'expected a recognition config (one with a head).')
+  if config.algorithm not in ATTACKED_METHODS:
+    raise ValueError(f'config.{name}: algorithm={config.algorithm!r}, whose client update the '
+                     f'attack does not model; expected one of {ATTACKED_METHODS}.')
   if config.secure_aggregation.enabled:
     raise ValueError(f'config.{name}: with secure_aggregation.enabled the server sees only the '
                      'masked sum, which this attack does not invert yet; expected it off.')

@@ -56,6 +56,11 @@ def test_refusals_name_what_the_attack_needs():
   with pytest.raises(ValueError, match="pseudo-gradient only under SGD; expected 'sgd'"):
     evaluators.check_inversion(c, c.evals.inversion)
   c = _config(targets=1)
+  c.algorithm = 'fedfv'
+  with pytest.raises(ValueError, match=r"algorithm='fedfv', whose client update the attack does "
+                                       r"not model; expected one of \('fedpe', 'fedgc'\)"):
+    evaluators.check_inversion(c, c.evals.inversion)
+  c = _config(targets=1)
   c.evals.inversion.extra = 1
   with pytest.raises(ValueError, match=r'has fields .*extra.*; expected'):
     evaluators.check_inversion(c, c.evals.inversion)
