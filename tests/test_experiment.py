@@ -174,8 +174,9 @@ def test_sections_are_checked_by_their_owner(tmp_path):
   config = load_config('fedpe')
   config.evals.pca = {}
   with pytest.raises(ValueError, match=r"config.evals.pca is not an evaluator type; expected one "
-                                       r"of \['diagnostics', 'identification', 'ijb', 'pad', "
-                                       r"'personalized', 'verification'\]"):
+                                       r"of \['diagnostics', 'identification', 'ijb', 'inversion', "
+                                       r"'leakage', 'membership', 'pad', 'personalized', "
+                                       r"'verification'\]"):
     experiment.validate(config)
   config = load_config('fedpe')
   config.evals.verification.pair_sets = ()
