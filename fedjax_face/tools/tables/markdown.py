@@ -62,10 +62,15 @@ def ordering_lines(table: Table, results: dict, seeds: tuple[int, ...]) -> list[
   return lines
 
 
+def has_threats(table: Table) -> bool:
+  """Whether the table has a threat-model column (a privacy table: some row states one)."""
+  return any(row.threat for row in table.rows)
+
+
 def header_lines(table: Table, has_paper: bool) -> list[str]:
   """The title, the paper's claim and the table's two header lines (ours and the paper's title
   per column when the paper has numbers)."""
-  header = ['method']
+  header = ['method'] + (['threat model'] if has_threats(table) else [])
   for i, column in enumerate(table.columns):
     title = spec.column_title(table, column)
     paper_title = table.paper_titles[i] if table.paper_titles else title
@@ -77,7 +82,7 @@ def header_lines(table: Table, has_paper: bool) -> list[str]:
 def row_line(table: Table, row: Row, results: dict, seeds: tuple[int, ...],
              has_paper: bool) -> str:
   """One row: per column, ours over the seeds (with how many failed) and the paper's number."""
-  cells = [row.label]
+  cells = [row.label] + ([row.threat or '—'] if has_threats(table) else [])
   failed = sum('failed' in results.get((row.run, seed), {}) for seed in seeds)
   for column, paper in zip(table.columns, row.paper):
     values = [] if row.run is None else row_values(table, row, column, results, seeds)

@@ -65,6 +65,8 @@ class Row:
   run: 'Run | Combined | None'      # None: a paper's row this project does not build (shown so
                                     # that its numbers stay beside ours; the docs say why)
   paper: tuple[float | None, ...]   # the paper's numbers, one per column
+  threat: str = ''                  # the threat model its columns assume (who attacks, what they
+                                    # see): the privacy tables' second column, where any row has one
 
 
 @dataclasses.dataclass(frozen=True)

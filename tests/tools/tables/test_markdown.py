@@ -81,3 +81,16 @@ def test_the_paper_s_column_keeps_its_own_title_where_it_measures_something_else
   assert ('| method | TPIR@FPIR=0.01 (ours) | MegaFace TPR@FPR=1e-6 (paper) | rank-1 (ours) | '
           'MegaFace rank-1 (paper) |' in text)
   assert '| A | 25.00 | 69.87 | 50.00 | 61.26 |' in text
+
+
+def test_a_privacy_table_states_each_row_s_threat_model_in_its_second_column():
+  off, dp = Run('fedgc/fedgc', 'loss=softmax'), Run('fedgc/fedgc', 'loss=softmax',
+                                                    (('dp.enabled', 'True'),))
+  table = Table('P', 'results', ('privacy/epsilon',),
+                (Row('FedGC off', off, (None,), threat='server sees W_k'),
+                 Row('FedGC eps=4', dp, (None,))), 'none', titles=('epsilon',))
+  text = markdown.render(table, {(dp, 0): {'privacy': {'epsilon': 4.0}}}, 'cmd')
+  assert '| method | threat model | epsilon |\n| --- | --- | --- |' in text
+  assert '| FedGC off | server sees W_k | — |' in text and '| FedGC eps=4 | — | 4.00 |' in text
+  plain = dataclasses.replace(table, rows=(Row('FedGC eps=4', dp, (None,)),))
+  assert '| method | epsilon |' in markdown.render(plain, {}, 'cmd')
