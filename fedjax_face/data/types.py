@@ -80,4 +80,11 @@ class AntiSpoofingData(SourceData):
   """An anti-spoofing source's data: each data center's attack (class 2k) and live (2k + 1)
   training frames, their depth maps in `train_targets['depth']`, and `eval_sets` of
   `sources.pad.PadSet`s: 'test' (the unseen target), 'test:<domain>' (more unseen domains) and
-  'validation' (the data centers' held-out subjects)."""
+  'validation' (the data centers' held-out subjects).
+
+  Attributes:
+    train_subjects: int32 `[N]` each training frame's subject, one id per (data center, subject)
+      as the validation frames' (`sources/pad.py:unique_subjects`), -1 where unknown; None: not
+      given.
+  """
+  train_subjects: np.ndarray | None = None

@@ -39,6 +39,9 @@ and, for the evaluators that read them (each evaluator's check says which it nee
   pair_set_title(name) -> str             how reports title a pair set
   identification_gallery(config, section) -> IdentificationSet   1:N identification
   pad_sets(config, data) -> PadSets                            anti-spoofing scoring
+  pad_subjects(config, data) -> (train subject [N], validation subject [M])
+                                          each frame's subject, one id per (data center,
+                                          subject) (eval/privacy/membership.py)
   held_out_identities(config, num_identities, per_identity) -> (images, labels)
                                           identities no run trains on, rendered as the
                                           training images are (eval/privacy/membership.py)

@@ -1,7 +1,8 @@
 """`data.source='pad'`: the embedded face anti-spoofing benchmark (`data/synthetic/pad_benchmark.py`)
 as a data source. The data centers are the data's own clients (each holds its attack and live
 classes), depth maps are per-sample targets, and the PAD evaluator scores the unseen target's
-test videos and the data centers' held-out ones (`pad_sets`)."""
+test videos and the data centers' held-out ones (`pad_sets`); subject-level membership inference
+reads each frame's subject (`pad_subjects`)."""
 
 import dataclasses
 from typing import NamedTuple
@@ -14,6 +15,7 @@ from fedjax_face.data.synthetic import pad_benchmark
 from fedjax_face.data.synthetic.pad_benchmark import ATTACKS, DOMAINS, DOMAIN_NAMES, PadSet
 
 TASK = 'anti_spoofing'
+SUBJECT_STRIDE = 1 << 20            # subject ids of data center k start at k * this
 DATA_FIELDS = ('sources', 'target', 'center_attacks', 'pooled', 'subjects', 'test_subjects',
                'live_videos', 'attack_videos', 'frames')
 
@@ -138,13 +140,21 @@ def held_out(frames: PadSet) -> PadSet:
   return frames.take(frames.split == 1)
 
 
+def unique_subjects(sets: list[PadSet]) -> list[np.ndarray]:
+  """Data center k's (`sets[k]`'s) subject s as `k * SUBJECT_STRIDE + s`: a domain numbers its
+  own subjects from 0, so two centers' would otherwise share ids, and the same subject gets the
+  same id in the training frames and in the validation frames; unknown subjects (-1) stay -1."""
+  return [np.where(s.subject >= 0, k * SUBJECT_STRIDE + s.subject, -1).astype(np.int32)
+          for k, s in enumerate(sets)]
+
+
 def concat(sets: list[PadSet], name: str) -> PadSet:
-  """Several domains' frames as one set (video ids made unique across them)."""
+  """Several domains' frames as one set (video and subject ids made unique across them)."""
   offsets = np.cumsum([0] + [int(s.video.max()) + 1 for s in sets[:-1]])
   fields = {f.name: np.concatenate([getattr(s, f.name) for s in sets])
-            for f in dataclasses.fields(PadSet) if f.name not in ('domain', 'video')}
+            for f in dataclasses.fields(PadSet) if f.name not in ('domain', 'video', 'subject')}
   video = np.concatenate([s.video + o for s, o in zip(sets, offsets)])
-  return PadSet(domain=name, video=video, **fields)
+  return PadSet(domain=name, video=video, subject=np.concatenate(unique_subjects(sets)), **fields)
 
 
 def load(config):
@@ -170,7 +180,9 @@ def benchmark(train: list[PadSet], eval_sets: dict[str, PadSet],
   """Every PAD source's `types.AntiSpoofingData`: data center k's training frames `train[k]`
   labelled 2k (attack) and 2k + 1 (live), the client holding exactly those two classes (pooled:
   one client holds all, so that live = an odd class either way), their depth maps as
-  `train_targets['depth']`, and `eval_sets` as given."""
+  `train_targets['depth']`, `eval_sets` as given, and each training frame's subject numbered
+  across the data centers as `concat` numbers the validation subjects (`unique_subjects`; -1 where
+  the lists name none)."""
   labels = np.concatenate([2 * k + t.live.astype(np.int32) for k, t in enumerate(train)])
   return types.AntiSpoofingData(
       train_images=np.concatenate([t.images for t in train]),
@@ -178,7 +190,7 @@ def benchmark(train: list[PadSet], eval_sets: dict[str, PadSet],
       client_identities=([np.arange(2 * len(train), dtype=np.int32)] if pooled else
                          [np.array([2 * k, 2 * k + 1], np.int32) for k in range(len(train))]),
       train_targets={'depth': np.concatenate([t.depth for t in train])},
-      eval_sets=eval_sets)
+      eval_sets=eval_sets, train_subjects=np.concatenate(unique_subjects(train)))
 
 
 def training_views(config, data, one_client: bool):
@@ -201,3 +213,13 @@ def pad_sets(config, data) -> PadSets:
   return PadSets(sources=tuple(p.sources), target=p.target,
                  test={p.target: sets['test'], **{d: sets[f'test:{d}'] for d in p.extra_targets}},
                  validation=sets['validation'])
+
+
+def pad_subjects(config, data) -> tuple[np.ndarray, np.ndarray]:
+  """(each training frame's subject `[N]`, each validation frame's `[M]`), int32, one id per
+  (data center, subject) (`unique_subjects`): the training subjects (members) and the same
+  centers' held-out subjects (non-members) of subject-level membership inference. The embedded
+  benchmark knows every frame's subject; `pad_lists` does not (its lists name none)."""
+  del config
+  return (np.asarray(data.train_subjects),
+          np.asarray(data.eval_sets['validation'].subject))

@@ -40,8 +40,13 @@ Which attack fits which method:
   centers' training subjects; non-members: frames of the held-out subjects of the SAME data
   centers (`PadSets.validation`), never another domain, whose AUC would measure the domain shift
   (the 'pad' evaluator's 'domains' give its size). Both sides are drawn with the same live and
-  spoof counts, since the loss differs by class. Frames of one subject are correlated and the
-  training frames carry no subject id, so only the frame-level AUC is reported.
+  spoof counts, since the loss differs by class. Frames of one subject are correlated, so the
+  frame-level AUC's spread is not the Mann-Whitney one. `subject_level=True` adds the question
+  asked of a person ("was this subject in training?"): a subject's score is the mean 'label_loss'
+  over all its frames (live and attack: every subject of a domain has the same videos), members =
+  every training subject of the data centers, non-members = every held-out subject of the same
+  centers (the source view `pad_subjects`: the embedded benchmark; real lists name no subject),
+  with the AUC over subjects and its standard deviation under no leakage (`null_sd`).
   `data.pad.center_attacks` is refused: a held-out subject would carry attacks its data center
   never trained on, an attack shift.
 
@@ -76,6 +81,8 @@ def config_membership() -> ml_collections.ConfigDict:
                                  # what an image is compared with)
   c.class_embeddings = 'auto'    # recognition: 'auto' (RELEASES_CLASS_EMBEDDINGS), 'released',
                                  # 'withheld'
+  c.subject_level = False        # anti-spoofing: also the AUC over subjects (every training
+                                 # subject against every held-out one of the same centers)
   return c
 
 
@@ -88,10 +95,17 @@ def check_membership(config, section) -> None:
     raise ValueError(f'config.evals.membership.images_per_identity='
                      f'{section.images_per_identity}; expected at least 2 (an image is scored '
                      'against its identity\'s other images).')
+  subject_level = section.get('subject_level', False)   # absent from older sections: off
+  checks.check_bool('evals.membership.subject_level', subject_level)
   if not section.samples:
     return
+  if subject_level and sources.task_of(config) != 'anti_spoofing':
+    raise ValueError('config.evals.membership.subject_level=True with a recognition source; '
+                     'expected False (recognition always reports the identity-level AUC).')
   if sources.task_of(config) == 'anti_spoofing':
     sources.require(config, 'pad_sets', 'config.evals.membership')
+    if subject_level:
+      sources.require(config, 'pad_subjects', 'config.evals.membership.subject_level=True')
     attacks = sources.section(config).get('center_attacks', ())
     if attacks:
       raise ValueError(f'config.evals.membership with data.{config.data.source}.center_attacks='
@@ -224,6 +238,22 @@ def pad_membership(live_logits, members, non_members, batch_size: int):
           'num_live': int(np.sum(members[1]))}
 
 
+def pad_subject_membership(live_logits, members, non_members, batch_size: int) -> dict:
+  """'label_loss' over subjects: `members` and `non_members` are (uint8 frames, bool live, int
+  subject of each), every frame of each subject; a subject's score is its frames' mean score.
+  {'auc', 'null_sd', 'member_subjects', 'non_member_subjects', 'member_frames',
+  'non_member_frames'}."""
+  scores = [label_loss_scores(_logits(live_logits, images, batch_size), live)
+            for images, live, _ in (members, non_members)]
+  by_subject = [_group_means(score, subjects)
+                for score, (_, _, subjects) in zip(scores, (members, non_members))]
+  m, n = len(by_subject[0]), len(by_subject[1])
+  auc = metrics.auc(np.concatenate(by_subject),
+                    np.r_[np.ones(m, np.int64), np.zeros(n, np.int64)])
+  return {'auc': auc, 'null_sd': null_sd(m, n), 'member_subjects': m, 'non_member_subjects': n,
+          'member_frames': len(members[1]), 'non_member_frames': len(non_members[1])}
+
+
 # -- drawing the members and non-members --------------------------------------------------------
 
 def _images(store, indices: np.ndarray) -> np.ndarray:
@@ -276,6 +306,23 @@ def pad_sets(config, section, setup, rng):
           (np.asarray(validation.images)[non_members], non_member_live[non_members]))
 
 
+def pad_subject_sets(config, setup):
+  """((member frames, live, subject), (non-member frames, live, subject)): every training frame
+  of the data centers and every frame of their held-out subjects (`pad_subjects`), subjects
+  numbered so that the two sides share none."""
+  data = setup.benchmark
+  source = sources.get(config.data.source)
+  validation = source.pad_sets(config, data).validation
+  train_subject, validation_subject = source.pad_subjects(config, data)
+  unknown = int(np.sum(train_subject < 0) + np.sum(validation_subject < 0))
+  if unknown:
+    raise ValueError(f'config.evals.membership.subject_level=True: {unknown} frames of '
+                     f'data.source={config.data.source!r} name no subject; expected False.')
+  member_live = np.asarray(data.train_labels) % 2 == 1
+  return ((_images(data.train_images, np.arange(len(member_live))), member_live, train_subject),
+          (np.asarray(validation.images), np.asarray(validation.live, bool), validation_subject))
+
+
 def _released(config, section, inputs, fed) -> np.ndarray | str:
   """The class embeddings the attacker holds, or why there are none."""
   if section.class_embeddings == 'withheld':
@@ -299,8 +346,11 @@ def make_membership(config, section, setup) -> Evaluator | None:
   rng = np.random.default_rng([config.seed, _SAMPLING_TAG])
   batch = config.eval.batch_size
   task = sources.task_of(config)
+  subjects = None
   if task == 'anti_spoofing':
     members, non_members = pad_sets(config, section, setup, rng)
+    if section.get('subject_level', False):
+      subjects = pad_subject_sets(config, setup)
   else:
     members, non_members = recognition_sets(config, section, setup, rng)
 
@@ -308,6 +358,9 @@ def make_membership(config, section, setup) -> Evaluator | None:
     if task == 'anti_spoofing':
       res = pad_membership(inputs.live_logits, members, non_members, batch)
       res['non_members_from'] = "held-out subjects of the same data centers ('validation')"
+      if subjects is not None:
+        res['subject_level'] = {'label_loss': pad_subject_membership(inputs.live_logits,
+                                                                     *subjects, batch)}
     else:
       res = recognition_membership(
           inputs.embed, members, non_members,
@@ -316,6 +369,8 @@ def make_membership(config, section, setup) -> Evaluator | None:
     res['threat_model'] = 'a third party holding the released model'
     scalars = {f'{name}/{key}': value for name, attack in res['attacks'].items()
                for key, value in attack.items() if key.endswith('auc')}
+    scalars.update({f'{name}/subject_auc': a['auc']
+                    for name, a in res.get('subject_level', {}).items()})
     return EvalOutput(results=res, scalars=scalars, figures={}, arrays={},
                       markdown=markdown(res))
 
@@ -342,4 +397,9 @@ def markdown(res: dict) -> list[str]:
     lines += [f"| {name} | {a['auc']:.4f} |" for name, a in res['attacks'].items()]
   lines += [f'| {name} | not run: {why} |' + (' | |' if identity else '')
             for name, why in res['not_run'].items()]
+  for name, a in res.get('subject_level', {}).items():
+    lines += ['', f"Over subjects ({name}: a subject's mean over all its frames; "
+              f"{a['member_subjects']} training subjects ({a['member_frames']} frames) against "
+              f"{a['non_member_subjects']} held-out subjects ({a['non_member_frames']} frames)): "
+              f"AUC {a['auc']:.4f}, its sd under no leakage {a['null_sd']:.4f}."]
   return lines + ['']

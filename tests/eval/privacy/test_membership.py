@@ -1,8 +1,10 @@
 """The 'membership' evaluator: its scores by hand, its known answers (AUC exactly 0.5 for a model
 that never saw the members, by construction: the non-members are the members' own images, so
 the two score multisets are equal; within 3 of the stated null standard deviation on independent
-draws; exactly 1 for a model that memorized its members), the members and non-members it draws
-from a recognition and an anti-spoofing config, and the one-line refusals of its check."""
+draws; exactly 1 for a model that memorized its members), at the frame level and over PAD
+subjects (a subject's mean score, by hand), the members and non-members it draws from a
+recognition and an anti-spoofing config (PAD subjects: every training subject against the same
+centers' held-out ones, no id shared), and the one-line refusals of its check."""
 
 import types
 
@@ -160,12 +162,20 @@ def _random_embed_16():
   return lambda x: np.asarray(x).reshape(x.shape[0], -1) @ proj
 
 
-def test_pad_members_are_training_frames_and_non_members_the_same_centers_held_out_subjects():
+@pytest.fixture(scope='module')
+def pad_setup():
+  """The PAD runlocal benchmark (3 data centers of 4 subjects, 2 held out each), loaded once."""
   config = load_config('pad/fedgpad', 'runlocal')
   config.evals.membership = membership.config_membership()
   config.evals.membership.samples = 1000
+  return _setup(config)
+
+
+def test_pad_members_are_training_frames_and_non_members_the_same_centers_held_out_subjects(
+    pad_setup):
+  setup = pad_setup
+  config = setup.config
   membership.check_membership(config, config.evals.membership)
-  setup = _setup(config)
   (frames, live), (non_frames, non_live) = membership.pad_sets(
       config, config.evals.membership, setup, np.random.default_rng(0))
   validation = setup.benchmark.eval_sets['validation']
@@ -180,6 +190,96 @@ def test_pad_members_are_training_frames_and_non_members_the_same_centers_held_o
                                                live_logits=logits)).results
   assert res['num_members'] == res['num_non_members'] == len(validation.images)
   assert 0 <= res['attacks']['label_loss']['auc'] <= 1
+
+
+def _frames(subjects, per: int):
+  """`per` frames of each subject, frame j of a subject live when j is even; pixel (0, 0)'s red
+  channel carries the frame's index + 1 (a marker a test detector reads back)."""
+  subject = np.repeat(np.asarray(subjects), per)
+  frames = np.zeros((len(subject), SIZE, SIZE, 3), np.uint8)
+  frames[:, 0, 0, 0] = np.arange(len(subject)) + 1
+  return frames, np.arange(len(subject)) % per % 2 == 0, subject
+
+
+def _marker(x):
+  """The marker of `_frames` read back from the detector's input (rgb_hsv: red in [-1, 1])."""
+  return np.round((np.asarray(x)[:, 0, 0, 0] * 0.5 + 0.5) * 255).astype(np.int32)
+
+
+def test_subject_level_scores_a_subject_by_its_frames_mean_loss():
+  members, non_members = _frames([3, 7], 2), _frames([50], 2)
+  # Logit of frame with marker m: 0 for m = 1..6, so every loss is log 2 but member subject 7's
+  # frames (markers 3, 4): live at logit 4 (loss log(1 + e^-4)), spoof at logit -1.
+  logit = {3: 4.0, 4: -1.0}
+  detector = lambda x: np.array([logit.get(int(m), 0.0) for m in _marker(x)])
+  got = membership.pad_subject_membership(detector, members, non_members, batch_size=4)
+  subject_7 = -(np.log1p(np.exp(-4.0)) + np.log1p(np.exp(-1.0))) / 2
+  assert subject_7 > -np.log(2)              # the mean loss a subject's score is: above log 2
+  # Subject 7 outscores the non-member, subject 3 ties it: AUC (1 + 0.5) / 2.
+  assert got['auc'] == 0.75
+  assert (got['member_subjects'], got['non_member_subjects']) == (2, 1)
+  assert (got['member_frames'], got['non_member_frames']) == (4, 2)
+  assert got['null_sd'] == membership.null_sd(2, 1)
+
+
+def test_subject_level_known_answers_half_for_an_unseen_model_one_for_a_memorizing_one():
+  frames, live, subject = _frames(np.arange(6), 4)
+  sign = np.where(live, 1.0, -1.0)
+  # Never saw the members: the non-members are the same frames under other subjects' names.
+  fixed = lambda x: (np.asarray(x)[:, 0, 0, 0] > 0) * 2.0 - 1.0
+  half = membership.pad_subject_membership(fixed, (frames, live, subject),
+                                           (frames, live, subject + 100), batch_size=8)
+  assert half['auc'] == 0.5
+  # Memorized each training frame's label; the held-out subjects' frames carry no marker.
+  memorized = lambda x: np.where(_marker(x) > 0, 30 * sign[np.clip(_marker(x) - 1, 0, 23)], 0.0)
+  held_out = (np.zeros_like(frames), live, subject + 100)
+  one = membership.pad_subject_membership(memorized, (frames, live, subject), held_out, 8)
+  assert one['auc'] == 1.0 and one['member_subjects'] == one['non_member_subjects'] == 6
+
+
+def test_pad_subject_level_members_are_every_training_subject_against_the_held_out_ones(
+    pad_setup):
+  config = pad_setup.config.copy_and_resolve_references()
+  config.evals.membership.subject_level = True
+  membership.check_membership(config, config.evals.membership)
+  setup = eval_lib.EvalSetup(config, pad_setup.benchmark, pad_setup.fed_view)
+  (frames, live, subject), (non_frames, non_live, non_subject) = membership.pad_subject_sets(
+      config, setup)
+  p = config.data.pad
+  assert len(frames) == len(setup.benchmark.train_images)       # every training frame
+  np.testing.assert_array_equal(live, np.asarray(setup.benchmark.train_labels) % 2 == 1)
+  # (center, subject) ids: each center's training subjects, then its held-out ones, never shared.
+  train_per_center = p.subjects - p.test_subjects
+  assert np.unique(subject).size == len(p.sources) * train_per_center
+  assert np.unique(non_subject).size == len(p.sources) * p.test_subjects
+  assert not set(subject.tolist()) & set(non_subject.tolist())
+  assert len(non_frames) == len(setup.benchmark.eval_sets['validation'].images)
+  evaluator = membership.make_membership(config, config.evals.membership, setup)
+  logits = lambda x: x[..., 3].mean(axis=(1, 2)) - 0.5
+  out = evaluator.evaluate(eval_lib.EvalInputs(embed=None, class_embeddings=None,
+                                               live_logits=logits))
+  got = out.results['subject_level']['label_loss']
+  assert (got['member_subjects'], got['non_member_subjects']) == (6, 6)
+  assert (got['member_frames'], got['non_member_frames']) == (len(frames), len(non_frames))
+  assert set(out.scalars) == {'label_loss/auc', 'label_loss/subject_auc'}
+  assert out.markdown[-2].startswith('Over subjects (label_loss')
+
+
+def test_subject_level_is_refused_where_no_subject_is_known():
+  config = load_config('pad/fedgpad', 'runlocal')
+  config.evals.membership = membership.config_membership()
+  config.evals.membership.update(samples=8, subject_level=True)
+  config.data.source = 'pad_lists'
+  with pytest.raises(ValueError, match=r"^config.evals.membership.subject_level=True with "
+                                       r"data.source='pad_lists': that source has no "
+                                       r"pad_subjects; expected a source that has \(pad\).$"):
+    membership.check_membership(config, config.evals.membership)
+  config = load_config('fedgc/fedgc', 'runlocal')
+  config.evals.membership = membership.config_membership()
+  config.evals.membership.update(samples=8, subject_level=True)
+  with pytest.raises(ValueError, match=r'subject_level=True with a recognition source; '
+                                       r'expected False'):
+    membership.check_membership(config, config.evals.membership)
 
 
 @pytest.mark.parametrize('field, value, message', [
