@@ -4,20 +4,28 @@ template and matched against new images of that identity among distractors (docs
 
 The attacker's templates, one kind per view (`KINDS`; which method reveals which: `REVEALS`):
 
-  server_rows         curious server: the class rows each client of replayed round r sends
+  server_rows         curious server: the class rows each client of the replayed rounds sends
                       (`Algorithm.client_rows`: FedGC's W_k, FedAwS's and FedFace's positive
                       rows, FedFV's w_i), each labelled by the identity the client holds there.
-  broadcast_as_is     curious client: FedFV's equivalent embeddings (Eq. 5) that round r's first
-                      client received, each taken as a template of each of its k members (a
-                      blend of k people: rank-1 of one member is at most one in k).
+                      The rounds: the `rounds` consecutive ones ending at `round`, the union of
+                      their cohorts (one round of FedFV's is 8 identities, too few for a rank-1
+                      or a TAR at 1e-3 to mean anything); an identity sent in several keeps its
+                      latest row (`latest_per_identity`), the replaced ones counted
+                      (`repeats`).
+  broadcast_as_is     curious client: FedFV's equivalent embeddings (Eq. 5) that round
+                      `round`'s first client received (that round alone: a client sees the
+                      broadcast of the rounds it takes part in), each taken as a template of
+                      each of its k members (a blend of k people: rank-1 of one member is at
+                      most one in k).
   broadcast_shared    the same, decoded: two received equivalents whose cosine reaches
                       `share_threshold` likely share a member; their normalised sum leans
                       towards it (for orthogonal rows, cos 2/√6 ≈ 0.82 with it, against 1/√2 for
                       one equivalent). Labelled by the member they truly share; links sharing
                       none are counted (`false_links`) and dropped.
-  projection_update   curious server, FedUV (the control): W′ as client k sends it. Its rows
-                      name no identity without the private codeword v_k; the decode tried is the
-                      top right singular vector of W′_k − W′ (the received one): Eq. 4's
+  projection_update   curious server, FedUV (the control): W′ as client k sends it, over the
+                      rounds as server_rows. Its rows name no identity without the private
+                      codeword v_k; the decode tried is the top right singular vector of
+                      W′_k − W′ (the received one): Eq. 4's
                       gradient in W′ is v_k g^T, so that vector is ± the client's mean feature
                       (the sign is v_k's, unknown: it is taken as the SVD gives it).
   released            third party: the final class embeddings (`EvalInputs.class_embeddings`)
@@ -69,6 +77,8 @@ def config_leakage() -> ml_collections.ConfigDict:
   """Off by default (`round=0`), so the section can sit in every recognition config."""
   c = ml_collections.ConfigDict()
   c.round = 0                   # the replayed round r (1..num_rounds) attacked; 0 = off
+  c.rounds = 1                  # the server's views: the `rounds` consecutive rounds ending at
+                                # `round` (each one's cohort; a client's latest message kept)
   c.kinds = ()                  # (): every kind the method reveals (REVEALS); or some of KINDS
   c.max_identities = 64         # attacked identities per kind (the lowest ids it covers)
   c.num_distractors = 64        # held-out identities among the candidates
@@ -92,6 +102,12 @@ def check_leakage(config, section) -> None:
   if section.round > config.num_rounds:
     raise ValueError(f'config.evals.leakage.round={section.round}; expected a round of the run '
                      f'(1..num_rounds={config.num_rounds}), or 0 (off).')
+  rounds = section.get('rounds', 1)
+  checks.check_int('evals.leakage.rounds', rounds)
+  if rounds > section.round:
+    raise ValueError(f'config.evals.leakage.rounds={rounds}; expected at most round='
+                     f'{section.round} (the rounds replayed end at it and start at round 1 or '
+                     'later).')
   sources.require(config, 'identity_probes', 'config.evals.leakage')
   kinds = section.kinds
   if isinstance(kinds, str) or any(k not in KINDS for k in kinds):
@@ -152,6 +168,24 @@ def server_rows(updates, clients, identity_table, row_keys) -> tuple[np.ndarray,
       rows.append(sent[ids >= 0])
       labels.append(ids[ids >= 0])
   return np.concatenate(rows), np.concatenate(labels)
+
+
+def latest_per_identity(per_round: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray,
+                                                                                  np.ndarray,
+                                                                                  int]:
+  """(rows, identities, repeats) of the union of several rounds' (rows, identities), oldest round
+  first: an identity sent in several rounds keeps the row of the latest, the one the server
+  holds at the end, from the model nearest the one that embeds the probes (an older row lives
+  in an older embedding space; a mean would blend the two). `repeats`: the rows replaced."""
+  latest = {}
+  total = 0
+  for rows, labels in per_round:
+    for row, label in zip(rows, labels.tolist()):
+      latest[label] = row
+      total += 1
+  labels = np.fromiter(latest, np.int64, len(latest))
+  rows = np.stack(list(latest.values())) if latest else np.zeros((0, 0))
+  return rows, labels, total - len(latest)
 
 
 def equivalent_members(equivalents, class_rows, group_size: int, *, search: int = 6,
@@ -240,20 +274,38 @@ def make_leakage(config, section, setup) -> Evaluator | None:
   kinds = kinds_of(config, section)
   data, fed = setup.benchmark, setup.fed_view
   r = section.round
+  window = range(r - section.get('rounds', 1) + 1, r + 1)   # the server's rounds, oldest first
+  server_kinds = tuple(k for k in kinds if k in ('server_rows', 'projection_update'))
+
+  def server_views(replay) -> dict:
+    """The server's kinds over `window`: each round replayed once (one compiled client step), a
+    client's latest message kept (`latest_per_identity`)."""
+    per_round = {kind: [] for kind in server_kinds}
+    for t in window:
+      clients, received = replay.received(t)
+      updates = replay(t)
+      if 'server_rows' in server_kinds:
+        per_round['server_rows'].append(server_rows(updates, clients, fed.identity_table,
+                                                    replay.algorithm.client_rows))
+      if 'projection_update' in server_kinds:
+        rows = np.stack([projection_update(u['projection'], received.shared['projection'])
+                         for u in updates])
+        per_round['projection_update'].append((rows, np.asarray(fed.identity_table)[clients, 0]))
+    out = {}
+    for kind, found in per_round.items():
+      rows, labels, repeats = latest_per_identity(found)
+      notes = {'rounds': [window[0], window[-1]], 'repeats': repeats}
+      out[kind] = (rows, labels, [()] * len(labels), notes)
+    return out
 
   def templates_of(inputs) -> dict:
     """kind -> (templates, labels, other members, notes)."""
-    out = {}
     replay = inputs.replay
-    needs_round = [k for k in kinds if k != 'released']
-    if needs_round:
-      clients, received = replay.received(r)
-      updates = replay(r)
-    if 'server_rows' in kinds:
-      rows, labels = server_rows(updates, clients, fed.identity_table,
-                                 replay.algorithm.client_rows)
-      out['server_rows'] = (rows, labels, [()] * len(labels), {})
+    out = server_views(replay) if server_kinds else {}
     if {'broadcast_as_is', 'broadcast_shared'} & set(kinds):
+      # One round: a client sees the broadcast of the rounds it takes part in (FedFV: 8 of
+      # 1,000 clients a round), so several rounds' broadcasts would be a coalition's view.
+      _, received = replay.received(r)
       eq = received.shared.get('W_eq')
       if eq is None:   # fedfv.draw='per_client': the first client's own draw
         eq = received.per_client['W_eq'][0]
@@ -269,11 +321,6 @@ def make_leakage(config, section, setup) -> Evaluator | None:
                                                              section.share_threshold)
         out['broadcast_shared'] = (rows, labels, others, {'links': len(labels),
                                                           'false_links': false_links})
-    if 'projection_update' in kinds:
-      rows = np.stack([projection_update(u['projection'], received.shared['projection'])
-                       for u in updates])
-      labels = np.asarray(fed.identity_table)[clients, 0]
-      out['projection_update'] = (rows, labels, [()] * len(labels), {})
     if 'released' in kinds and inputs.class_embeddings is not None:
       rows = np.asarray(inputs.class_embeddings, np.float64)
       labels = np.arange(len(rows))
@@ -303,7 +350,8 @@ def make_leakage(config, section, setup) -> Evaluator | None:
     exact_rows = dict(zip(exact_ids.tolist(), exact))
     distractor = probe_labels >= data.num_identities
     rng = np.random.default_rng(np.random.SeedSequence([config.seed, _RANDOM_STREAM]))
-    results = {'round': r, 'probes_per_identity': section.probes_per_identity,
+    results = {'round': r, 'rounds': len(window),
+               'probes_per_identity': section.probes_per_identity,
                'distractors': section.num_distractors, 'fars': [str(f) for f in FARS],
                'kinds': {}}
     for kind, (rows, labels, others, notes) in found.items():
@@ -332,7 +380,9 @@ def markdown(results: dict) -> list[str]:
   """report.md's section: one row per template kind, with its exact-template ceiling and chance."""
   fars = results['fars']
   head = ' | '.join(f'TAR@{f}' for f in fars)
-  lines = [f"Identity leakage (round {results['round']} replayed; {results['distractors']} "
+  r, n = results['round'], results.get('rounds', 1)
+  replayed = f'round {r}' if n == 1 else f"rounds {r - n + 1}-{r} (the server's views)"
+  lines = [f"Identity leakage ({replayed} replayed; {results['distractors']} "
            f"distractors, {results['probes_per_identity']} probes per identity; %; "
            'docs/privacy.md):', '',
            f'| template | party | identities | candidates | rank-1 | {head} | exact rank-1 | '

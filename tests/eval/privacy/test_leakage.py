@@ -1,8 +1,9 @@
 """The 'leakage' evaluator: its known answers (re-identification rank-1 = 1 and TAR = 1 with the
 exact template, chance with random vectors), each kind's templates from a fake replay (the rows
-the server receives, FedFV's broadcast decoded two ways, FedUV's W′ update, the released class
-embeddings) through the whole evaluator with a fake embed function and a fake data source, the
-synthetic source's probes, and the one-line refusals of its check. No driver run."""
+the server receives, over one round and over several with a client's latest rows kept; FedFV's
+broadcast decoded two ways; FedUV's W′ update; the released class embeddings) through the whole
+evaluator with a fake embed function and a fake data source, the synthetic source's probes, and
+the one-line refusals of its check. No driver run."""
 
 import types
 
@@ -148,6 +149,51 @@ def test_server_rows_leak_as_the_exact_template_and_random_vectors_do_not(fake_s
   assert out.scalars == {'server_rows/rank1': 1.0, 'released/rank1': 1.0}
 
 
+class RoundsReplay(FakeReplay):
+  """A fake run whose cohort differs by round: `cohorts[t]` the clients of round t."""
+
+  def __init__(self, sent, cohorts):
+    super().__init__(sent)
+    self.cohorts, self.replayed = cohorts, []
+
+  def __call__(self, r):
+    self.replayed.append(r)
+    return [self.sent(k, r) for k in self.cohorts[r]]
+
+  def received(self, r):
+    return np.asarray(self.cohorts[r]), ClientInput(shared={}, per_client={})
+
+
+def test_latest_per_identity_keeps_an_identitys_latest_row_and_counts_the_others():
+  rows, labels, repeats = leakage.latest_per_identity([
+      (np.array([[1.0], [2.0]]), np.array([5, 7])),
+      (np.array([[3.0], [4.0]]), np.array([7, 9])),
+      (np.array([[6.0]]), np.array([5]))])
+  assert dict(zip(labels.tolist(), rows[:, 0].tolist())) == {5: 6.0, 7: 3.0, 9: 4.0}
+  assert repeats == 2
+
+
+def test_several_rounds_cover_the_union_of_the_cohorts_with_each_clients_latest_rows(
+    fake_source):
+  del fake_source
+  config = _config('fedgc', round=4, rounds=3, num_distractors=50)   # 1,368 impostor pairs
+  setup = _setup(config)
+  table = setup.fed_view.identity_table
+  wrong = np.random.default_rng(7).standard_normal(TABLE.shape)
+  # Client 4 takes part in rounds 2 and 4: its round-2 rows are noise, its round-4 rows exact, so
+  # only its latest rows identify it; round 1 (client 0) is outside the window.
+  cohorts = {1: [0], 2: [1, 4], 3: [3], 4: [4, 6]}
+  sent = lambda k, r: {'W': (wrong if (k, r) == (4, 2) else TABLE)[table[k]]}
+  replay = RoundsReplay(sent, cohorts)
+  out = _run(config, setup, replay)
+  server = out.results['kinds']['server_rows']
+  assert replay.replayed == [2, 3, 4] and out.results['rounds'] == 3
+  assert server['rounds'] == [2, 4] and server['repeats'] == 2   # client 4's two identities
+  assert server['identities'] == 2 * 4                          # clients 1, 3, 4, 6
+  assert server['rank1'] == 1.0 and server['tar_at_far'] == {'0.001': 1.0, '0.01': 1.0}
+  assert out.markdown[0].startswith("Identity leakage (rounds 2-4 (the server's views) replayed")
+
+
 def test_mid_run_evaluations_without_replay_say_nothing(fake_source):
   del fake_source
   config = _config('fedgc')
@@ -201,6 +247,8 @@ def test_off_by_default_and_the_checks_refuse_in_one_line(fake_source, monkeypat
           kinds=('server_rows', 'broadcast_as_is'))
   refused(r"kinds=\('rows',\); expected a tuple of some of", kinds=('rows',))
   refused(r'round=9; expected a round of the run', round=9)
+  refused(r'^config.evals.leakage.rounds=3; expected at most round=2 ', rounds=3)
+  refused(r'^config.evals.leakage.rounds=0; expected a positive integer', rounds=0)
   refused(r'share_threshold=1.5; expected', share_threshold=1.5)
   refused(r'evals.leakage.num_distractors', num_distractors=0)
   monkeypatch.delattr(FakeSource, 'identity_probes')
