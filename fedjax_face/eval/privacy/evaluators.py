@@ -1,20 +1,34 @@
 """The 'inversion' evaluator: gradient inversion of the clients' updates of one round
 (`inversion.py`; issue 59 part 2).
 
-Threat model: a curious server that sees each client's update before aggregation (no secure
-aggregation; under DP the clipped update as sent, before the server's noise) and knows the model
-it broadcast, and is given the true labels of the client's batch. It needs the client's class
-rows W_k at the round's start: FedGC's server holds and broadcasts them (and the rows the client
-sends back reveal the labels); FedPE's are private, given to the attacker, so for FedPE the
-numbers are an upper bound on what its server learns (`client_rows`).
+Threat model: a curious server that knows the model it broadcast. What it sees of the backbone:
+- without secure aggregation, each client's update before aggregation; under DP the clipped
+  update as sent: the noise is the server's own, added after it has seen the update, so it
+  protects nothing here (results.json's `dp_noise` says so);
+- with secure aggregation (core/secure_aggregation.py), only the cohort's weighted sum
+  Σ_k s_k (u_k − θ) (`secure_sum`: each client's fixed-point share, summed modulo 2^32 and
+  decoded, which is the unmasked sum bit for bit since the masks cancel exactly); under DP each
+  client first adds its share of the noise, N(0, (σS)² s_k) (core/privacy.py's `noise_share`),
+  drawn here from the run's own key (`client_noise_key`) unless `dp.noise_seed='os'` made it
+  secret, when a draw of the same std stands in (results.json says which).
+The server is given the client's class rows W_k at the round's start: FedGC's server holds and
+broadcasts them; FedPE's are private, given to the attacker, so for FedPE the numbers are an
+upper bound on what its server learns (`client_rows`). The batch's labels are given
+(`labels='true'`) or recovered from the update at batch 1 (`labels='recovered'`,
+`recovered_label`): FedGC's rows sent back give iDLG's rule its row gradients (they cross in the
+clear, under secure aggregation too); FedPE sends no rows, and the gradient of its final
+BatchNorm's shift is ∂L/∂f, read against the W_k it is given (inversion.py's
+`label_from_feature_gradient`).
 
-The attack: round `round`'s update of each of the first `targets` clients of its cohort, replayed
-from the checkpoint before it (`EvalInputs.replay`), read as a pseudo-gradient (θ_sent −
-θ_received) / lr. The attacker's model of it runs the client's own local steps on its dummy batch
+The attack: round `round`'s updates, replayed from the checkpoint before it
+(`EvalInputs.replay`), read as a pseudo-gradient (θ_sent − θ_received) / lr. The attacker's model
+of it runs the client's own local steps on its dummy batch
 (train-mode BatchNorm per step, weight decay, SGD with momentum, W trained as FedPE and FedGC
 train it) from the broadcast θ and the client's W, unrolled as Geiping et al. (Sec. 5) attack a
 multi-step update, and is matched by cosine with a TV prior (Inverting Gradients) or by L2 (DLG,
-`distance='l2'`). A first-order reading (one gradient at θ weighted by the momentum's sums) was
+`distance='l2'`). Under secure aggregation the model is the same sum over the cohort
+(`sum_model`): every client's dummy batch is reconstructed jointly, client k's slot with k's rows
+and labels. A first-order reading (one gradient at θ weighted by the momentum's sums) was
 tried and dropped: on a runlocal FedPE round (2 steps of batch 2 at lr 0.1) the true images
 (under the best of their flips) were at cosine distance 0.40 from the update under it, against
 1e-6 at 1 step. The client's random
@@ -25,6 +39,11 @@ Reported per target: PSNR and SSIM of its images against the true ones, and whet
 global model recognises each reconstruction as the right identity: nearest class embedding (when
 the method keeps them) and nearest mean embedding of that identity's training images (up to
 `GALLERY_IMAGES` each), beside the same for the true images (the ceiling).
+
+Not attacked: anti-spoofing (FedPAD, FedGPAD). Their clients take Adam steps from a fresh state
+(proj/pad/setting.py), whose first step sends lr · g / (|g| + ε): the sign of each coordinate
+of the gradient rather than its direction, through which a matching objective has almost no
+gradient; and a live / spoof model has no identity to score a reconstruction by.
 """
 
 import jax
@@ -34,7 +53,8 @@ import numpy as np
 import optax
 
 from fedjax_face import models
-from fedjax_face.core import arrays, checks
+from fedjax_face.core import arrays, checks, privacy, secure_aggregation
+from fedjax_face.core import engine as engine_lib
 from fedjax_face.data import preprocess, stores
 from fedjax_face.eval import EvalOutput, Evaluator
 from fedjax_face.eval.privacy import inversion
@@ -48,8 +68,9 @@ GALLERY_IMAGES = 4   # training images per identity in its mean embedding
 # objectives or hold no per-client rows, centralized training has no client, FedPAD / FedGPAD /
 # FedMA are anti-spoofing (no class rows).
 ATTACKED_METHODS = ('fedpe', 'fedgc')
-_FIELDS = ('distance', 'iterations', 'learning_rate', 'restarts', 'round', 'signed', 'targets',
-           'tv_weight')
+_FIELDS = ('distance', 'iterations', 'labels', 'learning_rate', 'restarts', 'round', 'signed',
+           'targets', 'tv_weight')
+LABELS = ('true', 'recovered')
 
 
 def config_inversion() -> ml_collections.ConfigDict:
@@ -64,6 +85,8 @@ def config_inversion() -> ml_collections.ConfigDict:
   c.tv_weight = 1e-4       # total-variation prior (0 with distance='l2': DLG)
   c.distance = 'cosine'    # 'cosine' (Inverting Gradients) | 'l2' (DLG)
   c.signed = True          # Adam on the sign of the images' gradient (inversion.make_attack)
+  c.labels = 'true'        # the batch's labels: given ('true'), or read from the update at
+                           # batch 1 ('recovered': `recovered_label`)
   return c
 
 
@@ -78,20 +101,27 @@ def check_inversion(config, section) -> None:
   checks.check_number(f'{name}.tv_weight', section.tv_weight, allow_zero=True)
   checks.check_choice(f'{name}.distance', section.distance, inversion.DISTANCES)
   checks.check_bool(f'{name}.signed', section.signed)
+  checks.check_choice(f'{name}.labels', section.labels, LABELS)
   if not section.targets:
     return
   if section.round > config.num_rounds:
     raise ValueError(f'config.{name}.round={section.round}; expected a round of the run, '
                      f'1..{config.num_rounds}.')
   if 'head' not in config:
-    raise ValueError(f'config.{name}: the attack inverts a recognition model\'s update; '
-                     'expected a recognition config (one with a head).')
+    raise ValueError(f'config.{name}: algorithm={config.algorithm!r} trains a live / spoof model '
+                     'with Adam from a fresh state, whose update carries the signs of its gradient '
+                     'only, and has no identity to score by; expected a recognition config.')
   if config.algorithm not in ATTACKED_METHODS:
     raise ValueError(f'config.{name}: algorithm={config.algorithm!r}, whose client update the '
                      f'attack does not model; expected one of {ATTACKED_METHODS}.')
-  if config.secure_aggregation.enabled:
-    raise ValueError(f'config.{name}: with secure_aggregation.enabled the server sees only the '
-                     'masked sum, which this attack does not invert yet; expected it off.')
+  if section.labels == 'recovered' and config.federated.batch_size != 1:
+    raise ValueError(f"config.{name}.labels='recovered' reads one example's label from the "
+                     f'update; expected federated.batch_size=1, not {config.federated.batch_size}.')
+  if (section.labels == 'recovered' and config.algorithm == 'fedpe'
+      and config.secure_aggregation.enabled):
+    raise ValueError(f"config.{name}.labels='recovered': FedPE's label is read from its own "
+                     "backbone update, which secure aggregation sums with the cohort's; expected "
+                     "labels='true' or secure_aggregation.enabled=False.")
   if config.optimizer.get('name', 'sgd') != 'sgd':
     raise ValueError(f'config.{name}: optimizer.name={config.optimizer.name!r}; the update reads '
                      "as a pseudo-gradient only under SGD; expected 'sgd'.")
@@ -185,6 +215,103 @@ def client_update_model(config, r: int):
   return grad_fn, learning_rate
 
 
+def sum_model(grad_fn):
+  """The attacker's model of the cohort's weighted sum under secure aggregation:
+  `summed(images [m, S, B, ...], θ params, batch_stats, W [m, C, d], labels [m, S, B],
+  mask [m, S, B], class_mask [m, C], shares [m]) = Σ_k s_k grad_fn(client k's arguments)`,
+  the pseudo-gradient of the mean the server decodes (Σ_k s_k = 1 over the real clients)."""
+  per_client = jax.vmap(grad_fn, in_axes=(0, None, None, 0, 0, 0, 0))
+
+  def summed(images, params, batch_stats, w, labels, mask, class_mask, shares):
+    grads = per_client(images, params, batch_stats, w, labels, mask, class_mask)
+    return jax.tree.map(lambda g: jnp.tensordot(shares, g, axes=1), grads)
+
+  return summed
+
+
+def client_noise_key(round_rng: jax.Array, client_id: int, secret) -> jax.Array:
+  """The key client `client_id` draws its share of the DP noise from under secure aggregation,
+  as core/engine.py's `_one_client` derives it from the round's key."""
+  base = jax.random.fold_in(jax.random.fold_in(round_rng, client_id), privacy.NOISE_STREAM)
+  return engine_lib.noise_key(base, secret)
+
+
+def secure_sum(deltas: list, shares, fraction_bits: int):
+  """What secure aggregation reveals of `deltas` (one pytree per client, float32) with
+  `shares` `[len(deltas)]`: Σ_k encode(s_k · δ_k) modulo 2^32, decoded (the clients' masks
+  cancel exactly in the sum, so this is the server's unmasked sum bit for bit)."""
+  def encoded(delta, share):
+    share = jnp.float32(share)
+    return jax.tree.map(
+        lambda x: secure_aggregation.encode(share * x.astype(jnp.float32), fraction_bits)[0],
+        delta)
+  rings = [encoded(d, s) for d, s in zip(deltas, shares)]
+  total = jax.tree.map(lambda *xs: jnp.sum(jnp.stack(xs), axis=0, dtype=jnp.uint32), *rings)
+  return jax.tree.map(lambda x: secure_aggregation.decode(x, fraction_bits), total)
+
+
+def secure_view(replay, r: int, cohort: np.ndarray, updates: list, sent) -> tuple[dict, dict]:
+  """(the decoded sum Σ_k s_k (u_k − θ [+ noise share]) of round r's backbone updates, as the
+  server of a run with secure aggregation sees it, and how it was made: each real client's
+  share s_k, and where its DP noise came from). Reads the replay's simulation as the engine ran
+  the round (run/simulation.py's `train_round`): the padded cohort, the example counts, the
+  round's key, the engine's DP and secure-aggregation specs."""
+  sim = replay.sim
+  engine = sim.engine
+  num_clients = sim.fed.num_clients
+  padded = np.asarray(sim.cohorts.padded(r - 1, engine.cohort_multiple()))
+  real = padded < num_clients
+  weights = np.where(real, sim.num_examples[np.minimum(padded, num_clients - 1)], 0.0)
+  shares = np.asarray(engine_lib.aggregation_shares(jnp.asarray(weights, jnp.float32),
+                                                    engine.dp), np.float32)[real]
+  assert np.array_equal(padded[real], cohort)
+  deltas = [jax.tree.map(lambda u, o: u.astype(jnp.float32) - o.astype(jnp.float32),
+                         update['model'], sent) for update in updates]
+  dp, how = engine.dp, {'shares': [float(x) for x in shares]}
+  if dp is None:
+    how['dp_noise'] = 'none (no DP)'
+  else:
+    round_rng = jax.random.fold_in(sim.root_rng, r)
+    own = replay.config.dp.get('noise_seed', 'config') != 'os'
+    secret = engine.noise_secret if own else None
+    deltas = [privacy.noise_share(delta, dp.noise_std * jnp.sqrt(jnp.float32(share)),
+                                  client_noise_key(round_rng, int(k), secret))
+              for delta, share, k in zip(deltas, shares, cohort)]
+    how['dp_noise'] = (
+        f"each client's share N(0, (sigma S)^2 s_k), sigma S = {dp.noise_std:.4g}, "
+        + ("the run's own draws" if own else "drawn afresh with the run's std (dp.noise_seed="
+           "'os': the run's draws are secret)"))
+  return secure_sum(deltas, shares, engine.secure.fraction_bits), how
+
+
+def recovered_label(config, update: dict, sent_params, rows, class_mask, learning_rate: float
+                    ) -> tuple[int, str]:
+  """(the label of a batch-1 client's example read from its update, the rule that gave it):
+  FedGC, iDLG's sign rule on the row gradients of the W_k it sent back (`inversion.idlg_label`;
+  where no single row is opposed to all others, the row with the lowest mean cosine to them);
+  FedPE, the final BatchNorm shift's gradient (∂L/∂f) against the rows the attacker is given
+  (`inversion.label_from_feature_gradient`). Read from the whole update: with several local
+  steps of one image each it names one label for all of them."""
+  valid = np.flatnonzero(np.asarray(class_mask))
+  if 'W' in update:
+    grads = inversion.row_gradients(rows, update['W'], learning_rate,
+                                    config.optimizer.weight_decay)[valid]
+    try:
+      return int(valid[inversion.idlg_label(grads)]), 'idlg_sign'
+    except ValueError:
+      unit = grads / np.maximum(np.linalg.norm(grads, axis=1, keepdims=True), 1e-30)
+      cos = unit @ unit.T
+      return int(valid[np.argmin(cos.sum(axis=1) - np.diag(cos))]), 'idlg_lowest_cosine'
+  shift = update['model']['params'].get('features', {}).get('bias')
+  if shift is None:
+    raise ValueError(f"config.evals.inversion.labels='recovered': {config.model.name} has no "
+                     "final BatchNorm shift ('features'/'bias') to read the label from; expected "
+                     "labels='true'.")
+  feature_grad = (np.asarray(sent_params['features']['bias'], np.float64)
+                  - np.asarray(shift, np.float64)) / learning_rate
+  return inversion.label_from_feature_gradient(feature_grad, rows, class_mask), 'feature_gradient'
+
+
 def make_inversion(config, section, setup) -> Evaluator | None:
   """The evaluator (module docstring); None when off (`targets=0`)."""
   if not section.targets:
@@ -197,7 +324,9 @@ def make_inversion(config, section, setup) -> Evaluator | None:
   gallery_images, ok = stores.take(fed.images, gallery_index)
   gallery_images, gallery_owner = gallery_images[ok], gallery_owner[ok]
 
-  attack = inversion.make_attack(grad_fn, iterations=section.iterations,
+  secure = bool(config.secure_aggregation.enabled)
+  attack = inversion.make_attack(sum_model(grad_fn) if secure else grad_fn,
+                                 iterations=section.iterations,
                                  learning_rate=section.learning_rate,
                                  tv_weight=section.tv_weight, distance=section.distance,
                                  signed=section.signed)
@@ -228,21 +357,51 @@ def make_inversion(config, section, setup) -> Evaluator | None:
       raise ValueError(f'config.evals.inversion: {config.algorithm} keeps no per-client class rows '
                        "('W') to compute a client's loss with; expected FedPE or FedGC.")
     sent = server['model']
+    cohort_rows = jnp.asarray(np.asarray(rows)[np.asarray(cohort)])
+    true_labels = np.asarray(data['labels'])
+    labels, recovery = true_labels, None
+    if section.labels == 'recovered':
+      read = [recovered_label(config, u, sent['params'], cohort_rows[i], data['class_mask'][i],
+                              learning_rate) for i, u in enumerate(updates)]
+      labels = np.broadcast_to(np.array([label for label, _ in read], true_labels.dtype)
+                               [:, None, None], true_labels.shape)
+      valid = np.asarray(data['mask'], bool)
+      recovery = {'accuracy': float(np.mean(labels[valid] == true_labels[valid])),
+                  'rules': sorted({rule for _, rule in read})}
     gallery = verification.compute_embeddings(inputs.embed, gallery_images,
                                               batch_size=config.eval.batch_size, flip=False)
     means = _mean_embeddings(gallery, gallery_owner, fed.num_identities)
     rng = jax.random.PRNGKey(config.seed)
+    statistics = sent.get('batch_stats', {})
+    num_targets = min(section.targets, len(cohort))
+    if secure:   # one attack on the sum: every client of the cohort reconstructed jointly
+      total, how = secure_view(inputs.replay, r, np.asarray(cohort), updates, sent)
+      target = jax.tree.map(lambda x: -x / learning_rate, total['params'])
+      joint, loss = inversion.invert(
+          attack, target, data['images'].shape, jax.random.fold_in(rng, r), sent['params'],
+          statistics, cohort_rows, jnp.asarray(labels), data['mask'], data['class_mask'],
+          jnp.asarray(how['shares']), restarts=section.restarts)
+      reconstructions = [(joint[t], loss) for t in range(num_targets)]
+      seen = (f'only the weighted sum of the {len(cohort)} clients\' updates (secure '
+              'aggregation; all reconstructed jointly)')
+      dp_noise = how['dp_noise']
+    else:
+      reconstructions = []
+      for t in range(num_targets):
+        target = inversion.pseudo_gradient(sent['params'], updates[t]['model']['params'],
+                                           learning_rate)
+        reconstructions.append(inversion.invert(
+            attack, target, data['images'][t].shape, jax.random.fold_in(rng, int(cohort[t])),
+            sent['params'], statistics, cohort_rows[t], jnp.asarray(labels[t]), data['mask'][t],
+            data['class_mask'][t], restarts=section.restarts))
+      seen = 'each update before aggregation'
+      dp_noise = ("none in what it attacks: the clipped update as sent, the server's own noise "
+                  'added after it sees it' if config.dp.enabled else 'none (no DP)')
     per_target, true_tiles, recon_tiles, names = [], [], [], []
     match_recon, match_true = {}, {}
-    for t in range(min(section.targets, len(cohort))):
+    for t, (recon, loss) in enumerate(reconstructions):
       k = int(cohort[t])
-      target = inversion.pseudo_gradient(sent['params'], updates[t]['model']['params'],
-                                         learning_rate)
-      images, labels, mask = data['images'][t], data['labels'][t], data['mask'][t]
-      recon, loss = inversion.invert(
-          attack, target, images.shape, jax.random.fold_in(rng, k), sent['params'],
-          sent.get('batch_stats', {}), jnp.asarray(rows[k]), labels, mask,
-          data['class_mask'][t], restarts=section.restarts)
+      images, mask = data['images'][t], data['mask'][t]
       valid = np.asarray(mask).reshape(-1)
       true = np.asarray(images).reshape((-1,) + images.shape[2:])[valid]
       recon = _to_uint8(recon).reshape((-1,) + images.shape[2:])[valid]
@@ -251,24 +410,26 @@ def make_inversion(config, section, setup) -> Evaluator | None:
       closer = np.where((p_mirror > p_true)[:, None, None, None], mirror, true)
       psnr = np.maximum(p_true, p_mirror)
       ssim = inversion.ssim(recon, closer)
-      identities = identity_table[k, np.asarray(labels).reshape(-1)[valid]]
+      identities = identity_table[k, true_labels[t].reshape(-1)[valid]]
       got = recognised(inputs, means, recon, identities)
       ceiling = recognised(inputs, means, closer, identities)
       for kind in got:
         match_recon.setdefault(kind, []).append(got[kind])
         match_true.setdefault(kind, []).append(ceiling[kind])
       per_target.append({
-          'client': k, 'images': int(len(true)), 'matching_loss': loss,
+          'client': k, 'images': int(len(true)), 'matching_loss': float(loss),
           'psnr': float(np.mean(psnr)), 'ssim': float(np.mean(ssim)),
           **{f'identity_match_{kind}': float(np.mean(v)) for kind, v in got.items()}})
       true_tiles.append(closer)
       recon_tiles.append(recon)
       names += [str(i) for i in identities]
+    given = ('the labels it recovered from the update' if recovery else "the batch's true labels")
     results = {
-        'round': r, 'distance': section.distance, 'labels': 'true', 'local_steps': steps,
-        'batch_size': config.federated.batch_size,
-        'threat_model': 'curious server: each update before aggregation, given the batch\'s '
-                        f'labels and {rows_from}',
+        'round': r, 'distance': section.distance, 'labels': section.labels, 'local_steps': steps,
+        'batch_size': config.federated.batch_size, 'secure_aggregation': secure,
+        'threat_model': f'curious server: {seen}, given {given} and {rows_from}',
+        'dp_noise': dp_noise,
+        **({'label_recovery': recovery} if recovery else {}),
         'psnr': float(np.mean([t['psnr'] for t in per_target])),
         'ssim': float(np.mean([t['ssim'] for t in per_target])),
         **{f'identity_match_{kind}': float(np.mean(np.concatenate(v)))
@@ -278,6 +439,8 @@ def make_inversion(config, section, setup) -> Evaluator | None:
         'targets': per_target}
     scalars = {key: value for key, value in results.items()
                if key in ('psnr', 'ssim') or key.startswith('identity_match')}
+    if recovery:
+      scalars['label_recovery_accuracy'] = recovery['accuracy']
     # The grid: each target's true images on one row, its reconstructions on the next.
     cols = max(len(x) for x in true_tiles)
     rows_of = lambda x: np.concatenate([x, np.full((cols - len(x),) + x.shape[1:], 255, np.uint8)])
@@ -298,8 +461,11 @@ def markdown(results: dict) -> list[str]:
            if k.startswith('identity_match_') and not k.endswith('_true_images')]
   lines = [f"Gradient inversion of round {results['round']}'s updates ({results['distance']}, "
            f"{results['local_steps']} local steps of batch {results['batch_size']}); threat "
-           f"model: {results['threat_model']}. Identity matched by the global model, "
-           'reconstruction (true images):', '',
+           f"model: {results['threat_model']}; DP noise: {results['dp_noise']}."
+           + (f" Labels recovered: {100 * results['label_recovery']['accuracy']:.1f} % right "
+              f"({', '.join(results['label_recovery']['rules'])})."
+              if 'label_recovery' in results else '')
+           + ' Identity matched by the global model, reconstruction (true images):', '',
            '| client | images | PSNR dB | SSIM | ' + ' | '.join(kinds) + ' |',
            '| --- | --- | --- | --- | ' + ' | '.join('---' for _ in kinds) + ' |']
   for t in results['targets']:

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from fedjax_face.eval.privacy import inversion
+from fedjax_face.models import heads
 
 
 def _dense_grads(x, label, classes=5):
@@ -39,6 +40,30 @@ def test_idlg_label_is_the_row_opposed_to_all_others(label):
 def test_idlg_label_refuses_two_classes():
   with pytest.raises(ValueError, match='2 classes; the sign rule needs at least 3'):
     inversion.idlg_label(np.array([[1.0, 2.0], [-1.0, -2.0]]))
+
+
+@pytest.mark.parametrize('kind', ['softmax', 'cosface'])
+def test_the_label_is_the_rows_one_negative_coefficient_in_the_feature_gradient(kind):
+  """FedPE's reading: ∂L/∂f of one example on the head's rows, the padded class skipped."""
+  f = jax.random.normal(jax.random.PRNGKey(4), (1, 8))
+  w = jax.random.normal(jax.random.PRNGKey(5), (6, 8))
+  class_mask = jnp.array([True] * 5 + [False])
+  head = heads.head_kwargs_from_config({'loss': kind})
+  for label in range(5):
+    loss = lambda f, y=label: heads.loss(f, w, jnp.array([y]), class_mask, None, **head)
+    g = jax.grad(loss)(f)[0]
+    assert inversion.label_from_feature_gradient(g, w, class_mask) == label
+  # A linear head: the coefficients are p - onehot exactly.
+  p = jnp.array([0.1, 0.2, 0.3, 0.4, 0.0, 0.0])
+  g = (p - jax.nn.one_hot(2, 6)) @ w
+  assert inversion.label_from_feature_gradient(g, w) == 2
+
+
+def test_row_gradients_undo_one_sgd_step_with_weight_decay():
+  w = jax.random.normal(jax.random.PRNGKey(6), (4, 3))
+  g = jax.random.normal(jax.random.PRNGKey(7), (4, 3))
+  sent = w - 0.5 * (g + 0.01 * w)   # one coupled-weight-decay SGD step at lr 0.5
+  np.testing.assert_allclose(inversion.row_gradients(w, sent, 0.5, 0.01), g, atol=1e-6)
 
 
 def test_pseudo_gradient_is_the_step_divided_by_the_rate():

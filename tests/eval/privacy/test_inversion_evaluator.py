@@ -6,13 +6,16 @@ true images over reconstructions, and the arrays; the model cut to one stage, 2 
 2 images, so that it compiles in seconds."""
 
 import itertools
+import types
 
 import jax
 import numpy as np
 import pytest
 
 from fedjax_face import algorithms, eval as eval_lib
+from fedjax_face.core import algorithm as algorithm_lib
 from fedjax_face.core import engine as engine_lib
+from fedjax_face.core import privacy, secure_aggregation
 from fedjax_face.data import federated, preprocess
 from fedjax_face.eval.privacy import evaluators, inversion
 from fedjax_face.run import setup as run_setup
@@ -47,10 +50,26 @@ def test_bad_fields_are_named(field, value, message):
 
 
 def test_refusals_name_what_the_attack_needs():
-  c = _config(targets=1)
-  c.secure_aggregation.enabled = True
-  with pytest.raises(ValueError, match='sees only the masked sum'):
+  c = _config(targets=1, labels='recovered')
+  c.federated.batch_size = 4
+  with pytest.raises(ValueError, match=r"labels='recovered' reads one example's label from the "
+                                       r'update; expected federated.batch_size=1, not 4.'):
     evaluators.check_inversion(c, c.evals.inversion)
+  c.federated.batch_size = 1
+  evaluators.check_inversion(c, c.evals.inversion)
+  c.secure_aggregation.enabled = True
+  with pytest.raises(ValueError, match="FedPE's label is read from its own backbone update, which "
+                                       "secure aggregation sums with the cohort's"):
+    evaluators.check_inversion(c, c.evals.inversion)
+  c = _config(targets=1)
+  c.secure_aggregation.enabled = True   # attacked from the sum it reveals
+  evaluators.check_inversion(c, c.evals.inversion)
+  pad = load_config('pad/fedpad')
+  pad.evals.inversion = eval_lib.config_section('inversion')
+  pad.evals.inversion.targets = 1
+  with pytest.raises(ValueError, match=r"algorithm='fedpad' trains a live / spoof model with "
+                                       r'Adam from a fresh state, whose update carries the signs'):
+    evaluators.check_inversion(pad, pad.evals.inversion)
   c = _config(targets=1)
   c.optimizer.name = 'adam'
   with pytest.raises(ValueError, match="pseudo-gradient only under SGD; expected 'sgd'"):
@@ -106,11 +125,11 @@ def evaluated():
       embed=eval_lib.make_embed(s.model)(s.algorithm.eval_variables(state.server)),
       class_embeddings=s.algorithm.class_embeddings(state), state=state, replay=replay)
   [evaluator] = s.evaluators
-  return evaluator, inputs, replay, c
+  return evaluator, inputs, replay, c, s
 
 
 def test_the_attackers_model_of_an_update_is_exact_at_the_true_images(evaluated):
-  _, _, replay, config = evaluated
+  _, _, replay, config, _ = evaluated
   grad_fn, lr = evaluators.client_update_model(config, 1)
   grad_fn = jax.jit(grad_fn)
   sent = replay.state.server['model']
@@ -129,7 +148,7 @@ def test_the_attackers_model_of_an_update_is_exact_at_the_true_images(evaluated)
 
 
 def test_an_evaluation_reports_each_target_and_draws_the_grid(evaluated):
-  evaluator, inputs, replay, _ = evaluated
+  evaluator, inputs, replay, _, _ = evaluated
   assert evaluator.evaluate(inputs._replace(replay=None)) is None   # mid-run: nothing replayed
   out = evaluator.evaluate(inputs)
   res = out.results
@@ -152,7 +171,7 @@ def test_an_evaluation_reports_each_target_and_draws_the_grid(evaluated):
 
 
 def test_a_method_without_client_class_rows_is_refused(evaluated):
-  evaluator, inputs, replay, _ = evaluated
+  evaluator, inputs, replay, _, _ = evaluated
   bare = inputs.state.replace(clients={})
   class NoRows(type(replay)):
     def __init__(self):
@@ -169,3 +188,91 @@ def test_class_rows_come_from_the_client_or_the_servers_per_client_slots():
   rows, whose = evaluators.client_rows({'model': {}, 'W': w}, {}, 3)      # FedGC: broadcast
   assert rows is w and 'broadcast' in whose
   assert evaluators.client_rows({'model': {}, 'W': np.zeros((5, 4))}, {}, 3) == (None, None)
+
+
+class _SecureReplay(_Replay):
+  """The fixture's round as a run with secure aggregation (and DP at `noise_std`, clip S large
+  enough that no update is clipped) replays it: the clipped updates before masking, and the
+  parts of the run's simulation the evaluator reads (run/simulation.py's `Simulation`)."""
+
+  def __init__(self, replay, config, algorithm, fed, noise_std):
+    self.__dict__.update(replay.__dict__)
+    self.config = config
+    self.raw = replay.updates
+    self.dp = (None if noise_std is None else
+               privacy.DpSpec(clip_norm=1e3, noise_std=noise_std, secure=True))
+    origin = {'model': replay.state.server['model']}
+    self.updates = (self.raw if self.dp is None else
+                    [privacy.clip_update(u, origin, 1e3)[0] for u in self.raw])
+    engine = types.SimpleNamespace(dp=self.dp, secure=secure_aggregation.Spec(),
+                                   noise_secret=None, cohort_multiple=lambda: 1)
+    self.sim = types.SimpleNamespace(
+        engine=engine, fed=fed, num_examples=np.asarray(fed.num_examples, np.float32),
+        cohorts=types.SimpleNamespace(padded=lambda r, multiple: self.cohort),
+        root_rng=jax.random.PRNGKey(config.seed))
+    self.algorithm = algorithm
+
+
+def _engines_sum(replay):
+  """The server's decoded sum of the 'model' updates as core/engine.py's clients mask them
+  (`_one_client`: clip, noise share, pairwise masks, each client's own `update` as it trained)
+  and its server unmasks them (`secure_aggregation.unmasked_sum`)."""
+  m = len(replay.cohort)
+  weights = np.asarray(replay.sim.num_examples)[replay.cohort]
+  shares = engine_lib.aggregation_shares(weights, replay.dp)
+  round_rng = jax.random.fold_in(replay.sim.root_rng, 1)
+  client_input = replay.algorithm.broadcast(replay.state.server, replay.cohort, 0, None)
+  masked = []
+  for i, (k, raw) in enumerate(zip(replay.cohort, replay.raw)):
+    sent = replay.algorithm._replace(client_update=lambda *_, u=raw: algorithm_lib.ClientResult(
+        update=u, private={}, metrics={}))
+    result = engine_lib._one_client(  # pylint: disable=protected-access
+        sent, client_input.shared, client_input.per_client, {}, None, int(k), round_rng,
+        replay.dp, secure_aggregation.Spec(), np.int32(i), shares[i], m)
+    masked.append(result.update['model'])
+  stacked = jax.tree.map(lambda *xs: np.stack(xs), *masked)
+  return secure_aggregation.unmasked_sum(secure_aggregation.Spec(), stacked)
+
+
+@pytest.mark.parametrize('noise_std', [None, 0.0, 0.05])
+def test_under_secure_aggregation_the_attack_matches_the_sum_the_server_decodes(
+    evaluated, monkeypatch, noise_std):
+  _, inputs, replay, config, s = evaluated
+  c = config.copy_and_resolve_references()
+  c.secure_aggregation.enabled = True
+  c.dp.enabled = noise_std is not None
+  secure = _SecureReplay(replay, c, s.algorithm, s.fed, noise_std)
+  attacked = {}
+  def capture(attack, target, shape, rng, *args, restarts=1):
+    attacked.update(target=target, shape=shape, args=args)
+    return np.zeros(shape, np.float32), 0.5
+  monkeypatch.setattr(inversion, 'invert', capture)
+  out = evaluators.make_inversion(c, c.evals.inversion,
+                                  eval_lib.EvalSetup(c, s.data, s.fed)).evaluate(
+      inputs._replace(replay=secure))
+  _, lr = evaluators.client_update_model(c, 1)
+  # What the attack matched is exactly minus the decoded sum over the rate, bit for bit.
+  expected = jax.tree.map(lambda x: -x / lr, _engines_sum(secure)['params'])
+  for got, want in zip(jax.tree.leaves(attacked['target']), jax.tree.leaves(expected)):
+    np.testing.assert_array_equal(got, want)
+  # One joint attack: every client's batch, with the shares the engine weighs them by.
+  assert attacked['shape'] == replay.data['images'].shape
+  shares = attacked['args'][-1]
+  if noise_std is None:
+    n = np.asarray(s.fed.num_examples, np.float32)[replay.cohort]
+    np.testing.assert_array_equal(shares, n / n.sum())
+  else:
+    np.testing.assert_array_equal(shares, np.full(len(replay.cohort), 1 / len(replay.cohort),
+                                                  np.float32))
+  res = out.results
+  assert res['secure_aggregation'] is True and [t['client'] for t in res['targets']] == [0, 1]
+  assert res['threat_model'].startswith('curious server: only the weighted sum of the 4 clients')
+  assert res['dp_noise'] == ('none (no DP)' if noise_std is None else
+                             "each client's share N(0, (sigma S)^2 s_k), sigma S = "
+                             f"{noise_std:.4g}, the run's own draws")
+  if noise_std == 0.0:   # sigma = 0: the noised sum is the clipped one's
+    plain = _SecureReplay(replay, c, s.algorithm, s.fed, None)
+    plain.raw = secure.updates
+    for got, want in zip(jax.tree.leaves(attacked['target']),
+                         jax.tree.leaves(_engines_sum(plain)['params'])):
+      np.testing.assert_array_equal(got, -want / lr)
