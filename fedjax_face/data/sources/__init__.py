@@ -46,8 +46,12 @@ and, for the evaluators that read them (each evaluator's check says which it nee
                                           identities no run trains on, rendered as the
                                           training images are (eval/privacy/membership.py)
   identity_probes(config, data, ids, per_identity, num_distractors) -> (images, labels)
-                                          new images of training identities and of held-out
-                                          distractors (eval/privacy/leakage.py)
+                                          new images of training identities and of
+                                          distractors (eval/privacy/leakage.py): rendered
+                                          (synthetic), or held-out images (fedfr_split's
+                                          verification set; the file sources' with
+                                          data.private_test_fraction)
+  check_identity_probes(config, needed_by)  ValueError when this config's data give no probes
   pictures(config, data, workdir) -> [file names]            pictures of the data, written
 
 `SOURCES` maps a name to its module (a dotted path, imported when used, or a module object: a

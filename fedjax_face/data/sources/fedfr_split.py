@@ -3,7 +3,7 @@ streamed. The clients are the given splits, not a partition drawn here: client k
 `split_train_*/client_XXXX` in number order, so `federated.num_clients` must count them. The public
 identities (`data.public_identities`, FedFR's D_g) are those of every `split_pretrain_*/client_XXXX`
 folder (the authors' script writes ten), and the clients' held-out images (the personalized
-evaluation's probes) are the verification set's. Pair sets come from `<name>.bin` files in
+evaluation's probes, and identity leakage's: `identity_probes`) are the verification set's. Pair sets come from `<name>.bin` files in
 `verification_dir` (default the root).
 
 Identities are numbered public first (0 .. K_g - 1: pre-training folder i's labels shifted by the
@@ -213,6 +213,22 @@ def _check_gallery(gallery: fedfr_split.SplitSet, clients: list[fedfr_split.Spli
     raise fedfr_split.SplitError(f'{gallery.path}: identity {i} has {theirs[i]} images; the '
                                  f'clients\' training sets hold {ours[i]} (the gallery is their '
                                  'training images)')
+
+
+def identity_probes(config, data, identity_ids, per_identity: int, num_distractors: int):
+  """The identity-leakage probes (`files.held_out_probes`): the verification set's held-out images
+  of the clients' identities."""
+  del config
+  return files.held_out_probes(data, data.eval_sets['held_out'], identity_ids, per_identity,
+                               num_distractors)
+
+
+def check_identity_probes(config, needed_by: str) -> None:
+  """The probes are the verification set's images: refused without it."""
+  if directory(config, 'veri') is None:
+    raise ValueError(f"{needed_by} with data.fedfr_split.veri={config.data.fedfr_split.veri!r}: "
+                     "the probes are the verification set's held-out images of the clients' "
+                     'identities; expected a local_veri_* directory.')
 
 
 def training_views(config, data, one_client: bool):

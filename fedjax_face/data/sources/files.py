@@ -1,6 +1,7 @@
 """What the file sources (`insightface`, `image_folder`, `tfds`) share: their common fields, the
-identity selection, the verification pair sets from `<name>.bin` / `<name>.txt` files, and the
-insightface RecordIO store.
+identity selection, the verification pair sets from `<name>.bin` / `<name>.txt` files, the
+insightface RecordIO store, and the identity-leakage probes from held-out images
+(`identity_probes`, with `data.private_test_fraction`; `fedfr_split` uses its verification set).
 
 For these sources `FaceBenchmark.train_images` is a `stores.DecodedImageStore`: only record keys /
 file paths and labels are in memory, and the identity -> client partition works from the labels
@@ -23,7 +24,7 @@ import numpy as np
 import ml_collections
 
 from fedjax_face.core import checks
-from fedjax_face.data import stores, views
+from fedjax_face.data import splits, stores, views
 from fedjax_face.data.formats import image_folder, recordio, verification_bin
 from fedjax_face.data.types import FaceBenchmark, PairSet
 
@@ -93,6 +94,51 @@ def training_views(config, data, one_client: bool):
 def describe(data) -> str:
   return (f'{len(data.train_images)} training images of {data.num_identities} identities '
           f'({data.train_images.description})')
+
+
+def held_out_probes(data, held_out, identity_ids, per_identity: int,
+                    num_distractors: int) -> tuple[np.ndarray, np.ndarray]:
+  """`identity_probes` from held-out images (indices `held_out` into `data.train_images`, images
+  no client trains on): the first `per_identity` held-out images of each identity of
+  `identity_ids` (an identity with none gives none), then those of the `num_distractors`
+  lowest other identities that have held-out images (fewer when fewer have), labelled
+  `data.num_identities + j`. A distractor here is a client's identity no template names, not a
+  stranger: the real splits hold out images of the clients' identities only. Records the store
+  skips as bad are left out."""
+  held_out = np.asarray(held_out, np.int64)
+  labels = np.asarray(data.train_labels)[held_out]
+  order = np.argsort(labels, kind='stable')   # each identity's images in index order
+  names, starts = np.unique(labels[order], return_index=True)
+  groups = dict(zip(names.tolist(), np.split(held_out[order], starts[1:])))
+  ids = np.asarray(identity_ids, np.int64).tolist()
+  attacked = set(ids)
+  others = [i for i in groups if i not in attacked][:num_distractors]
+  wanted = [(i, i) for i in ids] + [(data.num_identities + j, i) for j, i in enumerate(others)]
+  index, out = [], []
+  for label, identity in wanted:   # (the probe's label, whose images)
+    rows = groups.get(identity, held_out[:0])[:per_identity]
+    index.append(rows)
+    out.append(np.full(len(rows), label, np.int64))
+  index, out = np.concatenate(index + [held_out[:0]]), np.concatenate(out + [held_out[:0]])
+  images, ok = stores.take(data.train_images, index)
+  return images[ok], out[ok]
+
+
+def identity_probes(config, data, identity_ids, per_identity: int, num_distractors: int):
+  """The identity-leakage probes of a file source (`held_out_probes`): the private identities'
+  held-out images of `data.private_test_fraction`, the same split the personalized evaluation
+  and `views.identity_views` make."""
+  split = splits.split_identities(np.asarray(data.train_labels), config.data.public_identities,
+                                  config.data.private_test_fraction, config.seed)
+  return held_out_probes(data, split.private_test, identity_ids, per_identity, num_distractors)
+
+
+def check_identity_probes(config, needed_by: str) -> None:
+  """A file source has probes only when images of the clients' identities are held out."""
+  if not config.data.private_test_fraction:
+    raise ValueError(f'{needed_by} with data.source={config.data.source!r} and '
+                     'data.private_test_fraction=0.0: the probes are held-out images of the '
+                     "clients' identities; expected a fraction > 0 (FedFR: 0.4).")
 
 
 PAIR_SET_NAMES = None   # any <name>.bin / <name>.txt stem

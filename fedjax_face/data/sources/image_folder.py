@@ -5,7 +5,8 @@ lists (`data/formats/image_folder.py`)."""
 from fedjax_face.data.formats import image_folder
 from fedjax_face.data.sources import files
 from fedjax_face.data.sources.files import (TASK, PAIR_SET_NAMES, describe, pair_set_title,  # pylint: disable=unused-import
-                                            pair_sets, training_views)
+                                            pair_sets, training_views,
+                                            identity_probes, check_identity_probes)
 
 DATA_FIELDS = ()
 

@@ -6,7 +6,8 @@ prepared there is prepared from `manual_dir` when that holds the builder's files
 from fedjax_face.data.formats import tfds_source
 from fedjax_face.data.sources import files
 from fedjax_face.data.sources.files import (TASK, PAIR_SET_NAMES, describe, pair_set_title,  # pylint: disable=unused-import
-                                            pair_sets, training_views)
+                                            pair_sets, training_views,
+                                            identity_probes, check_identity_probes)
 
 DATA_FIELDS = ('name', 'split', 'label_key')
 

@@ -41,8 +41,12 @@ the identity). Probes: `identity_probes` of the data source (new images of the t
 identities, and of held-out distractors), embedded by the global model as the 1:1 protocol does
 (`verification.compute_embeddings`).
 
-Real-data sources: none provides `identity_probes` yet; FedFR's held-out images of the clients'
-identities (`data.private_test_fraction`, `FederatedData.test_indices`) could serve as its probes.
+Real data: the probes are held-out images of the clients' identities (`fedfr_split`: its
+verification set; `image_folder`, `insightface`, `tfds`: `data.private_test_fraction`'s split),
+and the distractors the lowest identities that no template names (clients' identities, trained
+on, not strangers: the real splits hold out no one else). An attacked identity without held-out
+images is left out of its kind (`without_probes`). The exact template never uses a held-out image
+(`FederatedData.test_indices`). `client_folders` holds nothing out: refused.
 """
 
 import itertools
@@ -51,7 +55,7 @@ import ml_collections
 import numpy as np
 
 from fedjax_face.core import arrays, checks
-from fedjax_face.data import sources
+from fedjax_face.data import sources, stores
 from fedjax_face.eval import EvalOutput, Evaluator
 from fedjax_face.eval.recognition import identification, verification
 
@@ -108,7 +112,9 @@ def check_leakage(config, section) -> None:
     raise ValueError(f'config.evals.leakage.rounds={rounds}; expected at most round='
                      f'{section.round} (the rounds replayed end at it and start at round 1 or '
                      'later).')
-  sources.require(config, 'identity_probes', 'config.evals.leakage')
+  source = sources.require(config, 'identity_probes', 'config.evals.leakage')
+  if hasattr(source, 'check_identity_probes'):   # real data: probes only where images are held out
+    source.check_identity_probes(config, 'config.evals.leakage')
   kinds = section.kinds
   if isinstance(kinds, str) or any(k not in KINDS for k in kinds):
     raise ValueError(f'config.evals.leakage.kinds={kinds!r}; expected a tuple of some of {KINDS} '
@@ -343,18 +349,29 @@ def make_leakage(config, section, setup) -> Evaluator | None:
                                                       batch_size=config.eval.batch_size)
     probes = embed(images)
     train_labels = np.asarray(data.train_labels)
-    index = np.concatenate([np.flatnonzero(train_labels == i)[:section.exact_images]
+    trained = np.ones(len(train_labels), bool)   # the exact template: never a probe image
+    if getattr(fed, 'test_indices', None) is not None:
+      trained[np.asarray(fed.test_indices)] = False
+    index = np.concatenate([np.flatnonzero(trained & (train_labels == i))[:section.exact_images]
                             for i in attacked])
-    exact, exact_ids = identification.templates(embed(np.asarray(data.train_images[index])),
-                                                train_labels[index])
+    exact_images, ok = stores.take(data.train_images, index)   # a file source's store decodes
+    exact, exact_ids = identification.templates(embed(exact_images[ok]),
+                                                train_labels[index][ok])
     exact_rows = dict(zip(exact_ids.tolist(), exact))
     distractor = probe_labels >= data.num_identities
     rng = np.random.default_rng(np.random.SeedSequence([config.seed, _RANDOM_STREAM]))
     results = {'round': r, 'rounds': len(window),
                'probes_per_identity': section.probes_per_identity,
-               'distractors': section.num_distractors, 'fars': [str(f) for f in FARS],
-               'kinds': {}}
+               'distractors': int(np.unique(probe_labels[distractor]).size),
+               'fars': [str(f) for f in FARS], 'kinds': {}}
     for kind, (rows, labels, others, notes) in found.items():
+      probed = np.isin(labels, probe_labels)   # real data: some identities hold nothing out
+      if not probed.all():
+        notes = {**notes, 'without_probes': int(np.unique(labels[~probed]).size)}
+        rows, labels = rows[probed], labels[probed]
+        others = [o for o, p in zip(others, probed) if p]
+      if not len(labels):
+        continue
       ids = np.unique(labels)
       view = distractor | np.isin(probe_labels, ids)
       p_emb, p_lab = probes[view], probe_labels[view]
