@@ -20,6 +20,7 @@ import contextlib
 import functools
 import posixpath
 import time
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -35,7 +36,12 @@ from fedjax_face.run import results as results_lib
 from fedjax_face.run import setup as setup_lib
 from fedjax_face.run.hooks import checkpointing, divergence, evaluation, logging, preemption
 
-validate = setup_lib.validate   # the command lines check a config before running it
+def validate(config, resuming: bool = False) -> None:
+  """What the command lines check before running (`run.setup.validate`), with an `init_from` run
+  the divergence guard stopped taken at its last accepted checkpoint, the state
+  `python -m fedjax_face.evaluate` evaluates there (`replay.at_last_accepted`). A training run
+  started from such a run is still refused, in one line, by `train_and_evaluate`'s own check."""
+  setup_lib.validate(replay.at_last_accepted(config), resuming=resuming)
 
 
 def _silent(*args, **kwargs) -> None:
@@ -203,15 +209,29 @@ def evaluate_model(config, workdir: str, name: str = '') -> dict:
   flag of `python -m fedjax_face.evaluate`, else `evaluation_name`), so that evaluating a run into
   its own workdir leaves its files as they were. That folder is locked and checked as a run's
   workdir is (`resume.check_opening`, every field compared): an evaluation of another config
-  there is refused, a rerun of the same one replaces it. The model passes through the method's
-  `init` from that start, as a run's would, so every evaluator sees what a run that started there
-  would evaluate before its first round."""
+  there is refused, a rerun of the same one replaces it.
+
+  Which state is evaluated: when the config trains what the run in `init_from` trained (the
+  fields a resume may change aside: `replay.attacked_run`), the run's own round state, restored
+  from its final checkpoint (round `init_from_step` when set; a run the divergence guard stopped,
+  at its last accepted checkpoint), exactly what its final evaluation saw, with `EvalInputs.replay`
+  of its rounds for the attacks that replay one (eval/privacy/); the attacks' results then carry
+  `attacked_round` and `diverged`. Otherwise (a backbone file, or a run evaluated under another
+  method or setting) the model passes through the method's `init` from that start, as a run's
+  would, so every evaluator sees what a run that started there would evaluate before its first
+  round, and an attack that needs a replay is refused in one line. Every refusal comes before
+  the first file is written."""
   t_start = time.perf_counter()
   if not config.init_from:
     raise checks.UsageError('config.init_from is empty; expected the model to evaluate: a '
                             "finished run's workdir or an arcface_torch backbone file (.pth or "
                             '.onnx).')
-  setup_lib.validate(config)
+  setup_lib.validate(config, resuming=True)   # the config itself; what init_from holds below
+  attacked = replay.attacked_run(config)
+  if attacked is None:
+    setup_lib.validate(config)
+  else:   # the evaluators' checks against the run's own rounds
+    setup_lib.validate(attacked.config, resuming=True)
   files.check_workdir(workdir)
   name = name or evaluation_name(config)
   if not name or '/' in name or name in ('.', '..'):
@@ -224,8 +244,8 @@ def evaluate_model(config, workdir: str, name: str = '') -> dict:
   defaults = setup_lib.defaults(config)
   if chief:
     _check_evaluation_folder(outdir, config, defaults)
-  start = setup_lib.warm_start(config)
-  _, _, fed, evaluators = setup_lib.load_data(config, method)
+  model = (_started_model(config, method) if attacked is None else
+           _attacked_model(attacked, method, chief))   # read and verified before any write
   with contextlib.ExitStack() as cleanup:
     if chief:
       files.make_workdir(outdir)
@@ -234,7 +254,46 @@ def evaluate_model(config, workdir: str, name: str = '') -> dict:
       resume.remove_results(outdir)   # a rerun replaces them: never left stale
       files.write_json_atomic(files.join(outdir, 'config.json'),
                               {**config.to_dict(), checkpoint.PROVENANCE_KEY: provenance.collect()})
-    return _evaluate_model(config, outdir, chief, method, fed, evaluators, start, t_start)
+    try:
+      return _evaluate_model(config, outdir, chief, model, attacked, t_start)
+    finally:
+      if model.replay is not None:
+        model.replay.sim.round_data.close()
+
+
+class _Evaluated(NamedTuple):
+  """What `_evaluate_model` scores: the model, the method's algorithm on it, the round state, the
+  evaluators, and the replay of the run's rounds (None: none asked, or not process 0)."""
+  model: object
+  algorithm: object
+  state: object
+  evaluators: list
+  replay: replay.Replay | None
+
+
+def _started_model(config, method) -> _Evaluated:
+  """The model of `config.init_from` through the method's `init`, as a run starting there."""
+  start = setup_lib.warm_start(config)
+  _, _, fed, evaluators = setup_lib.load_data(config, method)
+  _, step_mode, _, conv_gradient = policy.resolve_engine(config)
+  model = models.build_backbone(config.model, conv_gradient=conv_gradient)
+  algorithm = method.build(config, model, fed, step_mode=step_mode)
+  state = algorithm.init(jax.random.fold_in(jax.random.PRNGKey(config.seed), 0), start)
+  return _Evaluated(model, algorithm, state, evaluators, None)
+
+
+def _attacked_model(attacked: replay.AttackedRun, method, chief: bool) -> _Evaluated:
+  """The run's own state at `attacked.round`, built as the run built it (its config and the run
+  record of that checkpoint: the learning-rate decay rounds it kept), with the replay of its
+  rounds when an attack asks one (process 0 only, as after training)."""
+  setup = setup_lib.set_up(attacked.config, method, attacked.record)
+  reader = replay.Replay(attacked.config, attacked.workdir, setup.algorithm, None, None)
+  state = reader.state_after(attacked.round, f'config.init_from={attacked.workdir!r}',
+                             'rerun the run it comes from, or name another round with '
+                             'config.init_from_step')
+  rerun = (replay.attacked_replay(attacked, setup, state)
+           if attacked.replayed and chief else None)
+  return _Evaluated(setup.model, setup.algorithm, state, setup.evaluators, rerun)
 
 
 def _check_evaluation_folder(outdir: str, config, defaults: dict, lock_held: bool = False
@@ -248,29 +307,52 @@ def _check_evaluation_folder(outdir: str, config, defaults: dict, lock_held: boo
                              f'under {posixpath.dirname(outdir)}>)') from error
 
 
-def _evaluate_model(config, outdir: str, chief: bool, method, fed, evaluators, start,
-                    t_start: float) -> dict:
-  """`evaluate_model` once its folder is held: the model, its evaluation, the outputs."""
-  _, step_mode, _, conv_gradient = policy.resolve_engine(config)
-  model = models.build_backbone(config.model, conv_gradient=conv_gradient)
-  algorithm = method.build(config, model, fed, step_mode=step_mode)
-  state = algorithm.init(jax.random.fold_in(jax.random.PRNGKey(config.seed), 0), start)
-  print(f'evaluating {config.init_from} ({config.model.name}) on '
-        f'{[e.type for e in evaluators]} into {outdir}', flush=True)
-  outputs = evaluation.evaluate(evaluators, eval_lib.predictions(model, sources.task_of(config)),
-                                algorithm, state)
+def _marked(outputs: dict, attacked: replay.AttackedRun | None) -> dict:
+  """The evaluators' results, each attack's with the state it attacked (`AttackedRun.marks`)."""
+  results = {kind: out.results for kind, out in outputs.items()}
+  if attacked is not None:
+    for kind in replay.ATTACKS:
+      if kind in results:
+        results[kind] = {**results[kind], **attacked.marks()}
+  return results
+
+
+def _attacked_line(attacked: replay.AttackedRun) -> list[str]:
+  """report.md's first lines: which state of the run was evaluated."""
+  line = f"Evaluated: the run's own state after round {attacked.round}"
+  if attacked.diverged:
+    line += (f'; the run DIVERGED (the divergence guard stopped it at round '
+             f'{attacked.stopped_round}), so this is its last accepted checkpoint')
+  return [line + '.', '']
+
+
+def _evaluate_model(config, outdir: str, chief: bool, evaluated: _Evaluated,
+                    attacked: replay.AttackedRun | None, t_start: float) -> dict:
+  """`evaluate_model` once its folder is held: the evaluation, the outputs."""
+  print(f'evaluating {config.init_from} ({config.model.name}'
+        f'{"" if attacked is None else f", its round {attacked.round} state"}) on '
+        f'{[e.type for e in evaluated.evaluators]} into {outdir}', flush=True)
+  outputs = evaluation.evaluate(
+      evaluated.evaluators, eval_lib.predictions(evaluated.model, sources.task_of(config)),
+      evaluated.algorithm, evaluated.state, replay=evaluated.replay)
+  sections = _marked(outputs, attacked)
   if not chief:
-    return {kind: out.results for kind, out in outputs.items()}
+    return sections
   plots = artifacts.write_eval_outputs(outdir, outputs)
+  algorithm, state = evaluated.algorithm, evaluated.state
   results = {
       'algorithm': config.algorithm, 'config_name': f'evaluation of {config.init_from}',
       'config_sha256': results_lib.config_digest(config.to_dict()),
       'evaluated': config.init_from, 'rounds': 0, 'images_seen': 0,
+      **({} if attacked is None else {'evaluated_round': attacked.round,
+                                      'diverged': attacked.diverged}),
       'timing': {'total_s': time.perf_counter() - t_start},
-      **{kind: out.results for kind, out in outputs.items()},
+      **sections,
       **({'method_state': algorithm.summary(state)} if algorithm.summary else {}),
       'plots': plots, 'provenance': provenance.collect(),
   }
-  text = report.write(outdir, results, [line for out in outputs.values() for line in out.markdown])
+  lines = ([] if attacked is None else _attacked_line(attacked)) + [
+      line for out in outputs.values() for line in out.markdown]
+  text = report.write(outdir, results, lines)
   print(text, flush=True)
   return results

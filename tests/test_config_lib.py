@@ -23,7 +23,8 @@ def test_the_anti_spoofing_config_is_the_recognition_one_without_its_fields():
   assert set(recognition.data) - set(anti_spoofing.data) == (
       set(SPLIT_FIELDS) | set(sources.of_task('recognition')))
   assert set(anti_spoofing.data) - set(recognition.data) == set(sources.of_task('anti_spoofing'))
-  assert list(anti_spoofing.evals) == ['pad']
+  assert sorted(anti_spoofing.evals) == sorted(eval_lib.TASK_EVALUATORS['anti_spoofing'])
+  assert set(eval_lib.TASK_EVALUATORS['anti_spoofing']) == {'pad', 'membership', 'inversion'}
   assert sorted(recognition.evals) == sorted(eval_lib.TASK_EVALUATORS['recognition'])
   assert (recognition.data.source, anti_spoofing.data.source) == ('synthetic', 'pad')
 
@@ -48,7 +49,9 @@ def test_a_pad_config_holds_no_face_recognition_field(name):
   config = load_config(name)
   assert 'head' not in config
   assert not set(SPLIT_FIELDS) & set(config.data)
-  assert list(config.evals) == ['pad']
+  # PAD's evaluator and the attacks that apply to a PAD model (off), no recognition evaluator.
+  assert set(config.evals) == {'pad', 'membership', 'inversion'}
+  assert (config.evals.membership.samples, config.evals.inversion.targets) == (0, 0)
   config_lib.validate(config)
 
 

@@ -38,10 +38,15 @@ EVALUATORS = {   # type -> module defining check_<type> and make_<type> (a dotte
     'membership': 'fedjax_face.eval.privacy.membership',
     'inversion': 'fedjax_face.eval.privacy.evaluators',
 }
-# The evaluators a task's configs carry from the start (`add_sections`), in `EVALUATORS` order.
+# The evaluators a task's configs carry from the start (`add_sections`). The attacks' sections
+# are off at their defaults (leakage.round=0, membership.samples=0, inversion.targets=0), so they
+# change no run, and `python -m fedjax_face.evaluate --config.evals.<attack>.<field>=` switches
+# one on for any finished workdir. PAD configs carry 'inversion' too: its check refuses a PAD
+# method in one line when it is switched on.
 TASK_EVALUATORS = {
-    'recognition': ('verification', 'identification', 'diagnostics', 'ijb'),
-    'anti_spoofing': ('pad',),
+    'recognition': ('verification', 'identification', 'diagnostics', 'ijb', 'leakage',
+                    'membership', 'inversion'),
+    'anti_spoofing': ('pad', 'membership', 'inversion'),
 }
 
 
