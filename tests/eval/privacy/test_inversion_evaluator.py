@@ -18,6 +18,7 @@ from fedjax_face.core import engine as engine_lib
 from fedjax_face.core import privacy, secure_aggregation
 from fedjax_face.data import federated, preprocess
 from fedjax_face.eval.privacy import evaluators, inversion
+from fedjax_face.models import heads
 from fedjax_face.run import setup as run_setup
 from tests.config_files import load_config
 
@@ -276,3 +277,25 @@ def test_under_secure_aggregation_the_attack_matches_the_sum_the_server_decodes(
     for got, want in zip(jax.tree.leaves(attacked['target']),
                          jax.tree.leaves(_engines_sum(plain)['params'])):
       np.testing.assert_array_equal(got, -want / lr)
+
+
+def test_a_batch_1_label_is_read_from_fedgcs_rows_or_fedpes_feature_shift():
+  c = _config()
+  lr, wd = 0.1, c.optimizer.weight_decay
+  w = np.asarray(jax.random.normal(jax.random.PRNGKey(0), (5, 8)))
+  f = jax.random.normal(jax.random.PRNGKey(1), (1, 8))
+  class_mask = np.array([True, True, True, True, False])
+  head = heads.head_kwargs_from_config({'loss': 'softmax'})
+  grads = jax.jit(jax.grad(lambda w, f, y: heads.loss(f, w, y[None], class_mask, None, **head),
+                           argnums=(0, 1)))
+  for label in range(4):
+    g_rows, g_features = grads(w, f, label)
+    sent_rows = w - lr * (g_rows + wd * w)   # FedGC: one SGD step on its rows
+    assert evaluators.recovered_label(c, {'W': sent_rows}, None, w, class_mask, lr) == (
+        label, 'idlg_sign')
+    shift = {'features': {'bias': f[0]}}   # FedPE at batch 1: the features are the BN shift
+    sent = {'params': {'features': {'bias': f[0] - lr * g_features[0]}}}
+    assert evaluators.recovered_label(c, {'model': sent}, shift, w, class_mask, lr) == (
+        label, 'feature_gradient')
+  with pytest.raises(ValueError, match=r"small_cnn has no final BatchNorm shift \('features'/"):
+    evaluators.recovered_label(c, {'model': {'params': {}}}, {}, w, class_mask, lr)
