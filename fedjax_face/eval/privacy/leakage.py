@@ -300,7 +300,7 @@ def make_leakage(config, section, setup) -> Evaluator | None:
     out = {}
     for kind, found in per_round.items():
       rows, labels, repeats = latest_per_identity(found)
-      notes = {'rounds': [window[0], window[-1]], 'repeats': repeats}
+      notes = {'replayed_rounds': [window[0], window[-1]], 'repeats': repeats}
       out[kind] = (rows, labels, [()] * len(labels), notes)
     return out
 

@@ -188,7 +188,7 @@ def test_several_rounds_cover_the_union_of_the_cohorts_with_each_clients_latest_
   out = _run(config, setup, replay)
   server = out.results['kinds']['server_rows']
   assert replay.replayed == [2, 3, 4] and out.results['rounds'] == 3
-  assert server['rounds'] == [2, 4] and server['repeats'] == 2   # client 4's two identities
+  assert server['replayed_rounds'] == [2, 4] and server['repeats'] == 2   # client 4's two identities
   assert server['identities'] == 2 * 4                          # clients 1, 3, 4, 6
   assert server['rank1'] == 1.0 and server['tar_at_far'] == {'0.001': 1.0, '0.01': 1.0}
   assert out.markdown[0].startswith("Identity leakage (rounds 2-4 (the server's views) replayed")
