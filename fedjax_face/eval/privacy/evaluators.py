@@ -78,7 +78,8 @@ def config_inversion() -> ml_collections.ConfigDict:
   the run's own."""
   c = ml_collections.ConfigDict()
   c.round = 1              # the round attacked (1-based; its update replayed from round-1's state)
-  c.targets = 0            # clients attacked: the first of that round's cohort; 0 = off
+  c.targets = 0            # clients attacked: the first of that round's cohort; 0 = off (under
+                           # secure aggregation all are reconstructed jointly, these scored)
   c.restarts = 1           # random starts, the lowest matching loss kept
   c.iterations = 200       # Adam steps on the images
   c.learning_rate = 0.1    # Adam's rate, /10 at 3/8, 5/8, 7/8 of the iterations
