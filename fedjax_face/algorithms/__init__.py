@@ -22,6 +22,7 @@ Adding a method is one line here (WORKSPACE.md, "How to add a method").
 import importlib
 import types
 
+from fedjax_face.algorithms import pad_dp_sgd
 from fedjax_face.core import blocks
 
 ALGORITHMS = {
@@ -86,6 +87,8 @@ def check_config(config) -> None:
     raise ValueError(f'config.dp.enabled=True with {config.algorithm}: client-level differential '
                      'privacy needs clients; a centralized run has one. Expected a federated '
                      'method, or dp.enabled=False.')
+  if pad_dp_sgd.enabled(config) and config.algorithm not in pad_dp_sgd.METHODS:
+    raise ValueError(pad_dp_sgd.refusal_line(config))
   refusal = blocks_refusal(config)
   if refusal and config.secure_aggregation.enabled:
     raise ValueError(f'secure_aggregation.enabled=True with {config.algorithm}: {refusal}')

@@ -25,6 +25,9 @@ Readings:
   * The authors run one local step per round with a fresh Adam (lr 1e-2) and batches of 16 live +
     16 attack frames: `federated.local_steps=1`, `optimizer.name='adam'`, the optimizer created
     afresh each round, `federated.balanced_classes=True`, batch 32 in configs/pad/.
+  * Subject-level DP-SGD inside each data center (`fedgpad.dp_sgd`, off by default): batches drawn
+    by subject, each subject's gradient of Eq. 8 on its own frames clipped, the sum noised, BN
+    frozen (algorithms/pad_dp_sgd.py); results.json's 'method_state' holds its ε.
   * Live = an odd local class (a data center's classes are [attack, live]; the pooled 'All'
     client's are [attack, live] of each data center in turn); the depth
     target is the frame's pseudo-depth map (zeros for attacks), resized to the depth head's size.
@@ -35,7 +38,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from fedjax_face.algorithms import common, pad_losses
+from fedjax_face.algorithms import common, pad_dp_sgd, pad_losses
 from fedjax_face.core import aggregation, checks, local
 from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, RoundState
 from fedjax_face.data import preprocess, sources
@@ -63,6 +66,7 @@ def config_section() -> ml_collections.ConfigDict:
   # apart from EI, 'copy_of_invariant' starts it as a copy of EI, as the authors' code does
   # (`copy.deepcopy(FeatExt)` in core/train_FedAvgDep.py), so Diff starts near zero.
   c.specific_init = 'independent'
+  c.dp_sgd = pad_dp_sgd.config_section()   # subject-level DP-SGD, off by default
   return c
 
 
@@ -91,12 +95,16 @@ def check_config(config) -> None:
   if m.name == 'pad_net' and m.disentangle != expected:
     raise ValueError(f'config.model.disentangle={m.disentangle!r} with {config.algorithm}: '
                      f'expected {expected} ({"ES and Dec" if expected else "no ES or Dec"}).')
+  if 'dp_sgd' in c:
+    pad_dp_sgd.check_config(config)
 
 
 def variant_name(config) -> str:
   w = config.fedgpad.loss_weights
   dropped = [name for name in ('depth', 'rec', 'diff') if name in w and not w[name]]
-  return config.algorithm + ''.join(f'-no_{name}' for name in dropped)
+  d = config.fedgpad.get('dp_sgd')
+  private = f'+dp_sgd-{d.clip_unit}' if d is not None and d.enabled else ''
+  return config.algorithm + ''.join(f'-no_{name}' for name in dropped) + private
 
 
 def _split(tree: dict, parts) -> dict:
@@ -129,10 +137,12 @@ def training_batch(batch: dict) -> dict:
 
 
 def step_inputs(data: dict, rng) -> dict:
-  """The local steps' inputs `[steps, ...]` (`training_batch`'s fields) of a round's data."""
+  """The local steps' inputs `[steps, ...]` (`training_batch`'s fields) of a round's data, and
+  each frame's subject slot when the batches were drawn by subject (DP-SGD)."""
   num_steps = data['images'].shape[0]
+  subject = ({'subject': data['targets']['subject']} if 'subject' in data['targets'] else {})
   return {'images': data['images'], 'labels': data['labels'], 'mask': data['mask'],
-          'depth': data['targets']['depth'], 'rng': jax.random.split(rng, num_steps)}
+          'depth': data['targets']['depth'], 'rng': jax.random.split(rng, num_steps), **subject}
 
 
 def loss_metrics(terms: dict, mask, weights: dict) -> dict:
@@ -154,6 +164,7 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
   keep_opt_state = common.keeps_client_optimizer(config)
   uniform = config.fedgpad.weighting == 'uniform'
   image_shape = (config.data.image_size, config.data.image_size, pad_model.PAD_CHANNELS)
+  dp = pad_dp_sgd.spec(config) if pad_dp_sgd.enabled(config) else None
 
   def init(rng, start=None):
     if start is not None:
@@ -194,6 +205,25 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
       updates = jax.tree.map(lambda u: u * batch['lr_scale'], updates)
     return (optax.apply_updates(params, updates), batch_stats, opt_state), terms
 
+  def dp_step(carry, batch):
+    """One DP-SGD step (core/dp_sgd.py, Alg. 1) on Eq. 8, each subject's loss on its own frames,
+    BatchNorm frozen at the carried statistics."""
+    params, batch_stats, opt_state = carry
+    frames = training_batch(batch)
+
+    def subject_loss(p, examples):
+      outputs = model.apply({'params': p, 'batch_stats': batch_stats}, examples['inputs'],
+                            train=False, disentangled=model.disentangle)
+      return pad_losses.total_loss(outputs, examples, weights)   # Eq. 8 on one subject
+
+    grads, terms, kept = pad_dp_sgd.private_gradient(
+        subject_loss, params, frames, batch['subject'], jax.random.fold_in(batch['rng'], 1), dp)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    if batch.get('lr_scale') is not None:
+      updates = jax.tree.map(lambda u: u * batch['lr_scale'], updates)
+    terms = pad_dp_sgd.step_terms(terms, kept, frames['mask'], batch['subject'], dp['subjects'])
+    return (optax.apply_updates(params, updates), batch_stats, opt_state), terms
+
   def client_update(client_input: ClientInput, private, data, rng) -> ClientResult:
     variables = _variables(client_input.shared['model'], private)
     params, batch_stats = variables['params'], variables.get('batch_stats', {})
@@ -202,7 +232,8 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     carry = (params, batch_stats, opt_state)
     xs = step_inputs(data, rng)
     lr_scale = client_input.shared.get('lr_scale')
-    run = (lambda c, b: step(c, {**b, 'lr_scale': lr_scale}))
+    one_step = dp_step if dp else step
+    run = (lambda c, b: one_step(c, {**b, 'lr_scale': lr_scale}))
     (params, batch_stats, opt_state), terms = local.run_steps(local.skip_if_empty(run), carry, xs,
                                                               mode=step_mode)
     trained = {'params': params, 'batch_stats': batch_stats}
@@ -222,4 +253,5 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
   return Algorithm(name=config.algorithm, init=init, broadcast=broadcast,
                    client_update=client_update, server_update=server_update,
                    eval_variables=lambda server: server, class_embeddings=lambda state: None,
-                   update_origin=lambda ci: ci.shared['model'])   # the parts it received
+                   update_origin=lambda ci: ci.shared['model'],   # the parts it received
+                   summary=(lambda state: {'dp_sgd': pad_dp_sgd.ledger(config)}) if dp else None)

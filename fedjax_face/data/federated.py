@@ -37,6 +37,9 @@ class FederatedData:
       client trains (`data.private_test_fraction`: the personalized evaluation), or None.
     targets: per-sample arrays beside the labels, indexed like `images` (PAD's depth maps
       `{'depth': [N, h, w]}`), drawn with the images by `sample_round`; or None.
+    subject_frames: 0, or k > 0: `sample_round` draws by subject (`targets['subject']`, the
+      subject of each sample): every step holds k frames of each of the client's subjects, k/2
+      of each of its two classes, so that DP-SGD can sample subjects (algorithms/pad_dp_sgd.py).
   """
   images: np.ndarray | stores.DecodedImageStore
   client_indices: list[np.ndarray]
@@ -46,6 +49,7 @@ class FederatedData:
   public_labels: np.ndarray | None = None
   test_indices: np.ndarray | None = None
   targets: dict[str, np.ndarray] | None = None
+  subject_frames: int = 0
 
   @property
   def num_public(self) -> int:
@@ -157,6 +161,12 @@ def sample_round(fed: FederatedData, client_ids: np.ndarray, *, round_index: int
   client k runs ceil(E·n_k / B) steps (at most `steps`, the static cap), the last one partial:
   the unused steps and samples are masked out, so uneven clients share one shape (FedAvg).
 
+  With `fed.subject_frames` = k (PAD under DP-SGD) the batch is B / k slots of k frames: slot s
+  holds k / 2 frames of each class of the client's s-th subject (`_subject_order`), and
+  `targets['subject']` is that slot number (the client's own numbering of its subjects, as
+  `labels` are its own class numbers); a slot without a subject, or without frames of a class,
+  is masked. `balanced` is then implied (k / 2 of each class per subject).
+
   Only the drawn images are read from `fed.images` (each distinct one once); a bad record that
   the store skips (`data.skip_bad_records`) is masked out like a padding sample. A record is bad
   for good, so the round stays a pure function of (seed, round, client).
@@ -172,12 +182,19 @@ def sample_round(fed: FederatedData, client_ids: np.ndarray, *, round_index: int
   index = np.zeros((m, per_round), np.int64)
   labels = np.zeros((m, per_round), np.int32)
   mask = np.zeros((m, per_round), bool)
+  # Under subject draws: each position's slot (padding clients: slot numbers too, all masked).
+  subject_slots = np.tile(np.arange(per_round) % batch_size // max(fed.subject_frames, 1), (m, 1))
   for row, k in enumerate(client_ids):
     if k >= fed.num_clients:
       continue  # padding client
     n = len(fed.client_indices[k])
     rng = np.random.default_rng([seed, round_index, int(k)])
-    if balanced:
+    if fed.subject_frames:
+      order, valid, slot = _subject_order(rng, fed.targets['subject'][fed.client_indices[k]],
+                                          fed.client_local_labels[k], steps, batch_size,
+                                          fed.subject_frames)
+      subject_slots[row] = slot
+    elif balanced:
       order = _balanced_order(rng, fed.client_local_labels[k], steps, batch_size)
     else:
       order = _walk(rng, np.arange(n), per_round)
@@ -187,6 +204,8 @@ def sample_round(fed: FederatedData, client_ids: np.ndarray, *, round_index: int
       mask[row, :min(per_round, int(np.ceil(local_epochs * n)))] = True
     else:
       mask[row] = True
+    if fed.subject_frames:
+      mask[row] &= valid
   shape = (m, steps, batch_size)
   images, ok = stores.take(fed.images, index.reshape(-1))
   mask &= ok.reshape(mask.shape)
@@ -199,6 +218,8 @@ def sample_round(fed: FederatedData, client_ids: np.ndarray, *, round_index: int
   if fed.targets:
     out['targets'] = {name: values[index].reshape(shape + values.shape[1:])
                       for name, values in fed.targets.items()}
+    if fed.subject_frames:
+      out['targets']['subject'] = subject_slots.astype(np.int32).reshape(shape)
   return out
 
 
@@ -219,3 +240,36 @@ def _balanced_order(rng: np.random.Generator, local_labels: np.ndarray, steps: i
   per_class = [_walk(rng, np.flatnonzero(local_labels == c), steps * share).reshape(steps, share)
                for c in classes]
   return np.concatenate(per_class, axis=1).reshape(-1)
+
+
+def _subject_order(rng: np.random.Generator, subjects: np.ndarray, local_labels: np.ndarray,
+                   steps: int, batch_size: int, frames: int
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """(positions into a client's samples, which are real, each position's slot), `steps` x
+  `batch_size` of them: slot s of a step holds `frames` / 2 frames of each of the two classes of
+  the client's s-th subject (in sorted subject order), drawn without replacement when it has that
+  many, else with. Slots past the client's subjects, and a class the subject lacks, are masked.
+  Which frames is drawn afresh each step, independently of which subjects DP-SGD keeps."""
+  classes = np.unique(local_labels)
+  slots, half = batch_size // frames, frames // 2
+  if frames % 2 or len(classes) != 2 or batch_size % frames:
+    raise ValueError(f'subject draws of {frames} frames per subject into batches of {batch_size} '
+                     f'of {len(classes)} classes; expected an even number of frames dividing the '
+                     'batch, and two classes (attack, live).')
+  ids = np.unique(subjects)
+  if len(ids) > slots:
+    raise ValueError(f'federated.batch_size={batch_size} holds {slots} subjects of {frames} '
+                     f'frames; the client has {len(ids)}: expected at least {len(ids) * frames}.')
+  order = np.zeros((steps, slots, frames), np.int64)
+  valid = np.zeros((steps, slots, frames), bool)
+  for s, subject in enumerate(ids):
+    for c, label in enumerate(classes):
+      members = np.flatnonzero((subjects == subject) & (local_labels == label))
+      if not len(members):
+        continue
+      for t in range(steps):
+        order[t, s, c * half:(c + 1) * half] = rng.choice(members, half,
+                                                          replace=len(members) < half)
+        valid[t, s, c * half:(c + 1) * half] = True
+  slot = np.broadcast_to(np.arange(slots)[None, :, None], order.shape)
+  return order.reshape(-1), valid.reshape(-1), slot.reshape(-1)

@@ -55,6 +55,10 @@ def config_section(sources=('O', 'C', 'I'), target='M') -> ml_collections.Config
   c.live_videos = 2            # per subject
   c.attack_videos = 4
   c.frames = 4                 # per video
+  c.subject_frames = 0         # 0: batches as `federated.balanced_classes` draws them; k > 0
+                               # (even): drawn by subject, every step k frames (k/2 live, k/2
+                               # attack) of each training subject (subject-level DP-SGD:
+                               # algorithms/pad_dp_sgd.py; data/federated.py)
   return c
 def check_config(config) -> None:
   """The `data.pad` section of a `data.source='pad'` config, and what it implies elsewhere."""
@@ -74,6 +78,13 @@ def check_config(config) -> None:
                      'none of them a data center or the target.')
   train_attacks(p)
   check_clients(config, 'data.pad', tuple(p.sources), p.pooled)
+  frames = p.get('subject_frames', 0)
+  if not isinstance(frames, int) or isinstance(frames, bool) or frames < 0 or frames % 2:
+    raise ValueError(f'config.data.pad.subject_frames={frames!r}; expected 0 or an even number '
+                     'of frames per subject (half live, half attack).')
+  if frames and p.pooled:
+    raise ValueError(f'config.data.pad.subject_frames={frames} with pooled=True; subject draws '
+                     "are a data center's own; expected pooled=False.")
 
 
 def check_clients(config, where: str, centers: tuple[str, ...], pooled: bool) -> None:
@@ -194,8 +205,16 @@ def benchmark(train: list[PadSet], eval_sets: dict[str, PadSet],
 
 
 def training_views(config, data, one_client: bool):
-  del config
-  return views.own_client_views(data, one_client)
+  """The data centers' view; with `subject_frames` drawn by subject (each frame's subject from
+  `data.train_subjects`)."""
+  fed_view, train_view = views.own_client_views(data, one_client)
+  frames = config.data.pad.get('subject_frames', 0)
+  if not frames:
+    return fed_view, train_view
+  by_subject = lambda v: dataclasses.replace(
+      v, subject_frames=frames, targets={**v.targets, 'subject': data.train_subjects})
+  drawn = by_subject(fed_view)
+  return drawn, (drawn if train_view is fed_view else by_subject(train_view))
 
 
 def data_fields(config) -> tuple[str, ...]:
