@@ -32,6 +32,20 @@ def fedgc_run(tmp_path_factory):
   return workdir, experiment.train_and_evaluate(load_config('fedgc'), str(workdir))
 
 
+@pytest.fixture(scope='module')
+def fedfr_pretraining(tmp_path_factory):
+  """(workdir, results) of configs/fedfr/pretrain.py's runlocal run (4 rounds on the public
+  identities), trained once: FedFR's and Fig. 4's FedFace runs start from it."""
+  workdir = tmp_path_factory.mktemp('fedfr') / 'pre'
+  return workdir, experiment.train_and_evaluate(load_config('pretrain'), str(workdir))
+
+
+def same_training(a, b) -> bool:
+  """Whether two configs differ in their evaluators' sections alone."""
+  strip = lambda c: {k: v for k, v in c.to_dict().items() if k != 'evals'}
+  return strip(a) == strip(b)
+
+
 @pytest.mark.parametrize('name,algorithm', [('fedgc', 'fedgc'), ('fedpe', 'fedpe'),
                                             ('fedgc/centralized', 'centralized')])
 def test_train_and_evaluate_writes_every_output(tmp_path, request, name, algorithm):
@@ -88,15 +102,16 @@ def test_lookalike_run_spreads_families_and_measures_them(tmp_path):
     assert picture.size == (12 * (96 + 2) + 2, 4 * (96 + 2) + 2)
 
 
-def test_four_rounds_equal_two_plus_resume_plus_two(tmp_path):
+def test_four_rounds_equal_two_plus_resume_plus_two(tmp_path, fedgc_run):
   config = load_config('fedgc')
   config.num_rounds = 4
-  config.checkpoint_every = 2
   experiment.train_and_evaluate(config, str(tmp_path / 'straight'))
 
-  config.num_rounds = 2
-  experiment.train_and_evaluate(config, str(tmp_path / 'resumed'))
-  config.num_rounds = 4   # num_rounds may change on resume: it extends the run
+  # The first two rounds: the module's finished runlocal run (this config at num_rounds=2),
+  # copied, so that its own outputs stay as the other tests read them.
+  assert fedgc_run[1]['rounds'] == 2
+  shutil.copytree(fedgc_run[0], tmp_path / 'resumed')
+  # num_rounds may change on resume: it extends the run
   results = experiment.train_and_evaluate(config, str(tmp_path / 'resumed'))
   assert results['timing']['resumed_from_round'] == 2
 
@@ -230,15 +245,15 @@ def test_one_identity_per_client_configs_run_end_to_end(tmp_path, name, config_n
   assert similarity['within_count'] == 0 and similarity['cross_count'] == 16 * 15 // 2
 
 
-def test_fedfr_starts_from_its_pretraining_run(tmp_path):
+def test_fedfr_starts_from_its_pretraining_run(tmp_path, fedfr_pretraining):
   # configs/fedfr/pretrain.py trains on the public identities only; FedFR starts from its final
   # backbone and class matrix (config.init_from) and runs every client over the private ones.
-  pretrain = experiment.train_and_evaluate(load_config('pretrain'), str(tmp_path / 'pre'))
+  pre_dir, pretrain = fedfr_pretraining
   assert pretrain['config_name'] == 'centralized/cosface/balanced'
-  pre_state = saved_checkpoints.restore(str(tmp_path / 'pre'), 4)
+  pre_state = saved_checkpoints.restore(str(pre_dir), 4)
   assert pre_state['server']['W'].shape[0] == 8   # K_g public identities
   config = load_config('fedfr')
-  config.init_from = str(tmp_path / 'pre')
+  config.init_from = str(pre_dir)
   _, fed = sources.training_views(config, sources.load(config), one_client=False)
   model = models.build_backbone(config.model)
   start = algorithms.get('fedfr').build(config, model, fed, step_mode='scan').init(
@@ -265,16 +280,20 @@ def test_fedfr_starts_from_its_pretraining_run(tmp_path):
 
 
 @pytest.mark.parametrize('ids', ['2'])
-def test_fig4_fedface_and_fedfr_start_from_the_scenarios_pretraining(tmp_path, ids):
+def test_fig4_fedface_and_fedfr_start_from_the_scenarios_pretraining(tmp_path, ids,
+                                                                    fedfr_pretraining):
   # FedFR's Fig. 4: a pre-training per scenario (the training-set size decides the identities),
   # then FedFace (CosFace over several identities, the positive loss over one) and FedFR from it.
-  pretrain = load_config('fedfr/pretrain', f'ids={ids},runlocal')
-  experiment.train_and_evaluate(pretrain, str(tmp_path / 'pre'))
+  # Scenario ids=2's pre-training trains as the module's runlocal one (the same fields but the
+  # personalized evaluator's section): that run serves as it.
+  pre_dir, _ = fedfr_pretraining
+  assert same_training(load_config('fedfr/pretrain', f'ids={ids},runlocal'),
+                       load_config('pretrain'))
   loss = 'cosface' if ids == '2' else 'positive_cosine'
   partition = 'balanced' if ids == '2' else 'one_per_client'
   for name in ('fedface',):   # FedFR from its pre-training: test_fedfr_starts_from_its_...
     config = load_config(f'fedfr/{name}', f'ids={ids},runlocal')
-    config.init_from = str(tmp_path / 'pre')
+    config.init_from = str(pre_dir)
     results = experiment.train_and_evaluate(config, str(tmp_path / name))
     expected_loss = loss if name == 'fedface' else 'cosface'
     assert results['config_name'] == f'{name}/{expected_loss}/{partition}'
@@ -282,7 +301,7 @@ def test_fig4_fedface_and_fedfr_start_from_the_scenarios_pretraining(tmp_path, i
     assert 0.0 <= results['verification']['lfw']['accuracy'] <= 1.0
   # A scenario's run cannot start from another scenario's pre-training.
   other = load_config('fedfr/fedface', 'ids=8,runlocal')
-  other.init_from = str(tmp_path / 'pre')
+  other.init_from = str(pre_dir)
   with pytest.raises(ValueError, match=r'data.synthetic.num_identities: \d+ there, 40 here'):
     experiment.validate(other)
 
