@@ -36,6 +36,7 @@ from fedjax_face.run import results as results_lib
 from fedjax_face.run import setup as setup_lib
 from fedjax_face.run.hooks import checkpointing, divergence, evaluation, logging, preemption
 
+
 def validate(config, resuming: bool = False) -> None:
   """What the command lines check before running (`run.setup.validate`), with an `init_from` run
   the divergence guard stopped taken at its last accepted checkpoint, the state
@@ -244,8 +245,8 @@ def evaluate_model(config, workdir: str, name: str = '') -> dict:
   defaults = setup_lib.defaults(config)
   if chief:
     _check_evaluation_folder(outdir, config, defaults)
-  model = (_started_model(config, method) if attacked is None else
-           _attacked_model(attacked, method, chief))   # read and verified before any write
+  evaluated = (_started_model(config, method) if attacked is None else
+               _attacked_model(attacked, method, chief))   # read and verified before any write
   with contextlib.ExitStack() as cleanup:
     if chief:
       files.make_workdir(outdir)
@@ -255,10 +256,10 @@ def evaluate_model(config, workdir: str, name: str = '') -> dict:
       files.write_json_atomic(files.join(outdir, 'config.json'),
                               {**config.to_dict(), checkpoint.PROVENANCE_KEY: provenance.collect()})
     try:
-      return _evaluate_model(config, outdir, chief, model, attacked, t_start)
+      return _evaluate_model(config, outdir, chief, evaluated, attacked, t_start)
     finally:
-      if model.replay is not None:
-        model.replay.sim.round_data.close()
+      if evaluated.replay is not None:
+        evaluated.replay.sim.round_data.close()
 
 
 class _Evaluated(NamedTuple):

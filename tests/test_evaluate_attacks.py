@@ -11,7 +11,6 @@ copied by each test. Inversion is left off there (its compile alone is most of a
 CPU): it reads the same `EvalInputs.replay` leakage does, and its own tests
 (tests/eval/privacy/) hold its known answers; here its refusals are checked."""
 
-import json
 import os
 import shutil
 
