@@ -14,6 +14,7 @@ arguments (protocol=, centers=, target=, attacks=, backbone= for FedPAD, paper, 
 """
 
 from fedjax_face import config_lib
+from fedjax_face.algorithms import pad_dp_sgd
 from fedjax_face.proj.pad import setting
 
 OWN = {'method': ('fedpad', 'fedgpad'), 'epsilon': ('1', '2', '4', '8', '16'),
@@ -33,6 +34,7 @@ def get_config(arg=None):
   p = c.data.pad
   p.subject_frames = FRAMES_PER_SUBJECT
   c.federated.batch_size = (p.subjects - p.test_subjects) * FRAMES_PER_SUBJECT
+  c.fedgpad.dp_sgd = pad_dp_sgd.config_section()
   d = c.fedgpad.dp_sgd
   d.enabled = True
   d.clip_unit = args.get('unit', 'subject')

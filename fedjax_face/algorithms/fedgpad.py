@@ -25,8 +25,8 @@ Readings:
   * The authors run one local step per round with a fresh Adam (lr 1e-2) and batches of 16 live +
     16 attack frames: `federated.local_steps=1`, `optimizer.name='adam'`, the optimizer created
     afresh each round, `federated.balanced_classes=True`, batch 32 in configs/pad/.
-  * Subject-level DP-SGD inside each data center (`fedgpad.dp_sgd`, off by default): batches drawn
-    by subject, each subject's gradient of Eq. 8 on its own frames clipped, the sum noised, BN
+  * Subject-level DP-SGD inside each data center (`fedgpad.dp_sgd`, which configs/pad/dp_sgd.py
+    adds; absent or off elsewhere): batches drawn by subject, each subject's gradient of Eq. 8 on its own frames clipped, the sum noised, BN
     frozen (algorithms/pad_dp_sgd.py); results.json's 'method_state' holds its ε.
   * Live = an odd local class (a data center's classes are [attack, live]; the pooled 'All'
     client's are [attack, live] of each data center in turn); the depth
@@ -66,7 +66,9 @@ def config_section() -> ml_collections.ConfigDict:
   # apart from EI, 'copy_of_invariant' starts it as a copy of EI, as the authors' code does
   # (`copy.deepcopy(FeatExt)` in core/train_FedAvgDep.py), so Diff starts near zero.
   c.specific_init = 'independent'
-  c.dp_sgd = pad_dp_sgd.config_section()   # subject-level DP-SGD, off by default
+  # Subject-level DP-SGD's section `dp_sgd` (pad_dp_sgd.config_section()) is added by
+  # configs/pad/dp_sgd.py alone, so that the PAD configs (and their workdirs' config.json) stay
+  # as they were.
   return c
 
 

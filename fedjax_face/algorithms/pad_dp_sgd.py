@@ -62,7 +62,8 @@ UNIT = ('subject-level: add or remove one subject (all of their frames) of one d
 
 
 def config_section() -> ml_collections.ConfigDict:
-  """`config.fedgpad.dp_sgd` (off by default)."""
+  """`config.fedgpad.dp_sgd` (configs/pad/dp_sgd.py adds it, switched on; the other PAD configs
+  have none, so their config.json and workdirs are as before)."""
   c = ml_collections.ConfigDict()
   c.enabled = False
   c.clip_unit = 'subject'       # 'subject' | 'frame' (module docstring)

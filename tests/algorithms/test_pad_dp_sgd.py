@@ -154,7 +154,7 @@ def test_bad_input_is_named_in_one_line(config, fields, expected):
 
 def test_pad_configs_without_it_draw_and_train_as_before():
   c = load_config('pad/fedpad', 'runlocal')
-  assert not c.fedgpad.dp_sgd.enabled and c.data.pad.subject_frames == 0
+  assert 'dp_sgd' not in c.fedgpad and c.data.pad.subject_frames == 0
   assert algorithms.get('fedpad').variant_name(c) == 'fedpad'
   fed, _ = sources.training_views(c, sources.load(c), one_client=False)
   assert fed.subject_frames == 0 and set(fed.targets) == {'depth'}
