@@ -1,6 +1,8 @@
 """End to end: `train_and_evaluate` per config, exact resume, and clear errors for bad input.
-The workdir and init_from rules without a run: tests/run/ (test_resume_rules,
-test_checkpoint_rules); an unknown --config field: tests/test_main.py."""
+FedFR's runs: tests/test_experiment_fedfr.py; PAD's: tests/test_experiment_pad.py (files of their
+own, which pytest-xdist's `--dist loadfile` runs beside this one). The workdir and init_from rules
+without a run: tests/run/ (test_resume_rules, test_checkpoint_rules); an unknown --config field:
+tests/test_main.py."""
 
 import glob
 import json
@@ -12,11 +14,10 @@ import numpy as np
 from PIL import Image
 import pytest
 
-from fedjax_face import algorithms, experiment, models
+from fedjax_face import experiment
 from fedjax_face.data import sources, views
 from fedjax_face.io import files
 from fedjax_face.data.synthetic import pairs
-from fedjax_face.run import setup as run_setup
 from tests import config_files, saved_checkpoints
 
 load_config = config_files.load_config
@@ -30,20 +31,6 @@ def fedgc_run(tmp_path_factory):
   are, and evaluated alone in a copy."""
   workdir = tmp_path_factory.mktemp('fedgc') / 'run'
   return workdir, experiment.train_and_evaluate(load_config('fedgc'), str(workdir))
-
-
-@pytest.fixture(scope='module')
-def fedfr_pretraining(tmp_path_factory):
-  """(workdir, results) of configs/fedfr/pretrain.py's runlocal run (4 rounds on the public
-  identities), trained once: FedFR's and Fig. 4's FedFace runs start from it."""
-  workdir = tmp_path_factory.mktemp('fedfr') / 'pre'
-  return workdir, experiment.train_and_evaluate(load_config('pretrain'), str(workdir))
-
-
-def same_training(a, b) -> bool:
-  """Whether two configs differ in their evaluators' sections alone."""
-  strip = lambda c: {k: v for k, v in c.to_dict().items() if k != 'evals'}
-  return strip(a) == strip(b)
 
 
 @pytest.mark.parametrize('name,algorithm', [('fedgc', 'fedgc'), ('fedpe', 'fedpe'),
@@ -243,126 +230,6 @@ def test_one_identity_per_client_configs_run_end_to_end(tmp_path, name, config_n
   # Fig. 5's statistic: every pair of class embeddings is a cross-client pair here.
   similarity = results['diagnostics']['class_embedding_similarity']
   assert similarity['within_count'] == 0 and similarity['cross_count'] == 16 * 15 // 2
-
-
-def test_fedfr_starts_from_its_pretraining_run(tmp_path, fedfr_pretraining):
-  # configs/fedfr/pretrain.py trains on the public identities only; FedFR starts from its final
-  # backbone and class matrix (config.init_from) and runs every client over the private ones.
-  pre_dir, pretrain = fedfr_pretraining
-  assert pretrain['config_name'] == 'centralized/cosface/balanced'
-  pre_state = saved_checkpoints.restore(str(pre_dir), 4)
-  assert pre_state['server']['W'].shape[0] == 8   # K_g public identities
-  config = load_config('fedfr')
-  config.init_from = str(pre_dir)
-  _, fed = sources.training_views(config, sources.load(config), one_client=False)
-  model = models.build_backbone(config.model)
-  start = algorithms.get('fedfr').build(config, model, fed, step_mode='scan').init(
-      jax.random.PRNGKey(0), run_setup.warm_start(config))
-  jax.tree.map(np.testing.assert_array_equal, start.server['model'], pre_state['server']['model'])
-  np.testing.assert_array_equal(start.server['Phi'], pre_state['server']['W'])
-  results = experiment.train_and_evaluate(config, str(tmp_path / 'fedfr'))
-  assert results['config_name'] == 'fedfr/cosface/balanced'
-  assert 0.0 <= results['verification']['lfw']['accuracy'] <= 1.0
-  # Table 1's personalized columns: the pre-trained model for every client, then each client's.
-  assert pretrain['personalized']['model'] == 'global'
-  assert results['personalized']['model'] == 'personalized'
-  assert results['personalized']['clients'] == 4
-  assert 'Personalized evaluation' in (tmp_path / 'fedfr' / 'report.md').read_text()
-  # Each client's local model and DFC branch kept in host memory (engine.client_state='host'):
-  # the same rounds, and the personalized evaluation reads them from there.
-  config.engine.client_state = 'host'
-  on_host = experiment.train_and_evaluate(config, str(tmp_path / 'fedfr_host'))
-  assert on_host['personalized'] == results['personalized']
-  rounds = config.num_rounds
-  jax.tree.map(np.testing.assert_array_equal,
-               saved_checkpoints.restore(str(tmp_path / 'fedfr_host'), rounds),
-               saved_checkpoints.restore(str(tmp_path / 'fedfr'), rounds))
-
-
-@pytest.mark.parametrize('ids', ['2'])
-def test_fig4_fedface_and_fedfr_start_from_the_scenarios_pretraining(tmp_path, ids,
-                                                                    fedfr_pretraining):
-  # FedFR's Fig. 4: a pre-training per scenario (the training-set size decides the identities),
-  # then FedFace (CosFace over several identities, the positive loss over one) and FedFR from it.
-  # Scenario ids=2's pre-training trains as the module's runlocal one (the same fields but the
-  # personalized evaluator's section): that run serves as it.
-  pre_dir, _ = fedfr_pretraining
-  assert same_training(load_config('fedfr/pretrain', f'ids={ids},runlocal'),
-                       load_config('pretrain'))
-  loss = 'cosface' if ids == '2' else 'positive_cosine'
-  partition = 'balanced' if ids == '2' else 'one_per_client'
-  for name in ('fedface',):   # FedFR from its pre-training: test_fedfr_starts_from_its_...
-    config = load_config(f'fedfr/{name}', f'ids={ids},runlocal')
-    config.init_from = str(pre_dir)
-    results = experiment.train_and_evaluate(config, str(tmp_path / name))
-    expected_loss = loss if name == 'fedface' else 'cosface'
-    assert results['config_name'] == f'{name}/{expected_loss}/{partition}'
-    assert 'personalized' not in results      # Fig. 4 compares the generic model only
-    assert 0.0 <= results['verification']['lfw']['accuracy'] <= 1.0
-  # A scenario's run cannot start from another scenario's pre-training.
-  other = load_config('fedfr/fedface', 'ids=8,runlocal')
-  other.init_from = str(pre_dir)
-  with pytest.raises(ValueError, match=r'data.synthetic.num_identities: \d+ there, 40 here'):
-    experiment.validate(other)
-
-
-# FedPAD's algorithm on the pooled client, its BatchNorm over the pooled batch or per data center;
-# FedGPAD's own rounds are tests/algorithms/test_fedgpad.py's.
-# The per-center case trains the Table II network (its BatchNorms group per data center as the
-# ResNet-18's do), which compiles in a fraction of the ResNet-18's time.
-@pytest.mark.parametrize('name, arg', [('all', 'runlocal'),
-                                       ('all', 'backbone=pad_net,batch_norm=per_center,runlocal')])
-def test_pad_configs_run_end_to_end(tmp_path, name, arg):
-  # The data centers train on their own domains (all: pooled in one client); the detector is
-  # scored on the unseen target.
-  config = load_config(f'pad/{name}', arg)
-  assert config.model.batch_norm_groups == (3 if 'per_center' in arg else 1)
-  results = experiment.train_and_evaluate(config, str(tmp_path))
-  pad = results['pad']
-  assert (pad['sources'], pad['target'], pad['threshold_rule']) == (['O', 'C', 'I'], 'M', 'test')
-  p = config.data.pad
-  assert pad['num_videos'] == p.test_subjects * (p.live_videos + p.attack_videos)
-  assert pad['num_live'] == p.test_subjects * p.live_videos
-  for key in ('hter', 'eer', 'auc'):
-    assert 0.0 <= pad[key] <= 1.0
-  assert '| HTER (%) | EER (%) | AUC (%) |' in (tmp_path / 'report.md').read_text()
-  assert (tmp_path / 'pad_roc.png').exists()
-  saved = np.load(tmp_path / 'pad_video_scores.npz')   # for Fused
-  assert saved['scores'].shape == saved['labels'].shape == (pad['num_videos'],)
-  # config.json holds the anti-spoofing task's fields only: no head's loss, no public split.
-  written = json.loads((tmp_path / 'config.json').read_text())
-  assert 'head' not in written and list(written['evals']) == ['pad']
-  assert not {'public_identities', 'private_test_fraction', 'centralized_on'} & set(written['data'])
-  assert {k for k in written['data'] if isinstance(written['data'][k], dict)} == {'pad', 'pad_lists'}
-
-
-@pytest.mark.parametrize('field, value, match', [
-    ('data.pad.target', 'O', r"sources=\('O', 'C', 'I'\) with target='O'; expected distinct data "
-                             r'centers, none of them the target'),
-    ('data.pad.sources', ('O', 'X'), r"names domains \['X'\]; expected names from"),
-    ('data.pad.center_attacks', ('print', 'display', 'print'),
-     r"center_attacks entry 'display' leaves data center C no attack \(it has \('print', 'cut', "
-     r"'replay'\)\)"),
-    ('data.pad.center_attacks', ('print',), r"center_attacks=\('print',\) has 1 entries for 3 data "
-                                             r'centers'),
-    ('data.pad.center_attacks', ('print', 'video', 'print'),
-     r"center_attacks entry 'video' \(data center C\); expected '\+'-joined kinds"),
-    ('federated.num_clients', 4, r'num_clients=4; the PAD benchmark has one client per data '
-                                 r'center \(one for all with data.pad.pooled\): expected 3'),
-    ('evals.pad.threshold_rule', 'dev', r"threshold_rule='dev'; expected one of"),
-    ('model.batch_norm_groups', 3, r'batch_norm_groups=3 with data.pad.pooled=False, '
-                                   r'federated.balanced_classes=True and 3 data centers; '
-                                   r'expected 1, or \(pooled, balanced classes\) 3'),
-])
-def test_pad_config_errors_name_the_field(field, value, match):
-  config = load_config('pad/fedgpad')
-  *path, key = field.split('.')
-  section = config
-  for part in path:
-    section = section[part]
-  section[key] = value
-  with pytest.raises(ValueError, match=match):
-    experiment.validate(config)
 
 
 def test_every_config_file_validates_with_runlocal():

@@ -50,9 +50,9 @@ def _client(algorithm, state, fed, config, k, trace_only=False):
 def test_privacy_only_ei_c_and_dep_cross_to_the_server(setup):
   name, config, fed, algorithm, state = setup
   # What crosses is the update's structure; only FedGPAD's check that ES and Dec trained needs
-  # values. FedPAD's client update runs in the runs of tests/test_experiment.py (ResNet-18, 'all')
-  # and tests/data/test_pad_lists.py (Table II) and in test_kept_optimizer_... below; run here
-  # as well, it took ~12 s of the suite.
+  # values. FedPAD's client update runs in the runs of tests/test_experiment_pad.py (ResNet-18,
+  # 'all') and tests/data/test_pad_lists.py (Table II) and in test_kept_optimizer_... below; run
+  # here as well, it took ~12 s of the suite.
   data, private, result = _client(algorithm, state, fed, config, 1, trace_only=name != 'fedgpad')
   assert set(result.update) == {'params', 'batch_stats'}
   if name == 'fedpad':
