@@ -82,7 +82,9 @@ def config_leakage() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.round = 0                   # the replayed round r (1..num_rounds) attacked; 0 = off
   c.rounds = 1                  # the server's views: the `rounds` consecutive rounds ending at
-                                # `round` (each one's cohort; a client's latest message kept)
+                                # `round` (each one's cohort; a client's latest message kept);
+                                # replaying them needs the checkpoints of rounds round-rounds ..
+                                # round-1 (e.g. checkpoint_every=1, checkpoint_keep > rounds)
   c.kinds = ()                  # (): every kind the method reveals (REVEALS); or some of KINDS
   c.max_identities = 64         # attacked identities per kind (the lowest ids it covers)
   c.num_distractors = 64        # held-out identities among the candidates
