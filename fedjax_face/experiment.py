@@ -75,6 +75,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   t_start = time.perf_counter()
   resumes = resume.resuming(workdir)
   setup_lib.validate(config, resuming=resumes)
+  schedule.check_replay_checkpoints(config)   # training's rule alone: `evaluate` reads what is held
   method = algorithms.get(config.algorithm)
   distributed.initialize_distributed(config.engine.distributed)
   chief = jax.process_index() == 0
@@ -312,7 +313,7 @@ def _marked(outputs: dict, attacked: replay.AttackedRun | None) -> dict:
   """The evaluators' results, each attack's with the state it attacked (`AttackedRun.marks`)."""
   results = {kind: out.results for kind, out in outputs.items()}
   if attacked is not None:
-    for kind in replay.ATTACKS:
+    for kind in schedule.ATTACKS:
       if kind in results:
         results[kind] = {**results[kind], **attacked.marks()}
   return results

@@ -31,7 +31,7 @@ from fedjax_face.core import engine as engine_lib
 from fedjax_face.data import participation
 from fedjax_face.io import checkpoint, files
 from fedjax_face.models import arcface_torch
-from fedjax_face.run import noise, resume, simulation
+from fedjax_face.run import noise, resume, schedule, simulation
 from fedjax_face.run import setup as setup_lib
 
 
@@ -138,37 +138,8 @@ def _span(rounds) -> str:
   return f'round {rounds[0]}' if len(rounds) == 1 else f'rounds {rounds[0]}-{rounds[-1]}'
 
 
-def _leakage_rounds(section) -> tuple[int, ...]:
-  """The rounds 'leakage' replays: the `rounds` consecutive ones ending at `round` (none when
-  off, or when it reads the released model alone)."""
-  if not section.round or tuple(section.kinds) == ('released',):
-    return ()
-  return tuple(range(section.round - section.get('rounds', 1) + 1, section.round + 1))
-
-
-# The attacks among `config.evals` (eval/privacy/), and for those that replay rounds: the field
-# that switches one on, its value when off, and the rounds it replays from its section.
-ATTACKS = ('leakage', 'membership', 'inversion')
-_REPLAYED = {
-    'leakage': ('round', 0, _leakage_rounds),
-    'inversion': ('targets', 0, lambda s: (s.round,) if s.targets else ()),
-}
-
-
-def replayed_rounds(config) -> dict[str, tuple[str, tuple[int, ...]]]:
-  """{evaluator type: (its 'config.evals.<type>.<field>=<value>' that switches it on, the rounds
-  it replays)} of the sections of `config.evals` that replay rounds."""
-  out = {}
-  for kind, (field, _, rounds_of) in _REPLAYED.items():
-    if kind in config.evals and rounds_of(config.evals[kind]):
-      section = config.evals[kind]
-      out[kind] = (f'config.evals.{kind}.{field}={section[field]!r}',
-                   tuple(int(r) for r in rounds_of(section)))
-  return out
-
-
 def _off(kind: str) -> str:
-  field, value, _ = _REPLAYED[kind]
+  field, value, _ = schedule.REPLAYED[kind]
   return f'evals.{kind}.{field}={value!r}'
 
 
@@ -222,7 +193,7 @@ def attacked_run(config) -> AttackedRun | None:
   asked of a backbone file, of a run trained otherwise (the fields that differ), of a round
   whose previous checkpoint is not held or later than the state attacked; a stopped run with no
   checkpoint. FileNotFoundError / `resume.InitFromError` as `run.setup.validate` raises them."""
-  path, asked = config.init_from, replayed_rounds(config)
+  path, asked = config.init_from, schedule.replayed_rounds(config)
   first = next(iter(asked.items()), None)   # the attack a refusal names
   if arcface_torch.is_backbone_file(path):
     if first:

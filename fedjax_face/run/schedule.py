@@ -11,9 +11,66 @@ def logged(config, done: int, start_round: int) -> bool:
 
 def checkpoint_due(config, done: int, seconds_since_save: float) -> bool:
   """Round `done` is saved: every `checkpoint_every` rounds, or once `checkpoint_every_seconds`
-  have passed since the last save (either 0: off). The last round is saved anyway."""
+  have passed since the last save (either 0: off), or when an attack of the final evaluation
+  replays the round after it (`replay_checkpoints`). The last round is saved anyway."""
   every, seconds = config.checkpoint_every, config.checkpoint_every_seconds
-  return bool(every and done % every == 0) or bool(seconds and seconds_since_save >= seconds)
+  return (bool(every and done % every == 0) or bool(seconds and seconds_since_save >= seconds)
+          or done in replay_checkpoints(config))
+
+
+def _leakage_rounds(section) -> tuple[int, ...]:
+  """The rounds 'leakage' replays: the `rounds` consecutive ones ending at `round` (none when
+  off, or when it reads the released model alone)."""
+  if not section.round or tuple(section.kinds) == ('released',):
+    return ()
+  return tuple(range(section.round - section.get('rounds', 1) + 1, section.round + 1))
+
+
+# The attacks among `config.evals` (eval/privacy/), and for those that replay rounds: the field
+# that switches one on, its value when off, and the rounds it replays from its section.
+ATTACKS = ('leakage', 'membership', 'inversion')
+REPLAYED = {
+    'leakage': ('round', 0, _leakage_rounds),
+    'inversion': ('targets', 0, lambda s: (s.round,) if s.targets else ()),
+}
+
+
+def replayed_rounds(config) -> dict[str, tuple[str, tuple[int, ...]]]:
+  """{evaluator type: (its 'config.evals.<type>.<field>=<value>' that switches it on, the rounds
+  it replays)} of the sections of `config.evals` that replay rounds."""
+  out, evals = {}, config.get('evals') or {}
+  for kind, (field, _, rounds_of) in REPLAYED.items():
+    if kind in evals and rounds_of(evals[kind]):
+      section = evals[kind]
+      out[kind] = (f'config.evals.{kind}.{field}={section[field]!r}',
+                   tuple(int(r) for r in rounds_of(section)))
+  return out
+
+
+def replay_checkpoints(config) -> frozenset[int]:
+  """The checkpoints the config's attacks replay from: round r-1 of each round r > 1 they
+  replay (round 1 starts from the initial state, which is not saved)."""
+  return frozenset(r - 1 for _, rounds in replayed_rounds(config).values() for r in rounds
+                   if r > 1)
+
+
+def check_replay_checkpoints(config) -> None:
+  """ValueError, before training, when `checkpoint_keep` would delete a checkpoint an attack
+  replays from before the final evaluation reads it: the saves due by rounds from the first of
+  them to the last round (`checkpoint_due` without the seconds, which a run cannot foresee)
+  must all be kept."""
+  needed = replay_checkpoints(config)
+  if not needed:
+    return
+  saves = [d for d in range(min(needed), config.num_rounds + 1)
+           if d == config.num_rounds or checkpoint_due(config, d, 0.0)]
+  if config.checkpoint_keep < len(saves):
+    field = next(field for field, _ in replayed_rounds(config).values())
+    raise ValueError(
+        f'config.checkpoint_keep={config.checkpoint_keep} with {field}: the run saves '
+        f'{len(saves)} checkpoints from round {min(needed)} (which the attacks replay from) to '
+        f'round {config.num_rounds}, so the oldest would be deleted before the final '
+        f'evaluation reads it; expected checkpoint_keep >= {len(saves)}.')
 
 
 def evaluation_due(config, done: int) -> bool:

@@ -48,6 +48,53 @@ def test_checkpoint_due_by_rounds_or_by_seconds_either_off_at_zero():
   assert _rounds(lambda d: schedule.checkpoint_due(off, d, 1e9), 0, 10) == []
 
 
+def _attacked(**fields) -> ml_collections.ConfigDict:
+  """A 10-round run saving every 4 rounds, its final evaluation attacking rounds by
+  `fields`: leakage=(round, rounds), inversion=(round, targets)."""
+  evals = {}
+  if 'leakage' in fields:
+    r, n = fields.pop('leakage')
+    evals['leakage'] = _config(round=r, rounds=n, kinds=())
+  if 'inversion' in fields:
+    r, targets = fields.pop('inversion')
+    evals['inversion'] = _config(round=r, targets=targets)
+  return _config(**{'checkpoint_every': 4, 'checkpoint_every_seconds': 0.0, 'num_rounds': 10,
+                    'checkpoint_keep': 2, 'evals': evals, **fields})
+
+
+def test_the_rounds_an_attack_replays_from_are_saved_besides_the_rule():
+  config = _attacked(leakage=(10, 3), inversion=(6, 1))
+  # leakage replays rounds 8-10 (from checkpoints 7-9), inversion round 6 (from 5).
+  assert schedule.replay_checkpoints(config) == {5, 7, 8, 9}
+  assert _rounds(lambda d: schedule.checkpoint_due(config, d, 0.0), 0, 10) == [4, 5, 7, 8, 9]
+  # Off (round 0, targets 0), or only the released model read: the rule alone.
+  for off in (_attacked(leakage=(0, 1), inversion=(6, 0)), _attacked()):
+    assert schedule.replay_checkpoints(off) == frozenset()
+    assert _rounds(lambda d, c=off: schedule.checkpoint_due(c, d, 0.0), 0, 10) == [4, 8]
+  released = _attacked(leakage=(10, 3))
+  released.evals.leakage.kinds = ('released',)
+  assert schedule.replay_checkpoints(released) == frozenset()
+  # Round 1 replays from the initial state: nothing to save.
+  assert schedule.replay_checkpoints(_attacked(inversion=(1, 2))) == frozenset()
+
+
+def test_checkpoint_keep_that_would_delete_a_replayed_checkpoint_is_refused_before_training():
+  config = _attacked(leakage=(10, 3))   # saves 7, 8, 9 (replayed from) and 10 (the last)
+  with pytest.raises(ValueError) as error:
+    schedule.check_replay_checkpoints(config)
+  assert str(error.value) == (
+      "config.checkpoint_keep=2 with config.evals.leakage.round=10: the run saves 4 checkpoints "
+      'from round 7 (which the attacks replay from) to round 10, so the oldest would be deleted '
+      'before the final evaluation reads it; expected checkpoint_keep >= 4.')
+  config.checkpoint_keep = 4
+  schedule.check_replay_checkpoints(config)
+  # Round 6 replayed from 5: saves 5, 8 (the rule) and 10.
+  early = _attacked(inversion=(6, 1), checkpoint_keep=2)
+  with pytest.raises(ValueError, match='expected checkpoint_keep >= 3'):
+    schedule.check_replay_checkpoints(early)
+  schedule.check_replay_checkpoints(_attacked())   # no attack: nothing asked
+
+
 def test_evaluation_due_every_eval_every_rounds_before_the_last():
   config = _config(eval=_config(every_rounds=2), num_rounds=6)
   assert _rounds(lambda d: schedule.evaluation_due(config, d), 0, 6) == [2, 4]
