@@ -14,6 +14,7 @@ column beside ours stays empty.
 """
 
 from fedjax_face.proj.fedfr import reproduce as fedfr_tables
+from fedjax_face.proj.privacy import attacks
 from fedjax_face.tools.tables import spec
 from fedjax_face.tools.tables.spec import Row, Run, Table
 
@@ -142,6 +143,7 @@ TABLES = {
              'labels recovered: the fraction right (batch 1); FedPE\'s attacker is given its '
              'private class rows (an upper bound).',
              titles=INVERSION_TITLES, column_digits=(2, 3, 2, 2, 2, 2)),
+    **attacks.TABLES,   # 4-6: what each method reveals, attacked
 }
 
 

@@ -12,7 +12,7 @@ from typing import Callable
 
 from fedjax_face.io import files
 
-PERCENT_SECTIONS = ('verification', 'identification', 'personalized', 'pad')   # rates, shown in %
+PERCENT_SECTIONS = ('verification', 'identification', 'personalized', 'pad', 'leakage')   # rates, shown in %
 PAIR_TITLES = {'lfw': 'LFW', 'cfp_fp': 'CFP-FP', 'agedb_30': 'AgeDB-30', 'sllfw': 'SLLFW',
                'cplfw': 'CPLFW', 'calfw': 'CALFW'}
 # 'diagnostics' columns: '<results.json diagnostics section>:<key>' -> title.
