@@ -25,11 +25,12 @@ def device_count_flags(num_devices: int) -> str:
       f'--xla_force_host_platform_device_count={num_devices}')
 
 
-def run(code: str, num_devices: int = 8, timeout: int = 600) -> str:
-  """Runs `code` with `num_devices` CPU devices; asserts exit 0; returns its stdout."""
+def run(code: str, num_devices: int = 8, timeout: int = 600, args: tuple[str, ...] = ()) -> str:
+  """Runs `code` with `num_devices` CPU devices (`args` its sys.argv[1:]); asserts exit 0;
+  returns its stdout."""
   env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=python_path(),
              XLA_FLAGS=device_count_flags(num_devices))
-  out = subprocess.run([sys.executable, '-c', code], env=env, cwd=ROOT, capture_output=True,
-                       text=True, timeout=timeout)
+  out = subprocess.run([sys.executable, '-c', code, *args], env=env, cwd=ROOT,
+                       capture_output=True, text=True, timeout=timeout)
   assert out.returncode == 0, out.stderr[-3000:]
   return out.stdout

@@ -271,19 +271,21 @@ def test_bad_backend_is_refused():
 
 
 _EIGHT_DEVICES = """
+import sys
 import jax, numpy as np
 assert jax.device_count() == 8, jax.devices()
 from fedjax_face.core import engine as engine_lib
 from tests import engine_cases
 from tests.core import test_engine
 mesh = engine_lib.make_mesh()
+# The loop backend's rounds on one device, as the module's fixture computed them.
+ref = dict(np.load(sys.argv[1]))
 for name in ('fedgc',):
-  ref, _ = engine_cases.run_rounds(name, 'loop')
   sharded, _ = engine_cases.run_rounds(name, 'vmap', mesh=mesh)
   # Sharded reductions sum in another order: float32 rounding, amplified by two rounds of SGD.
-  test_engine.assert_trees_close(sharded, ref, rtol=1e-3, atol=1e-4)
+  test_engine.assert_trees_close(test_engine.flat(sharded), ref, rtol=1e-3, atol=1e-4)
   mapped, _ = engine_cases.run_rounds(name, 'map', map_width=8, mesh=mesh)
-  test_engine.assert_trees_close(mapped, ref, rtol=1e-3, atol=1e-4)
+  test_engine.assert_trees_close(test_engine.flat(mapped), ref, rtol=1e-3, atol=1e-4)
 for backend in ('vmap', 'map'):   # a chunk must split evenly over the devices
   try:
     engine_lib.RoundEngine(None, backend=backend, map_width=4, mesh=mesh)
@@ -294,5 +296,15 @@ print('OK 8 devices')
 """
 
 
-def test_eight_forced_cpu_devices_give_the_same_round():
-  assert 'OK 8 devices' in forced_devices.run(_EIGHT_DEVICES)
+def flat(tree) -> dict[str, np.ndarray]:
+  """A pytree as {path: array}: what np.savez writes and np.load gives back."""
+  leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+  return {jax.tree_util.keystr(path): np.asarray(x) for path, x in leaves}
+
+
+def test_eight_forced_cpu_devices_give_the_same_round(loop_results, tmp_path):
+  # The one-device reference is the fixture's FedGC rounds on the loop backend (computed once
+  # for the module), handed to the 8-device process as a file rather than trained there again.
+  reference = tmp_path / 'fedgc_loop.npz'
+  np.savez(reference, **flat(loop_results['fedgc']))
+  assert 'OK 8 devices' in forced_devices.run(_EIGHT_DEVICES, args=(str(reference),))
