@@ -59,24 +59,30 @@ def _loop_grads(params, batch, ids):
   return out
 
 
-def test_group_gradients_equal_a_loop_over_subjects(problem):
+@pytest.fixture(scope='module')
+def grouped(problem):
+  """(each subject's gradient and terms by the grouping, the same by the loop), computed once."""
   params, batch, ids = problem
   groups = dp_sgd.group_indices(ids, NUM_GROUPS)
-  grads, terms = dp_sgd.group_grads(_loss, params, batch, groups)
-  for s, (g, t) in enumerate(_loop_grads(params, batch, ids)):
+  return dp_sgd.group_grads(_loss, params, batch, groups), _loop_grads(params, batch, ids)
+
+
+def test_group_gradients_equal_a_loop_over_subjects(problem, grouped):
+  params, _, _ = problem
+  (grads, terms), loop = grouped
+  for s, (g, t) in enumerate(loop):
     for name in params:
       np.testing.assert_allclose(grads[name][s], g[name], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(terms['fit'][s], t['fit'], rtol=1e-6)
 
 
-def test_clipped_kept_sum_equals_the_loop(problem):
-  params, batch, ids = problem
-  loop = _loop_grads(params, batch, ids)
+def test_clipped_kept_sum_equals_the_loop(problem, grouped):
+  params, _, _ = problem
+  (grads, _), loop = grouped
   loop_norms = [np.sqrt(sum(np.sum(np.square(np.asarray(v))) for v in g.values()))
                 for g, _ in loop]
   clip = float(np.median(loop_norms))   # some subjects clipped, some not
   kept = jnp.array([True, False, True, True, True])
-  grads, _ = dp_sgd.group_grads(_loss, params, batch, dp_sgd.group_indices(ids, NUM_GROUPS))
   clipped, norms = dp_sgd.clip_each(grads, clip)
   total = dp_sgd.masked_sum(clipped, kept)
   expected = {name: np.zeros(v.shape, np.float32) for name, v in params.items()}
@@ -102,16 +108,18 @@ def test_per_example_gradients_summed_by_segment_equal_group_gradients(problem):
   frames = jnp.arange(ids.shape[0]).reshape(-1, 1)
   per_frame, _ = dp_sgd.group_grads(summed, params, batch, frames)
   by_segment = jax.tree.map(lambda g: jax.ops.segment_sum(g, ids, NUM_GROUPS), per_frame)
-  grouped, _ = dp_sgd.group_grads(summed, params, batch, dp_sgd.group_indices(ids, NUM_GROUPS))
+  # chunk=2: the lax.map of vmaps over 2 subjects at a time gives the same values.
+  by_group, _ = dp_sgd.group_grads(summed, params, batch, dp_sgd.group_indices(ids, NUM_GROUPS),
+                                   chunk=2)
   for name in params:
-    np.testing.assert_allclose(by_segment[name], grouped[name], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(by_segment[name], by_group[name], rtol=1e-5, atol=1e-6)
 
 
-def test_without_noise_or_clipping_the_step_is_the_plain_gradient(problem):
+def test_without_noise_or_clipping_the_step_is_the_plain_gradient(problem, grouped):
   """σ = 0, q = 1, C beyond every norm: g̃ = Σ_s g_s / n, the gradient of the mean of the
   subjects' losses."""
   params, batch, ids = problem
-  grads, _ = dp_sgd.group_grads(_loss, params, batch, dp_sgd.group_indices(ids, NUM_GROUPS))
+  (grads, _), _ = grouped
   clipped, _ = dp_sgd.clip_each(grads, 1e9)
   kept = dp_sgd.poisson_mask(jax.random.PRNGKey(0), 1.0, NUM_GROUPS)
   assert bool(jnp.all(kept))
