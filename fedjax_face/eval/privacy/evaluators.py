@@ -27,8 +27,8 @@ of it runs the client's own local steps on its dummy batch
 train it) from the broadcast θ and the client's W, unrolled as Geiping et al. (Sec. 5) attack a
 multi-step update, and is matched by cosine with a TV prior (Inverting Gradients) or by L2 (DLG,
 `distance='l2'`). Under secure aggregation the model is the same sum over the cohort
-(`sum_model`): every client's dummy batch is reconstructed jointly, client k's slot with k's rows
-and labels. A first-order reading (one gradient at θ weighted by the momentum's sums) was
+(`sum_model`, run client by client: `inversion.make_sum_attack`): every client's dummy batch is
+reconstructed jointly, client k's slot with k's rows and labels. A first-order reading (one gradient at θ weighted by the momentum's sums) was
 tried and dropped: on a runlocal FedPE round (2 steps of batch 2 at lr 0.1) the true images
 (under the best of their flips) were at cosine distance 0.40 from the update under it, against
 1e-6 at 1 step. The client's random
@@ -217,7 +217,8 @@ def client_update_model(config, r: int):
 
 
 def sum_model(grad_fn):
-  """The attacker's model of the cohort's weighted sum under secure aggregation:
+  """The attacker's model of the cohort's weighted sum under secure aggregation (its definition;
+  the evaluator runs it client by client, `inversion.make_sum_attack`):
   `summed(images [m, S, B, ...], θ params, batch_stats, W [m, C, d], labels [m, S, B],
   mask [m, S, B], class_mask [m, C], shares [m]) = Σ_k s_k grad_fn(client k's arguments)`,
   the pseudo-gradient of the mean the server decodes (Σ_k s_k = 1 over the real clients)."""
@@ -326,11 +327,12 @@ def make_inversion(config, section, setup) -> Evaluator | None:
   gallery_images, gallery_owner = gallery_images[ok], gallery_owner[ok]
 
   secure = bool(config.secure_aggregation.enabled)
-  attack = inversion.make_attack(sum_model(grad_fn) if secure else grad_fn,
-                                 iterations=section.iterations,
-                                 learning_rate=section.learning_rate,
-                                 tv_weight=section.tv_weight, distance=section.distance,
-                                 signed=section.signed)
+  options = dict(iterations=section.iterations, learning_rate=section.learning_rate,
+                 tv_weight=section.tv_weight, distance=section.distance, signed=section.signed)
+  # Under secure aggregation `sum_model`'s objective, client by client (2 arguments shared: θ
+  # and the BatchNorm statistics).
+  attack = (inversion.make_sum_attack(grad_fn, 2, **options) if secure
+            else inversion.make_attack(grad_fn, **options))
 
   def recognised(inputs, means, images: np.ndarray, identities: np.ndarray) -> dict:
     """Per image: is the right identity the nearest class embedding / mean embedding?"""

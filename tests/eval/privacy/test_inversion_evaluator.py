@@ -302,3 +302,37 @@ def test_a_batch_1_label_is_read_from_fedgcs_rows_or_fedpes_feature_shift():
         label, 'feature_gradient')
   with pytest.raises(ValueError, match=r"small_cnn has no final BatchNorm shift \('features'/"):
     evaluators.recovered_label(c, {'model': {'params': {}}}, {}, w, class_mask, lr)
+
+
+def test_the_sum_attack_client_by_client_takes_the_joint_objectives_step():
+  """inversion.make_sum_attack (each client's VJP, the sum's cotangent) against the gradient of
+  `sum_model`'s joint objective, on a toy dense head: the distance it reports is the joint one at
+  the start, and its one Adam step moves each pixel by the rate against that gradient's sign."""
+  kernel = jax.random.normal(jax.random.PRNGKey(0), (6, 4))
+
+  def grad_fn(images, params, batch_stats, w, labels, mask, class_mask):
+    del batch_stats, mask, class_mask
+    def loss(p):
+      logits = images.reshape(-1, 6) @ p['kernel'] @ w.T
+      return -jax.numpy.mean(jax.nn.log_softmax(logits)[np.arange(2), labels.reshape(-1)])
+    return jax.grad(loss)({'kernel': params})
+
+  m = 3
+  w = jax.random.normal(jax.random.PRNGKey(1), (m, 5, 4))
+  labels = np.array([[[0, 1]], [[2, 3]], [[4, 0]]], np.int32)
+  mask, class_mask = np.ones((m, 1, 2), bool), np.ones((m, 5), bool)
+  shares = np.array([0.5, 0.3, 0.2], np.float32)
+  args = (kernel, {}, w, labels, mask, class_mask, shares)
+  joint = jax.jit(evaluators.sum_model(grad_fn))
+  target = joint(jax.random.uniform(jax.random.PRNGKey(2), (m, 1, 2, 2, 3, 1)), *args)
+  start = jax.random.uniform(jax.random.PRNGKey(3), (m, 1, 2, 2, 3, 1), minval=-0.5, maxval=0.5)
+  objective = lambda x: inversion.gradient_distance(joint(x, *args), target, 'cosine')
+  expected_distance, g = jax.jit(jax.value_and_grad(objective))(start)
+  images, distance = inversion.make_sum_attack(
+      grad_fn, 2, iterations=1, learning_rate=0.1, tv_weight=0.0, distance='cosine')(
+          start, target, *args)
+  assert float(distance) == pytest.approx(float(expected_distance), rel=1e-6)
+  # Adam's first step is lr * g / (|g| + 1e-8): the rate against the sign where |g| >> 1e-8 (the
+  # rate of step 0 of a 1-iteration schedule, already decayed at 3/8 of it).
+  rate = float(inversion.learning_rate_schedule(0.1, 1)(0))
+  np.testing.assert_allclose(images, start - rate * g / (np.abs(g) + 1e-8), rtol=1e-5, atol=1e-6)
