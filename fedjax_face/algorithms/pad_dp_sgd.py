@@ -44,7 +44,10 @@ refused.
 
 What ε does not cover: the training metrics each data center reports for the log (its losses)
 are not noised, as under client-level DP; the noise follows config.seed's keys (results.json
-says so, as core/privacy.py's ledger does).
+says so, as core/privacy.py's ledger does). What the ledger assumes: every step of the run ran
+at this config's σ. A run extended (a larger `num_rounds` on resume) with `target_epsilon`
+solves σ again for the new total, and its first rounds ran at another σ; that history is not
+recorded here (client-level DP's is, run/noise.py), so such an extension's ε is not accounted.
 """
 
 import ml_collections
@@ -231,6 +234,8 @@ def ledger(config) -> dict:
       'target_epsilon': float(d.target_epsilon) or None,
       'mean_over': f"q n = {s['denominator']:g} (the expected number of subjects kept)",
       'batch_norm': d.batch_norm,
+      'assumes': ('every step ran at noise_multiplier (a resumed run extended with '
+                  'target_epsilon re-solves it; its earlier steps are not re-accounted)'),
       'not_covered': 'the training losses each data center logs (not noised)',
       'noise_seed': ('drawn from config.seed (recorded in config.json): epsilon holds only while '
                      'the seed is kept secret'),
