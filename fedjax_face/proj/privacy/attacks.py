@@ -22,8 +22,8 @@ from fedjax_face.tools.tables.spec import Row, Run, Table
 
 DP_LEVELS = (('off', ()),
              ('eps=inf (clip only)', (('dp.enabled', 'True'), ('dp.noise_multiplier', '0.0'))),
-             ('eps=16', (('dp.enabled', 'True'), ('dp.target_epsilon', '16.0'))),
-             ('eps=4', (('dp.enabled', 'True'), ('dp.target_epsilon', '4.0'))))
+             ('eps=16.0', (('dp.enabled', 'True'), ('dp.target_epsilon', '16.0'))),
+             ('eps=4.0', (('dp.enabled', 'True'), ('dp.target_epsilon', '4.0'))))
 
 # The FedGC paper's setting (configs/fedgc/: 60 rounds, every client each round): the last
 # round's updates attacked; 256 identities' rows against 200 distractors as docs/privacy.md's
