@@ -38,7 +38,9 @@ def test_pad_configs_run_end_to_end(tmp_path, name, arg):
   assert saved['scores'].shape == saved['labels'].shape == (pad['num_videos'],)
   # config.json holds the anti-spoofing task's fields only: no head's loss, no public split.
   written = json.loads((tmp_path / 'config.json').read_text())
-  assert 'head' not in written and list(written['evals']) == ['pad']
+  # Its evaluators are the anti-spoofing task's (the attacks off at their defaults), none of
+  # recognition's.
+  assert 'head' not in written and list(written['evals']) == ['inversion', 'membership', 'pad']
   assert not {'public_identities', 'private_test_fraction', 'centralized_on'} & set(written['data'])
   assert {k for k in written['data'] if isinstance(written['data'][k], dict)} == {'pad', 'pad_lists'}
 
