@@ -44,13 +44,23 @@ def paper_module(paper: str):
   return importlib.import_module(f'fedjax_face.proj.{paper}.reproduce')
 
 
-def table_names() -> list[str]:
-  return [f'{paper}{tid}' for paper in PAPERS for tid in table_ids(paper)]
+def tables_of(paper: str) -> dict:
+  """A paper's tables: those in docs (`TABLES`), and those whose sweep has not finished
+  (`PENDING`: `--table` runs them, `--check` does not look for them; docs/<paper>.md names each
+  with the command that resumes it, and its table joins `TABLES` once its runs are archived)."""
+  module = paper_module(paper)
+  return {**module.TABLES, **getattr(module, 'PENDING', {})}
 
 
-def table_ids(paper: str) -> list:
+def table_names(pending: bool = False) -> list[str]:
+  """The tables in docs, or with `pending` also those whose sweep has not finished."""
+  return [f'{paper}{tid}' for paper in PAPERS for tid in table_ids(paper, pending)]
+
+
+def table_ids(paper: str, pending: bool = False) -> list:
   """A paper's table numbers, then its named tables ('_fig3': `--table=fedfr_fig3`)."""
-  return sorted(paper_module(paper).TABLES,
+  tables = tables_of(paper) if pending else paper_module(paper).TABLES
+  return sorted(tables,
                 key=lambda tid: (isinstance(tid, str), 0 if isinstance(tid, str) else tid, str(tid)))
 
 
@@ -61,8 +71,8 @@ def out_name(paper: str, tid) -> str:
 
 def select(name: str) -> list[tuple[str, int]]:
   """(paper, table number) for `--table`: 'fedgc4', a paper ('fedfv'), or 'all'."""
-  known = table_names()
-  if name == 'all' or name in PAPERS:
+  known = table_names(pending=True)
+  if name == 'all' or name in PAPERS:   # the tables in docs: a pending one is run by its name
     return [(paper, tid) for paper in PAPERS if name in ('all', paper)
             for tid in table_ids(paper)]
   if name not in known:
@@ -114,7 +124,7 @@ def check_table(paper: str, tid, docs_dir: str, archive_dir: str) -> str:
   recorded = recorded_command(doc)
   if recorded is None:
     return 'no "Made by" command in its footnote'
-  table = paper_module(paper).TABLES[tid]
+  table = tables_of(paper)[tid]
   root = os.path.join(archive_dir, f'{paper}_tables')
   extra = spec.parse_overrides(recorded['set'])
   seeds = spec.parse_seeds(recorded['seeds'])
@@ -224,7 +234,7 @@ def main(argv):
     differing = 0
     for paper, tid in chosen:
       archive_root = os.path.join(f.archive, f'{paper}_tables')
-      for line in archive.spot_check(paper_module(paper).TABLES[tid], archive_root, f.root,
+      for line in archive.spot_check(tables_of(paper)[tid], archive_root, f.root,
                                     f.dry_run):
         print(f'{paper}{tid}: {line}', flush=True)
         differing += line.startswith('differs')
@@ -235,12 +245,12 @@ def main(argv):
     # A run may be shared with a table that keeps more of it (FedFV Table 3's cosines).
     also_kept = {}
     for paper, tid in select('all'):
-      other = paper_module(paper).TABLES[tid]
+      other = tables_of(paper)[tid]
       if other.archived_files:
         for run_dir in table_runs.table_workdirs(other, f.root, extra, seeds):
           also_kept[run_dir] = also_kept.get(run_dir, ()) + other.archived_files
     for paper, tid in chosen:
-      for line in archive.park(paper_module(paper).TABLES[tid], f.root, extra, seeds, also_kept):
+      for line in archive.park(tables_of(paper)[tid], f.root, extra, seeds, also_kept):
         print(f'{paper}{tid}: {line}', flush=True)
     return
   if f.out and len(chosen) > 1:
@@ -251,7 +261,7 @@ def main(argv):
       a for a in sys.argv[1:] if a not in ('--dry_run', '--dry_run=true', '--dry_run=True'))
   for paper, tid in chosen:
     module = paper_module(paper)
-    table = module.TABLES[tid]
+    table = tables_of(paper)[tid]
     try:
       text = table_text(table, f.root, extra, seeds, command, f.allow_mixed_commits, f.dry_run)
     except archive.MixedCommitsError as e:

@@ -143,3 +143,20 @@ def test_every_table_in_docs_rebuilds_from_the_repository_s_archive():
   assert set(status) == set(reproduce.table_names()) | extras
   assert 'fedfv_fig5.md' in extras   # drawn from the archive's cosine histograms
   assert {name: why for name, why in status.items() if why != 'ok'} == {}
+
+
+def test_a_pending_table_is_named_on_its_paper_s_page_and_has_no_stale_page():
+  """A table whose sweep has not finished (`PENDING`) is not in docs, so `--check` cannot judge
+  it: its paper's page must say so, with the command that resumes it, and no generated page of
+  it may linger. `--table` still runs it."""
+  pending = [(paper, tid) for paper in reproduce.PAPERS
+             for tid in getattr(reproduce.paper_module(paper), 'PENDING', {})]
+  for paper, tid in pending:
+    name = f'{paper}{tid}'
+    page = open(os.path.join(config_files.ROOT, 'docs', f'{paper}.md')).read()
+    assert f'reproduce --table={name} ' in page, name
+    assert not os.path.exists(os.path.join(config_files.ROOT, 'docs',
+                                           reproduce.out_name(paper, tid))), name
+    assert name in reproduce.table_names(pending=True) and name not in reproduce.table_names()
+    assert reproduce.select(name) == [(paper, tid)]
+    assert (paper, tid) not in reproduce.select(paper)   # a paper's docs command trains none

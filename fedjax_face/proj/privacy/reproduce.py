@@ -131,6 +131,10 @@ TABLES = {
              'ours: the PAD setting of configs/pad/ (three data centers, 400 rounds), clip S = 1, '
              'delta = 1e-5, RDP accountant with replace-one neighbours; HTER and AUC in %.',
              titles=PAD_TITLES, column_digits=(2, 2, 2, 2, 0)),
+}
+# Specified, their sweeps not finished (`fedjax_face.reproduce.tables_of`): each joins TABLES once
+# its runs are archived; docs/privacy.md names the command that resumes it.
+PENDING = {
     3: Table('Gradient inversion of a client update: local batch x local steps', 'results',
              INVERSION_COLUMNS,
              tuple(_inversion_rows('fedpe', 'FedPE') + _inversion_rows('fedgc', 'FedGC')),

@@ -8,7 +8,7 @@ from fedjax_face.proj.privacy import reproduce
 from fedjax_face.tools.tables import markdown
 from tests import config_files
 
-GRID = reproduce.TABLES[3]
+GRID = {**reproduce.TABLES, **reproduce.PENDING}[3]   # pending until its sweep is archived
 
 
 def test_each_run_is_the_cell_its_label_names():
