@@ -55,7 +55,7 @@ def paper_runs(queue: list[str]) -> list[tuple[str, spec.Run, int]]:
   for entry in queue:
     name, seeds = entry.split()
     for paper, tid in reproduce.select(name):
-      for row in reproduce.paper_module(paper).TABLES[tid].rows:
+      for row in reproduce.tables_of(paper)[tid].rows:
         runs = row.run.runs if isinstance(row.run, spec.Combined) else (row.run,)
         for run in runs:
           if run is None:
