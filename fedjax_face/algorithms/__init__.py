@@ -14,7 +14,8 @@ Every method module defines:
       True when it trains on one client holding every identity (centralized training).
 
 and may define KEEPS_CLIENT_OPTIMIZER = True when its clients can keep their optimizer state
-between rounds (`federated.client_optimizer_state='keep'`).
+between rounds (`federated.client_optimizer_state='keep'`), and SECTION, the name of its section
+when it is not the method's (FedPAD's is `config.fedgpad`; `section_name`).
 
 Adding a method is one line here (WORKSPACE.md, "How to add a method").
 """
@@ -67,6 +68,11 @@ def get(name: str) -> types.ModuleType:
     raise ValueError(f'config.algorithm={name!r} is unknown; expected one of '
                      f'{sorted(ALGORITHMS)}.')
   return importlib.import_module(ALGORITHMS[name])
+
+
+def section_name(name: str) -> str:
+  """The name of method `name`'s own config section: `config.<section_name>`."""
+  return getattr(get(name), 'SECTION', name)
 
 
 def check_config(config) -> None:

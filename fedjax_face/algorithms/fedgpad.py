@@ -45,6 +45,7 @@ from fedjax_face.data import preprocess, sources
 from fedjax_face.models import pad as pad_model
 
 ONE_CLIENT = False
+SECTION = 'fedgpad'   # config.fedgpad for FedPAD too (`config_section`'s name; default: the method's)
 # `federated.client_optimizer_state='keep'`: a data center's Adam state persists between rounds
 # (All, one client holding every data center, is then plain centralized Adam: configs/pad/all.py).
 KEEPS_CLIENT_OPTIMIZER = True

@@ -23,7 +23,7 @@ def defaults(config) -> dict:
   base = config_lib.base_config(sources.task_of(config))
   section = algorithms.get(config.algorithm).config_section()
   if section is not None:
-    base[config.algorithm] = section
+    base[algorithms.section_name(config.algorithm)] = section
   return base.to_dict()
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from fedjax_face import algorithms, config_lib
+from fedjax_face.algorithms import fedgpad
 from fedjax_face.data import sources
 from fedjax_face.io import checkpoint, files
 from fedjax_face.run import resume
@@ -36,7 +37,7 @@ def current_config(saved: dict):
   config = config_lib.base_config(sources.get(saved['data']['source']).TASK)
   section = algorithms.get(saved['algorithm']).config_section()
   if section is not None:
-    config[saved['algorithm']] = section
+    config[algorithms.section_name(saved['algorithm'])] = section
   known = set(resume.flatten(config.to_dict()))
   config.update_from_flattened_dict({k: tuple(v) if isinstance(v, list) else v
                                      for k, v in resume.flatten(saved).items() if k in known})
@@ -79,4 +80,29 @@ def test_a_field_the_package_no_longer_has_is_no_difference_but_a_changed_one_is
   resume.check_opening(workdir, config.to_dict(), defaults=run_setup.defaults(config))
   config.seed += 1
   with pytest.raises(files.WorkdirError, match=f"seed: {saved['seed']} -> {saved['seed'] + 1}"):
+    resume.check_opening(workdir, config.to_dict(), defaults=run_setup.defaults(config))
+
+
+def test_a_field_added_to_fedpad_s_section_since_an_archived_run_does_not_block_it(
+    tmp_path, monkeypatch):
+  """FedPAD's own section is `config.fedgpad` (algorithms.section_name): a field added to it
+  since a run counts at its default, as for every other method's section."""
+  saved = next(files.read_json(path) for path in sorted(glob.glob(os.path.join(
+      REPO, 'results', 'pad_tables', '*', 'config.json')))
+      if files.read_json(path)['algorithm'] == 'fedpad')
+  original = fedgpad.config_section
+
+  def grown():
+    section = original()
+    section.added_since = 0
+    return section
+
+  monkeypatch.setattr(fedgpad, 'config_section', grown)
+  config = current_config(saved)
+  assert config.fedgpad.added_since == 0 and 'fedpad' not in config
+  assert algorithms.section_name('fedpad') == 'fedgpad'
+  workdir = workdir_of(tmp_path, saved)
+  resume.check_opening(workdir, config.to_dict(), defaults=run_setup.defaults(config))
+  config.fedgpad.added_since = 1
+  with pytest.raises(files.WorkdirError, match="fedgpad.added_since: '<absent>' -> 1"):
     resume.check_opening(workdir, config.to_dict(), defaults=run_setup.defaults(config))
