@@ -401,7 +401,7 @@ def make_inversion(config, section, setup) -> Evaluator | None:
       dp_noise = ("none in what it attacks: the clipped update as sent, the server's own noise "
                   'added after it sees it' if config.dp.enabled else 'none (no DP)')
     per_target, true_tiles, recon_tiles, names = [], [], [], []
-    match_recon, match_true = {}, {}
+    match_recon, match_true, most_frequent = {}, {}, []
     for t, (recon, loss) in enumerate(reconstructions):
       k = int(cohort[t])
       images, mask = data['images'][t], data['mask'][t]
@@ -416,13 +416,19 @@ def make_inversion(config, section, setup) -> Evaluator | None:
       identities = identity_table[k, true_labels[t].reshape(-1)[valid]]
       got = recognised(inputs, means, recon, identities)
       ceiling = recognised(inputs, means, closer, identities)
+      # Chance for the identity column: naming every image the batch's most frequent identity (a
+      # reconstruction that carries nothing of the image can reach it if it is named as one of
+      # the client's identities at all).
+      most_frequent.append(np.full(len(identities), np.max(np.unique(
+          identities, return_counts=True)[1]) / len(identities)))
       for kind in got:
         match_recon.setdefault(kind, []).append(got[kind])
         match_true.setdefault(kind, []).append(ceiling[kind])
       per_target.append({
           'client': k, 'images': int(len(true)), 'matching_loss': float(loss),
           'psnr': float(np.mean(psnr)), 'ssim': float(np.mean(ssim)),
-          **{f'identity_match_{kind}': float(np.mean(v)) for kind, v in got.items()}})
+          **{f'identity_match_{kind}': float(np.mean(v)) for kind, v in got.items()},
+          'identity_chance': float(most_frequent[-1][0])})
       true_tiles.append(closer)
       recon_tiles.append(recon)
       names += [str(i) for i in identities]
@@ -439,6 +445,7 @@ def make_inversion(config, section, setup) -> Evaluator | None:
            for kind, v in match_recon.items()},
         **{f'identity_match_{kind}_true_images': float(np.mean(np.concatenate(v)))
            for kind, v in match_true.items()},
+        'identity_chance': float(np.mean(np.concatenate(most_frequent))),
         'targets': per_target}
     scalars = {key: value for key, value in results.items()
                if key in ('psnr', 'ssim') or key.startswith('identity_match')}
@@ -477,6 +484,7 @@ def markdown(results: dict) -> list[str]:
   lines.append(f"| all | | {results['psnr']:.2f} | {results['ssim']:.3f} | " + ' | '.join(
       f"{results[f'identity_match_{k}']:.2f} ({results[f'identity_match_{k}_true_images']:.2f})"
       for k in kinds) + ' |')
-  lines += ['', 'Reconstructions: inversion.png (true images, then their reconstructions, one '
-                'pair of rows per client).', '']
+  lines += ['', f"Chance for the identity columns: {results['identity_chance']:.2f} (every image "
+                "named its batch's most frequent identity). Reconstructions: inversion.png (true "
+                'images, then their reconstructions, one pair of rows per client).', '']
   return lines

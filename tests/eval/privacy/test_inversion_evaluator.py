@@ -159,6 +159,14 @@ def test_an_evaluation_reports_each_target_and_draws_the_grid(evaluated):
               'identity_match_mean_embedding_true_images'):
     assert np.isfinite(res[key]), key
   assert 0 <= res['identity_match_class_embedding'] <= 1
+  # Chance: each target's images all named its batch's most frequent identity.
+  shares = []
+  for t in range(2):
+    ids = np.asarray(replay.data['labels'][t]).reshape(-1)[np.asarray(
+        replay.data['mask'][t]).reshape(-1).astype(bool)]
+    shares.append(np.max(np.unique(ids, return_counts=True)[1]) / len(ids))
+  assert [t['identity_chance'] for t in res['targets']] == shares
+  assert res['identity_chance'] == np.mean(shares)   # 4 images a target: equal weights
   grid = out.images['inversion.png']
   assert grid['images'].shape == (16, 16, 16, 3) and grid['rows'] == 4 and grid['cols'] == 4
   rows = grid['images'].reshape(4, 4, 16, 16, 3)
