@@ -132,6 +132,7 @@ TABLES = {
              'delta = 1e-5, RDP accountant with replace-one neighbours; HTER and AUC in %.',
              titles=PAD_TITLES, column_digits=(2, 2, 2, 2, 0)),
     4: attacks.TABLES[4],   # what each method reveals, attacked: the FedGC setting
+    6: attacks.TABLES[6],   # and face anti-spoofing
 }
 # Specified, their sweeps not finished (`fedjax_face.reproduce.tables_of`): each joins TABLES once
 # its runs are archived; docs/privacy.md names the command that resumes it.
@@ -148,7 +149,7 @@ PENDING = {
              'labels recovered: the fraction right (batch 1); FedPE\'s attacker is given its '
              'private class rows (an upper bound).',
              titles=INVERSION_TITLES, column_digits=(2, 3, 2, 2, 2, 2)),
-    **{n: t for n, t in attacks.TABLES.items() if n != 4},   # 5-6: attacked, per setting
+    5: attacks.TABLES[5],   # what each method reveals, attacked: the FedFV setting
 }
 
 
