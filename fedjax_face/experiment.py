@@ -37,12 +37,15 @@ from fedjax_face.run import setup as setup_lib
 from fedjax_face.run.hooks import checkpointing, divergence, evaluation, logging, preemption
 
 
-def validate(config, resuming: bool = False) -> None:
+def validate(config, resuming: bool = False, training: bool = False) -> None:
   """What the command lines check before running (`run.setup.validate`), with an `init_from` run
   the divergence guard stopped taken at its last accepted checkpoint, the state
   `python -m fedjax_face.evaluate` evaluates there (`replay.at_last_accepted`). A training run
-  started from such a run is still refused, in one line, by `train_and_evaluate`'s own check."""
+  started from such a run is still refused, in one line, by `train_and_evaluate`'s own check.
+  `training`: also that the run keeps the checkpoints its attacks replay from."""
   setup_lib.validate(replay.at_last_accepted(config), resuming=resuming)
+  if training:
+    schedule.check_replay_checkpoints(config)
 
 
 def _silent(*args, **kwargs) -> None:

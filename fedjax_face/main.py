@@ -243,7 +243,8 @@ def start(config, workdir: str = '', training: bool = False) -> None:
       logging.warning('XLA CPU convolutions stay on %s: JAX started before %s could be chosen '
                       '(engine.cpu_convolutions)', xla_flags.cpu_convolutions_in_effect(),
                       convolutions)
-    experiment.validate(config, resuming=training and resume.resuming(workdir))
+    experiment.validate(config, resuming=training and resume.resuming(workdir),
+                        training=training)
   except (ValueError, FileNotFoundError) as error:
     exit_usage(str(error), error)
 

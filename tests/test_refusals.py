@@ -61,6 +61,14 @@ def test_bad_values_are_one_line_and_nothing_is_made(tmp_path, monkeypatch, caps
                  action=evaluate.evaluate_model) == (
                      'config.init_from is empty; expected the model to evaluate: a finished '
                      "run's workdir or an arcface_torch backbone file (.pth or .onnx).")
+  # A run that would delete a checkpoint its final evaluation's attack replays from.
+  assert refused(monkeypatch, capsys, f'--config={CONFIG}', f'--workdir={workdir}',
+                 '--config.evals.leakage.round=2', '--config.evals.leakage.rounds=2',
+                 '--config.checkpoint_keep=1') == (
+                     'config.checkpoint_keep=1 with config.evals.leakage.round=2: the run saves 2 '
+                     'checkpoints from round 1 (which the attacks replay from) to round 2, so the '
+                     'oldest would be deleted before the final evaluation reads it; expected '
+                     'checkpoint_keep >= 2.')
   assert not workdir.exists()
 
 
