@@ -2,10 +2,13 @@ r"""Utility against privacy on the embedded benchmarks: every method at epsilon 
 infinity: FedPE, FedGC, FedFV, FedAwS, FedUV, FedFace and FedFR (Table 1); FedPAD and FedGPAD
 (Table 2, HTER on the unseen domain). Table 3: gradient inversion of FedPE's and FedGC's client
 updates over local batch x local steps (configs/privacy/inversion_grid.py), with recovered
-labels at batch 1, under secure aggregation and under DP.
+labels at batch 1, under secure aggregation and under DP. Table 7: the HTER cost of
+subject-level DP-SGD inside each data center (configs/pad/dp_sgd.py) for FedPAD and FedGPAD.
+Tables 4-6 (the attacks): attacks.py.
 
     python -m fedjax_face.reproduce --table=privacy --out_dir=docs
     python -m fedjax_face.reproduce --table=privacy3 --out_dir=docs
+    python -m fedjax_face.reproduce --table=privacy7 --out_dir=docs
 
 Each method's default run with `dp.enabled` and `dp.target_epsilon` (the noise multiplier that
 reaches it after the run's rounds, `core/privacy.py:noise_for_epsilon`), clip S = `dp.clip_norm`;
@@ -113,6 +116,23 @@ def _inversion_rows(method: str, label: str) -> list[Row]:
   return rows
 
 
+DP_SGD_CONFIG = 'pad/dp_sgd'
+DP_SGD_COLUMNS = ('pad/hter', 'pad/auc', 'method_state/dp_sgd/epsilon',
+                  'method_state/dp_sgd/epsilon_pld', 'method_state/dp_sgd/noise_multiplier')
+DP_SGD_TITLES = ('HTER', 'AUC', 'epsilon (RDP)', 'epsilon (PLD)', 'noise multiplier')
+
+
+def _dp_sgd_rows(method: str, label: str) -> list[Row]:
+  """One method without DP-SGD, then under it with clipping alone (the subject draws, frozen
+  BatchNorm and clipping: every cost but the noise) and at epsilon 16 and 4."""
+  blank = (None,) * len(DP_SGD_COLUMNS)
+  run = lambda arm: Run(DP_SGD_CONFIG, f'method={method},{arm}')
+  return [Row(f'{label} no DP-SGD', _pad_run(method)(), blank),
+          Row(f'{label} DP-SGD, clip only', run('clip_only'), blank),
+          *[Row(f'{label} DP-SGD, eps={eps}', run(f'epsilon={eps}'), blank)
+            for eps in ('16', '4')]]
+
+
 TABLES = {
     1: Table('Utility against client-level privacy: face recognition', 'results', COLUMNS,
              tuple(_rows('fedpe', 'FedPE') + _rows('fedgc', 'FedGC') + _fedfv_rows()
@@ -150,6 +170,17 @@ PENDING = {
              'private class rows (an upper bound).',
              titles=INVERSION_TITLES, column_digits=(2, 3, 2, 2, 2, 2)),
     5: attacks.TABLES[5],   # what each method reveals, attacked: the FedFV setting
+    7: Table('The HTER cost of subject-level DP-SGD inside each data center (O&C&I -> M)',
+             'results', DP_SGD_COLUMNS,
+             tuple(_dp_sgd_rows('fedpad', 'FedPAD') + _dp_sgd_rows('fedgpad', 'FedGPAD')),
+             'none (no paper trains them with DP-SGD)',
+             'ours: the PAD setting of configs/pad/ (three data centers, 400 rounds), seed 0; '
+             'configs/pad/dp_sgd.py: each data center\'s subjects Poisson-sampled at q = 0.5 a '
+             'step (2 frames each, 1 live and 1 attack), each subject\'s gradient clipped to C = '
+             '1, BatchNorm frozen, delta = 1e-5, RDP and PLD accountants with add-or-remove-one '
+             'subject neighbours; "no DP-SGD" is the method\'s own run (balanced batches, '
+             'train-mode BatchNorm); HTER and AUC in %.',
+             titles=DP_SGD_TITLES, column_digits=(2, 2, 2, 2, 3)),
 }
 
 
