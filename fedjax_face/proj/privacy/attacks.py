@@ -12,6 +12,12 @@ attacks switched on (`ATTACKS_*`), so their training is the same; the attacks' r
 results.json, and the table reads only that. The run saves the checkpoints its attacks replay
 from (`run/schedule.replay_checkpoints`); `checkpoint_keep` covers them.
 
+A run the divergence guard stopped (the noised runs, as in Tables 1 and 2) has no final
+evaluation. `reproduce` evaluates its last accepted checkpoint (`Table.evaluate_diverged`,
+tools/tables/run.py `last_accepted`) with these attacks. An attack that replays rounds replays
+the latest its checkpoints allow. The row is marked, and a note names the rounds, the commits,
+and what moved; a run stopped before its first checkpoint is marked so.
+
 Where the noise is drawn decides what it protects. In these runs the server adds it after it
 has seen each client's clipped update, so the curious server's views (leakage of the rows it
 receives, inversion of the update) see the clipped update with no noise: DP bounds what the
@@ -124,7 +130,8 @@ TABLES = {
              "clients' round-60 updates (FedPE's attacker is given its private W_k: an upper "
              'bound), identity named by the nearest mean embedding (fraction). Membership: '
              '512 training images against as many of held-out identities.',
-             titles=GC_TITLES, column_digits=(2, 2, 1, 1, 1, 1, 2, 3, 2, 3, 3)),
+             titles=GC_TITLES, column_digits=(2, 2, 1, 1, 1, 1, 2, 3, 2, 3, 3),
+             evaluate_diverged=True),
     5: Table('What each method reveals, attacked: the FedFV setting', 'results', FV_COLUMNS,
              tuple(row for method, label in (('fedfv', 'FedFV'), ('fedaws', 'FedAwS'),
                                              ('feduv', 'FedUV'), ('fedface', 'FedFace'))
@@ -137,7 +144,8 @@ TABLES = {
              "(%); FedUV's W′ update is the control; the curious client's view is one round's "
              'broadcast, decoded by linking equivalents that share a member. Membership: 512 '
              'training images against as many of held-out identities.',
-             titles=FV_TITLES, column_digits=(2, 2, 1, 1, 1, 1, 1, 1, 1, 3, 3)),
+             titles=FV_TITLES, column_digits=(2, 2, 1, 1, 1, 1, 1, 1, 1, 3, 3),
+             evaluate_diverged=True),
     6: Table('What each method reveals, attacked: face anti-spoofing (O&C&I -> M)', 'results',
              PAD_COLUMNS,
              tuple(rows('fedpad', 'FedPAD', _pad_run('fedpad'), PAD_COLUMNS)
@@ -148,5 +156,6 @@ TABLES = {
              "in %. Membership: the true label's loss of every frame of the centers' training "
              'subjects against every frame of their held-out subjects, and per subject (mean '
              'over its frames) with the AUC\'s standard deviation under no leakage.',
-             titles=PAD_TITLES, column_digits=(2, 2, 2, 3, 3, 3)),
+             titles=PAD_TITLES, column_digits=(2, 2, 2, 3, 3, 3),
+             evaluate_diverged=True),
 }

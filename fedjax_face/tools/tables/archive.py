@@ -9,6 +9,7 @@ of one method, so a mix is refused unless asked for), and `spot_check` reruns on
 compare its printed cells with the archived run's.
 """
 
+import filecmp
 import glob
 import os
 import shutil
@@ -26,7 +27,12 @@ from fedjax_face.tools.tables.spec import Compacted, Run, Table
 # where the table reads only a summary of it, a `Compacted` file whose summary is kept instead
 # (FedFV Table 3's runs: the cosine histograms Fig. 5 draws, about 1 kB a run, where every pair's
 # cosine took up to 2 MB).
-ARCHIVED = ('results.json', 'config.json', table_runs.FAILED, 'pad_video_scores*.npz')
+# A run the divergence guard stopped keeps its record (`run.last_accepted`) and, when its last
+# accepted checkpoint was evaluated, that evaluation's results and config (its commit).
+ARCHIVED = ('results.json', 'config.json', table_runs.FAILED, 'pad_video_scores*.npz',
+            table_runs.LAST_ACCEPTED,
+            *(files.join(table_runs.evaluation_dir(''), name)
+              for name in ('results.json', 'config.json')))
 
 
 def archived_files(table: Table) -> tuple[str | Compacted, ...]:
@@ -42,15 +48,20 @@ def kept_pattern(item: str | Compacted) -> str:
 
 def keep(run_dir: str, items: tuple[str | Compacted, ...], target_dir: str) -> None:
   """Puts into `target_dir` (`run_dir` itself when parking) what the archive keeps of `run_dir`:
-  the files each pattern matches, copied, and each `Compacted` file's summary, written from the
-  file (or copied, where `run_dir` holds the summary alone: an archived or parked run)."""
+  the files each pattern matches, copied to the same path under it (a file already there with
+  the same bytes is left as it is), and each `Compacted` file's summary, written from the file
+  (or copied, where `run_dir` holds the summary alone: an archived or parked run)."""
   in_place = os.path.abspath(run_dir) == os.path.abspath(target_dir)
   for item in items:
     if isinstance(item, Compacted) and os.path.exists(os.path.join(run_dir, item.source)):
       item.write(os.path.join(run_dir, item.source), os.path.join(target_dir, item.name))
     elif not in_place:
       for path in sorted(glob.glob(os.path.join(run_dir, kept_pattern(item)))):
-        shutil.copy2(path, os.path.join(target_dir, os.path.basename(path)))
+        target = os.path.join(target_dir, os.path.relpath(path, run_dir))
+        if os.path.exists(target) and filecmp.cmp(path, target, shallow=False):
+          continue
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.copy2(path, target)
 
 
 def archive_runs(table: Table, root: str, extra: tuple, seeds: tuple[int, ...],
@@ -98,15 +109,27 @@ def park(table: Table, root: str, extra: tuple, seeds: tuple[int, ...],
     keep(run_dir, items, run_dir)
     kept = {path for item in items
             for path in glob.glob(os.path.join(run_dir, kept_pattern(item)))}
-    dropped = sorted({os.path.join(run_dir, name) for name in os.listdir(run_dir)} - kept)
-    for path in dropped:
-      if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path)
-      else:
-        os.remove(path)
-    if dropped:
+    if prune(run_dir, kept):
       lines.append(f'pruned to its archived files: {run_dir}')
   return lines
+
+
+def prune(directory: str, kept: set[str]) -> list[str]:
+  """Removes everything under `directory` but the paths in `kept` and the folders that hold
+  them; returns what it removed."""
+  dropped = []
+  for path in sorted(os.path.join(directory, name) for name in os.listdir(directory)):
+    if path in kept:
+      continue
+    if os.path.isdir(path) and not os.path.islink(path):
+      if any(k.startswith(path + os.sep) for k in kept):
+        dropped += prune(path, kept)
+        continue
+      shutil.rmtree(path)
+    else:
+      os.remove(path)
+    dropped.append(path)
+  return dropped
 
 
 def spot_runs(table: Table) -> list[Run]:

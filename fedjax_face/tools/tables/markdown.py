@@ -1,12 +1,15 @@
 """A table as markdown: ours beside the paper's (mean ± std over seeds), then the verdicts.
 
 `render` prints the page `reproduce` writes to docs/<paper>_table<N>.md: the header, one line per
-row, the paper's orderings judged on ours (verdict.py), and a footnote with the command that made
-it, the setting, the seeds and the commits of its runs.
+row, the notes on its diverged runs where the table evaluates them (`diverged_notes`: each row
+marked, its cells its last accepted checkpoint's), the paper's orderings judged on ours
+(verdict.py), and a footnote with the command that made it, the setting, the seeds and the
+commits of its runs.
 """
 
 import statistics
 
+from fedjax_face.io import provenance
 from fedjax_face.tools import claims
 from fedjax_face.tools.tables import spec
 from fedjax_face.tools.tables import verdict as verdict_lib
@@ -79,21 +82,106 @@ def header_lines(table: Table, has_paper: bool) -> list[str]:
           '| ' + ' | '.join(header) + ' |', '|' + ' --- |' * len(header)]
 
 
+def checkpoint_values(table: Table, row: Row, column: str, results: dict,
+                      seeds: tuple[int, ...]) -> list[float]:
+  """A row's values at its diverged runs' last accepted checkpoints (`run.last_accepted`): one
+  per seed whose checkpoint was evaluated and has one."""
+  values = [spec.column_value(results.get((row.run, seed), {}).get('checkpoint'), table, column)
+            for seed in seeds]
+  return [v for v in values if v is not None]
+
+
 def row_line(table: Table, row: Row, results: dict, seeds: tuple[int, ...],
-             has_paper: bool) -> str:
-  """One row: per column, ours over the seeds (with how many failed) and the paper's number."""
-  cells = [row.label] + ([row.threat or '—'] if has_threats(table) else [])
+             has_paper: bool, marks: tuple[str, ...] = ()) -> str:
+  """One row: per column, ours over the seeds (with how many failed) and the paper's number. A
+  row whose every seed diverged shows its evaluated checkpoints instead (—: a column they have
+  no value for), its label followed by `marks` (`diverged_notes`)."""
+  label = row.label + (f' ({"; ".join(marks)})' if marks else '')
+  cells = [label] + ([row.threat or '—'] if has_threats(table) else [])
   failed = sum('failed' in results.get((row.run, seed), {}) for seed in seeds)
+  evaluated = sum('checkpoint' in results.get((row.run, seed), {}) for seed in seeds)
   for column, paper in zip(table.columns, row.paper):
     values = [] if row.run is None else row_values(table, row, column, results, seeds)
     digits = spec.column_digits(table, column)
     cell = summarize(values, len(seeds) - failed, digits) if values else 'failed'
     if failed and values:
       cell += f' ({failed} failed)'
+    if evaluated and failed == len(seeds):
+      checkpointed = checkpoint_values(table, row, column, results, seeds)
+      cell = summarize(checkpointed, evaluated, digits) if checkpointed else '—'
     cells.append('not built' if row.run is None else cell if values or failed else '—')
     if has_paper:
       cells.append('—' if paper is None else f'{paper:.2f}')
   return '| ' + ' | '.join(cells) + ' |'
+
+
+def _span(rounds) -> str:
+  """'round 21', or 'rounds 5-8'."""
+  rounds = list(rounds)
+  return f'round {rounds[0]}' if len(rounds) == 1 else f'rounds {rounds[0]}-{rounds[-1]}'
+
+
+def diverged_note(table: Table, row: Row, result: dict, results: dict,
+                  seeds: tuple[int, ...]) -> tuple[str, str]:
+  """(the mark after the row's label, the note under the table) for one diverged run: where the
+  guard stopped it, and what its cells show: its last accepted checkpoint, evaluated afterwards
+  (at which commit, beside the run's own; which rounds its attacks replayed), or nothing."""
+  record = result['last_accepted']
+  stopped, held = record['stopped_at_round'], record['checkpoints']
+  head = f'the divergence guard stopped it at round {stopped}'
+  if not held:
+    return (f'diverged at round {stopped}, before any checkpoint',
+            f'{head}, before its first checkpoint (checkpoint_every = '
+            f'{record["checkpoint_every"]}): no state to evaluate, so its cells stay "failed".')
+  last = held[-1]
+  if 'checkpoint' not in result:
+    return (f'diverged at round {stopped}; the evaluation of its round-{last} checkpoint failed',
+            f'{head}; the evaluation of its last accepted checkpoint (round {last}) ended with '
+            f'`{record.get("error", "no results")}`.')
+  evaluated = provenance.commit_label(result['checkpoint'].get('provenance'))
+  trained = result['trained_at']
+  other = ('' if evaluated in trained else
+           '; another commit than its training and than the finished rows\' attacks, so its '
+           'numbers may differ by code as well as by state')
+  note = (f"{head}; its cells are its last accepted checkpoint's, round {last} (checkpoints "
+          f'held: {", ".join(map(str, held))}), evaluated afterwards by `python -m '
+          f'fedjax_face.evaluate` (evaluations/last_accepted/) at commit {evaluated}, the run '
+          f'trained at {", ".join(trained)}{other}: a state {stopped - last} rounds before the '
+          "stop, not a finished run's.")
+  if sum('failed' in results.get((row.run, s), {}) for s in seeds) < len(seeds):
+    note += " The row's cells are its finished seeds'; this checkpoint is not among them."
+  moved = [f'{kind} replays {_span(r["replayed"])} ({_span(r["asked"])} asked)'
+           if r['replayed'] else f'{kind} is off ({_span(r["asked"])} asked; no round up to '
+           f'{last} can be replayed)'
+           for kind, r in record.get('replayed', {}).items() if r['replayed'] != r['asked']]
+  if moved:
+    said = '; '.join(moved)
+    note += (f' {said[0].upper()}{said[1:]}: a replay of round r starts from the checkpoint of '
+             'round r-1.')
+  finished = [r for r in results.values() if 'failed' not in r]
+  lacking = [spec.column_title(table, column) for column in table.columns
+             if spec.column_value(result['checkpoint'], table, column) is None
+             and any(spec.column_value(r, table, column) is not None for r in finished)]
+  if lacking:
+    note += f' Its evaluation has no {", ".join(lacking)} (—).'
+  return f"diverged at round {stopped}: its round-{last} checkpoint", note
+
+
+def diverged_notes(table: Table, results: dict,
+                   seeds: tuple[int, ...]) -> tuple[dict[str, tuple[str, ...]], list[str]]:
+  """(row label -> the marks after it, the numbered notes under the table) for every run of a
+  table that evaluates diverged runs (`Table.evaluate_diverged`) that the guard stopped."""
+  marks, notes = {}, []
+  for row in table.rows:
+    for seed in seeds:
+      result = results.get((row.run, seed), {})
+      if row.run is None or 'last_accepted' not in result:
+        continue
+      mark, note = diverged_note(table, row, result, results, seeds)
+      who = f'seed {seed} ' if len(seeds) > 1 else ''
+      notes.append(f'[{len(notes) + 1}] {row.label}{f", seed {seed}" if who else ""}: {note}')
+      marks[row.label] = marks.get(row.label, ()) + (f'{who}{mark} [{len(notes)}]',)
+  return marks, notes
 
 
 def orderings_head(table: Table) -> str:
@@ -113,8 +201,12 @@ def render(table: Table, results: dict[tuple[Run, int], dict], command: str,
   paper has no number anywhere in it); `commits` (`archive.commits_line`) goes under the
   footnote."""
   has_paper = any(v is not None for row in table.rows for v in row.paper)
+  marks, notes = diverged_notes(table, results, seeds)
   lines = header_lines(table, has_paper)
-  lines += [row_line(table, row, results, seeds, has_paper) for row in table.rows]
+  lines += [row_line(table, row, results, seeds, has_paper, marks.get(row.label, ()))
+            for row in table.rows]
+  if notes:
+    lines += ['', 'Diverged runs:', ''] + [f'- {note}' for note in notes]
   spread = ('' if len(seeds) == 1 else
             f' Ours: mean ± standard deviation over config.seed = {", ".join(map(str, seeds))}.')
   errors = sorted({result['failed'] for result in results.values() if 'failed' in result})

@@ -49,6 +49,19 @@ class Run:
     return ([sys.executable, '-m', 'fedjax_face.main', f'--config={config}', f'--workdir={workdir}']
             + [f'--config.{k}={v}' for k, v in self.overrides + extra])
 
+  def evaluate_command(self, run_dir: str, name: str, extra: tuple[tuple[str, str], ...] = (),
+                       changed: tuple[tuple[str, str], ...] = ()) -> list[str]:
+    """`python -m fedjax_face.evaluate` of this run's own state in `run_dir` into
+    `<run_dir>/evaluations/<name>/`: its config and overrides (`extra` after them), each field of
+    `changed` given its value there instead (or added), and `init_from` the run itself."""
+    config = f'configs/{self.config}.py' + (f':{self.arg}' if self.arg else '')
+    replaced = dict(changed)
+    overrides = ([(k, replaced.pop(k, v)) for k, v in self.overrides + extra]
+                 + list(replaced.items()) + [('init_from', run_dir)])
+    return ([sys.executable, '-m', 'fedjax_face.evaluate', f'--config={config}',
+             f'--workdir={run_dir}', f'--name={name}']
+            + [f'--config.{k}={v}' for k, v in overrides])
+
 
 @dataclasses.dataclass(frozen=True)
 class Combined:
@@ -112,6 +125,9 @@ class Table:
                                     # 'reproduced'
   paper_titles: tuple[str, ...] = ()  # the paper's columns where they measure something else
                                       # than ours (FedGC Table 6: MegaFace TPR@FPR=1e-6)
+  evaluate_diverged: bool = False   # a run the divergence guard stopped is evaluated at its
+                                    # last accepted checkpoint (`run.last_accepted`), and its
+                                    # row shows that evaluation, marked as the checkpoint's
 
   def __post_init__(self):
     labels = [row.label for row in self.rows]
