@@ -32,9 +32,10 @@ def pyproject() -> dict:
 
 def test_pyproject_pins_exactly_what_requirements_txt_pins():
   project = pyproject()['project']
-  runtime, test = project['dependencies'], project['optional-dependencies']['test']
+  extras = project['optional-dependencies']
+  runtime, test, flower = project['dependencies'], extras['test'], extras['flower']
   required = requirement_lines(os.path.join(REPO, 'requirements.txt'))
-  assert normalized(runtime + test) == normalized(required)
+  assert normalized(runtime + test + flower) == normalized(required)
   assert len(set(normalized(required))) == len(required)   # each package once
   # The test extra is the test runner, the tests' reference implementations (galois, onnxruntime)
   # and the optional readers' packages (PyAV: the video extra, which the tests of
@@ -44,8 +45,11 @@ def test_pyproject_pins_exactly_what_requirements_txt_pins():
   for extra, package in (('video', 'av'), ('onnx', 'onnx')):
     pins = project['optional-dependencies'][extra]
     assert normalized(pins) == [r for r in normalized(test) if Requirement(r).name == package]
+  # The flower extra is flwr and the pins it forces beside TensorFlow and onnx (protobuf below 7).
+  assert {Requirement(line).name for line in flower} == {
+      'flwr', 'protobuf', 'cryptography', 'grpcio', 'grpcio-health-checking'}
   # Every line is an exact pin, and TensorFlow keeps the platform marker of its CPU wheel.
-  assert all(str(Requirement(line).specifier).startswith('==') for line in runtime + test)
+  assert all(str(Requirement(line).specifier).startswith('==') for line in runtime + test + flower)
   tensorflow = next(Requirement(line) for line in runtime if line.startswith('tensorflow-cpu'))
   assert str(tensorflow.marker) == 'sys_platform == "linux" and platform_machine == "x86_64"'
 
