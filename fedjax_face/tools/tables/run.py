@@ -157,7 +157,7 @@ def replay_changes(replayed: dict) -> tuple[tuple[str, str], ...]:
 
 
 def last_accepted(run: Run, root: str, extra: tuple, seed: int, dry_run: bool,
-                  runner=subprocess.run) -> dict:
+                  runner=None) -> dict:
   """For a run the divergence guard stopped: {'last_accepted': its `LAST_ACCEPTED` record, and
   when its last accepted checkpoint was evaluated 'checkpoint': that evaluation's results.json
   and 'trained_at': the run's commit labels}; {} for a run that failed otherwise, or whose
@@ -166,9 +166,10 @@ def last_accepted(run: Run, root: str, extra: tuple, seed: int, dry_run: bool,
   The record is made once (delete it to make it again): where the guard stopped the run
   ('stopped_at_round'), the checkpoints it held and its 'checkpoint_every', and when it held
   one, the evaluation of the newest (`Run.evaluate_command` into `evaluation_dir`, run by
-  `runner`, each replaying attack moved to `replayed_within`'s rounds): 'replayed' (attack ->
-  the rounds asked and replayed), then 'evaluation' (its folder's name) or 'error' (its last
-  error line). A dry run prints the evaluation's command as missing and writes nothing."""
+  `runner`, `subprocess.run` by default, each replaying attack moved to `replayed_within`'s
+  rounds): 'replayed' (attack -> the rounds asked and replayed), then 'evaluation' (its
+  folder's name) or 'error' (its last error line). A dry run prints the evaluation's command as
+  missing and writes nothing."""
   run_dir = workdir(root, run, extra, seed)
   if files.exists(files.join(run_dir, LAST_ACCEPTED)):
     return read_last_accepted(run_dir)
@@ -187,7 +188,8 @@ def last_accepted(run: Run, root: str, extra: tuple, seed: int, dry_run: bool,
       return {}
     print('$ python ' + ' '.join(cmd[1:]), flush=True)
     t0 = time.perf_counter()
-    proc = runner(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = (runner or subprocess.run)(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                      text=True)
     record['replayed'] = {kind: {'asked': list(asked), 'replayed': list(used)}
                           for kind, (asked, used) in replayed.items()}
     if proc.returncode:
