@@ -335,8 +335,6 @@ def _check_dp(c: ml_collections.ConfigDict) -> None:
                      '(0, 1) (the share of clients whose update the clip leaves whole).')
   check_number('dp.clip_learning_rate', d.clip_learning_rate)
   check_number('dp.count_noise_multiplier', d.count_noise_multiplier)
-  if d.enabled and d.clip_rule == 'adaptive' and c.secure_aggregation.enabled:
-    raise ValueError(engine.ADAPTIVE_WITH_SECURE)
   if d.enabled and d.clip_rule == 'adaptive' and not d.target_epsilon:
     privacy.update_noise_multiplier(d.noise_multiplier, d.count_noise_multiplier)
   if d.enabled and c.federated.sampling == 'weighted':

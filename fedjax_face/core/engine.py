@@ -181,12 +181,6 @@ def choose_width(cohort: int, per_device_capacity: int, num_shards: int) -> int:
   return arrays.round_up(arrays.ceil_div(cohort, chunks), num_shards)
 
 
-ADAPTIVE_WITH_SECURE = (
-    "dp.clip_rule='adaptive' with secure_aggregation.enabled: the count of clients under the clip "
-    'would need its own masked sum and client-drawn noise; not built (expected '
-    "dp.clip_rule='fixed').")
-
-
 def server_keys(round_rng: jax.Array) -> tuple[jax.Array, jax.Array]:
   """The server's keys of a round, (broadcast, server_update): from a stream no client id
   reaches (clients fold their id into the round key)."""
@@ -231,7 +225,9 @@ def _one_client(algorithm: Algorithm, shared, per_client, private, data, client_
   round's adaptive C_t; None: the spec's fixed S), and under adaptive clipping also sends its bit
   b_i = 1[norm <= C_t] (under privacy.COUNT_KEY, taken out by the server step). With `secure`
   the client at cohort row `position` (of `cohort`) sends its averaged keys as masked ring
-  vectors of `share` times its difference (and, with `dp`, its share of the sum's noise)."""
+  vectors of `share` times its difference (and, with `dp`, its share of the sum's noise), and
+  under adaptive clipping its bit as `share` times (b_i + its share of the count's noise), in
+  the same ring vector (`privacy.count_share`)."""
   round_rng = rng
   rng = jax.random.fold_in(rng, client_id)
   client_input = ClientInput(shared, per_client)
@@ -251,12 +247,17 @@ def _one_client(algorithm: Algorithm, shared, per_client, private, data, client_
     result = result._replace(update=update, metrics=metrics)
   if secure is None:
     return result
-  summed = [k for k in result.update if k not in algorithm.client_rows]
+  summed = [k for k in result.update
+            if k not in algorithm.client_rows and k != privacy.COUNT_KEY]
   delta = {k: jax.tree.map(lambda u, o: u.astype(jnp.float32) - o.astype(jnp.float32),
                            result.update[k], origin[k]) for k in summed}
   if dp is not None:   # distributed DP: each client adds N(0, (σS)²·share), the sum N(0, (σS)²)
-    delta = privacy.noise_share(delta, dp.noise_std * jnp.sqrt(share),
+    delta = privacy.noise_share(delta, dp.noise_std_at(bound) * jnp.sqrt(share),
                                 noise_key(jax.random.fold_in(rng, privacy.NOISE_STREAM), secret))
+    if dp.adaptive:   # the count too: summed by the masks, its noise drawn in shares
+      delta[privacy.COUNT_KEY] = privacy.count_share(
+          result.update[privacy.COUNT_KEY], share, dp,
+          noise_key(jax.random.fold_in(rng, privacy.COUNT_STREAM), secret))
   masked, clamped = secure_aggregation.mask_update(
       secure, delta, share, jax.random.fold_in(round_rng, secure_aggregation.SECRET_STREAM),
       position, cohort)
@@ -432,8 +433,6 @@ class RoundEngine:
       raise ValueError(f'secure_aggregation.enabled=True but {algorithm.name} does not say what '
                        'its clients received (Algorithm.update_origin), so their differences '
                        'cannot be summed.')
-    if dp is not None and dp.adaptive and secure is not None:
-      raise ValueError(ADAPTIVE_WITH_SECURE)
     if noise_secret is not None and np.shape(noise_secret) != (2,):
       raise ValueError(f'noise_secret of shape {np.shape(noise_secret)}; expected a uint32 [2] '
                        'key (privacy.noise_secret).')
@@ -551,7 +550,9 @@ class RoundEngine:
         rows = {k: v for k, v in updates.items() if k in self.algorithm.client_rows}
         noise_rng = noise_key(jax.random.fold_in(server_keys(rng)[1], privacy.NOISE_STREAM),
                               secret)
-        rows, server_weights = privacy.noisy_updates(rows, weights, self.dp, noise_rng)
+        rows, server_weights = privacy.noisy_updates(
+            rows, weights, self.dp, noise_rng,
+            None if clip is None else self.dp.noise_std_at(clip))
         updates = {**updates, **rows}
     elif self.dp is not None:   # the noise is the server's, drawn inside this jitted step
       noise_rng = noise_key(jax.random.fold_in(server_keys(rng)[1], privacy.NOISE_STREAM), secret)
@@ -564,9 +565,14 @@ class RoundEngine:
       server = privacy.valid_statistics(server)
     clients = aggregation.scatter_clients(state.clients, positions, results.private)
     metrics = aggregation.weighted_mean(results.metrics, weights)
-    if clip is not None:   # Andrew et al.'s server step: C_{t+1} from the noised count
+    if clip is not None and self.secure is not None:
+      # The masked shares s_k (b_k + n_k) decode to b̃ itself: its noise came from the clients.
+      fraction = secure_aggregation.unmasked_sum(self.secure, bits)
+      new_clip = privacy.clip_step(clip, fraction, self.dp)
+    elif clip is not None:   # Andrew et al.'s server step: C_{t+1} from the noised count
       count_rng = noise_key(jax.random.fold_in(server_keys(rng)[1], privacy.COUNT_STREAM), secret)
       new_clip, fraction = privacy.next_clip(clip, bits, weights, self.dp, count_rng)
+    if clip is not None:
       server = privacy.with_clip(server, new_clip)
       metrics = {**metrics, 'dp/clip_norm': clip, 'dp/noisy_fraction_under_clip': fraction}
     return RoundState(server=server, clients=clients, round=state.round + 1), metrics

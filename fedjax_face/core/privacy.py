@@ -31,7 +31,19 @@ noise multiplier σ_b (`dp.count_noise_multiplier`), composed with the update su
 round on the same cohort (`dp_event`). `dp.noise_multiplier` σ is then the pair's total z: the
 update sum's std is z_Δ·C_t with z_Δ = (z^-2 - (2σ_b)^-2)^-1/2 (`update_noise_multiplier`), so
 that the two together are one Gaussian of noise multiplier z, and a resumed or target-ε run
-plans with z as it does with a fixed clip. Not with secure aggregation (refused).
+plans with z as it does with a fixed clip.
+
+Adaptive clipping under secure aggregation: the server must see the bits only as a sum and never
+without their noise, so each client draws a share of the count's noise as it does of the update
+sum's, n_k ~ N(0, σ_b²·s_k) with s_k = 1/m, and masks s_k·(b_k + n_k) in the same ring vector
+as its update (`count_share`); the masks cancel, and the server decodes
+Σ_k s_k (b_k + n_k) = (Σ b + N(0, σ_b²)) / m, the b̃ it would have drawn itself. The update
+sum's shares are N(0, (z_Δ C_t)²·s_k) at the round's clip. The accountant is unchanged: the same
+two Gaussian events. The engine has no dropout within a round (the cohort is fixed before it
+starts; secure aggregation here has no dropout recovery, and stragglers are refused with DP). In
+a deployment with recovery, d clients dropped after drawing would leave a sum carrying only
+(m-d)/m of each variance, below what the accountant assumes; its clients would draw variance
+σ²/(m-t) each to tolerate t drops (more noise than needed when fewer drop).
 
 A second accountant (`history_epsilon_pld`): dp-accounting's PLD, on the same events, where it
 has them. It has no sampling without replacement, so for an amplified cohort results.json says
@@ -311,18 +323,38 @@ def under_clip(norm, clip) -> jax.Array:
   return (norm <= clip).astype(jnp.float32)
 
 
-def next_clip(clip, bits: jax.Array, weights: jax.Array, spec: DpSpec, rng: jax.Array
-              ) -> tuple[jax.Array, jax.Array]:
-  """(C_{t+1}, b̃_t): Andrew et al. 2021, the server's step with the geometric update,
-  b̃_t = (Σ_i b_i + N(0, σ_b²)) / m and C_{t+1} = C_t · exp(-η_C (b̃_t - γ)), over the cohort's
-  m real rows (weight > 0; padding rows are not clients). As the paper writes it, b̃ is not
-  clamped to [0, 1] (TF Privacy's estimator clamps it; a clamp is post-processing either way)."""
+def noised_fraction(bits: jax.Array, weights: jax.Array, noise) -> jax.Array:
+  """b̃_t = (Σ_i b_i + noise) / m over the cohort's m real rows (weight > 0; padding rows are
+  not clients): Andrew et al. 2021's noised fraction under the clip, `noise` the count's
+  N(0, σ_b²) draw (the server's, or the sum of the clients' shares under secure aggregation)."""
   real = (weights > 0).astype(jnp.float32)
   m = jnp.maximum(jnp.sum(real), 1.0)
+  return (jnp.sum(bits.astype(jnp.float32) * real) + noise) / m
+
+
+def clip_step(clip, fraction, spec: DpSpec) -> jax.Array:
+  """C_{t+1} = C_t · exp(-η_C (b̃_t - γ)): Andrew et al. 2021, the geometric update. As the
+  paper writes it, b̃ is not clamped to [0, 1] (TF Privacy's estimator clamps it; a clamp is
+  post-processing either way)."""
+  return clip * jnp.exp(-spec.clip_learning_rate * (fraction - spec.target_quantile))
+
+
+def next_clip(clip, bits: jax.Array, weights: jax.Array, spec: DpSpec, rng: jax.Array
+              ) -> tuple[jax.Array, jax.Array]:
+  """(C_{t+1}, b̃_t): Andrew et al. 2021, the server's step when it sees the bits: it draws the
+  count's N(0, σ_b²) itself (`noised_fraction`, then `clip_step`)."""
   noise = spec.count_noise_multiplier * jax.random.normal(rng, (), jnp.float32)
-  fraction = (jnp.sum(bits.astype(jnp.float32) * real) + noise) / m
-  return (clip * jnp.exp(-spec.clip_learning_rate * (fraction - spec.target_quantile)),
-          fraction)
+  fraction = noised_fraction(bits, weights, noise)
+  return clip_step(clip, fraction, spec), fraction
+
+
+def count_share(bit, share, spec: DpSpec, rng: jax.Array) -> jax.Array:
+  """One client's bit b_i plus its share of the count's noise, N(0, σ_b² · s_k), under secure
+  aggregation: masked as s_k · (b_i + n_i) beside its update, the cohort's decoded sum is
+  Σ_k s_k (b_k + n_k) = (Σ_k b_k + Σ_k n_k) / m with s_k = 1/m, and Σ_k n_k ~ N(0, σ_b²): the
+  server's b̃_t (`noised_fraction`) with the noise drawn by the clients, never seen without it."""
+  noise = jnp.sqrt(jnp.asarray(share, jnp.float32)) * jax.random.normal(rng, (), jnp.float32)
+  return jnp.asarray(bit, jnp.float32) + spec.count_noise_multiplier * noise
 
 
 def noise_share(delta: PyTree, std, rng: jax.Array) -> PyTree:
