@@ -44,7 +44,7 @@ def get_config(arg=None):
 
   b = c.bench = ml_collections.ConfigDict()
   b.sections = ('rounds', 'regularizer', 'eval', 'scaling', 'one_per_client', 'fedavg_cnn', 'ijb',
-                'backbone_training', 'fedma_matching', 'inversion')
+                'backbone_training', 'fedma_matching', 'inversion', 'leakage', 'membership')
   b.backends = ('vmap', 'map', 'loop')     # engine.BACKENDS; 'map' once per map width
   b.map_widths = (2, 4, 8)
   b.loop_threads = (1, 0)                  # 'loop' on 1 thread and on 0 = the usable CPUs (auto)
@@ -159,6 +159,30 @@ def get_config(arg=None):
   b.inversion.iterations = 200
   b.inversion.timed_iterations = 20
 
+  # (m) the identity-leakage evaluator's cost (tools/bench/attacks.py), per (identities,
+  # distractors): evals.leakage's defaults (64, 64), the privacy tables' (proj/privacy/attacks.py:
+  # LEAKAGE_GC 256 against 200, ATTACKS_FV up to 1,000 against 200); probes and exact images at
+  # the evaluator's defaults; FedFV's decode at configs/fedfv/'s n = 100 equivalents of k = 2
+  # among its 1,000 identities. `rate_images` measure the embedding rate.
+  b.leakage = ml_collections.ConfigDict()
+  b.leakage.cells = ((64, 64), (256, 200), (1000, 200))
+  b.leakage.probes_per_identity = 4
+  b.leakage.exact_images = 8
+  b.leakage.equivalents = 100
+  b.leakage.classes = 1000
+  b.leakage.group_size = 2
+  b.leakage.share_threshold = 0.35
+  b.leakage.rate_images = 512
+  # (n) the membership evaluator's cost: the tables' 512 members (ATTACKS_GC / ATTACKS_FV) and
+  # docs/privacy.md's runlocal 16, 4 images an identity, the class cosine over 1,000 rows; PAD's
+  # 100,000 frames a side (ATTACKS_PAD's cap).
+  b.membership = ml_collections.ConfigDict()
+  b.membership.samples = (16, 512)
+  b.membership.images_per_identity = 4
+  b.membership.classes = 1000
+  b.membership.pad_frames = (100_000,)
+  b.membership.rate_images = 512
+
   if args.get('runlocal'):
     runlocal(c)
   if args.get('full'):
@@ -214,6 +238,11 @@ def runlocal(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   m = b.fedma_matching
   m.client_width, m.cap_width, m.resnet18 = 2, 3, False
   b.inversion.batch_sizes, b.inversion.local_steps, b.inversion.timed_iterations = (2,), (1,), 2
+  k = b.leakage
+  k.cells, k.probes_per_identity, k.exact_images, k.rate_images = ((8, 8),), 2, 2, 16
+  k.equivalents, k.classes = 4, 16
+  n = b.membership
+  n.samples, n.classes, n.pad_frames, n.rate_images = (16,), 16, (100,), 16
   return c
 
 

@@ -165,6 +165,24 @@ def test_bench_json_has_every_section_and_combination(tiny_run):
   assert v['grid_s'] == pytest.approx(sum(r['compile_s'] + v['targets'] * v['iterations']
                                           * r['iteration_s'] for r in v['rows']))
   assert f['classes'] == b.fedavg_cnn.cohort.num_clients * b.fedavg_cnn.cohort.identities_per_client
+  k, lk = saved['leakage'], b.leakage   # runlocal: one cell, 8 identities against 8 distractors
+  assert [(r['identities'], r['distractors']) for r in k['rows']] == [tuple(c) for c in lk.cells]
+  # Probes of every identity and distractor, and the exact templates' training images.
+  assert [r['embedded_images'] for r in k['rows']] == [
+      (i + d) * lk.probes_per_identity + i * lk.exact_images for i, d in lk.cells]
+  assert positive_finite(k['embeddings_per_s'])
+  for r in k['rows']:
+    assert r['embed_s'] == pytest.approx(r['embedded_images'] / k['embeddings_per_s'])
+    assert r['per_identity_s'] == pytest.approx((r['embed_s'] + r['score_s']) / r['identities'])
+  assert (k['decode']['equivalents'], k['decode']['classes']) == (lk.equivalents, lk.classes)
+  n = saved['membership']   # runlocal: 16 members and as many non-members; PAD 100 frames
+  assert [(r['samples'], r['embedded_images']) for r in n['rows']] == [
+      (m, 2 * m) for m in b.membership.samples]
+  for r in n['rows']:
+    assert r['embed_s'] == pytest.approx(r['embedded_images'] / n['embeddings_per_s'])
+    assert r['per_sample_s'] == pytest.approx((r['embed_s'] + r['score_s']) / r['samples'])
+  assert [p['frames'] for p in n['pad']] == list(b.membership.pad_frames)
+  assert all(p['per_frame_s'] == pytest.approx(p['score_s'] / p['frames']) for p in n['pad'])
 
 
 def test_skipped_and_measured_as_configured(tiny_run):
@@ -239,7 +257,8 @@ def test_markdown_lists_every_row(tiny_run):
     for row in res['backends']:
       assert f"| {row['name'].split('/', 1)[1]}" in text
   assert 'sequential loop of a jitted step' in text and 'centralized, batch' in text
-  for title in ('## (a)-(c)', '## (d)', '## (e)', '## (f)', '## (h)', '## (l)'):
+  for title in ('## (a)-(c)', '## (d)', '## (e)', '## (f)', '## (h)', '## (l)', '## (m)',
+                '## (n)'):
     assert title in text
 
 
@@ -348,6 +367,10 @@ def test_shipped_configs_validate(arg):
     ('bench.inversion.local_steps', (1, 0),
      r'config.bench.inversion.local_steps\[...\]=0; expected a positive'),
     ('bench.max_timed_s', 0.0, r'config.bench.max_timed_s=0.0; expected a positive'),
+    ('bench.leakage.cells', ((8, 0),), r'config.bench.leakage.cells has \(8, 0\); expected '
+     r'\(identities, distractors\)'),
+    ('bench.membership.samples', (18,), r'config.bench.membership.samples has 18; expected a '
+     'multiple of images_per_identity=4'),
     ('bench.backbone_training.engines', ('eigen/xla', 'eigen'),
      r"bench.backbone_training.engines: 'eigen' is not library/gradient"),
     ('bench.skip', ('scan',), r"config.bench.skip has 'scan'; expected a pattern"),

@@ -30,6 +30,11 @@ Sections (keys of bench.json; `bench.sections` picks them):
   inversion    (l) gradient inversion of one client's update: compile time and time per
                iteration per local batch and steps, one target's time, issue 59's grid's
                (`inversion`).
+  leakage      (m) the identity-leakage evaluator's cost per attacked identity (embedding the
+               probes and exact templates, scoring a kind), and FedFV's broadcast decode
+               (`attacks`).
+  membership   (n) the membership evaluator's cost per scored sample (embedding members and
+               non-members, the cosines and AUCs), and PAD's label_loss scoring (`attacks`).
 
 How figures are taken (`timing.measure`): each call's result is blocked on (`jax.block_until_ready`);
 `warmup` untimed calls come first, the first of them traces and compiles; then up to `repeats`
@@ -44,7 +49,8 @@ Sizes and what is skipped live in `configs/bench.py`; skipped combinations appea
 
 Modules: `common` (names, checks, the synthetic problem), `rounds` (a-c), `server_step` (d),
 `evaluation` (e), `scaling` (f), `one_per_client` (g), `fedavg_cnn` (h), `ijb` (i),
-`backbone_training` (j), `fedma_matching` (k), `inversion` (l), `torch_reference` (the PyTorch rows' models and processes), `report` (the
+`backbone_training` (j), `fedma_matching` (k), `inversion` (l), `attacks` (m, n),
+`torch_reference` (the PyTorch rows' models and processes), `report` (the
 tables), `pipeline` (the real-data input pipeline, its own command); `run` below runs the
 configured sections.
 """
@@ -55,6 +61,7 @@ import time
 
 from fedjax_face import models
 from fedjax_face.core import policy
+from fedjax_face.tools.bench.attacks import bench_leakage, bench_membership
 from fedjax_face.tools.bench.backbone_training import bench_backbone_training
 from fedjax_face.tools.bench.common import make_problem, platform_info, validate
 from fedjax_face.tools.bench.evaluation import bench_eval
@@ -116,6 +123,10 @@ def run(config, out_dir: str, log=print) -> dict:
     results['fedma_matching'] = bench_fedma_matching(config, log)
   if 'inversion' in b.sections:
     results['inversion'] = bench_inversion(config, log)
+  if 'leakage' in b.sections:
+    results['leakage'] = bench_leakage(config, model, log)
+  if 'membership' in b.sections:
+    results['membership'] = bench_membership(config, model, log)
   results['total_s'] = time.perf_counter() - t_start
   results['platform']['load_average_1min_end'] = os.getloadavg()[0] if hasattr(
       os, 'getloadavg') else None

@@ -22,7 +22,7 @@ from fedjax_face.models import conv as conv_lib
 
 
 SECTIONS = ('rounds', 'regularizer', 'eval', 'scaling', 'one_per_client', 'fedavg_cnn', 'ijb',
-            'backbone_training', 'fedma_matching', 'inversion')
+            'backbone_training', 'fedma_matching', 'inversion', 'leakage', 'membership')
 
 
 COHORT_FIELDS = ('num_clients', 'cohort_size', 'identities_per_client', 'images_per_identity',
@@ -245,6 +245,32 @@ def validate(config, num_devices: int | None = None) -> None:
       _positive_int(f'bench.inversion.{field}[...]', n)
   for field in ('targets', 'iterations', 'timed_iterations'):
     _positive_int(f'bench.inversion.{field}', v[field])
+  k = b.leakage
+  _tuple_of('bench.leakage.cells', k.cells)
+  for cell in k.cells:
+    if (not isinstance(cell, (tuple, list)) or len(cell) != 2
+        or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in cell)):
+      raise ValueError(f'config.bench.leakage.cells has {cell!r}; expected (identities, '
+                       'distractors), two positive integers.')
+  for field in ('probes_per_identity', 'exact_images', 'rate_images', 'equivalents', 'classes',
+                'group_size'):
+    _positive_int(f'bench.leakage.{field}', k[field])
+  if k.classes < k.group_size + 6:
+    raise ValueError(f'config.bench.leakage.classes={k.classes}; expected at least group_size + '
+                     f'6 = {k.group_size + 6} (the decode searches that many rows).')
+  n = b.membership
+  _tuple_of('bench.membership.samples', n.samples)
+  _tuple_of('bench.membership.pad_frames', n.pad_frames)
+  for field in ('samples', 'pad_frames'):
+    for count in n[field]:
+      _positive_int(f'bench.membership.{field}[...]', count)
+  for field in ('images_per_identity', 'classes', 'rate_images'):
+    _positive_int(f'bench.membership.{field}', n[field])
+  for count in n.samples:
+    if count % n.images_per_identity or count // n.images_per_identity < 2:
+      raise ValueError(f'config.bench.membership.samples has {count}; expected a multiple of '
+                       f'images_per_identity={n.images_per_identity} covering at least 2 '
+                       'identities (as evals.membership.samples).')
   m = b.fedma_matching
   for field in ('client_width', 'cap_width', 'clients'):
     _positive_int(f'bench.fedma_matching.{field}', m[field])

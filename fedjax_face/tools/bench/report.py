@@ -5,6 +5,7 @@ from fedjax_face.tools.bench import backbone_training as bench_backbone_training
 from fedjax_face.tools.bench import fedma_matching as bench_fedma_matching
 from fedjax_face.tools.bench import ijb as bench_ijb
 from fedjax_face.tools.bench import inversion as bench_inversion
+from fedjax_face.tools.bench import attacks as bench_attacks
 from fedjax_face.tools.bench import regularizer as bench_regularizer
 
 
@@ -133,5 +134,9 @@ def markdown(results: dict) -> str:
     parts += bench_fedma_matching.markdown_lines(results['fedma_matching'])
   if 'inversion' in results:
     parts += bench_inversion.markdown_lines(results['inversion'])
+  if 'leakage' in results:
+    parts += bench_attacks.leakage_markdown_lines(results['leakage'])
+  if 'membership' in results:
+    parts += bench_attacks.membership_markdown_lines(results['membership'])
   parts.append(f"\ntotal {results['total_s']:.1f} s")
   return '\n'.join(parts)
