@@ -1,0 +1,213 @@
+"""Flower's ClientApp and ServerApp over the bridge (flwr 1.42, the Message API: docs/federation.md
+says what this relies on). The only module of the package that imports `flwr`.
+
+Messages (`Message.metadata.message_type`; every array an `Array` of its exact bytes, named by its
+path in the method's tree: federation/wire.py):
+
+  query.describe  server -> holder: nothing.  holder -> server: ConfigRecord 'description'
+                  (client index, n_k, C_k, image shape).
+  train           server -> holder: ConfigRecord 'round' (round, client), ConfigRecord 'roster'
+                  (every holder's description: the class tables' shape and `init`'s draw),
+                  ArrayRecords 'shared', 'per_client', 'key'.  holder -> server: ArrayRecords
+                  'update' (exactly `ClientResult.update`) and 'metrics'.
+
+Configuration: the run config (`flwr run`'s, pyproject.toml's `[tool.flwr.app.config]`) names
+the config file every party reads, `config` ('configs/fedgc/fedpe.py:runlocal'), and
+`overrides` ('num_rounds=2 federated.num_clients=3', as `--config.<field>=` would set them); each
+SuperNode's node config names its holder: `client-index`, `data-path` (its own folder),
+`state-path` (where it keeps its private state).
+"""
+
+import functools
+
+import jax
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid, ServerApp
+
+from fedjax_face.core import checks
+from fedjax_face.core.algorithm import ClientResult
+from fedjax_face.federation import holder as holder_lib
+from fedjax_face.federation import roster, server as server_lib, wire
+from fedjax_face.run import loop
+
+DESCRIBE = 'query.describe'
+TRAIN = 'train'
+
+
+# -- configuration ------------------------------------------------------------------------------
+
+
+def parse_value(field: str, current, text: str):
+  """`text` as the type of the config field's current value (bools spelled True / False)."""
+  if isinstance(current, bool):
+    if text not in ('True', 'False', 'true', 'false'):
+      raise checks.UsageError(f'overrides: {field}={text!r}; expected True or False.')
+    return text.lower() == 'true'
+  return type(current)(text)
+
+
+@functools.lru_cache(maxsize=8)
+def load_config(spec: str, overrides: str = ''):
+  """The config file `spec` ('path.py:arg') names, with `overrides` ('a.b=v c=w') applied."""
+  from fedjax_face import main   # pylint: disable=import-outside-toplevel
+  config = main.load_config_file(spec)
+  for item in overrides.split():
+    field, _, text = item.partition('=')
+    *path, key = field.split('.')
+    section = config
+    for part in path:
+      section = section[part]
+    if key not in section:
+      raise checks.UsageError(f'overrides: {field} is no field of {spec}; expected one of '
+                              f'{sorted(section.keys())}.')
+    section[key] = parse_value(field, section[key], text)
+  return config
+
+
+def run_config_of(context: Context):
+  return load_config(str(context.run_config['config']),
+                     str(context.run_config.get('overrides', '')))
+
+
+# -- records --------------------------------------------------------------------------------------
+
+
+def array_record(tree) -> ArrayRecord:
+  return ArrayRecord({name: Array(value) for name, value in wire.to_arrays(tree).items()})
+
+
+def from_record(record: ArrayRecord, template, what: str):
+  return wire.from_arrays({name: array.numpy() for name, array in record.items()}, template, what)
+
+
+def roster_record(descriptions: list[roster.Description]) -> ConfigRecord:
+  return ConfigRecord({
+      'num_examples': [d.num_examples for d in descriptions],
+      'num_classes': [d.num_classes for d in descriptions],
+      'image_shape': list(descriptions[0].image_shape)})
+
+
+def roster_from_record(record: ConfigRecord) -> list[roster.Description]:
+  shape = tuple(int(x) for x in record['image_shape'])
+  return [roster.Description(k, int(n), int(c), shape)
+          for k, (n, c) in enumerate(zip(record['num_examples'], record['num_classes']))]
+
+
+# -- the data holder's side -----------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=16)
+def _holder(spec: str, overrides: str, client: int, data_path: str, state_path: str):
+  """One holder per SuperNode process (its data listed and its method compiled once)."""
+  return holder_lib.Holder(load_config(spec, overrides), client, data_path, state_path)
+
+
+def holder_of(context: Context) -> holder_lib.Holder:
+  node = context.node_config
+  for key in ('client-index', 'data-path', 'state-path'):
+    if key not in node:
+      raise checks.UsageError(f'SuperNode node config has no {key!r}; expected client-index, '
+                              'data-path and state-path (docs/federation.md).')
+  return _holder(str(context.run_config['config']), str(context.run_config.get('overrides', '')),
+                 int(node['client-index']), str(node['data-path']), str(node['state-path']))
+
+
+client_app = ClientApp()
+
+
+@client_app.query('describe')
+def describe(message: Message, context: Context) -> Message:
+  description = holder_of(context).describe()
+  return Message(RecordDict({'description': ConfigRecord(description.to_config())}),
+                 reply_to=message)
+
+
+@client_app.train()
+def train(message: Message, context: Context) -> Message:
+  holder = holder_of(context)
+  content = message.content
+  holder.join(roster_from_record(content.config_records['roster']))
+  agreement = holder.agreement
+  r = int(content.config_records['round']['round'])
+  what = f'round {r} message to client {holder.client}'
+  result = holder.train(
+      r, from_record(content.array_records['shared'], agreement.shared, what),
+      from_record(content.array_records['per_client'], agreement.per_client, what),
+      content.array_records['key']['key'].numpy())
+  return Message(RecordDict({'update': array_record(result.update),
+                             'metrics': array_record(result.metrics)}), reply_to=message)
+
+
+# -- the server's side ----------------------------------------------------------------------------
+
+
+def ask_all(grid: Grid, messages: list[Message], what: str) -> list[Message]:
+  """The replies to `messages`, in their order; one line naming the node of a missing or failed
+  reply."""
+  sent = list(messages)   # one message per node: a reply is found by the node it came from
+  replies = {m.metadata.src_node_id: m for m in grid.send_and_receive(sent)}
+  ordered = []
+  for m in sent:
+    reply = replies.get(m.metadata.dst_node_id)
+    if reply is None or reply.has_error():
+      reason = 'no reply' if reply is None else reply.error.reason
+      raise RuntimeError(f'{what}: node {m.metadata.dst_node_id}: {reason}')
+    ordered.append(reply)
+  return ordered
+
+
+def gather_roster(grid: Grid, config) -> tuple[list[roster.Description], dict[int, int]]:
+  """Every holder's description and the node each client index is on."""
+  nodes = sorted(grid.get_node_ids())
+  replies = ask_all(grid, [Message(RecordDict(), node, DESCRIBE) for node in nodes], 'describe')
+  descriptions = [roster.Description.from_config(r.content.config_records['description'])
+                  for r in replies]
+  descriptions = roster.check_roster(config, descriptions)
+  node_of = {roster.Description.from_config(r.content.config_records['description']).client: n
+             for r, n in zip(replies, nodes)}
+  return descriptions, node_of
+
+
+def grid_exchange(grid: Grid, srv: server_lib.Server, node_of: dict[int, int], requests):
+  """A round's requests as Flower messages, the replies decoded on the method's templates."""
+  agreement, record = srv.agreement, roster_record(srv.descriptions)
+  messages = [Message(RecordDict({
+      'round': ConfigRecord({'round': q.round, 'client': q.client}),
+      'roster': record,
+      'shared': array_record(q.shared),
+      'per_client': array_record(q.per_client),
+      'key': ArrayRecord({'key': Array(np.asarray(q.key))})}),
+      node_of[q.client], TRAIN, group_id=str(q.round)) for q in requests]
+  replies = ask_all(grid, messages, f'round {requests[0].round}' if requests else 'round')
+  return [ClientResult(
+      update=from_record(r.content.array_records['update'], agreement.update,
+                         f'client {q.client} update'),
+      private={},
+      metrics=from_record(r.content.array_records['metrics'], agreement.metrics,
+                          f'client {q.client} metrics'))
+          for q, r in zip(requests, replies)]
+
+
+def serve(grid: Grid, config, hooks=()):
+  """The federation's rounds on `grid`: the roster, then `run/loop.run_rounds` over the
+  server's `train_round`, with the run's `hooks`. Returns the loop's `Trained`."""
+  descriptions, node_of = gather_roster(grid, config)
+  srv = server_lib.Server(config, descriptions)
+  exchange = functools.partial(grid_exchange, grid, srv, node_of)
+  return loop.run_rounds(functools.partial(srv.train_round, exchange), srv.initial_state(), 0,
+                         config.num_rounds, hooks)
+
+
+server_app = ServerApp()
+
+
+@server_app.main()
+def main(grid: Grid, context: Context) -> None:
+  config = run_config_of(context)
+  trained = serve(grid, config)
+  workdir = str(context.run_config.get('workdir', ''))
+  if workdir:
+    wire.save(f'{workdir}/server_{config.num_rounds:06d}.npz',
+              jax.tree.map(np.asarray, trained.state.server))

@@ -1,0 +1,124 @@
+"""A data holder: its own images from a local folder, the method's `client_update` on them, and
+its private state in its own folder, one file per round. No Flower here (federation/apps.py wraps
+it), so a test can call it directly.
+
+The holder's images are read by the project's own reader (`data/formats/image_folder.py`, the
+layout `<folder>/<identity>/<image>` of one client of `data.source='client_folders'`, with that
+source's `config.data.client_folders` fields), so they are the very pixels the simulator of the
+same folders decodes. Its round data are drawn by `federated.sample_round` at its place in the
+federation (`roster.placed`): a pure function of (seed, round, client) and its own samples.
+
+Private state (`ClientResult.private`): the state the holder enters round r with is
+`<state_dir>/private_<r>.npz`. Round 0's is the holder's own row of the method's `init` (the
+config's seed: every party can draw it; the server never keeps it). After round r the holder
+writes round r+1's file before it replies, and keeps round r's, so a round whose reply was lost
+can be run again; older files are removed.
+"""
+
+import os
+import re
+
+import jax
+import numpy as np
+
+from fedjax_face.core import checks
+from fedjax_face.core.algorithm import ClientResult
+from fedjax_face.data import federated
+from fedjax_face.data.formats import image_folder
+from fedjax_face.federation import protocol, roster, wire
+
+PRIVATE = re.compile(r'private_(\d{6})\.npz$')
+
+
+def private_path(state_dir: str, r: int) -> str:
+  return os.path.join(state_dir, f'private_{r:06d}.npz')
+
+
+def read_own_data(config, folder: str) -> federated.FederatedData:
+  """The holder's images (`<folder>/<identity>/<image>`, listed, none decoded) as a federated
+  view of one client, its identities numbered 0..C_k-1 in folder-name order."""
+  d = config.data.client_folders
+  paths, labels, _ = image_folder.scan(folder)
+  store = image_folder.image_store(folder, paths, image_size=config.data.image_size,
+                                   center_crop=d.center_crop, skip_bad_records=d.skip_bad_records,
+                                   num_threads=config.data.decode_threads)
+  return federated.build(store, labels.astype(np.int32),
+                         [np.arange(int(labels.max()) + 1, dtype=np.int32)])
+
+
+def held_rounds(state_dir: str) -> list[int]:
+  """The rounds whose private state `state_dir` holds, in order."""
+  if not os.path.isdir(state_dir):
+    return []
+  return sorted(int(m.group(1)) for m in map(PRIVATE.match, os.listdir(state_dir)) if m)
+
+
+class Holder:
+  """One data holder of a federation: `describe()` before the first round, then `train(...)` for
+  each round it is sampled in."""
+
+  def __init__(self, config, client: int, data_dir: str, state_dir: str):
+    protocol.check_federable(config)
+    self.config, self.client, self.state_dir = config, int(client), state_dir
+    self.own = read_own_data(config, data_dir)
+    self.agreement = None
+
+  def describe(self) -> roster.Description:
+    return roster.describe(self.own, self.client)
+
+  def join(self, descriptions: list[roster.Description],
+           agreement: protocol.Agreement | None = None) -> None:
+    """Builds the method on the federation's roster (what the server sent back: every holder's
+    description, which fixes the class tables' shape and `init`'s draw), or takes `agreement`,
+    the same method built once for holders that share a process. Idempotent."""
+    if self.agreement is not None:
+      return
+    descriptions = roster.check_roster(self.config, descriptions)
+    if descriptions[self.client] != self.describe():
+      raise checks.UsageError(f'data holder of client {self.client}: the roster says '
+                              f'{descriptions[self.client]}, its folder holds {self.describe()}; '
+                              'expected its own description.')
+    self.agreement = agreement or protocol.agree(self.config, descriptions)
+    self.view = roster.placed(self.agreement.fed, self.own, self.client)
+    self.program = protocol.client_program(self.agreement.algorithm)
+
+  def initial_private(self):
+    """Round 0's private state: this holder's row of the method's `init` (the config's seed)."""
+    state = self.agreement.algorithm.init(protocol.init_key(self.config))
+    return jax.tree.map(lambda x: np.asarray(x[self.client]), state.clients)
+
+  def private_at(self, r: int):
+    """The private state this holder enters round r with (round 0: `initial_private`)."""
+    path = private_path(self.state_dir, r)
+    if os.path.exists(path):
+      return wire.load(path, self.agreement.private)
+    if r == 0 and not held_rounds(self.state_dir):
+      return self.initial_private()
+    raise checks.UsageError(f'data holder of client {self.client}: no private state for round '
+                            f'{r} in {self.state_dir} (it holds rounds '
+                            f'{held_rounds(self.state_dir)}); expected the server to resume at a '
+                            'round this holder ran.')
+
+  def round_data(self, r: int) -> dict:
+    """This holder's round-r batches, the simulator's draw for its client (no cohort axis)."""
+    fl = self.config.federated
+    data = federated.sample_round(
+        self.view, np.array([self.client], np.int32), round_index=r, seed=self.config.seed,
+        steps=fl.local_steps, batch_size=fl.batch_size, local_epochs=fl.local_epochs,
+        balanced=fl.balanced_classes)
+    return jax.tree.map(lambda x: x[0], data)
+
+  def train(self, r: int, shared, per_client, key) -> ClientResult:
+    """Round r: the method's `client_update` on this holder's data from what the server sent.
+    Its private state for round r+1 is saved before the result is returned; the result's
+    `update` and `metrics` are what the reply carries."""
+    private = self.private_at(r)
+    result = self.program(shared, protocol.stacked(per_client), protocol.stacked(private),
+                          self.round_data(r), np.int32(0), np.int32(self.client), key)
+    kept = jax.tree.map(np.asarray, result.private)
+    wire.save(private_path(self.state_dir, r + 1), kept)
+    for old in held_rounds(self.state_dir):
+      if old < r:
+        os.remove(private_path(self.state_dir, old))
+    return ClientResult(update=jax.tree.map(np.asarray, result.update), private=kept,
+                        metrics=jax.tree.map(np.asarray, result.metrics))

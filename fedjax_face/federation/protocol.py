@@ -1,0 +1,115 @@
+"""What the server and the data holders agree on: the method built on the roster's skeleton, the
+round keys, and the shapes of every message, derived from the method's own functions.
+
+Both sides build the method exactly as the simulator does (`run.setup.build_algorithm`: the
+method's `build`, wrapped by the federated blocks its config switches on) from the same config
+file and the same skeleton (`roster.skeleton`), so a round's functions are the simulator's. The
+programs are the engine's own pieces (core/engine.py, the loop backend): the server's broadcast,
+one client's update (`_client_row`, as `engine.client_messages` runs it) and the server step
+(`RoundEngine`'s jitted finish), so each array is computed by the same compiled computation as
+in the simulator.
+
+What a round's messages hold:
+  server -> holder k  `shared` (the same for every holder), `per_client` (holder k's own rows,
+                      FedGC's W_k), the round index and the round key (a function of the config's
+                      seed, which every party reads: it is no secret).
+  holder k -> server  `update` (exactly `ClientResult.update`: the tree the "what crosses" tests
+                      name) and `metrics` (the training scalars the simulator logs).
+  kept by holder k    `private` (`ClientResult.private`: FedPE's W_k, kept optimizer state,
+                      SCAFFOLD's c_i, top-k residuals), in its own folder, one file per round.
+"""
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_face import algorithms, models
+from fedjax_face.core import checks, policy
+from fedjax_face.core import engine as engine_lib
+from fedjax_face.run import setup as setup_lib
+from fedjax_face.federation import roster
+
+# What the bridge does not carry yet, each with the reason (docs/federation.md, "Which methods").
+REFUSED = {
+    'dp.enabled': 'DP noise on the server over Flower is not built yet (docs/federation.md)',
+    'secure_aggregation.enabled': 'secure aggregation over Flower needs SecAgg+ (not built yet)',
+}
+
+
+class Agreement(NamedTuple):
+  """The method both sides run, and the templates of its messages (`jax.ShapeDtypeStruct`s):
+  `shared`, one holder's `per_client` row and `private` row, its `data` round (no cohort axis),
+  and the `update` and `metrics` it sends."""
+  algorithm: object
+  fed: object
+  shared: object
+  per_client: object
+  private: object
+  data: object
+  update: object
+  metrics: object
+
+
+def check_federable(config) -> None:
+  """One line for a config the bridge does not carry (`REFUSED`), or a method whose clients are
+  one holder of every identity (`ONE_CLIENT`: the centralized bounds have nothing to federate)."""
+  for field, reason in REFUSED.items():
+    section, name = field.split('.')
+    if config[section][name]:
+      raise checks.UsageError(f'{field}=True: {reason}; expected False over Flower.')
+  if algorithms.get(config.algorithm).ONE_CLIENT:
+    raise checks.UsageError(f'algorithm={config.algorithm!r} trains one client holding every '
+                            'identity; nothing to federate (expected a federated method).')
+  backend = policy.resolve_engine(config)[0]
+  if backend != 'loop':
+    raise checks.UsageError(f'engine.backend={config.engine.backend!r} ({backend} here); a '
+                            "federation runs each client on its own holder, as the 'loop' "
+                            "backend does: expected 'loop'.")
+
+
+def round_key(config, r: int) -> jax.Array:
+  """Round r's key, as the simulator's `train_round` makes it from the run's seed."""
+  return jax.random.fold_in(jax.random.PRNGKey(config.seed), r + 1)
+
+
+def init_key(config) -> jax.Array:
+  """The key of `Algorithm.init`, as `run.setup.init_state` makes it."""
+  return jax.random.fold_in(jax.random.PRNGKey(config.seed), 0)
+
+
+def agree(config, descriptions: list[roster.Description]) -> Agreement:
+  """The method over the roster's skeleton, and its message templates (nothing runs: shapes
+  from `jax.eval_shape` of the method's own functions)."""
+  check_federable(config)
+  fed = roster.skeleton(descriptions)
+  method = algorithms.get(config.algorithm)
+  _, step_mode, _, conv_gradient = policy.resolve_engine(config)
+  model = models.build_backbone(config.model, conv_gradient=conv_gradient)
+  algorithm = setup_lib.build_algorithm(config, method, model, fed, step_mode)
+  state = jax.eval_shape(algorithm.init, init_key(config))
+  one_id = jax.ShapeDtypeStruct((1,), jnp.int32)
+  key = jax.eval_shape(lambda: jax.random.PRNGKey(0))
+  client_input = jax.eval_shape(algorithm.broadcast, state.server, one_id, state.round, key)
+  row = lambda tree: jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), tree)
+  per_client, private = row(client_input.per_client), row(state.clients)
+  data = setup_lib.one_client_data(fed, config)
+  result = jax.eval_shape(
+      functools.partial(engine_lib._one_client, algorithm),   # pylint: disable=protected-access
+      client_input.shared, per_client, private, data, jax.ShapeDtypeStruct((), jnp.int32), key)
+  return Agreement(algorithm, fed, client_input.shared, per_client, private, data,
+                   result.update, result.metrics)
+
+
+def stacked(tree):
+  """`tree` with a leading axis of one (a cohort of one row, as the engine's programs take)."""
+  return jax.tree.map(lambda x: np.asarray(x)[None], tree)
+
+
+def client_program(algorithm):
+  """One holder's round: the engine's jitted `_client_row`, what `engine.client_messages` runs
+  (compiled once per algorithm, so holders sharing one process share it), on the holder's own
+  rows stacked as a cohort of one."""
+  return engine_lib._message_programs(algorithm, None)[1]   # pylint: disable=protected-access

@@ -1,0 +1,94 @@
+"""The federation's server: the method's own sampling, broadcast, server step and server
+optimizer, over holders it reaches through an `exchange` (Flower's grid in federation/apps.py, a
+direct call in a test). No Flower here.
+
+A round is the simulator's (run/simulation.py `train_round`, the loop backend of core/engine.py):
+round r's cohort from `participation.Cohorts`, the broadcast from the server state, each holder's
+`client_update` on its own data, then the engine's own jitted server step (`RoundEngine`'s
+finish: the weighted mean weights n_k, the method's `server_update`, the metrics' mean) over the
+replies in cohort order. The server's `RoundState.clients` is empty: every private row lives with
+its holder (federation/holder.py).
+
+Padding clients: a cohort the simulator pads (stragglers dropped) runs its padding rows at
+weight 0; a federation has no holder for them, so they are left out. The weighted means are then
+the same sums without zero terms: equal, though not promised bit for bit (the reduction's order).
+
+`train_round(exchange, state, r)` is what `run/loop.run_rounds` calls, so the run's hooks
+(checkpointing, logging, divergence) wrap the federation's rounds as they wrap the simulator's.
+"""
+
+from typing import Callable, NamedTuple
+
+import jax
+import numpy as np
+
+from fedjax_face.core import engine as engine_lib
+from fedjax_face.core.algorithm import ClientResult
+from fedjax_face.data import participation
+from fedjax_face.federation import protocol, roster
+
+
+class Request(NamedTuple):
+  """What the server sends holder `client` in round `round`: the broadcast's `shared`, the
+  holder's `per_client` row, and the round key."""
+  round: int
+  client: int
+  shared: object
+  per_client: object
+  key: np.ndarray
+
+
+# (requests of one round, in cohort order) -> their replies (`ClientResult`s, `private` empty).
+Exchange = Callable[[list[Request]], list[ClientResult]]
+
+
+class Server:
+  """The server of one federation: `initial_state()`, then `train_round(exchange, state, r)`."""
+
+  def __init__(self, config, descriptions: list[roster.Description]):
+    self.config = config
+    self.descriptions = roster.check_roster(config, descriptions)
+    self.agreement = protocol.agree(config, self.descriptions)
+    algorithm, fed = self.agreement.algorithm, self.agreement.fed
+    self.engine = engine_lib.RoundEngine(algorithm, backend='loop')
+    self.cohorts = participation.Cohorts(config.federated, fed.num_examples, config.seed)
+    self.num_examples = fed.num_examples.astype(np.float32)
+    self.broadcast = jax.jit(algorithm.broadcast)
+
+  def initial_state(self):
+    """The method's `init` (the config's seed), its per-client rows dropped: each holder draws
+    its own (`Holder.initial_private`)."""
+    state = self.agreement.algorithm.init(protocol.init_key(self.config))
+    return state.replace(clients={})
+
+  def cohort(self, r: int) -> np.ndarray:
+    """Round r's real clients, in the simulator's cohort order (padding left out)."""
+    ids = self.cohorts.padded(r, self.engine.cohort_multiple())
+    return ids[ids < len(self.num_examples)]
+
+  def requests(self, state, r: int) -> list[Request]:
+    """Round r's messages, one per holder of the cohort."""
+    ids = self.cohort(r)
+    key = protocol.round_key(self.config, r)
+    client_input = self.broadcast(state.server, ids, state.round, engine_lib.server_keys(key)[0])
+    shared = jax.tree.map(np.asarray, client_input.shared)
+    return [Request(r, int(k), shared,
+                    jax.tree.map(lambda x, i=i: np.asarray(x[i]), client_input.per_client),
+                    np.asarray(key))
+            for i, k in enumerate(ids)]
+
+  def finish(self, state, r: int, replies: list[ClientResult]):
+    """(the state after round r, its metrics): the engine's server step over the replies."""
+    ids = self.cohort(r)
+    if len(replies) != len(ids):
+      raise RuntimeError(f'round {r}: {len(replies)} replies for {len(ids)} clients.')
+    results = [ClientResult(update=reply.update, private={}, metrics=reply.metrics)
+               for reply in replies]
+    weights = self.num_examples[ids]
+    return self.engine._finish_list(   # pylint: disable=protected-access
+        state, results, weights, ids.astype(np.int32), ids.astype(np.int32),
+        protocol.round_key(self.config, r), self.engine.noise_secret)
+
+  def train_round(self, exchange: Exchange, state, r: int):
+    """Round r over the holders `exchange` reaches: what `run/loop.run_rounds` calls."""
+    return self.finish(state, r, exchange(self.requests(state, r)))

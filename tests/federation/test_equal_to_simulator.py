@@ -1,0 +1,112 @@
+"""The federation's rounds are the simulator's, bit for bit: the embedded benchmark exported into
+three holders' folders, FedPE and FedGC run for two rounds by the server and three holders
+(in process, each holder reading its own folder alone and keeping its private state in its own
+folder; the server builds its method apart from the holders'), against the simulator of the same
+folders and seed: the server's final state, every holder's private state (FedPE's W_k, FedGC's
+kept optimizer state), and the round metrics."""
+
+import functools
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from fedjax_face import algorithms
+from fedjax_face.core import checks
+from fedjax_face.data import participation
+from fedjax_face.federation import export, holder, protocol, server, wire
+from fedjax_face.run import loop, setup as setup_lib, simulation
+from tests import config_files
+
+NUM_HOLDERS = 3
+ROUNDS = 2
+
+
+def folder_config(name: str, root: str):
+  """The tiny config `name` over the exported folders, evaluators off (no pair sets)."""
+  config = config_files.load_config(name)
+  config.data.source = 'client_folders'
+  config.data.client_folders.root = root
+  config.federated.num_clients = NUM_HOLDERS
+  config.num_rounds = ROUNDS
+  config.engine.backend = 'loop'
+  config.engine.loop_threads = 1
+  del config.evals.verification, config.evals.identification
+  return config
+
+
+def simulate(config):
+  """The simulator's final state and per-round metrics (the driver's steps, no hooks)."""
+  method = algorithms.get(config.algorithm)
+  setup_lib.validate(config)
+  setup = setup_lib.set_up(config, method, None)
+  state = setup_lib.init_state(config, setup.algorithm, None)
+  cohort = participation.Cohorts(config.federated, setup.fed.num_examples, config.seed).size
+  eng, _ = setup_lib.plan_engine(config, setup.algorithm, state, setup.fed, cohort,
+                                 setup.backend, None, setup.loop_threads)
+  sim = simulation.simulation(config, eng, setup.fed, 0)
+  metrics = []
+  def train_round(state, r):
+    state, m = simulation.train_round(sim, state, r)
+    metrics.append(jax.tree.map(np.asarray, m))
+    return state, m
+  try:
+    trained = loop.run_rounds(train_round, state, 0, config.num_rounds, ())
+  finally:
+    sim.round_data.close()
+  return trained.state, metrics
+
+
+def federate(config, root: str, state_root: str):
+  """The server and the holders in process: each holder reads its own folder alone."""
+  holders = [holder.Holder(config, k, export.holder_folder(root, k), os.path.join(state_root, str(k)))
+             for k in range(NUM_HOLDERS)]
+  descriptions = [h.describe() for h in holders]
+  srv = server.Server(config, descriptions)
+  shared = protocol.agree(config, descriptions)   # the holders share a process: one compile
+  for h in holders:
+    h.join(descriptions, shared)
+  exchange = lambda requests: [holders[q.client].train(q.round, q.shared, q.per_client, q.key)
+                               for q in requests]
+  metrics = []
+  def train_round(state, r):
+    state, m = srv.train_round(exchange, state, r)
+    metrics.append(jax.tree.map(np.asarray, m))
+    return state, m
+  trained = loop.run_rounds(train_round, srv.initial_state(), 0, config.num_rounds, ())
+  return trained.state, metrics, holders
+
+
+def assert_trees_equal(a, b):
+  jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, a),
+               jax.tree.map(np.asarray, b))
+
+
+@pytest.mark.skipif(os.environ.get('FEDJAX_FACE_FEDERATION') != 'all',
+                    reason='FedGC in process: FEDJAX_FACE_FEDERATION=all (FedPE runs over Flower '
+                    'messages in test_flower_messages.py)')
+@pytest.mark.parametrize('name', ['fedpe', 'fedgc'])
+def test_the_federation_ends_at_the_simulators_state(holders_root, tmp_path, name):
+  config = folder_config(name, holders_root)
+  simulated, sim_metrics = simulate(config)
+  federated, fed_metrics, holders = federate(config, holders_root, str(tmp_path / 'state'))
+  assert int(federated.round) == int(simulated.round) == ROUNDS
+  assert_trees_equal(federated.server, simulated.server)
+  assert federated.clients == {}   # the server holds no client's private state
+  for k, h in enumerate(holders):
+    assert holder.held_rounds(h.state_dir) == [ROUNDS - 1, ROUNDS]
+    kept = wire.load(holder.private_path(h.state_dir, ROUNDS), h.agreement.private)
+    assert_trees_equal(kept, jax.tree.map(lambda x, k=k: x[k], simulated.clients))
+  assert_trees_equal(fed_metrics, sim_metrics)
+
+
+def test_a_holder_without_the_rounds_state_refuses_in_one_line(holders_root, tmp_path):
+  config = folder_config('fedpe', holders_root)
+  h = holder.Holder(config, 1, export.holder_folder(holders_root, 1), str(tmp_path / 'state'))
+  others = [holder.Holder(config, k, export.holder_folder(holders_root, k), str(tmp_path / 'x'))
+            for k in (0, 2)]
+  h.join([others[0].describe(), h.describe(), others[1].describe()])
+  with pytest.raises(checks.UsageError, match=r'^data holder of client 1: no private state for '
+                     r'round 3 in .* \(it holds rounds \[\]\); expected the server to resume'):
+    h.private_at(3)

@@ -1,0 +1,83 @@
+"""FedPE over Flower's own messages equals the simulator bit for bit: the ServerApp's rounds
+(`apps.serve`, the run loop of run/loop.py) and three holders' ClientApp, each message serialized
+to Flower's protobuf bytes and parsed back (tests/federation/loopback.py), each holder reading its
+own exported folder alone; the server's final state, each holder's private W_k and the round
+metrics against the simulator of the same folders and seed. A message of the wrong shape is
+refused in one line naming the array."""
+
+import os
+
+import jax
+import numpy as np
+import pytest
+
+pytest.importorskip('flwr')
+
+from fedjax_face.core import checks   # pylint: disable=g-import-not-at-top
+from fedjax_face.federation import apps, export, holder, roster, wire
+from tests.federation import loopback
+from tests.federation import test_equal_to_simulator as direct
+
+CONFIG = 'configs/fedgc/fedpe.py:runlocal'
+
+
+def overrides(root: str) -> str:
+  return (f'data.source=client_folders data.client_folders.root={root} '
+          f'federated.num_clients={direct.NUM_HOLDERS} num_rounds={direct.ROUNDS} '
+          'engine.backend=loop engine.loop_threads=1')
+
+
+def grid_of(root: str, state_root: str) -> loopback.LoopbackGrid:
+  """Three SuperNodes (node ids 101..103 in reverse client order: the server maps each client
+  index to its node from the holders' descriptions, not from the node ids)."""
+  nodes = {103 - k: {'client-index': k, 'data-path': export.holder_folder(root, k),
+                     'state-path': os.path.join(state_root, str(k))}
+           for k in range(direct.NUM_HOLDERS)}
+  return loopback.LoopbackGrid(apps.client_app, nodes,
+                               {'config': os.path.join(direct.config_files.ROOT, CONFIG.split(':')[0])
+                                + ':runlocal', 'overrides': overrides(root)})
+
+
+def test_fedpe_over_flower_messages_ends_at_the_simulators_state(holders_root, tmp_path):
+  grid = grid_of(holders_root, str(tmp_path / 'state'))
+  config = apps.load_config(grid.run_config['config'], grid.run_config['overrides'])
+  # The simulator reads the same file with the same overrides; its evaluators need pair sets.
+  sim_config = config.copy_and_resolve_references()
+  del sim_config.evals.verification, sim_config.evals.identification
+  simulated, sim_metrics = direct.simulate(sim_config)
+  metrics = []
+  hook = apps.loop.hooks_lib.Hook(after_round=lambda end: metrics.append(
+      jax.tree.map(np.asarray, end.metrics)))
+  trained = apps.serve(grid, config, (hook,))
+  direct.assert_trees_equal(trained.state.server, simulated.server)
+  assert trained.state.clients == {}
+  for k in range(direct.NUM_HOLDERS):
+    h = apps.holder_of(grid.contexts[103 - k])
+    kept = wire.load(holder.private_path(h.state_dir, direct.ROUNDS), h.agreement.private)
+    direct.assert_trees_equal(kept, jax.tree.map(lambda x, k=k: x[k], simulated.clients))
+  direct.assert_trees_equal(metrics, sim_metrics)
+  # What crossed to the server: per holder and round the model's arrays, every byte of them, and
+  # the training metrics; no W_k (FedPE's test of what crosses, tests/algorithms/test_fedpe.py).
+  model = wire.to_arrays({'model': simulated.server['model']})
+  # The descriptions, then one reply per holder and round.
+  assert len(grid.received) == direct.NUM_HOLDERS * (1 + direct.ROUNDS)
+  for reply in grid.received[direct.NUM_HOLDERS:]:
+    update = reply.content.array_records['update']
+    assert sorted(update) == sorted(model)
+    assert sum(a.numpy().nbytes for a in update.values()) == sum(a.nbytes for a in model.values())
+    assert sorted(reply.content.array_records['metrics']) == sorted(
+        wire.to_arrays(sim_metrics[0]))
+
+
+def test_a_message_of_the_wrong_shape_is_refused_naming_the_array(holders_root, tmp_path):
+  config = apps.load_config(os.path.join(direct.config_files.ROOT, 'configs/fedgc/fedpe.py')
+                            + ':runlocal', overrides(holders_root))
+  descriptions = [holder.Holder(config, k, export.holder_folder(holders_root, k),
+                                str(tmp_path / str(k))).describe()
+                  for k in range(direct.NUM_HOLDERS)]
+  template = {'model': {'params': {'w': jax.ShapeDtypeStruct((2, 3), np.float32)}}}
+  record = apps.array_record({'model': {'params': {'w': np.zeros((3, 2), np.float32)}}})
+  with pytest.raises(checks.UsageError, match=r"^round 0 message to client 1: \['model'\]\['params'\]"
+                     r"\['w'\] is float32\[3, 2\]; expected float32\[2, 3\]\.$"):
+    apps.from_record(record, template, 'round 0 message to client 1')
+  assert roster.check_roster(config, descriptions) == descriptions
