@@ -11,6 +11,7 @@ the simulator of the same clients, which a federation is checked against.
 """
 
 import os
+import sys
 
 import numpy as np
 from absl import app, flags
@@ -60,7 +61,11 @@ def export(config, out: str) -> list[str]:
 
 def main(argv):
   del argv
-  folders = export(flags.FLAGS.config, flags.FLAGS.out)
+  try:
+    folders = export(flags.FLAGS.config, flags.FLAGS.out)
+  except checks.UsageError as error:   # one line and status 2, as the other commands
+    print(error, file=sys.stderr)
+    sys.exit(2)
   print(f'{len(folders)} holders written under {flags.FLAGS.out}')
 
 
