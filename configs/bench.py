@@ -182,6 +182,9 @@ def get_config(arg=None):
   b.membership.classes = 1000
   b.membership.pad_frames = (100_000,)
   b.membership.rate_images = 512
+  # PAD's detector (proj/pad/setting.py: FedGPAD's PadNet, 1/8 of the paper's width, 32 px).
+  b.membership.pad_model = ml_collections.ConfigDict(dict(
+      name='pad_net', width=8, image_size=32, disentangle=True, batch_norm_groups=1))
 
   if args.get('runlocal'):
     runlocal(c)
@@ -243,6 +246,7 @@ def runlocal(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   k.equivalents, k.classes = 4, 16
   n = b.membership
   n.samples, n.classes, n.pad_frames, n.rate_images = (16,), 16, (100,), 16
+  n.pad_model.width, n.pad_model.image_size = 2, 16
   return c
 
 

@@ -10,9 +10,12 @@ What each evaluator spends, and how it is taken here:
               non-members (membership, no flip). Measured as the bench model's rate through
               `verification.compute_embeddings` on `rate_images` random images, and charged at
               that rate to each cell's image count (the time is the rate's, whatever the pixels).
+              PAD: the detector's live logits of the members' and non-members' frames, at
+              the rate of `bench.membership.pad_model` (PadNet as configs/pad/ trains it).
   scoring     host numpy on the embeddings: leakage's `score` three times a kind (the kind, the
               exact ceiling, random chance), membership's identity, centroid and class cosines
-              with their AUCs. Timed at each cell's size on random unit embeddings.
+              with their AUCs, PAD's label_loss and its AUC. Timed at each cell's size on random
+              unit embeddings (logits).
   decoding    FedFV's curious client (`equivalent_members`, with `broadcast_shared` on top):
               the k members of each of `equivalents` broadcast rows among `classes` rows.
   not timed   the replay of the attacked rounds (leakage's server views): one round of the
@@ -25,10 +28,12 @@ import time
 import jax
 import numpy as np
 
+from fedjax_face import models
 from fedjax_face.algorithms import common
 from fedjax_face.core import arrays
 from fedjax_face.eval.privacy import leakage, membership
 from fedjax_face.eval.recognition import verification
+from fedjax_face.models import pad as pad_models
 from fedjax_face.tools.bench.common import per_second
 
 
@@ -137,9 +142,26 @@ def membership_cell(samples: int, images_per_identity: int, classes: int, dim: i
   return _seconds(attacks)
 
 
+def detector_rate(config, images: int) -> float:
+  """Frames/s of the anti-spoofing attack's forward pass: `membership._logits` (RGB + HSV, the
+  live logit in batches of `bench.eval.batch_size`) with the detector of
+  `bench.membership.pad_model` at random weights, after one untimed call that compiles it."""
+  spec = config.bench.membership.pad_model
+  model = models.build_backbone(spec)
+  size = spec.image_size
+  variables = common.init_backbone(model, jax.random.PRNGKey(config.seed),
+                                   (size, size, pad_models.PAD_CHANNELS))
+  apply = jax.jit(lambda v, x: model.apply(v, x, train=False)['logit'])
+  frames = np.random.default_rng(config.seed).integers(0, 256, (images, size, size, 3), np.uint8)
+  run = lambda: membership._logits(lambda x: apply(variables, x), frames,   # pylint: disable=protected-access
+                                   config.bench.eval.batch_size)
+  run()
+  return per_second(images, _seconds(run))
+
+
 def pad_cell(frames: int, seed: int) -> float:
   """Seconds of the anti-spoofing attack's host part on `frames` frames a side: 'label_loss'
-  from the live logits and its AUC (the detector's forward pass is not in it)."""
+  from the live logits and its AUC."""
   rng = np.random.default_rng(seed)
   logits = [rng.standard_normal(frames) for _ in range(2)]
   live = rng.random(frames) < 0.5
@@ -160,13 +182,19 @@ def bench_membership(config, model, log=print) -> dict:
     rows.append(row)
     log(f"membership: {samples} members + as many non-members: embed {row['embed_s']:.2f} s, "
         f"scores {row['score_s']:.3f} s, {row['per_sample_s'] * 1e3:.3f} ms / sample")
-  pad = [{'frames': n, 'score_s': pad_cell(n, config.seed)} for n in s.pad_frames]
-  for row in pad:
-    row['per_frame_s'] = row['score_s'] / row['frames']
-    log(f"membership (PAD): {row['frames']} frames a side: label_loss and AUC "
-        f"{row['score_s']:.3f} s (the detector's pass not included)")
+  # No PAD rows asked (pad_frames=()): the detector is not built (its compilation is seconds).
+  frames_rate = detector_rate(config, s.rate_images) if s.pad_frames else None
+  pad = []
+  for n in s.pad_frames:
+    row = {'frames': n, 'logits_s': 2 * n / frames_rate, 'score_s': pad_cell(n, config.seed)}
+    row['per_frame_s'] = (row['logits_s'] + row['score_s']) / n
+    pad.append(row)
+    log(f"membership (PAD): {n} frames a side: the detector {row['logits_s']:.2f} s, label_loss "
+        f"and AUC {row['score_s']:.3f} s, {row['per_frame_s'] * 1e3:.3f} ms / frame")
+  m = s.pad_model
   return {'embeddings_per_s': rate, 'images_per_identity': s.images_per_identity,
-          'classes': s.classes, 'rows': rows, 'pad': pad}
+          'classes': s.classes, 'rows': rows, 'pad': pad, 'pad_frames_per_s': frames_rate,
+          'pad_model': f'{m.name} w={m.width} {m.image_size}x{m.image_size}'}
 
 
 def leakage_markdown_lines(r: dict) -> list[str]:
@@ -193,6 +221,8 @@ def membership_markdown_lines(r: dict) -> list[str]:
            '| ---: | ---: | ---: | ---: | ---: |']
   lines += [f"| {row['samples']} | {row['embedded_images']} | {row['embed_s']:.2f} | "
             f"{row['score_s']:.3f} | {row['per_sample_s'] * 1e3:.3f} |" for row in r['rows']]
-  lines += [f"PAD, {row['frames']} frames a side: label_loss and its AUC {row['score_s']:.3f} s "
-            "(the detector's forward pass not included)" for row in r['pad']]
+  lines += [f"PAD ({r['pad_model']} at {r['pad_frames_per_s']:,.0f} frames/s), {row['frames']} "
+            f"frames a side: the detector {row['logits_s']:.2f} s, label_loss and its AUC "
+            f"{row['score_s']:.3f} s, {row['per_frame_s'] * 1e3:.3f} ms / frame"
+            for row in r['pad']]
   return lines

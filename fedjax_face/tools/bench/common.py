@@ -260,12 +260,17 @@ def validate(config, num_devices: int | None = None) -> None:
                      f'6 = {k.group_size + 6} (the decode searches that many rows).')
   n = b.membership
   _tuple_of('bench.membership.samples', n.samples)
-  _tuple_of('bench.membership.pad_frames', n.pad_frames)
+  _tuple_of('bench.membership.pad_frames', n.pad_frames, allow_empty=True)
   for field in ('samples', 'pad_frames'):
     for count in n[field]:
       _positive_int(f'bench.membership.{field}[...]', count)
   for field in ('images_per_identity', 'classes', 'rate_images'):
     _positive_int(f'bench.membership.{field}', n[field])
+  if n.pad_model.name not in ('pad_net', 'pad_resnet18'):
+    raise ValueError(f'config.bench.membership.pad_model.name={n.pad_model.name!r}; expected '
+                     "'pad_net' or 'pad_resnet18' (an anti-spoofing detector).")
+  for field in ('width', 'image_size'):
+    _positive_int(f'bench.membership.pad_model.{field}', n.pad_model[field])
   for count in n.samples:
     if count % n.images_per_identity or count // n.images_per_identity < 2:
       raise ValueError(f'config.bench.membership.samples has {count}; expected a multiple of '
