@@ -19,6 +19,8 @@ SuperNode's node config names its holder: `client-index`, `data-path` (its own f
 """
 
 import functools
+import os
+import time
 
 import jax
 import numpy as np
@@ -30,7 +32,7 @@ from fedjax_face.core import checks
 from fedjax_face.core.algorithm import ClientResult
 from fedjax_face.federation import holder as holder_lib
 from fedjax_face.federation import roster, server as server_lib, wire
-from fedjax_face.run import loop
+from fedjax_face.run import hooks as hooks_lib, loop
 
 DESCRIBE = 'query.describe'
 TRAIN = 'train'
@@ -104,12 +106,21 @@ def _holder(spec: str, overrides: str, client: int, data_path: str, state_path: 
   return holder_lib.Holder(load_config(spec, overrides), client, data_path, state_path)
 
 
+def keep_compiled(folder: str) -> None:
+  """XLA's compiled programs kept in `folder`: a SuperNode starts one ClientApp process per
+  message, and each would otherwise compile the client program again. The programs are the same
+  either way (a cache of what was compiled, not another computation)."""
+  jax.config.update('jax_compilation_cache_dir', folder)
+  jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
+
+
 def holder_of(context: Context) -> holder_lib.Holder:
   node = context.node_config
   for key in ('client-index', 'data-path', 'state-path'):
     if key not in node:
       raise checks.UsageError(f'SuperNode node config has no {key!r}; expected client-index, '
                               'data-path and state-path (docs/federation.md).')
+  keep_compiled(os.path.join(str(node['state-path']), 'compiled'))
   return _holder(str(context.run_config['config']), str(context.run_config.get('overrides', '')),
                  int(node['client-index']), str(node['data-path']), str(node['state-path']))
 
@@ -158,9 +169,24 @@ def ask_all(grid: Grid, messages: list[Message], what: str) -> list[Message]:
   return ordered
 
 
-def gather_roster(grid: Grid, config) -> tuple[list[roster.Description], dict[int, int]]:
+def wait_for_nodes(grid: Grid, expected: int, timeout: float) -> list[int]:
+  """The connected SuperNodes once `expected` have connected; one line if they do not in time."""
+  end = time.time() + timeout
+  while True:
+    nodes = sorted(grid.get_node_ids())
+    if len(nodes) >= expected or time.time() > end:
+      break
+    time.sleep(0.5)
+  if len(nodes) != expected:
+    raise checks.UsageError(f'{len(nodes)} SuperNodes connected after {timeout:.0f} s; expected '
+                            f'federated.num_clients={expected}, one per data holder.')
+  return nodes
+
+
+def gather_roster(grid: Grid, config, timeout: float = 300.0
+                  ) -> tuple[list[roster.Description], dict[int, int]]:
   """Every holder's description and the node each client index is on."""
-  nodes = sorted(grid.get_node_ids())
+  nodes = wait_for_nodes(grid, config.federated.num_clients, timeout)
   replies = ask_all(grid, [Message(RecordDict(), node, DESCRIBE) for node in nodes], 'describe')
   descriptions = [roster.Description.from_config(r.content.config_records['description'])
                   for r in replies]
@@ -203,11 +229,19 @@ def serve(grid: Grid, config, hooks=()):
 server_app = ServerApp()
 
 
+def say_round(end) -> None:
+  """One line per round in the run's log (`flwr run --stream` shows it)."""
+  values = ', '.join(f'{k}={float(v):.4f}' for k, v in sorted(end.metrics.items()))
+  print(f'round {end.done}: {values}', flush=True)
+
+
 @server_app.main()
 def main(grid: Grid, context: Context) -> None:
   config = run_config_of(context)
-  trained = serve(grid, config)
   workdir = str(context.run_config.get('workdir', ''))
   if workdir:
-    wire.save(f'{workdir}/server_{config.num_rounds:06d}.npz',
+    keep_compiled(os.path.join(workdir, 'compiled'))
+  trained = serve(grid, config, (hooks_lib.Hook(after_round=say_round),))
+  if workdir:
+    wire.save(os.path.join(workdir, f'server_{config.num_rounds:06d}.npz'),
               jax.tree.map(np.asarray, trained.state.server))

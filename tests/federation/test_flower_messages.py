@@ -15,6 +15,7 @@ pytest.importorskip('flwr')
 
 from fedjax_face.core import checks   # pylint: disable=g-import-not-at-top
 from fedjax_face.federation import apps, export, holder, roster, wire
+from fedjax_face.run import hooks
 from tests.federation import loopback
 from tests.federation import test_equal_to_simulator as direct
 
@@ -46,7 +47,7 @@ def test_fedpe_over_flower_messages_ends_at_the_simulators_state(holders_root, t
   del sim_config.evals.verification, sim_config.evals.identification
   simulated, sim_metrics = direct.simulate(sim_config)
   metrics = []
-  hook = apps.loop.hooks_lib.Hook(after_round=lambda end: metrics.append(
+  hook = hooks.Hook(after_round=lambda end: metrics.append(
       jax.tree.map(np.asarray, end.metrics)))
   trained = apps.serve(grid, config, (hook,))
   direct.assert_trees_equal(trained.state.server, simulated.server)

@@ -1,0 +1,284 @@
+r"""One machine, real processes: a SuperLink and one SuperNode per holder folder on loopback, then
+`flwr run`; every process is stopped at the end, on success or failure.
+
+    python -m fedjax_face.federation.export --config=configs/fedgc/fedpe.py:runlocal \
+        --config.federated.num_clients=3 --out=/tmp/fl/data
+    python -m fedjax_face.federation.launch --config=configs/fedgc/fedpe.py:runlocal \
+        --overrides='federated.num_clients=3 num_rounds=2' --holders=/tmp/fl/data \
+        --workdir=/tmp/fl/run [--tls] [--auth]
+
+`<workdir>` receives: `app/` (the Flower app's pyproject.toml, naming federation/apps.py's
+ServerApp and ClientApp and the config), `flwr_home/` (the SuperLink connection), `state/<k>/`
+(holder k's private state, one file per round), `logs/`, `server/server_<R>.npz` (the final
+server state) and, with `--tls` / `--auth`, `certs/` (a CA and the SuperLink's certificate for
+127.0.0.1, made here) and `keys/` (each SuperNode's P-384 key, registered with the SuperLink
+before the node starts).
+"""
+
+import datetime
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from typing import NamedTuple
+
+from absl import app, flags
+
+from fedjax_face.core import checks
+from fedjax_face.federation import export
+
+LOOPBACK = '127.0.0.1'
+
+
+def free_port() -> int:
+  """A TCP port nothing listens on now (the OS picks it)."""
+  with socket.socket() as s:
+    s.bind((LOOPBACK, 0))
+    return s.getsockname()[1]
+
+
+def executable(name: str) -> str:
+  """Flower's command `name`, beside this Python first (a venv), else on PATH."""
+  beside = os.path.join(os.path.dirname(sys.executable), name)
+  found = beside if os.path.exists(beside) else shutil.which(name)
+  if not found:
+    raise checks.UsageError(f'{name} not found beside {sys.executable} or on PATH; expected '
+                            "flwr installed (pip install -e '.[flower]').")
+  return found
+
+
+class Certificates(NamedTuple):
+  ca: str
+  cert: str
+  key: str
+
+
+def write_certificates(folder: str, host: str = LOOPBACK) -> Certificates:
+  """A CA and the SuperLink's certificate for `host` (and localhost), signed by it, as PEM."""
+  from cryptography import x509   # pylint: disable=import-outside-toplevel
+  from cryptography.hazmat.primitives import hashes, serialization   # pylint: disable=import-outside-toplevel
+  from cryptography.hazmat.primitives.asymmetric import ec   # pylint: disable=import-outside-toplevel
+  from cryptography.x509.oid import NameOID   # pylint: disable=import-outside-toplevel
+  import ipaddress   # pylint: disable=import-outside-toplevel
+  os.makedirs(folder, exist_ok=True)
+  now = datetime.datetime.now(datetime.timezone.utc)
+  def name(common):
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
+  def sign(subject, key, issuer, issuer_key, ca: bool, san=None):
+    builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer)
+               .public_key(key.public_key()).serial_number(x509.random_serial_number())
+               .not_valid_before(now - datetime.timedelta(minutes=5))
+               .not_valid_after(now + datetime.timedelta(days=2))
+               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    if san:
+      builder = builder.add_extension(x509.SubjectAlternativeName(san), critical=False)
+    return builder.sign(issuer_key, hashes.SHA256())
+  ca_key = ec.generate_private_key(ec.SECP384R1())
+  ca_cert = sign(name('fedjax_face federation CA'), ca_key, name('fedjax_face federation CA'),
+                 ca_key, True)
+  key = ec.generate_private_key(ec.SECP384R1())
+  cert = sign(name(host), key, ca_cert.subject, ca_key, False,
+              [x509.IPAddress(ipaddress.ip_address(host)), x509.DNSName('localhost')])
+  paths = Certificates(*(os.path.join(folder, n) for n in ('ca.pem', 'server.pem', 'server.key')))
+  pem = serialization.Encoding.PEM
+  with open(paths.ca, 'wb') as f:
+    f.write(ca_cert.public_bytes(pem))
+  with open(paths.cert, 'wb') as f:
+    f.write(cert.public_bytes(pem))
+  with open(paths.key, 'wb') as f:
+    f.write(key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
+                              serialization.NoEncryption()))
+  return paths
+
+
+def write_node_key(folder: str, k: int) -> tuple[str, str]:
+  """(private, public) paths of SuperNode k's P-384 key (SuperNode authentication), OpenSSH."""
+  from cryptography.hazmat.primitives import serialization   # pylint: disable=import-outside-toplevel
+  from cryptography.hazmat.primitives.asymmetric import ec   # pylint: disable=import-outside-toplevel
+  os.makedirs(folder, exist_ok=True)
+  key = ec.generate_private_key(ec.SECP384R1())
+  private, public = (os.path.join(folder, f'node_{k}{e}') for e in ('.key', '.pub'))
+  # flwr 1.42 reads both in the OpenSSH formats (load_ssh_private_key, load_ssh_public_key).
+  with open(private, 'wb') as f:
+    f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                              serialization.NoEncryption()))
+  with open(public, 'wb') as f:
+    f.write(key.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                          serialization.PublicFormat.OpenSSH))
+  return private, public
+
+
+def write_app(folder: str, config_spec: str, overrides: str, server_dir: str) -> str:
+  """The Flower app: a pyproject.toml naming the ServerApp, the ClientApp and the run config."""
+  os.makedirs(folder, exist_ok=True)
+  path, _, arg = config_spec.partition(':')
+  spec = os.path.abspath(path) + (f':{arg}' if arg else '')
+  with open(os.path.join(folder, 'pyproject.toml'), 'w') as f:
+    f.write(f'''[build-system]
+requires = ["hatchling"]
+build-backend = "hatchling.build"
+
+[project]
+name = "fedjaxfacefederation"
+version = "1.0.0"
+license = "Apache-2.0"
+dependencies = []
+
+[tool.hatch.build.targets.wheel]
+packages = ["."]
+
+[tool.flwr.app]
+publisher = "fedjaxface"
+
+[tool.flwr.app.components]
+serverapp = "fedjax_face.federation.apps:server_app"
+clientapp = "fedjax_face.federation.apps:client_app"
+
+[tool.flwr.app.config]
+config = "{spec}"
+overrides = "{overrides}"
+workdir = "{os.path.abspath(server_dir)}"
+''')
+  return folder
+
+
+def write_connection(flwr_home: str, address: str, ca: str | None) -> str:
+  """`$FLWR_HOME/config.toml` with the SuperLink connection 'federation'."""
+  os.makedirs(flwr_home, exist_ok=True)
+  security = f'root-certificates = "{ca}"' if ca else 'insecure = true'
+  with open(os.path.join(flwr_home, 'config.toml'), 'w') as f:
+    f.write(f'[superlink]\ndefault = "federation"\n\n[superlink.federation]\n'
+            f'address = "{address}"\n{security}\n')
+  return flwr_home
+
+
+class Processes:
+  """The processes this launch started, each in its own session, stopped in reverse order."""
+
+  def __init__(self, logs: str, env: dict):
+    self.logs, self.env, self.started = logs, env, []
+    os.makedirs(logs, exist_ok=True)
+
+  def start(self, name: str, argv: list[str]) -> subprocess.Popen:
+    log = open(os.path.join(self.logs, f'{name}.log'), 'w')   # pylint: disable=consider-using-with
+    process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                               start_new_session=True)
+    self.started.append((name, process, log))
+    return process
+
+  def run(self, name: str, argv: list[str], timeout: float) -> subprocess.CompletedProcess:
+    with open(os.path.join(self.logs, f'{name}.log'), 'w') as log:
+      return subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                            timeout=timeout, check=False)
+
+  def stop(self) -> None:
+    for _, process, log in reversed(self.started):
+      if process.poll() is None:
+        process.terminate()
+        try:
+          process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+          process.kill()
+          process.wait()
+      log.close()
+
+
+def wait_listening(port: int, process: subprocess.Popen, name: str, timeout: float) -> None:
+  end = time.time() + timeout
+  while time.time() < end:
+    if process.poll() is not None:
+      raise RuntimeError(f'{name} exited with status {process.returncode}; see its log.')
+    with socket.socket() as s:
+      if s.connect_ex((LOOPBACK, port)) == 0:
+        return
+    time.sleep(0.2)
+  raise RuntimeError(f'{name} is not listening on {LOOPBACK}:{port} after {timeout:.0f} s.')
+
+
+def holder_folders(holders: str) -> list[str]:
+  """The holders' folders `client_<k>` (export.py's layout), k = 0, 1, ..."""
+  folders = []
+  while os.path.isdir(export.holder_folder(holders, len(folders))):
+    folders.append(export.holder_folder(holders, len(folders)))
+  if not folders:
+    raise checks.UsageError(f'--holders={holders} holds no client_000 folder; expected the '
+                            'folders python -m fedjax_face.federation.export writes.')
+  return folders
+
+
+def launch(config_spec: str, overrides: str, holders: str, workdir: str, *, tls: bool = False,
+           auth: bool = False, timeout: float = 1800.0) -> str:
+  """Runs the federation; returns the path of the final server state. Raises RuntimeError naming
+  the step that failed (its log is under `<workdir>/logs/`)."""
+  folders = holder_folders(holders)
+  port = free_port()
+  address = f'{LOOPBACK}:{port}'
+  certs = write_certificates(os.path.join(workdir, 'certs')) if tls else None
+  # Flower's processes start others by name (flower-superexec, flwr-clientapp): the folder of
+  # its commands goes first on their PATH.
+  commands = os.path.dirname(executable('flower-superlink'))
+  env = dict(os.environ, PATH=os.pathsep.join([commands, os.environ.get('PATH', '')]),
+             FLWR_HOME=write_connection(os.path.join(workdir, 'flwr_home'), address,
+                                        certs.ca if certs else None))
+  app_dir = write_app(os.path.join(workdir, 'app'), config_spec, overrides,
+                      os.path.join(workdir, 'server'))
+  processes = Processes(os.path.join(workdir, 'logs'), env)
+  security = (['--ssl-certfile', certs.cert, '--ssl-keyfile', certs.key, '--ssl-ca-certfile',
+               certs.ca] if tls else ['--insecure'])
+  try:
+    link = processes.start('superlink', [
+        executable('flower-superlink'), *security, '--disable-runtime-dependency-installation',
+        '--database', os.path.join(workdir, 'superlink.db'), '--host', LOOPBACK,
+        '--port', str(port)] + (['--enable-supernode-auth'] if auth else []))
+    wait_listening(port, link, 'flower-superlink', 60)
+    for k, folder in enumerate(folders):
+      node_security = ['--root-certificates', certs.ca] if tls else ['--insecure']
+      if auth:
+        private, public = write_node_key(os.path.join(workdir, 'keys'), k)
+        registered = processes.run(f'register_{k}', [
+            executable('flwr'), 'supernode', 'register', public, 'federation'], timeout=120)
+        if registered.returncode:
+          raise RuntimeError(f'flwr supernode register of node {k} failed; see its log.')
+        node_security += ['--auth-supernode-private-key', private]
+      processes.start(f'supernode_{k}', [
+          executable('flower-supernode'), *node_security, '--superlink', address,
+          '--port', str(free_port()), '--node-config',
+          f'client-index={k} data-path="{os.path.abspath(folder)}" '
+          f'state-path="{os.path.abspath(os.path.join(workdir, "state", str(k)))}"'])
+    ran = processes.run('flwr_run', [executable('flwr'), 'run', app_dir, 'federation',
+                                     '--stream'], timeout=timeout)
+    if ran.returncode:
+      raise RuntimeError(f'flwr run exited with status {ran.returncode}; see '
+                         f'{workdir}/logs/flwr_run.log.')
+  finally:
+    processes.stop()
+  server_dir = os.path.join(workdir, 'server')
+  finals = sorted(os.listdir(server_dir)) if os.path.isdir(server_dir) else []
+  if not finals:
+    raise RuntimeError(f'the ServerApp wrote no final state in {server_dir}; see '
+                       f'{workdir}/logs/flwr_run.log.')
+  return os.path.join(server_dir, finals[-1])
+
+
+def main(argv):
+  del argv
+  f = flags.FLAGS
+  try:
+    final = launch(f.config, f.overrides, f.holders, f.workdir, tls=f.tls, auth=f.auth)
+  except checks.UsageError as error:
+    print(error, file=sys.stderr)
+    sys.exit(2)
+  print(f'final server state: {final}')
+
+
+if __name__ == '__main__':
+  flags.DEFINE_string('config', None, 'The config file every party reads (path.py:arg).')
+  flags.DEFINE_string('overrides', '', "Config fields, 'a.b=v c=w'.")
+  flags.DEFINE_string('holders', None, 'The folder of client_<k> holder folders (export.py).')
+  flags.DEFINE_string('workdir', None, 'A new folder for the federation\'s files.')
+  flags.DEFINE_bool('tls', False, 'TLS between the SuperNodes, flwr and the SuperLink.')
+  flags.DEFINE_bool('auth', False, 'SuperNode authentication (P-384 keys, registered).')
+  flags.mark_flags_as_required(['config', 'holders', 'workdir'])
+  app.run(main)

@@ -1,0 +1,84 @@
+"""The one-machine launcher (federation/launch.py). Always: the files it writes (a CA and the
+SuperLink's certificate for 127.0.0.1 that verifies against it, SuperNode keys in the OpenSSH form
+flwr reads, the app's pyproject.toml naming the apps and the config) and its one-line refusal.
+With FEDJAX_FACE_FEDERATION=all: real processes (a SuperLink, three SuperNodes, `flwr run`) with
+TLS and SuperNode authentication on loopback, FedPE for two rounds, ending at the simulator's
+state bit for bit."""
+
+import os
+import tomllib
+
+import jax
+import numpy as np
+import pytest
+
+pytest.importorskip('flwr')
+
+from cryptography import x509   # pylint: disable=g-import-not-at-top
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from fedjax_face.core import checks
+from fedjax_face.federation import launch, wire
+from tests.federation import test_equal_to_simulator as direct
+
+CONFIG = os.path.join(direct.config_files.ROOT, 'configs/fedgc/fedpe.py') + ':runlocal'
+
+
+def test_the_certificate_verifies_against_the_ca_for_the_loopback_address(tmp_path):
+  paths = launch.write_certificates(str(tmp_path))
+  ca = x509.load_pem_x509_certificate(open(paths.ca, 'rb').read())
+  cert = x509.load_pem_x509_certificate(open(paths.cert, 'rb').read())
+  cert.verify_directly_issued_by(ca)   # raises if the CA did not sign it
+  names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+  assert [str(ip) for ip in names.get_values_for_type(x509.IPAddress)] == ['127.0.0.1']
+  assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+  key = serialization.load_pem_private_key(open(paths.key, 'rb').read(), None)
+  assert key.public_key().public_numbers() == cert.public_key().public_numbers()
+
+
+def test_node_keys_are_p384_in_the_openssh_form(tmp_path):
+  private, public = launch.write_node_key(str(tmp_path), 2)
+  key = serialization.load_ssh_private_key(open(private, 'rb').read(), None)
+  pub = serialization.load_ssh_public_key(open(public, 'rb').read())
+  assert isinstance(key.curve, ec.SECP384R1)
+  assert key.public_key().public_numbers() == pub.public_numbers()
+
+
+def test_the_app_names_the_apps_and_the_config(tmp_path):
+  folder = launch.write_app(str(tmp_path / 'app'), 'configs/fedgc/fedpe.py:runlocal',
+                            'num_rounds=2', str(tmp_path / 'server'))
+  with open(os.path.join(folder, 'pyproject.toml'), 'rb') as f:
+    flwr = tomllib.load(f)['tool']['flwr']
+  assert flwr['app']['components'] == {
+      'serverapp': 'fedjax_face.federation.apps:server_app',
+      'clientapp': 'fedjax_face.federation.apps:client_app'}
+  assert flwr['app']['config'] == {
+      'config': os.path.abspath('configs/fedgc/fedpe.py') + ':runlocal',
+      'overrides': 'num_rounds=2', 'workdir': str(tmp_path / 'server')}
+
+
+def test_a_folder_without_holders_is_refused_in_one_line(tmp_path):
+  with pytest.raises(checks.UsageError, match=r'^--holders=.* holds no client_000 folder; '
+                     r'expected the folders python -m fedjax_face.federation.export writes\.$'):
+    launch.holder_folders(str(tmp_path))
+
+
+@pytest.mark.skipif(os.environ.get('FEDJAX_FACE_FEDERATION') != 'all',
+                    reason='real processes, about 2 min: FEDJAX_FACE_FEDERATION=all')
+def test_real_processes_with_tls_and_node_auth_end_at_the_simulators_state(holders_root,
+                                                                            tmp_path):
+  overrides = (f'federated.num_clients={direct.NUM_HOLDERS} num_rounds={direct.ROUNDS} '
+               'engine.backend=loop engine.loop_threads=1')
+  final = launch.launch(CONFIG, overrides, holders_root, str(tmp_path / 'run'), tls=True,
+                        auth=True, timeout=900)
+  simulated, _ = direct.simulate(direct.folder_config('fedpe', holders_root))
+  direct.assert_trees_equal(
+      wire.load(final, jax.tree.map(np.asarray, simulated.server)), simulated.server)
+  for k in range(direct.NUM_HOLDERS):
+    row = jax.tree.map(lambda x, k=k: np.asarray(x[k]), simulated.clients)
+    kept = wire.load(str(tmp_path / 'run' / 'state' / str(k) / f'private_{direct.ROUNDS:06d}.npz'),
+                     row)
+    direct.assert_trees_equal(kept, row)
+  with open(tmp_path / 'run' / 'logs' / 'superlink.log') as f:
+    assert 'Uvicorn running on https://127.0.0.1:' in f.read()   # TLS was on
