@@ -252,6 +252,15 @@ def secure_sum(deltas: list, shares, fraction_bits: int):
   return jax.tree.map(lambda x: secure_aggregation.decode(x, fraction_bits), total)
 
 
+def round_noise_std(dp: privacy.DpSpec, replay, r: int):
+  """σS of round r's noise shares: under adaptive clipping σ_Δ times the clip C_t that round r
+  ran at (held by the state it trained from: the engine's `round_clip`), else the spec's fixed
+  σS. Read from the replay only when adaptive (the state costs a checkpoint restore)."""
+  if not dp.adaptive:
+    return dp.noise_std
+  return dp.noise_std_at(engine_lib.round_clip(dp, replay.state_before(r)))
+
+
 def secure_view(replay, r: int, cohort: np.ndarray, updates: list, sent) -> tuple[dict, dict]:
   """(the decoded sum Σ_k s_k (u_k − θ [+ noise share]) of round r's backbone updates, as the
   server of a run with secure aggregation sees it, and how it was made: each real client's
@@ -276,11 +285,13 @@ def secure_view(replay, r: int, cohort: np.ndarray, updates: list, sent) -> tupl
     round_rng = jax.random.fold_in(sim.root_rng, r)
     own = replay.config.dp.get('noise_seed', 'config') != 'os'
     secret = engine.noise_secret if own else None
-    deltas = [privacy.noise_share(delta, dp.noise_std * jnp.sqrt(jnp.float32(share)),
+    std = round_noise_std(dp, replay, r)
+    deltas = [privacy.noise_share(delta, std * jnp.sqrt(jnp.float32(share)),
                                   client_noise_key(round_rng, int(k), secret))
               for delta, share, k in zip(deltas, shares, cohort)]
     how['dp_noise'] = (
-        f"each client's share N(0, (sigma S)^2 s_k), sigma S = {dp.noise_std:.4g}, "
+        f"each client's share N(0, (sigma S)^2 s_k), sigma S = {float(std):.4g}"
+        + (f" (round {r}'s adaptive clip)" if dp.adaptive else '') + ', '
         + ("the run's own draws" if own else "drawn afresh with the run's std (dp.noise_seed="
            "'os': the run's draws are secret)"))
   return secure_sum(deltas, shares, engine.secure.fraction_bits), how

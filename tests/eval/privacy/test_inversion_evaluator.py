@@ -344,3 +344,17 @@ def test_the_sum_attack_client_by_client_takes_the_joint_objectives_step():
   # rate of step 0 of a 1-iteration schedule, already decayed at 3/8 of it).
   rate = float(inversion.learning_rate_schedule(0.1, 1)(0))
   np.testing.assert_allclose(images, start - rate * g / (np.abs(g) + 1e-8), rtol=1e-5, atol=1e-6)
+
+
+def test_the_secure_sums_noise_follows_the_rounds_adaptive_clip():
+  """Under adaptive clipping the clients' noise shares of round r are σ_Δ·C_t at the clip the
+  round ran at (held by the state it trained from), not the first round's C_0; a fixed clip
+  keeps σS and reads no state."""
+  adaptive = privacy.DpSpec(clip_norm=0.5, noise_std=0.5 * 1.5, noise_multiplier=1.5,
+                            clip_rule='adaptive', count_noise_multiplier=0.0)
+  held = {3: privacy.with_clip({'blocks': {}}, 0.25)}
+  replay = types.SimpleNamespace(state_before=lambda r: types.SimpleNamespace(server=held[r]))
+  assert float(evaluators.round_noise_std(adaptive, replay, 3)) == 1.5 * 0.25
+  fixed = adaptive._replace(clip_rule='fixed')
+  no_state = types.SimpleNamespace(state_before=None)   # calling it would fail
+  assert evaluators.round_noise_std(fixed, no_state, 3) == 0.5 * 1.5
