@@ -88,13 +88,15 @@ def roster_record(descriptions: list[roster.Description]) -> ConfigRecord:
   return ConfigRecord({
       'num_examples': [d.num_examples for d in descriptions],
       'num_classes': [d.num_classes for d in descriptions],
-      'image_shape': list(descriptions[0].image_shape)})
+      'image_shape': list(descriptions[0].image_shape),
+      'code': [d.code for d in descriptions]})
 
 
 def roster_from_record(record: ConfigRecord) -> list[roster.Description]:
   shape = tuple(int(x) for x in record['image_shape'])
-  return [roster.Description(k, int(n), int(c), shape)
-          for k, (n, c) in enumerate(zip(record['num_examples'], record['num_classes']))]
+  return [roster.Description(k, int(n), int(c), shape, str(code))
+          for k, (n, c, code) in enumerate(zip(record['num_examples'], record['num_classes'],
+                                               record['code']))]
 
 
 # -- the data holder's side -----------------------------------------------------------------------
@@ -190,7 +192,7 @@ def gather_roster(grid: Grid, config, timeout: float = 300.0
   replies = ask_all(grid, [Message(RecordDict(), node, DESCRIBE) for node in nodes], 'describe')
   descriptions = [roster.Description.from_config(r.content.config_records['description'])
                   for r in replies]
-  descriptions = roster.check_roster(config, descriptions)
+  descriptions = roster.check_roster(config, descriptions, roster.code_label())
   node_of = {roster.Description.from_config(r.content.config_records['description']).client: n
              for r, n in zip(replies, nodes)}
   return descriptions, node_of

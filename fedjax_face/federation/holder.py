@@ -61,10 +61,11 @@ class Holder:
     protocol.check_federable(config)
     self.config, self.client, self.state_dir = config, int(client), state_dir
     self.own = read_own_data(config, data_dir)
+    self.code = roster.code_label()
     self.agreement = None
 
   def describe(self) -> roster.Description:
-    return roster.describe(self.own, self.client)
+    return roster.describe(self.own, self.client, self.code)
 
   def join(self, descriptions: list[roster.Description],
            agreement: protocol.Agreement | None = None) -> None:

@@ -20,38 +20,51 @@ import numpy as np
 
 from fedjax_face.core import checks
 from fedjax_face.data import federated
+from fedjax_face.io import provenance
 
 
 class Description(NamedTuple):
   """What a data holder tells the server before the first round: its client index (agreed with
-  the server when the holder joined), n_k, C_k and the shape of its images."""
+  the server when the holder joined), n_k, C_k, the shape of its images, and its code (`code`:
+  the commit and the library versions that change numerics)."""
   client: int
   num_examples: int
   num_classes: int
   image_shape: tuple[int, int, int]
+  code: str = ''
 
   def to_config(self) -> dict:
     return {'client': self.client, 'num_examples': self.num_examples,
-            'num_classes': self.num_classes, 'image_shape': list(self.image_shape)}
+            'num_classes': self.num_classes, 'image_shape': list(self.image_shape),
+            'code': self.code}
 
   @classmethod
   def from_config(cls, record) -> 'Description':
     return cls(int(record['client']), int(record['num_examples']), int(record['num_classes']),
-               tuple(int(x) for x in record['image_shape']))
+               tuple(int(x) for x in record['image_shape']), str(record.get('code', '')))
 
 
-def describe(fed: federated.FederatedData, client: int) -> Description:
+def code_label() -> str:
+  """This process's code: the commit of its checkout (`io/provenance.py`'s label, '+dirty' when
+  tracked files differ) and the versions of the libraries whose numerics a round depends on."""
+  libraries = ' '.join(f'{name}=={v}' for name, v in provenance.versions().items())
+  return f'{provenance.commit_label({"git": provenance.git_state()})} {libraries}'
+
+
+def describe(fed: federated.FederatedData, client: int, code: str = '') -> Description:
   """The description of the holder whose own data is `fed`'s one client."""
   return Description(client, int(fed.num_examples[0]), int(fed.class_mask[0].sum()),
-                     tuple(int(x) for x in fed.images.shape[1:]))
+                     tuple(int(x) for x in fed.images.shape[1:]), code)
 
 
-def check_roster(config, descriptions: list[Description]) -> list[Description]:
-  """The descriptions in client order, checked against the config every party reads.
+def check_roster(config, descriptions: list[Description], code: str | None = None
+                 ) -> list[Description]:
+  """The descriptions in client order, checked against the config every party reads and, when
+  `code` is given (the server's `code_label()`), against the server's code.
 
   Raises:
-    checks.UsageError: a client index twice or missing, or a holder whose images are not the
-      config's `data.image_size`; one line naming the holder.
+    checks.UsageError: a client index twice or missing, a holder whose images are not the
+      config's `data.image_size`, or one running other code; one line naming the holder.
   """
   expected = config.federated.num_clients
   by_client = {}
@@ -70,6 +83,9 @@ def check_roster(config, descriptions: list[Description]) -> list[Description]:
           f'data holder of client {d.client}: {d.num_examples} images of {d.num_classes} '
           f'classes, shape {list(d.image_shape)}; expected data.image_size={size} '
           f'([{size}, {size}, 3]) and at least one image.')
+    if code is not None and d.code != code:
+      raise checks.UsageError(f'data holder of client {d.client} runs {d.code or "unrecorded"}; '
+                              f'the server runs {code}: expected the same code on every party.')
   return [by_client[k] for k in range(expected)]
 
 

@@ -47,7 +47,7 @@ class Server:
 
   def __init__(self, config, descriptions: list[roster.Description]):
     self.config = config
-    self.descriptions = roster.check_roster(config, descriptions)
+    self.descriptions = roster.check_roster(config, descriptions, roster.code_label())
     self.agreement = protocol.agree(config, self.descriptions)
     algorithm, fed = self.agreement.algorithm, self.agreement.fed
     self.engine = engine_lib.RoundEngine(algorithm, backend='loop')

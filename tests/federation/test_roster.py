@@ -1,0 +1,53 @@
+"""The roster: each holder's description from its own folder, the class table numbered client by
+client as `data.source='client_folders'` numbers it, and the refusals, each one line naming the
+holder (a client index twice, images of another size, other code)."""
+
+import numpy as np
+import pytest
+
+from fedjax_face.core import checks
+from fedjax_face.federation import export, holder, roster
+from tests.federation import test_equal_to_simulator as direct
+
+
+@pytest.fixture(scope='module')
+def descriptions(holders_root):
+  config = direct.folder_config('fedpe', holders_root)
+  return config, [holder.Holder(config, k, export.holder_folder(holders_root, k), '/nonexistent')
+                  .describe() for k in range(direct.NUM_HOLDERS)]
+
+
+def test_descriptions_count_each_holders_own_images_and_classes(descriptions):
+  config, described = descriptions
+  sim = direct.setup_lib.set_up(config, direct.algorithms.get('fedpe'), None).fed
+  assert [d.num_examples for d in described] == sim.num_examples.tolist()
+  assert [d.num_classes for d in described] == sim.class_mask.sum(axis=1).tolist()
+  assert all(d.image_shape == (config.data.image_size,) * 2 + (3,) for d in described)
+  assert len({d.code for d in described}) == 1 and described[0].code == roster.code_label()
+  np.testing.assert_array_equal(roster.skeleton(described).identity_table, sim.identity_table)
+
+
+def test_identity_table_numbers_identities_client_by_client():
+  np.testing.assert_array_equal(roster.identity_table([2, 3, 1]),
+                                [[0, 1, -1], [2, 3, 4], [5, -1, -1]])
+
+
+def test_bad_rosters_are_refused_naming_the_holder(descriptions):
+  config, described = descriptions
+  code = described[0].code
+  assert roster.check_roster(config, described[::-1], code) == described   # client order
+  with pytest.raises(checks.UsageError, match=r'^two data holders say they are client 0; '
+                     r'expected each of 0\.\.2 once\.$'):
+    roster.check_roster(config, [described[0], described[0], described[2]])
+  with pytest.raises(checks.UsageError, match=r'^federated.num_clients=3 but the data holders are '
+                     r'clients \[0, 1\]; expected each of 0\.\.2 once\.$'):
+    roster.check_roster(config, described[:2])
+  small = described[1]._replace(image_shape=(8, 8, 3))
+  with pytest.raises(checks.UsageError, match=r'^data holder of client 1: \d+ images of \d+ '
+                     r'classes, shape \[8, 8, 3\]; expected data.image_size=16 \(\[16, 16, 3\]\) '
+                     r'and at least one image\.$'):
+    roster.check_roster(config, [described[0], small, described[2]], code)
+  other = described[2]._replace(code='0123456789ab jax==0.0.1')
+  with pytest.raises(checks.UsageError, match=r'^data holder of client 2 runs 0123456789ab '
+                     r'jax==0\.0\.1; the server runs .*: expected the same code on every party\.$'):
+    roster.check_roster(config, [described[0], described[1], other], code)
