@@ -32,7 +32,7 @@ from fedjax_face.core import checks
 from fedjax_face.core.algorithm import ClientResult
 from fedjax_face.federation import holder as holder_lib
 from fedjax_face.federation import roster, server as server_lib, wire
-from fedjax_face.run import hooks as hooks_lib, loop
+from fedjax_face.run import hooks as hooks_lib
 
 DESCRIBE = 'query.describe'
 TRAIN = 'train'
@@ -218,14 +218,14 @@ def grid_exchange(grid: Grid, srv: server_lib.Server, node_of: dict[int, int], r
           for q, r in zip(requests, replies)]
 
 
-def serve(grid: Grid, config, hooks=()):
-  """The federation's rounds on `grid`: the roster, then `run/loop.run_rounds` over the
-  server's `train_round`, with the run's `hooks`. Returns the loop's `Trained`."""
+def serve(grid: Grid, config, hooks=(), workdir: str | None = None):
+  """The federation's rounds on `grid`: the roster, then `server.serve` (run/loop.run_rounds
+  over the server's `train_round`; with `workdir`, the run's checkpointing there and a resume
+  from its newest checkpoint), with `hooks`. Returns the loop's `Trained`."""
   descriptions, node_of = gather_roster(grid, config)
   srv = server_lib.Server(config, descriptions)
   exchange = functools.partial(grid_exchange, grid, srv, node_of)
-  return loop.run_rounds(functools.partial(srv.train_round, exchange), srv.initial_state(), 0,
-                         config.num_rounds, hooks)
+  return server_lib.serve(srv, exchange, workdir, hooks)
 
 
 server_app = ServerApp()
@@ -243,7 +243,8 @@ def main(grid: Grid, context: Context) -> None:
   workdir = str(context.run_config.get('workdir', ''))
   if workdir:
     keep_compiled(os.path.join(workdir, 'compiled'))
-  trained = serve(grid, config, (hooks_lib.Hook(after_round=say_round),))
-  if workdir:
+  trained = serve(grid, config, (hooks_lib.Hook(after_round=say_round),),
+                  os.path.join(workdir, 'run') if workdir else None)
+  if workdir:   # the final server state as named arrays, beside the run's checkpoints
     wire.save(os.path.join(workdir, f'server_{config.num_rounds:06d}.npz'),
               jax.tree.map(np.asarray, trained.state.server))

@@ -255,7 +255,8 @@ def launch(config_spec: str, overrides: str, holders: str, workdir: str, *, tls:
   finally:
     processes.stop()
   server_dir = os.path.join(workdir, 'server')
-  finals = sorted(os.listdir(server_dir)) if os.path.isdir(server_dir) else []
+  finals = sorted(n for n in os.listdir(server_dir) if n.startswith('server_') and
+                  n.endswith('.npz')) if os.path.isdir(server_dir) else []
   if not finals:
     raise RuntimeError(f'the ServerApp wrote no final state in {server_dir}; see '
                        f'{workdir}/logs/flwr_run.log.')

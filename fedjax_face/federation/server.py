@@ -14,9 +14,15 @@ weight 0; a federation has no holder for them, so they are left out. The weighte
 the same sums without zero terms: equal, though not promised bit for bit (the reduction's order).
 
 `train_round(exchange, state, r)` is what `run/loop.run_rounds` calls, so the run's hooks
-(checkpointing, logging, divergence) wrap the federation's rounds as they wrap the simulator's.
+wrap the federation's rounds as they wrap the simulator's. `serve` runs them with the run's
+checkpointing hook in a workdir opened by the run's own rules (run/resume.py: config.json, the
+lock, verified checkpoints of the server state): a restarted server resumes at its newest
+checkpoint, and each holder at the private state it kept for that round, or it refuses in one
+line (federation/holder.py).
 """
 
+import contextlib
+import functools
 from typing import Callable, NamedTuple
 
 import jax
@@ -26,6 +32,9 @@ from fedjax_face.core import engine as engine_lib
 from fedjax_face.core.algorithm import ClientResult
 from fedjax_face.data import participation
 from fedjax_face.federation import protocol, roster
+from fedjax_face.io import files
+from fedjax_face.run import loop, resume, setup as setup_lib
+from fedjax_face.run.hooks import checkpointing
 
 
 class Request(NamedTuple):
@@ -92,3 +101,25 @@ class Server:
   def train_round(self, exchange: Exchange, state, r: int):
     """Round r over the holders `exchange` reaches: what `run/loop.run_rounds` calls."""
     return self.finish(state, r, exchange(self.requests(state, r)))
+
+
+def serve(srv: Server, exchange: Exchange, workdir: str | None, hooks=()) -> loop.Trained:
+  """The federation's rounds: from the newest checkpoint of `workdir` (or the start), with the
+  run's checkpointing hook there, then `hooks`. `workdir` None: no checkpoint, from the start."""
+  config, state = srv.config, srv.initial_state()
+  with contextlib.ExitStack() as stack:
+    hook_list = tuple(hooks)
+    if workdir:
+      files.make_workdir(workdir)
+      stack.enter_context(files.workdir_lock(workdir))
+      ckpt = resume.open_workdir(workdir, config.to_dict(), max_to_keep=config.checkpoint_keep,
+                                 defaults=setup_lib.defaults(config),
+                                 trust_unverified=config.trust_unverified_checkpoints)
+      # Saves in flight are waited for on every way out; a failing run's own error stays the one
+      # raised (as the driver does: experiment._finish).
+      stack.push(lambda kind, error, trace: ckpt.finish(failing=error is not None))
+      if ckpt.latest_round() is not None:
+        state = ckpt.restore(state)
+      hook_list = (checkpointing.checkpointing(config, ckpt),) + hook_list
+    return loop.run_rounds(functools.partial(srv.train_round, exchange), state, int(state.round),
+                           config.num_rounds, hook_list)

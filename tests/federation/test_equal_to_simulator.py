@@ -16,7 +16,7 @@ from fedjax_face import algorithms
 from fedjax_face.core import checks
 from fedjax_face.data import participation
 from fedjax_face.federation import export, holder, protocol, server, wire
-from fedjax_face.run import loop, setup as setup_lib, simulation
+from fedjax_face.run import hooks, loop, setup as setup_lib, simulation
 from tests import config_files
 
 NUM_HOLDERS = 3
@@ -110,3 +110,39 @@ def test_a_holder_without_the_rounds_state_refuses_in_one_line(holders_root, tmp
   with pytest.raises(checks.UsageError, match=r'^data holder of client 1: no private state for '
                      r'round 3 in .* \(it holds rounds \[\]\); expected the server to resume'):
     h.private_at(3)
+
+
+class Stop(Exception):
+  """The server stopped after a round, as a killed ServerApp would be."""
+
+
+@pytest.mark.skipif(os.environ.get('FEDJAX_FACE_FEDERATION') != 'all',
+                    reason='a restarted server: FEDJAX_FACE_FEDERATION=all')
+def test_a_restarted_server_resumes_from_its_checkpoint_and_ends_at_the_simulators_state(
+    holders_root, tmp_path):
+  config = folder_config('fedpe', holders_root)
+  config.checkpoint_every = 1
+  holders = [holder.Holder(config, k, export.holder_folder(holders_root, k),
+                           str(tmp_path / 'state' / str(k))) for k in range(NUM_HOLDERS)]
+  descriptions = [h.describe() for h in holders]
+  shared = protocol.agree(config, descriptions)
+  for h in holders:
+    h.join(descriptions, shared)
+  exchange = lambda requests: [holders[q.client].train(q.round, q.shared, q.per_client, q.key)
+                               for q in requests]
+  def stop_after_round_1(end):
+    if end.done == 1:
+      raise Stop()
+  workdir = str(tmp_path / 'server')
+  with pytest.raises(Stop):
+    server.serve(server.Server(config, descriptions), exchange, workdir,
+                 (hooks.Hook(after_round=stop_after_round_1),))
+  rounds = []
+  resumed = server.serve(server.Server(config, descriptions), exchange, workdir,
+                         (hooks.Hook(after_round=lambda end: rounds.append(end.done)),))
+  assert rounds == [2]   # round 1 came from the checkpoint, not trained again
+  simulated, _ = simulate(config)
+  assert_trees_equal(resumed.state.server, simulated.server)
+  for k, h in enumerate(holders):
+    kept = wire.load(holder.private_path(h.state_dir, ROUNDS), h.agreement.private)
+    assert_trees_equal(kept, jax.tree.map(lambda x, k=k: x[k], simulated.clients))
