@@ -9,7 +9,11 @@ fedfv1-3: `proj/fedfv/reproduce.py`); a paper's name alone runs all of its table
 workdir under `--root` already holds results.json are read, not run again (`tools/tables/run.py`).
 `--out_dir` writes `<paper>_table<N>.md` per table, and a paper's extras (FedFV's Fig. 5) beside.
 Each table names the commits its runs came from; a table whose runs came from several commits is
-refused (one line naming them) unless `--allow_mixed_commits`.
+refused (one line naming them) unless `--allow_mixed_commits`. A page's verdicts are decided
+over its paper's tables together (Benjamini-Hochberg, `tools/tables/verdict.py`): the tables made
+now are judged on their runs, the paper's others on what their pages in `--docs` record from
+`--archive`; so the runs of every chosen table are made before any page is written, and a page
+made anew changes its siblings' verdicts (`--table=<paper>` rewrites them all).
 
     python -m fedjax_face.reproduce --check     # every table in docs/ against results/, runs nothing
 
@@ -36,6 +40,7 @@ from fedjax_face.tools.tables import archive
 from fedjax_face.tools.tables import markdown
 from fedjax_face.tools.tables import run as table_runs
 from fedjax_face.tools.tables import spec
+from fedjax_face.tools.tables import verdict as verdict_lib
 
 PAPERS = ('fedgc', 'fedfv', 'fedfr', 'pad', 'privacy', 'blocks')   # fedjax_face/proj/<paper>/reproduce.py
 
@@ -83,13 +88,77 @@ def select(name: str) -> list[tuple[str, int]]:
   return [(paper, int(tid) if tid.isdigit() else tid)]
 
 
+def table_results(table: spec.Table, root: str, extra: tuple, seeds: tuple[int, ...],
+                  dry_run: bool) -> dict:
+  """results.json of every (run, seed) of `table` under `root`, running what is missing unless
+  `dry_run` (`tools/tables/run.py:run_all`)."""
+  return table_runs.run_all(table, root, extra, dry_run, seeds)
+
+
+def dirty_runs(run_dirs: list[str]) -> tuple[str, ...]:
+  """The names of the runs whose results.json records a modified checkout at their end (its
+  provenance's git.dirty): the commit line counts a run's start and resumes, not its end."""
+  out = []
+  for run_dir in run_dirs:
+    path = files.join(run_dir, 'results.json')
+    result = files.read_json(path) if files.exists(path) else {}
+    if ((result.get('provenance') or {}).get('git') or {}).get('dirty'):
+      out.append(os.path.basename(run_dir.rstrip('/')))
+  return tuple(out)
+
+
 def table_text(table: spec.Table, root: str, extra: tuple, seeds: tuple[int, ...],
-               command: str, allow_mixed: bool, dry_run: bool) -> str:
-  """A table's markdown from the runs under `root` (running what is missing unless `dry_run`);
-  MixedCommitsError when its runs came from several commits and `allow_mixed` is False."""
-  results = table_runs.run_all(table, root, extra, dry_run, seeds)
-  counts = archive.commit_counts(table_runs.finished_workdirs(table, root, extra, seeds))
-  return markdown.render(table, results, command, seeds, archive.commits_line(counts, allow_mixed))
+               command: str, allow_mixed: bool, dry_run: bool,
+               family: verdict_lib.Family | None = None, results: dict | None = None) -> str:
+  """A table's markdown from the runs under `root` (`results` when already read; else running
+  what is missing unless `dry_run`), its orderings decided over `family` (its page's:
+  `page_family`; None: the table alone); MixedCommitsError when its runs came from several
+  commits and `allow_mixed` is False."""
+  if results is None:
+    results = table_results(table, root, extra, seeds, dry_run)
+  finished = table_runs.finished_workdirs(table, root, extra, seeds)
+  counts = archive.commit_counts(finished)
+  return markdown.render(table, results, command, seeds, archive.commits_line(counts, allow_mixed),
+                         family, dirty_runs(finished))
+
+
+def recorded_results(paper: str, tid, docs_dir: str, archive_dir: str) -> tuple[dict, tuple]:
+  """(results, seeds) of a table as its page in docs was made: the archive's runs
+  (`<archive_dir>/<paper>_tables`) at the seeds and overrides its footnote's command records
+  (nothing is run); None when docs has no page of it or the page no command."""
+  path = os.path.join(docs_dir, out_name(paper, tid))
+  recorded = recorded_command(files.read_text(path)) if os.path.exists(path) else None
+  if recorded is None:
+    return None
+  seeds = spec.parse_seeds(recorded['seeds'])
+  root = os.path.join(archive_dir, f'{paper}_tables')
+  with contextlib.redirect_stdout(io.StringIO()):   # a dry run prints what is missing
+    results = table_results(tables_of(paper)[tid], root, spec.parse_overrides(recorded['set']),
+                            seeds, dry_run=True)
+  return results, seeds
+
+
+def page_family(paper: str, docs_dir: str, archive_dir: str,
+                built: dict | None = None) -> verdict_lib.Family:
+  """The family docs/<paper>.md's verdicts are decided over (`verdict.page_family`): every
+  ordering of each of the paper's tables in docs, all together. A table in `built` (tid ->
+  (results, seeds), the tables this command makes) is judged on those; the others on their
+  pages' records (`recorded_results`). A table with no page that is not being built is not in
+  it yet (the family sentence on each page counts the tables it holds)."""
+  built = built or {}
+  judged = []
+  for tid in table_ids(paper):
+    table = tables_of(paper)[tid]
+    got = built.get(tid) if tid in built else (
+        recorded_results(paper, tid, docs_dir, archive_dir) if table.orderings else None)
+    if table.orderings and got is not None:
+      results, seeds = got
+      judged.append((table, verdict_lib.judge_table(table, results, seeds)))
+  for tid, (results, seeds) in built.items():   # a pending table, made by its own name
+    table = tables_of(paper)[tid]
+    if tid not in table_ids(paper) and table.orderings:
+      judged.append((table, verdict_lib.judge_table(table, results, seeds)))
+  return verdict_lib.page_family(f'docs/{paper}.md', judged)
 
 
 MADE_BY = re.compile(r'Made by `python -m fedjax_face\.reproduce ([^`]*)`')
@@ -114,9 +183,11 @@ def recorded_command(doc: str) -> dict | None:
   return out
 
 
-def check_table(paper: str, tid, docs_dir: str, archive_dir: str) -> str:
+def check_table(paper: str, tid, docs_dir: str, archive_dir: str,
+                family: verdict_lib.Family | None = None) -> str:
   """'ok', or why the table in docs does not rebuild from the archive alone
-  (`<archive_dir>/<paper>_tables`; nothing is run)."""
+  (`<archive_dir>/<paper>_tables`; nothing is run), its orderings decided over `family` (its
+  page's from the archive, `page_family`, when None)."""
   path = os.path.join(docs_dir, out_name(paper, tid))
   if not os.path.exists(path):
     return 'no generated table in docs'
@@ -128,10 +199,12 @@ def check_table(paper: str, tid, docs_dir: str, archive_dir: str) -> str:
   root = os.path.join(archive_dir, f'{paper}_tables')
   extra = spec.parse_overrides(recorded['set'])
   seeds = spec.parse_seeds(recorded['seeds'])
+  if family is None and table.orderings:
+    family = page_family(paper, docs_dir, archive_dir)
   try:
     with contextlib.redirect_stdout(io.StringIO()) as printed:   # dry run: "missing: $ ..."
       rebuilt = table_text(table, root, extra, seeds, recorded['command'],
-                           recorded['allow_mixed_commits'], dry_run=True)
+                           recorded['allow_mixed_commits'], dry_run=True, family=family)
   except archive.MixedCommitsError as e:
     rebuilt = e
   missing = printed.getvalue().count('missing: ')
@@ -173,7 +246,9 @@ def check_extra(paper: str, tid, docs_dir: str, archive_dir: str) -> str:
 def check(docs_dir: str, archive_dir: str) -> list[tuple[str, str]]:
   """(table name, `check_table`) for every table of every paper, then (page name,
   `check_extra`) for every extra page ('fedfv_fig5.md')."""
-  table_checks = [(f'{paper}{tid}', check_table(paper, tid, docs_dir, archive_dir))
+  families = {paper: page_family(paper, docs_dir, archive_dir) for paper in PAPERS}
+  table_checks = [(f'{paper}{tid}',
+                   check_table(paper, tid, docs_dir, archive_dir, families[paper]))
                   for paper in PAPERS for tid in table_ids(paper)]
   extras = [(file_name, check_extra(paper, tid, docs_dir, archive_dir))
             for paper in PAPERS
@@ -202,8 +277,10 @@ def define_flags():
                     'removes the runs that have not ended (stop the sweep first). Trains nothing.')
   flags.DEFINE_bool('check', False, 'Rebuild every table in --docs from the archive alone '
                     '(--archive/<paper>_tables; nothing is run) and fail on any difference.')
-  flags.DEFINE_string('docs', 'docs', 'The generated tables (--check).')
-  flags.DEFINE_string('archive', 'results', 'The run archive (--check).')
+  flags.DEFINE_string('docs', 'docs', 'The generated tables (--check; and the footnotes of the '
+                      "tables of a page not made now, for the page's family of verdicts).")
+  flags.DEFINE_string('archive', 'results', 'The run archive (--check; and the runs of the '
+                      "tables of a page not made now, for the page's family of verdicts).")
   flags.DEFINE_bool('allow_mixed_commits', False, 'Make a table whose runs came from several '
                     'commits (the table names them) instead of refusing it.')
 
@@ -259,11 +336,20 @@ def main(argv):
   # The footnote names the command that makes the table; --dry_run only reads finished runs.
   command = 'python -m fedjax_face.reproduce ' + ' '.join(
       a for a in sys.argv[1:] if a not in ('--dry_run', '--dry_run=true', '--dry_run=True'))
+  # A page's verdicts are decided over all of its paper's tables together (`page_family`), so
+  # every chosen table's runs are made and read first, then the pages are written.
+  built = {(paper, tid): table_results(tables_of(paper)[tid], f.root, extra, seeds, f.dry_run)
+           for paper, tid in chosen}
+  families = {paper: page_family(paper, f.docs, f.archive,
+                                 {tid: (results, seeds) for (p, tid), results in built.items()
+                                  if p == paper})
+              for paper in dict.fromkeys(paper for paper, _ in chosen)}
   for paper, tid in chosen:
     module = paper_module(paper)
     table = tables_of(paper)[tid]
     try:
-      text = table_text(table, f.root, extra, seeds, command, f.allow_mixed_commits, f.dry_run)
+      text = table_text(table, f.root, extra, seeds, command, f.allow_mixed_commits, f.dry_run,
+                        families[paper], built[(paper, tid)])
     except archive.MixedCommitsError as e:
       sys.exit(f'--table={paper}{tid}: {e}')   # one line on stderr, exit status 1
     print(text, flush=True)

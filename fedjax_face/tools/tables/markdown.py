@@ -3,8 +3,8 @@
 `render` prints the page `reproduce` writes to docs/<paper>_table<N>.md: the header, one line per
 row, the notes on its diverged runs where the table evaluates them (`diverged_notes`: each row
 marked, its cells its last accepted checkpoint's), the paper's orderings judged on ours
-(verdict.py), and a footnote with the command that made it, the setting, the seeds and the
-commits of its runs.
+(verdict.py: each decided over its page's family of tests), and a footnote with the command that
+made it, the setting, the seeds, the commits of its runs and those that ended on a dirty tree.
 """
 
 import statistics
@@ -41,12 +41,14 @@ def ordering_line(table: Table, ordering: Ordering, verdict: verdict_lib.Verdict
   return f'- {ordering.claim} ({spec.column_title(table, ordering.column)}): {detail}.'
 
 
-def ordering_lines(table: Table, results: dict, seeds: tuple[int, ...]) -> list[str]:
-  """Every ordering's line; a claim checked on several columns gets a line saying on how many it
-  is reproduced, then one indented line per column."""
+def ordering_lines(table: Table, results: dict, seeds: tuple[int, ...],
+                   family: verdict_lib.Family | None = None) -> list[str]:
+  """Every ordering's line, decided over `family` (the page's; None: the table alone); a claim
+  checked on several columns gets a line saying on how many it is reproduced, then one indented
+  line per column."""
   by_claim = {}
   for ordering, verdict in zip(table.orderings,
-                               verdict_lib.table_verdicts(table, results, seeds)):
+                               verdict_lib.table_verdicts(table, results, seeds, family)):
     by_claim.setdefault(ordering.claim, []).append((ordering, verdict))
   lines = []
   for claim, judged in by_claim.items():
@@ -184,22 +186,43 @@ def diverged_notes(table: Table, results: dict,
   return marks, notes
 
 
-def orderings_head(table: Table) -> str:
+def family_sentence(family: verdict_lib.Family) -> str:
+  """How many tests the correction weighed together, and how many it kept."""
+  kept = f'{family.discoveries} of them pass the correction.'
+  if not family.page:
+    return f' The family here is this table alone: {family.tests} tests; {kept}'
+  return (f' The family of {family.page}: {family.tests} tests (ordering and column, two seeds '
+          f'or more) on its {family.tables} tables with orderings; {kept}')
+
+
+def orderings_head(table: Table, family: verdict_lib.Family) -> str:
   """The sentence before the verdict lines (`claims.ORDERINGS_HEADS` finds it there)."""
   heads = claims.ORDERINGS_HEADS
   if table.own_orderings:
     return (f"{heads[1]} (no paper states them), on ours seed by seed (by: how far the first "
             "leads, per seed, in the column's unit). " + verdict_lib.VERDICT_RULE
+            + family_sentence(family)
             + " Here 'ahead' stands for reproduced and 'behind' for reversed.")
   return (f"{heads[0]}, seed by seed (by: how far the first leads, per seed, in the column's "
-          'unit). ' + verdict_lib.VERDICT_RULE)
+          'unit). ' + verdict_lib.VERDICT_RULE + family_sentence(family))
+
+
+def dirty_line(dirty: tuple[str, ...]) -> str:
+  """The footnote's line naming the runs that ended on a modified checkout ('' for none)."""
+  if not dirty:
+    return ''
+  return (f'Ended on a dirty tree (tracked files modified; results.json provenance git.dirty at '
+          f'the end, while the commit line counts each run\'s start and resumes): '
+          f'{", ".join(dirty)}.')
 
 
 def render(table: Table, results: dict[tuple[Run, int], dict], command: str,
-           seeds: tuple[int, ...] = (0,), commits: str = '') -> str:
+           seeds: tuple[int, ...] = (0,), commits: str = '',
+           family: verdict_lib.Family | None = None, dirty: tuple[str, ...] = ()) -> str:
   """The table with ours and the paper's value side by side per column (ours alone when the
   paper has no number anywhere in it); `commits` (`archive.commits_line`) goes under the
-  footnote."""
+  footnote, then the runs that ended `dirty` (their names). The orderings are decided over
+  `family`, their page's (`verdict.page_family`; None: the table alone)."""
   has_paper = any(v is not None for row in table.rows for v in row.paper)
   marks, notes = diverged_notes(table, results, seeds)
   lines = header_lines(table, has_paper)
@@ -211,11 +234,15 @@ def render(table: Table, results: dict[tuple[Run, int], dict], command: str,
             f' Ours: mean ± standard deviation over config.seed = {", ".join(map(str, seeds))}.')
   errors = sorted({result['failed'] for result in results.values() if 'failed' in result})
   if table.orderings:
-    lines += ['', orderings_head(table), '']
-    lines += ordering_lines(table, results, seeds)
+    verdicts = verdict_lib.judge_table(table, results, seeds)
+    family = family or verdict_lib.page_family('', [(table, verdicts)])
+    lines += ['', orderings_head(table, family), '']
+    lines += ordering_lines(table, results, seeds, family)
   lines += ['', f'Made by `{command}`; {table.setting}' + spread, '']
   if commits:
     lines += [commits, '']
+  if dirty:
+    lines += [dirty_line(dirty), '']
   if errors:
     lines += ['Failed runs ended with: ' + '; '.join(f'`{e}`' for e in errors), '']
   return '\n'.join(lines)

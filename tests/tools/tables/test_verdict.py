@@ -1,6 +1,8 @@
-"""The verdict rule: an ordering judged seed by seed, and how its verdict reads."""
+"""The verdict rule: an ordering judged seed by seed, decided over its page's family
+(Benjamini-Hochberg), and how its verdict reads."""
 
 import dataclasses
+import math
 
 import pytest
 
@@ -10,6 +12,12 @@ from fedjax_face.tools.tables import spec
 from fedjax_face.tools.tables import verdict
 from fedjax_face.tools.tables.spec import Row, Run, Table
 from tests.tools.tables.fakes import fake_result, ordered_table
+
+
+def p_two_dof(t):
+  """Student's t with 2 degrees of freedom (3 seeds) has a closed form: P(T >= |t|) =
+  1/2 - |t| / (2 sqrt(2 + t^2)). The known answer the tests below check the p-values against."""
+  return 0.5 - abs(t) / (2 * math.sqrt(2 + t * t))
 
 
 def lfw_results(runs, seeds_values):
@@ -26,14 +34,21 @@ def test_an_ordering_is_checked_seed_by_seed():
   assert margins == pytest.approx({0: 5.0, 1: -1.0, 2: 0.0})
   # A tie (seed 2) does not hold the ordering; one seed ahead by 5 points is within the noise of
   # the three: mean 4/3, sd 3.21, t = 0.72.
+  # p = 1/2 - 0.72 / (2 sqrt(2.52)) = 0.27; the table alone is the family (m = 1), where the
+  # adjusted p is p itself.
   text = markdown.render(table, results, 'cmd', seeds=(0, 1, 2))
+  t = (4 / 3) / (math.sqrt(31 / 3) / math.sqrt(3))
+  assert f'{p_two_dof(t):.2g}' == '0.27'
   assert ('- A above B (LFW): **within noise**: holds in 1 of 3 seeds (by -1.00 to +5.00; '
-          '|t| = 0.72 ≤ 2.92).' in text)
+          '|t| = 0.72 ≤ 2.92, p = 0.27; BH-adjusted p = 0.27 > 0.05).' in text)
   assert verdict.VERDICT_RULE in text
-  # One seed gives no estimate of the noise: never reproduced, however far ahead.
+  assert 'The family here is this table alone: 1 tests; 0 of them pass the correction.' in text
+  # One seed gives no estimate of the noise: not tested, however far ahead, and not in the
+  # family.
   one = markdown.render(table, results, 'cmd', seeds=(0,))
-  assert ('- A above B (LFW): **within noise**: holds in 1 of 1 seed (by +5.00; one seed gives '
-          'no noise estimate).' in one)
+  assert ('- A above B (LFW): **not tested (one seed)**: holds in 1 of 1 seed (by +5.00; one '
+          'seed gives no noise estimate).' in one)
+  assert 'this table alone: 0 tests' in one
 
 
 def test_the_stated_quantiles_are_student_s():
@@ -56,6 +71,11 @@ def test_the_stated_quantiles_are_student_s():
     ({0: 3.0, 1: 3.2, 2: -0.1}, (0, 1, 2), 'within noise'),
     # Behind in every seed beyond the noise.
     ({0: -1.5, 1: -2.0, 2: -2.5}, (0, 1, 2), 'reversed'),
+    # Reversed needs every seed too: the same three margins, a fourth seed without a value.
+    ({0: -1.5, 1: -2.0, 2: -2.5}, (0, 1, 2, 3), 'within noise'),
+    # One seed: not tested, never "within noise".
+    ({0: 5.0}, (0,), 'not tested (one seed)'),
+    ({0: 5.0}, (0, 1), 'not tested (one seed)'),
     # Every seed the same margin: no spread, the sign decides.
     ({0: 1.0, 1: 1.0, 2: 1.0}, (0, 1, 2), 'reproduced'),
     # Five seeds, a smaller quantile: mean 1, sd 0.79, t = 2.83 > 2.13.
@@ -69,12 +89,15 @@ def test_the_verdict_needs_every_seed_and_an_effect_above_the_noise(margins, see
 def test_a_t_that_rounds_to_its_quantile_prints_the_digits_that_tell_them_apart():
   # Five seeds' quantile, 2.131847, and a t of 2.1334 (FedFR Table 1 has one such line), which two
   # decimals would print as "t = 2.13 > 2.13"; the margins only fill the seed count.
-  close = verdict.Verdict('within noise', {0: 1.0, 1: 0.0}, (), 2.1334, 2.131847)
-  assert verdict.verdict_detail(close, (0, 1)).endswith('t = 2.133 > 2.132)')
-  below = verdict.Verdict('within noise', {0: 1.0, 1: 0.0}, (), -2.1316, 2.131847)
-  assert verdict.verdict_detail(below, (0, 1)).endswith('|t| = 2.1316 ≤ 2.1318)')
-  usual = verdict.Verdict('within noise', {0: 1.0, 1: 0.0}, (), 1.0, 2.131847)
-  assert verdict.verdict_detail(usual, (0, 1)).endswith('|t| = 1.00 ≤ 2.13)')
+  close = verdict.Verdict('within noise', {0: 1.0, 1: 0.0}, (), 2.1334, 2.131847, 0.049)
+  assert verdict.verdict_detail(close, (0, 1)).endswith('t = 2.133 > 2.132, p = 0.049)')
+  below = verdict.Verdict('within noise', {0: 1.0, 1: 0.0}, (), -2.1316, 2.131847, 0.05)
+  assert verdict.verdict_detail(below, (0, 1)).endswith('|t| = 2.1316 ≤ 2.1318, p = 0.05)')
+  usual = verdict.Verdict('within noise', {0: 1.0, 1: 0.0}, (), 1.0, 2.131847, 0.19)
+  assert verdict.verdict_detail(usual, (0, 1)).endswith('|t| = 1.00 ≤ 2.13, p = 0.19)')
+  # So with an adjusted p that two significant digits would print as q itself.
+  adjusted = dataclasses.replace(usual, adjusted=0.0504)
+  assert verdict.verdict_detail(adjusted, (0, 1)).endswith('BH-adjusted p = 0.0504 > 0.05)')
 
 
 def test_an_ordering_averages_rows_reads_lower_as_better_and_counts_missing_seeds_against():
@@ -86,9 +109,9 @@ def test_an_ordering_averages_rows_reads_lower_as_better_and_counts_missing_seed
   assert verdict.ordering_margins(table, table.orderings[0], results, (0, 1)) == pytest.approx(
       {0: 25.0})
   text = markdown.render(table, results, 'cmd', seeds=(0, 1))
-  assert ('- A, C below B (LFW): **within noise**: holds in 1 of 2 seeds (by +25.00; one seed '
-          'gives no noise estimate; seed 1: no value (not run or failed), counted against).'
-          in text)
+  assert ('- A, C below B (LFW): **not tested (one seed)**: holds in 1 of 2 seeds (by +25.00; '
+          'one seed gives no noise estimate; seed 1: no value (not run or failed), counted '
+          'against).' in text)
   assert markdown.ordering_line(table, table.orderings[0], verdict.judge({}, (0,)), (0,)).endswith(
       'not measured: no seed has a value on both sides (not run, or failed).')
 
@@ -106,17 +129,27 @@ def test_a_claim_on_several_columns_is_checked_on_each():
                                             'cfp_fp': {'accuracy': cfp}}}
              for seed, rows in values.items() for run, (lfw, cfp) in zip((a, b), rows)}
   lines = markdown.ordering_lines(table, results, (0, 1, 2))
+  # The table alone is the family, m = 2: margins (10, 11, 12) give t = 11 / (1 / sqrt 3) =
+  # 19.05 and (-5, -6, -8) t = -(19/3) / (sqrt(7/3) / sqrt 3) = -7.18; in the closed form
+  # p = 0.0014 and 0.0094; adjusted, the larger stays 0.0094 (m p / 2) and the smaller is
+  # min(0.0094, 2 x 0.0014 / 1) = 0.0027.
+  p_lfw, p_cfp = p_two_dof(11 * math.sqrt(3)), p_two_dof(19 / 3 / math.sqrt(7 / 9))
+  assert (f'{p_lfw:.2g}', f'{p_cfp:.2g}', f'{2 * p_lfw:.2g}') == ('0.0014', '0.0094', '0.0027')
   assert lines == [
       '- A above B: reproduced on 1 of 2 columns, reversed on 1:',
-      '  - LFW: **reproduced**: holds in 3 of 3 seeds (by +10.00 to +12.00; t = 19.05 > 2.92).',
-      '  - CFP-FP: **reversed**: holds in 0 of 3 seeds (by -8.00 to -5.00; t = -7.18 < -2.92).']
+      '  - LFW: **reproduced**: holds in 3 of 3 seeds (by +10.00 to +12.00; t = 19.05 > 2.92, '
+      'p = 0.0014; BH-adjusted p = 0.0027 ≤ 0.05).',
+      '  - CFP-FP: **reversed**: holds in 0 of 3 seeds (by -8.00 to -5.00; t = -7.18 < -2.92, '
+      'p = 0.0094; BH-adjusted p = 0.0094 ≤ 0.05).']
   # The same orderings asked by us in a table no paper reports (the building blocks') read
   # 'ahead' and 'behind', under a head of their own that tools/claims.py still finds.
   ours = dataclasses.replace(table, own_orderings=True)
   assert markdown.ordering_lines(ours, results, (0, 1, 2)) == [
       '- A above B: ahead on 1 of 2 columns, behind on 1:',
-      '  - LFW: **ahead**: ahead in 3 of 3 seeds (by +10.00 to +12.00; t = 19.05 > 2.92).',
-      '  - CFP-FP: **behind**: ahead in 0 of 3 seeds (by -8.00 to -5.00; t = -7.18 < -2.92).']
+      '  - LFW: **ahead**: ahead in 3 of 3 seeds (by +10.00 to +12.00; t = 19.05 > 2.92, '
+      'p = 0.0014; BH-adjusted p = 0.0027 ≤ 0.05).',
+      '  - CFP-FP: **behind**: ahead in 0 of 3 seeds (by -8.00 to -5.00; t = -7.18 < -2.92, '
+      'p = 0.0094; BH-adjusted p = 0.0094 ≤ 0.05).']
   text = markdown.render(ours, results, 'cmd', (0, 1, 2))
   assert '\nOur own orderings (no paper states them), on ours seed by seed' in text
   assert "The paper's orderings" not in text
@@ -133,3 +166,67 @@ def test_equal_measurements_tie_despite_the_percent_scaling():
   # Either way round, and printed without a sign that suggests a loss.
   swapped = {(a, 0): results[(b, 0)], (b, 0): results[(a, 0)]}
   assert '(by +0.00; ' in markdown.render(table, swapped, 'cmd')
+
+
+def test_the_p_value_is_student_s_on_the_side_of_the_mean_and_agrees_with_the_quantile():
+  for t in (0.72, -0.72, 2.5, -4.1, 19.05):
+    assert verdict.one_sided_p(t, 3) == pytest.approx(p_two_dof(t), rel=1e-12)
+  assert verdict.one_sided_p(float('inf'), 3) == 0.0 and verdict.one_sided_p(0.0, 3) == 0.5
+  # p < 0.05 exactly where |t| passes the stated quantile, for 3 and 5 seeds.
+  for n in (3, 5):
+    critical = verdict.t_critical(n)
+    assert verdict.one_sided_p(critical, n) == pytest.approx(verdict.SIGNIFICANCE, rel=1e-9)
+    assert verdict.one_sided_p(critical * 1.001, n) < verdict.SIGNIFICANCE
+    assert verdict.one_sided_p(-critical * 0.999, n) > verdict.SIGNIFICANCE
+
+
+@pytest.mark.parametrize('p_values, adjusted, surviving', [
+    # Sorted: 0.001, 0.012, 0.035, 0.041, 0.20 against k q / m = 0.01, 0.02, 0.03, 0.04, 0.05.
+    # The largest k with p_(k) ≤ k q / m is 2 (0.012 ≤ 0.02; 0.035 > 0.03, 0.041 > 0.04,
+    # 0.20 > 0.05): the two smallest survive. Adjusted, from the largest down: 0.20;
+    # min(0.20, 5 x 0.041 / 4 = 0.05125); min(0.05125, 5 x 0.035 / 3 = 0.0583) = 0.05125;
+    # min(0.05125, 5 x 0.012 / 2 = 0.03); min(0.03, 5 x 0.001 / 1 = 0.005).
+    ([0.035, 0.001, 0.20, 0.041, 0.012], [0.05125, 0.005, 0.20, 0.05125, 0.03], [1, 4]),
+    # Step-up: p_(5) = 0.042 ≤ 5 q / 5, so all five survive, though p_(3) = 0.039 > 3 q / 5
+    # (and 0.042 would not survive alone at a Bonferroni 0.01). Adjusted: 0.042, min(0.042,
+    # 0.05125), min(0.042, 0.065), 5 x 0.008 / 2 = 0.02, 0.005.
+    ([0.001, 0.008, 0.039, 0.041, 0.042], [0.005, 0.02, 0.042, 0.042, 0.042], [0, 1, 2, 3, 4]),
+    # One test: its own p, the uncorrected rule.
+    ([0.049], [0.049], [0]),
+])
+def test_benjamini_hochberg_by_hand(p_values, adjusted, surviving):
+  got = verdict.bh_adjusted(p_values)
+  assert got == pytest.approx(adjusted, rel=1e-12)
+  assert [i for i, p in enumerate(got) if p <= verdict.FDR] == surviving
+
+
+def test_a_page_decides_its_tables_together():
+  table, _ = ordered_table()
+  other = dataclasses.replace(table, title='U')
+  ahead = {0: 1.5, 1: 2.0, 2: 2.5}   # mean 2, sd 0.5: t = 6.93, p = 0.010
+  close = {0: 1.0, 1: 2.0, 2: 3.5}   # mean 13/6, sd sqrt(19/12): t = 2.98 > 2.92, p = 0.048
+  noisy = {0: 5.0, 1: -1.0, 2: 0.0}  # p = 0.27
+  seeds = (0, 1, 2)
+  alone = verdict.judge(close, seeds)
+  t_close = (13 / 6) / math.sqrt(19 / 12 / 3)
+  assert alone.verdict == 'reproduced' and alone.p == pytest.approx(p_two_dof(t_close))
+  assert f'{alone.p:.2g}, {3 * alone.p / 2:.2g}' == '0.048, 0.072'
+  judged = [(table, [verdict.judge(ahead, seeds)]),
+            (other, [alone, verdict.judge(noisy, seeds), verdict.judge({0: 1.0}, seeds)])]
+  family = verdict.page_family('docs/toy.md', judged)
+  # Three tests (the one-seed margin has no p); sorted p = 0.010, 0.048, 0.27 against 0.0167,
+  # 0.0333, 0.05: only the first survives; the second's adjusted p is min(0.27, 3 x 0.048 / 2).
+  assert (family.tests, family.discoveries, family.tables) == (3, 1, 2)
+  assert family.adjusted[('U', 0)] == pytest.approx(3 * alone.p / 2, rel=1e-12)
+  decided = verdict.adjust(alone, family.adjusted[('U', 0)])
+  assert (decided.verdict, decided.alone) == ('within noise', 'reproduced')
+  assert verdict.verdict_detail(decided, seeds).startswith(
+      '**within noise** (reproduced before the correction): holds in 3 of 3 seeds')
+  assert verdict.adjust(judged[0][1][0], family.adjusted[('T', 0)]).verdict == 'reproduced'
+  # A table of the page decided on its own family would keep it: the correction is the page's.
+  results = lfw_results(ordered_table()[1][:2], {s: (0.5 + m / 100, 0.5) for s, m in close.items()})
+  assert verdict.table_verdicts(other, results, seeds)[0].verdict == 'reproduced'
+  assert 'p = 0.048; BH-adjusted p = 0.072 > 0.05' in markdown.ordering_lines(
+      other, results, seeds, family)[0]
+  with pytest.raises(ValueError, match='share a title'):
+    verdict.page_family('docs/toy.md', judged + [(table, [])])
