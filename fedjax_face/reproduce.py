@@ -23,19 +23,30 @@ archive lacks; a table's extra page (FedFV's Fig. 5) is rebuilt with its table's
 (`tools/tables/archive.py:ARCHIVED`); `--spot_check --root=DIR` reruns one run per method of each
 table at this checkout and compares its printed cells with the archived run's. `--park` shrinks a
 stopped sweep's root to the files a commit carries, so that its queue goes on in another sitting.
+
+    python -m fedjax_face.reproduce --numbers   # each figure of a paper page's prose not in results/
+
+`--numbers` reports, per paper page, the figures its prose quotes that the archive does not hold
+at their printed rounding (`quotable_forms`: a table's per-seed values, means, standard
+deviations, differences of two rows, margins; what the generated pages print) and those exempt
+(`tools/claims.py:figures`). It finds figures from nowhere; a figure it finds may still be a
+chance match among the many differences, so it does not judge a figure quoted for another.
 """
 
 import contextlib
 import importlib
 import io
+import itertools
 import os
 import re
 import shlex
+import statistics
 import sys
 
 from absl import app, flags
 
 from fedjax_face.io import files
+from fedjax_face.tools import claims
 from fedjax_face.tools.tables import archive
 from fedjax_face.tools.tables import markdown
 from fedjax_face.tools.tables import run as table_runs
@@ -256,6 +267,83 @@ def check(docs_dir: str, archive_dir: str) -> list[tuple[str, str]]:
   return table_checks + extras
 
 
+def side_means(table: spec.Table, labels: tuple[str, ...], column: str, results: dict,
+               seeds: tuple[int, ...]) -> list[float]:
+  """Per seed whose rows all have a value, the mean of `labels`' values on `column` (an
+  ordering's side: the PAD tables' average over the four protocols)."""
+  rows = {row.label: row for row in table.rows}
+  out = []
+  for seed in seeds:
+    values = [spec.column_value(results.get((rows[label].run, seed)), table, column)
+              for label in labels]
+    if None not in values:
+      out.append(statistics.mean(values))
+  return out
+
+
+def table_quotables(table: spec.Table, results: dict, seeds: tuple[int, ...]) -> list[float]:
+  """The values prose may quote from one table: per row and column each seed's value, their mean
+  and standard deviation; per column the difference of any two rows in a seed and of their means;
+  per ordering each seed's margin, their mean and extremes, and its two sides' means per seed and
+  over the seeds."""
+  values = []
+  for column in table.columns:
+    per_row = {}
+    for row in table.rows:
+      if row.run is None:
+        continue
+      by_seed = {seed: spec.column_value(results.get((row.run, seed)), table, column)
+                 for seed in seeds}
+      per_row[row.label] = {seed: v for seed, v in by_seed.items() if v is not None}
+      values += per_row[row.label].values()
+      if len(per_row[row.label]) > 1:
+        values += [statistics.mean(per_row[row.label].values()),
+                   statistics.stdev(per_row[row.label].values())]
+    for a, b in itertools.combinations(per_row.values(), 2):
+      values += [a[seed] - b[seed] for seed in a if seed in b]
+      if a and b:
+        values.append(statistics.mean(a.values()) - statistics.mean(b.values()))
+  for ordering in table.orderings:
+    margins = list(verdict_lib.ordering_margins(table, ordering, results, seeds).values())
+    values += margins + ([statistics.mean(margins)] if margins else [])
+    for labels in (ordering.ahead, ordering.behind):
+      means = side_means(table, labels, ordering.column, results, seeds)
+      values += means + ([statistics.mean(means)] if means else [])
+  return values
+
+
+def quotable_forms(paper: str, docs_dir: str, archive_dir: str) -> set[str]:
+  """Every printed form (`claims.printed_forms`) of what docs/<paper>.md may quote: each of its
+  tables' `table_quotables`, from the archive as the table's page records it, and every figure
+  printed on the paper's generated pages."""
+  values = []
+  for tid in table_ids(paper):
+    got = recorded_results(paper, tid, docs_dir, archive_dir)
+    if got is not None:
+      values += table_quotables(tables_of(paper)[tid], *got)
+  tokens = [token for name in claims.table_files(docs_dir, paper)
+            for token in claims.FIGURE.findall(files.read_text(os.path.join(docs_dir, name)))]
+  return claims.printed_forms(values, tokens)
+
+
+def numbers_report(docs_dir: str, archive_dir: str) -> list[str]:
+  """Per paper page, how many figures its prose quotes, how many the archive does not hold
+  (`quotable_forms`), and how many are exempt and where; then each one not held, 'page:line:
+  figure'."""
+  lines = []
+  for paper in PAPERS:
+    path = os.path.join(docs_dir, f'{paper}.md')
+    if not os.path.exists(path):
+      continue
+    missing, checked, exempt = claims.unsourced_figures(
+        files.read_text(path), quotable_forms(paper, docs_dir, archive_dir))
+    where = ', '.join(f'{n} {kind}' for kind, n in sorted(exempt.items())) or 'none'
+    lines.append(f'{path}: {checked} figures checked, {len(missing)} not found in the archive; '
+                 f'exempt: {where}')
+    lines += [f'  {path}:{line}: {figure}' for line, figure in missing]
+  return lines
+
+
 def define_flags():
   """The flags, defined only when run as a program: other tools define an `out` flag too, and absl
   refuses a flag defined twice in one process (e.g. a test session importing both)."""
@@ -277,6 +365,9 @@ def define_flags():
                     'removes the runs that have not ended (stop the sweep first). Trains nothing.')
   flags.DEFINE_bool('check', False, 'Rebuild every table in --docs from the archive alone '
                     '(--archive/<paper>_tables; nothing is run) and fail on any difference.')
+  flags.DEFINE_bool('numbers', False, "Report each figure a paper page's prose quotes that the "
+                    "archive does not hold at its printed rounding (issue 63's checker, first "
+                    'piece: a report, exit 0).')
   flags.DEFINE_string('docs', 'docs', 'The generated tables (--check; and the footnotes of the '
                       "tables of a page not made now, for the page's family of verdicts).")
   flags.DEFINE_string('archive', 'results', 'The run archive (--check; and the runs of the '
@@ -288,6 +379,9 @@ def define_flags():
 def main(argv):
   del argv
   f = flags.FLAGS
+  if f.numbers:
+    print('\n'.join(numbers_report(f.docs, f.archive)))
+    return
   if f.check:
     verdicts = check(f.docs, f.archive)
     for name, status in verdicts:

@@ -11,8 +11,14 @@ which this tool writes and `tests/tools/test_claims.py` checks, so a page cannot
 tables show. The page's prose quotes numbers too: every mean ± std it quotes must be a cell of one
 of its tables, so that a regenerated table cannot leave the prose behind. Figures of earlier code
 states, kept as the record of how a result was found, go between the two HISTORY markers.
+
+Every other figure (a decimal number) in the prose is looked for in the archive by `python -m
+fedjax_face.reproduce --numbers` (`figures`, `unsourced_figures`; the values come from reproduce,
+which knows the tables): a report for now, outside `--check`. A figure is exempt in code, a table,
+a link, the two blocks, or a paragraph holding `<!-- unchecked: reason -->`.
 """
 
+import collections
 import os
 import re
 import sys
@@ -141,6 +147,67 @@ def unsourced(docs_dir: str, paper: str) -> list[str]:
     if cell(match) not in cells:
       out.append(f'{path}:{prose.count(chr(10), 0, match.start()) + 1}: {cell(match)}')
   return out
+
+
+# Issue 63 part 3, its first piece: every figure (a decimal number) a page's prose quotes should be
+# found in the archive at its printed rounding. `figures` finds them outside the places a number
+# may be exempt; `unsourced_figures` names those that no source holds. The sources (a table's
+# cells, per-seed values, differences and margins) need the papers' table specs, so
+# `reproduce.quotable_values` gathers them and `python -m fedjax_face.reproduce --numbers` reports
+# per page; it does not fail `--check` until the pages are brought to it.
+FIGURE = re.compile(r'(?<![\w.])\d+\.\d+(?![\w]|\.\d)')   # 83.18, 0.05; not 1.2.3 or v0.1
+UNCHECKED = re.compile(r'<!-- unchecked: [^>]*-->')
+FIGURE_DIGITS = 6   # the most decimals a figure is matched at
+
+
+def exempt_spans(page: str) -> list[tuple[int, int, str]]:
+  """(start, end, kind) of each part of `page` whose figures are exempt: the verdict and history
+  blocks, code (fenced or in backticks), table lines, link targets, and each paragraph that holds
+  an `<!-- unchecked: reason -->` marker."""
+  spans = []
+  for kind, pattern in (('verdicts', re.escape(BEGIN) + '.*?' + re.escape(END)),
+                        ('history', re.escape(HISTORY[0]) + '.*?' + re.escape(HISTORY[1])),
+                        ('code', r'```.*?```'),
+                        ('code', r'`[^`\n]*`'),
+                        ('table', r'(?m)^[ \t]*\|[^\n]*$'),
+                        ('link', r'\]\([^)\s]*\)')):
+    spans += [(m.start(), m.end(), kind) for m in re.finditer(pattern, page, flags=re.DOTALL)]
+  for marker in UNCHECKED.finditer(page):
+    start = page.rfind('\n\n', 0, marker.start())
+    end = page.find('\n\n', marker.end())
+    spans.append((start + 1 if start >= 0 else 0, len(page) if end < 0 else end, 'unchecked'))
+  return spans
+
+
+def figures(page: str) -> tuple[list[tuple[int, str]], collections.Counter]:
+  """(line number, figure) of every figure in `page` outside `exempt_spans`, and how many figures
+  each kind of exemption held (the first span holding a figure names its kind)."""
+  spans = sorted(exempt_spans(page))
+  checked, exempt = [], collections.Counter()
+  for match in FIGURE.finditer(page):
+    kind = next((k for start, end, k in spans if start <= match.start() < end), None)
+    if kind:
+      exempt[kind] += 1
+    else:
+      checked.append((page.count('\n', 0, match.start()) + 1, match.group(0)))
+  return checked, exempt
+
+
+def printed_forms(values, tokens=()) -> set[str]:
+  """Every way a value can be quoted: its magnitude at 0 to FIGURE_DIGITS decimals (a figure
+  quoted at 2 decimals is found when a value rounds to it there); `tokens` (figures printed on the
+  generated pages) are taken as printed."""
+  forms = {token.lstrip('+-−') for token in tokens}
+  for value in values:
+    forms.update(f'{abs(value):.{digits}f}' for digits in range(FIGURE_DIGITS + 1))
+  return forms
+
+
+def unsourced_figures(page: str, forms: set[str]) -> tuple[list[tuple[int, str]], int,
+                                                             collections.Counter]:
+  """(the figures of `page` that no form holds, how many figures it checked, the exempt counts)."""
+  checked, exempt = figures(page)
+  return [(line, text) for line, text in checked if text not in forms], len(checked), exempt
 
 
 def stale(docs_dir: str) -> list[str]:
