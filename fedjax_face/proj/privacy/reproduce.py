@@ -85,9 +85,10 @@ def _fedfv_rows() -> list[Row]:
 INVERSION_CONFIG = 'privacy/inversion_grid'
 INVERSION_COLUMNS = ('inversion/psnr', 'inversion/ssim', 'inversion/identity_match_mean_embedding',
                      'inversion/identity_match_mean_embedding_true_images',
-                     'inversion/label_recovery/accuracy', 'verification/lfw/accuracy')
+                     'inversion/identity_chance', 'inversion/label_recovery/accuracy',
+                     'verification/lfw/accuracy')
 INVERSION_TITLES = ('PSNR dB', 'SSIM', 'identity matched', 'true images matched',
-                    'labels recovered', 'LFW-like')
+                    'identity by chance', 'labels recovered', 'LFW-like')
 BATCHES, STEPS = ('1', '4', '16'), ('1', '2')   # 2: the setting's federated.local_steps
 _SERVER = 'curious server, each update before aggregation'
 
@@ -165,10 +166,11 @@ PENDING = {
              'ours: FedPE and FedGC in the FedGC paper setting at 32 x 32 (small CNN, 36 clients, 8 '
              'a round, all 8 attacked, the second of 2 rounds replayed), Inverting Gradients '
              '(cosine + TV, 200 iterations), seed 0; identity matched: the global model names the '
-             "reconstruction's identity by its nearest mean embedding (true images: the ceiling); "
-             'labels recovered: the fraction right (batch 1); FedPE\'s attacker is given its '
-             'private class rows (an upper bound).',
-             titles=INVERSION_TITLES, column_digits=(2, 3, 2, 2, 2, 2)),
+             "reconstruction's identity by its nearest mean embedding (true images: the ceiling; "
+             "by chance: every image named its batch's most frequent identity); labels "
+             "recovered: the fraction right (batch 1); FedPE's attacker is given its private "
+             'class rows (an upper bound).',
+             titles=INVERSION_TITLES, column_digits=(2, 3, 2, 2, 2, 2, 2)),
     5: attacks.TABLES[5],   # what each method reveals, attacked: the FedFV setting
     7: Table('The HTER cost of subject-level DP-SGD inside each data center (O&C&I -> M)',
              'results', DP_SGD_COLUMNS,
