@@ -24,7 +24,7 @@ archive lacks; a table's extra page (FedFV's Fig. 5) is rebuilt with its table's
 table at this checkout and compares its printed cells with the archived run's. `--park` shrinks a
 stopped sweep's root to the files a commit carries, so that its queue goes on in another sitting.
 
-    python -m fedjax_face.reproduce --numbers   # each figure of a paper page's prose not in results/
+    python -m fedjax_face.reproduce --numbers   # the figures of a page's prose results/ lacks
 
 `--numbers` reports, per paper page, the figures its prose quotes that the archive does not hold
 at their printed rounding (`quotable_forms`: a table's per-seed values, means, standard

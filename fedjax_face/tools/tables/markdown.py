@@ -188,11 +188,13 @@ def diverged_notes(table: Table, results: dict,
 
 def family_sentence(family: verdict_lib.Family) -> str:
   """How many tests the correction weighed together, and how many it kept."""
-  kept = f'{family.discoveries} of them pass the correction.'
+  plural = lambda n, word: f'{n} {word}{"" if n == 1 else "s"}'
+  passes = 'passes' if family.discoveries == 1 else 'pass'
+  kept = f'{family.discoveries} of them {passes} the correction.'
   if not family.page:
-    return f' The family here is this table alone: {family.tests} tests; {kept}'
-  return (f' The family of {family.page}: {family.tests} tests (ordering and column, two seeds '
-          f'or more) on its {family.tables} tables with orderings; {kept}')
+    return f' The family here is this table alone: {plural(family.tests, "test")}; {kept}'
+  return (f' The family of {family.page}: {plural(family.tests, "test")} (ordering and column, '
+          f'two seeds or more) on its {plural(family.tables, "table")} with orderings; {kept}')
 
 
 def orderings_head(table: Table, family: verdict_lib.Family) -> str:

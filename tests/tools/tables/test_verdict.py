@@ -42,7 +42,7 @@ def test_an_ordering_is_checked_seed_by_seed():
   assert ('- A above B (LFW): **within noise**: holds in 1 of 3 seeds (by -1.00 to +5.00; '
           '|t| = 0.72 ≤ 2.92, p = 0.27; BH-adjusted p = 0.27 > 0.05).' in text)
   assert verdict.VERDICT_RULE in text
-  assert 'The family here is this table alone: 1 tests; 0 of them pass the correction.' in text
+  assert 'The family here is this table alone: 1 test; 0 of them pass the correction.' in text
   # One seed gives no estimate of the noise: not tested, however far ahead, and not in the
   # family.
   one = markdown.render(table, results, 'cmd', seeds=(0,))
