@@ -109,9 +109,12 @@ def _holder(spec: str, overrides: str, client: int, data_path: str, state_path: 
 
 
 def keep_compiled(folder: str) -> None:
-  """XLA's compiled programs kept in `folder`: a SuperNode starts one ClientApp process per
-  message, and each would otherwise compile the client program again. The programs are the same
-  either way (a cache of what was compiled, not another computation)."""
+  """XLA's compiled programs kept in `folder`, unless a cache is set already (the test session's,
+  which this must not move): a SuperNode starts one ClientApp process per message, and each
+  would otherwise compile the client program again. The programs are the same either way (a
+  cache of what was compiled, not another computation)."""
+  if jax.config.jax_compilation_cache_dir:
+    return
   jax.config.update('jax_compilation_cache_dir', folder)
   jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
 

@@ -8,11 +8,12 @@ source's `config.data.client_folders` fields), so they are the very pixels the s
 same folders decodes. Its round data are drawn by `federated.sample_round` at its place in the
 federation (`roster.placed`): a pure function of (seed, round, client) and its own samples.
 
-Private state (`ClientResult.private`): the state the holder enters round r with is
-`<state_dir>/private_<r>.npz`. Round 0's is the holder's own row of the method's `init` (the
-config's seed: every party can draw it; the server never keeps it). After round r the holder
-writes round r+1's file before it replies, and keeps round r's, so a round whose reply was lost
-can be run again; older files are removed.
+Private state (`ClientResult.private`): after training round r the holder writes
+`<state_dir>/private_<r+1>.npz` before it replies. It enters round r with the newest file up to
+r (not sampled since, it kept its state, as the simulator keeps its row), or, holding none, with
+its own row of the method's `init` (the config's seed: every party can draw it; the server never
+keeps it). It keeps the file it entered with, so a round whose reply was lost can be run again;
+older files are removed.
 """
 
 import os
@@ -88,17 +89,26 @@ class Holder:
     state = self.agreement.algorithm.init(protocol.init_key(self.config))
     return jax.tree.map(lambda x: np.asarray(x[self.client]), state.clients)
 
-  def private_at(self, r: int):
-    """The private state this holder enters round r with (round 0: `initial_private`)."""
-    path = private_path(self.state_dir, r)
-    if os.path.exists(path):
-      return wire.load(path, self.agreement.private)
-    if r == 0 and not held_rounds(self.state_dir):
-      return self.initial_private()
+  def entering_round(self, r: int) -> int | None:
+    """The round whose saved state this holder enters round r with: the newest it holds up to r
+    (a holder not sampled in the rounds since keeps its state, as the simulator keeps its row),
+    or None for the initial state (it holds none: it never trained)."""
+    held = held_rounds(self.state_dir)
+    before = [h for h in held if h <= r]
+    if before:
+      return before[-1]
+    if not held:
+      return None
     raise checks.UsageError(f'data holder of client {self.client}: no private state for round '
-                            f'{r} in {self.state_dir} (it holds rounds '
-                            f'{held_rounds(self.state_dir)}); expected the server to resume at a '
-                            'round this holder ran.')
+                            f'{r} in {self.state_dir} (it holds rounds {held}); expected the '
+                            'server to resume at a round this holder ran.')
+
+  def private_at(self, r: int):
+    """The private state this holder enters round r with (`entering_round`)."""
+    entering = self.entering_round(r)
+    if entering is None:
+      return self.initial_private()
+    return wire.load(private_path(self.state_dir, entering), self.agreement.private)
 
   def round_data(self, r: int) -> dict:
     """This holder's round-r batches, the simulator's draw for its client (no cohort axis)."""
@@ -113,13 +123,14 @@ class Holder:
     """Round r: the method's `client_update` on this holder's data from what the server sent.
     Its private state for round r+1 is saved before the result is returned; the result's
     `update` and `metrics` are what the reply carries."""
+    entering = self.entering_round(r)
     private = self.private_at(r)
     result = self.program(shared, protocol.stacked(per_client), protocol.stacked(private),
                           self.round_data(r), np.int32(0), np.int32(self.client), key)
     kept = jax.tree.map(np.asarray, result.private)
     wire.save(private_path(self.state_dir, r + 1), kept)
-    for old in held_rounds(self.state_dir):
-      if old < r:
+    for old in held_rounds(self.state_dir):   # kept: the state it entered with, and the new one
+      if entering is not None and old < entering:
         os.remove(private_path(self.state_dir, old))
     return ClientResult(update=jax.tree.map(np.asarray, result.update), private=kept,
                         metrics=jax.tree.map(np.asarray, result.metrics))

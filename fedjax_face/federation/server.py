@@ -15,7 +15,7 @@ the same sums without zero terms: equal, though not promised bit for bit (the re
 
 `train_round(exchange, state, r)` is what `run/loop.run_rounds` calls, so the run's hooks
 wrap the federation's rounds as they wrap the simulator's. `serve` runs them with the run's
-checkpointing hook in a workdir opened by the run's own rules (run/resume.py: config.json, the
+divergence guard and checkpointing hook in a workdir opened by the run's own rules (run/resume.py: config.json, the
 lock, verified checkpoints of the server state): a restarted server resumes at its newest
 checkpoint, and each holder at the private state it kept for that round, or it refuses in one
 line (federation/holder.py).
@@ -34,7 +34,7 @@ from fedjax_face.data import participation
 from fedjax_face.federation import protocol, roster
 from fedjax_face.io import files
 from fedjax_face.run import loop, resume, setup as setup_lib
-from fedjax_face.run.hooks import checkpointing
+from fedjax_face.run.hooks import checkpointing, divergence
 
 
 class Request(NamedTuple):
@@ -105,7 +105,8 @@ class Server:
 
 def serve(srv: Server, exchange: Exchange, workdir: str | None, hooks=()) -> loop.Trained:
   """The federation's rounds: from the newest checkpoint of `workdir` (or the start), with the
-  run's checkpointing hook there, then `hooks`. `workdir` None: no checkpoint, from the start."""
+  run's divergence guard and checkpointing hook there, then `hooks`. `workdir` None: no
+  checkpoint, from the start."""
   config, state = srv.config, srv.initial_state()
   with contextlib.ExitStack() as stack:
     hook_list = tuple(hooks)
@@ -118,8 +119,13 @@ def serve(srv: Server, exchange: Exchange, workdir: str | None, hooks=()) -> loo
       # Saves in flight are waited for on every way out; a failing run's own error stays the one
       # raised (as the driver does: experiment._finish).
       stack.push(lambda kind, error, trace: ckpt.finish(failing=error is not None))
+      record = {}
       if ckpt.latest_round() is not None:
         state = ckpt.restore(state)
-      hook_list = (checkpointing.checkpointing(config, ckpt),) + hook_list
+        record = ckpt.run_record or {}
+      # In the driver's order (experiment.py): the divergence guard (stopped.json), then the
+      # checkpoints, then the caller's hooks.
+      hook_list = (divergence.divergence_guard(config, workdir, True, record.get('guard')),
+                   checkpointing.checkpointing(config, ckpt)) + hook_list
     return loop.run_rounds(functools.partial(srv.train_round, exchange), state, int(state.round),
                            config.num_rounds, hook_list)

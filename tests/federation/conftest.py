@@ -1,4 +1,5 @@
-"""The embedded benchmark exported once into three holders' folders, for every federation test."""
+"""The embedded benchmark exported once into three holders' folders, for every federation test:
+FedGC's setting (several identities per holder), and FedFV's (one identity per holder)."""
 
 import pytest
 
@@ -12,5 +13,15 @@ def holders_root(tmp_path_factory):
   config = config_files.load_config('fedpe')
   config.federated.num_clients = direct.NUM_HOLDERS
   root = str(tmp_path_factory.mktemp('holders') / 'data')
+  export.export(config, root)
+  return root
+
+
+@pytest.fixture(scope='session')
+def one_per_client_root(tmp_path_factory):
+  config = config_files.load_config('fedfv')
+  config.federated.num_clients = direct.NUM_HOLDERS
+  config.data.synthetic.num_identities = direct.NUM_HOLDERS
+  root = str(tmp_path_factory.mktemp('holders_one_each') / 'data')
   export.export(config, root)
   return root

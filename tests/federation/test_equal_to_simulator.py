@@ -83,33 +83,58 @@ def assert_trees_equal(a, b):
                jax.tree.map(np.asarray, b))
 
 
+# (config, overrides, the exported folders): FedGC's setting, its blocks (SCAFFOLD's c_i and kept
+# optimizer state stay with the holders), and FedFV's setting (one identity per holder, a part
+# of them sampled each round).
+METHODS = [
+    ('fedpe', '', 'holders_root'),
+    ('fedgc', '', 'holders_root'),
+    ('fedpe', 'server_optimizer.name=fedadam', 'holders_root'),
+    ('fedpe', 'optimizer.correction=scaffold', 'holders_root'),
+    ('fedgc', 'optimizer.correction=fedprox', 'holders_root'),
+    ('fedfv', '', 'one_per_client_root'),
+    ('feduv', '', 'one_per_client_root'),
+    ('fedaws', '', 'one_per_client_root'),
+    ('fedfv/fedface', '', 'one_per_client_root'),
+]
+
+
 @pytest.mark.skipif(os.environ.get('FEDJAX_FACE_FEDERATION') != 'all',
-                    reason='FedGC in process: FEDJAX_FACE_FEDERATION=all (FedPE runs over Flower '
-                    'messages in test_flower_messages.py)')
-@pytest.mark.parametrize('name', ['fedpe', 'fedgc'])
-def test_the_federation_ends_at_the_simulators_state(holders_root, tmp_path, name):
-  config = folder_config(name, holders_root)
+                    reason='every method in process: FEDJAX_FACE_FEDERATION=all (FedPE runs over '
+                    'Flower messages in test_flower_messages.py)')
+@pytest.mark.parametrize('name,override,folders', METHODS)
+def test_the_federation_ends_at_the_simulators_state(request, tmp_path, name, override, folders):
+  root = request.getfixturevalue(folders)
+  config = folder_config(name, root)
+  if override:
+    field, value = override.split('=')
+    section, key = field.split('.')
+    config[section][key] = value
   simulated, sim_metrics = simulate(config)
-  federated, fed_metrics, holders = federate(config, holders_root, str(tmp_path / 'state'))
+  federated, fed_metrics, holders = federate(config, root, str(tmp_path / 'state'))
   assert int(federated.round) == int(simulated.round) == ROUNDS
   assert_trees_equal(federated.server, simulated.server)
   assert federated.clients == {}   # the server holds no client's private state
   for k, h in enumerate(holders):
-    assert holder.held_rounds(h.state_dir) == [ROUNDS - 1, ROUNDS]
-    kept = wire.load(holder.private_path(h.state_dir, ROUNDS), h.agreement.private)
-    assert_trees_equal(kept, jax.tree.map(lambda x, k=k: x[k], simulated.clients))
+    assert_trees_equal(h.private_at(ROUNDS), jax.tree.map(lambda x, k=k: x[k], simulated.clients))
   assert_trees_equal(fed_metrics, sim_metrics)
 
 
-def test_a_holder_without_the_rounds_state_refuses_in_one_line(holders_root, tmp_path):
+def test_a_holder_enters_a_round_with_its_newest_state_or_refuses_in_one_line(holders_root,
+                                                                              tmp_path):
   config = folder_config('fedpe', holders_root)
   h = holder.Holder(config, 1, export.holder_folder(holders_root, 1), str(tmp_path / 'state'))
   others = [holder.Holder(config, k, export.holder_folder(holders_root, k), str(tmp_path / 'x'))
             for k in (0, 2)]
   h.join([others[0].describe(), h.describe(), others[1].describe()])
+  assert h.entering_round(3) is None   # never trained: its row of `init`
+  for r in (2, 5):
+    wire.save(holder.private_path(h.state_dir, r), h.initial_private())
+  # Not sampled in rounds 2..4: it enters them with what it kept after round 1.
+  assert [h.entering_round(r) for r in (2, 4, 5, 9)] == [2, 2, 5, 5]
   with pytest.raises(checks.UsageError, match=r'^data holder of client 1: no private state for '
-                     r'round 3 in .* \(it holds rounds \[\]\); expected the server to resume'):
-    h.private_at(3)
+                     r'round 1 in .* \(it holds rounds \[2, 5\]\); expected the server to resume'):
+    h.private_at(1)
 
 
 class Stop(Exception):
