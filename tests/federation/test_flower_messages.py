@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip('flwr')
 
-from fedjax_face.core import checks   # pylint: disable=g-import-not-at-top
+from fedjax_face.core import checks, communication   # pylint: disable=g-import-not-at-top
 from fedjax_face.federation import apps, export, holder, roster, wire
 from fedjax_face.run import hooks
 from tests.federation import loopback
@@ -57,15 +57,19 @@ def test_fedpe_over_flower_messages_ends_at_the_simulators_state(holders_root, t
     kept = wire.load(holder.private_path(h.state_dir, direct.ROUNDS), h.agreement.private)
     direct.assert_trees_equal(kept, jax.tree.map(lambda x, k=k: x[k], simulated.clients))
   direct.assert_trees_equal(metrics, sim_metrics)
-  # What crossed to the server: per holder and round the model's arrays, every byte of them, and
-  # the training metrics; no W_k (FedPE's test of what crosses, tests/algorithms/test_fedpe.py).
+  # What crossed to the server: per holder and round the model's arrays, every byte of them (the
+  # ledger's figure), and the training metrics; no W_k (FedPE's "what crosses" test).
   model = wire.to_arrays({'model': simulated.server['model']})
+  agreement = apps.holder_of(grid.contexts[103]).agreement
+  ledger_up = sum(communication.wire_bytes(agreement.shared, agreement.per_client,
+                                           agreement.update)['up'].values())
   # The descriptions, then one reply per holder and round.
   assert len(grid.received) == direct.NUM_HOLDERS * (1 + direct.ROUNDS)
   for reply in grid.received[direct.NUM_HOLDERS:]:
     update = reply.content.array_records['update']
     assert sorted(update) == sorted(model)
-    assert sum(a.numpy().nbytes for a in update.values()) == sum(a.nbytes for a in model.values())
+    assert sum(a.numpy().nbytes for a in update.values()) == ledger_up == sum(
+        a.nbytes for a in model.values())   # the ledger's figure (core/communication.py)
     assert sorted(reply.content.array_records['metrics']) == sorted(
         wire.to_arrays(sim_metrics[0]))
 
