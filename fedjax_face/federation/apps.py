@@ -13,7 +13,10 @@ path in the method's tree: federation/wire.py):
 
 Configuration: the run config (`flwr run`'s, pyproject.toml's `[tool.flwr.app.config]`) names
 the config file every party reads, `config` ('configs/fedgc/fedpe.py:runlocal'), and
-`overrides` ('num_rounds=2 federated.num_clients=3', as `--config.<field>=` would set them); each
+`overrides` ('num_rounds=2 federated.num_clients=3', as `--config.<field>=` would set them);
+`workdir` (the server's checkpoints and final state), `round-timeout-s` (how long a round waits
+for the holders' replies; 0: for all) and `min-replies` (the fewest replies a round goes on
+with; 0: all). Each
 SuperNode's node config names its holder: `client-index`, `data-path` (its own folder),
 `state-path` (where it keeps its private state).
 """
@@ -159,17 +162,18 @@ def train(message: Message, context: Context) -> Message:
 # -- the server's side ----------------------------------------------------------------------------
 
 
-def ask_all(grid: Grid, messages: list[Message], what: str) -> list[Message]:
-  """The replies to `messages`, in their order; one line naming the node of a missing or failed
-  reply."""
+def ask_all(grid: Grid, messages: list[Message], what: str, timeout: float | None = None
+            ) -> list[Message | None]:
+  """The replies to `messages`, in their order; None where a node did not reply within
+  `timeout` seconds (None: wait for every one). A reply that is an error is one line naming its
+  node."""
   sent = list(messages)   # one message per node: a reply is found by the node it came from
-  replies = {m.metadata.src_node_id: m for m in grid.send_and_receive(sent)}
+  replies = {m.metadata.src_node_id: m for m in grid.send_and_receive(sent, timeout=timeout)}
   ordered = []
   for m in sent:
     reply = replies.get(m.metadata.dst_node_id)
-    if reply is None or reply.has_error():
-      reason = 'no reply' if reply is None else reply.error.reason
-      raise RuntimeError(f'{what}: node {m.metadata.dst_node_id}: {reason}')
+    if reply is not None and reply.has_error():
+      raise RuntimeError(f'{what}: node {m.metadata.dst_node_id}: {reply.error.reason}')
     ordered.append(reply)
   return ordered
 
@@ -193,6 +197,8 @@ def gather_roster(grid: Grid, config, timeout: float = 300.0
   """Every holder's description and the node each client index is on."""
   nodes = wait_for_nodes(grid, config.federated.num_clients, timeout)
   replies = ask_all(grid, [Message(RecordDict(), node, DESCRIBE) for node in nodes], 'describe')
+  if None in replies:
+    raise RuntimeError(f'describe: node {nodes[replies.index(None)]} did not reply.')
   descriptions = [roster.Description.from_config(r.content.config_records['description'])
                   for r in replies]
   descriptions = roster.check_roster(config, descriptions, roster.code_label())
@@ -201,8 +207,11 @@ def gather_roster(grid: Grid, config, timeout: float = 300.0
   return descriptions, node_of
 
 
-def grid_exchange(grid: Grid, srv: server_lib.Server, node_of: dict[int, int], requests):
-  """A round's requests as Flower messages, the replies decoded on the method's templates."""
+def grid_exchange(grid: Grid, srv: server_lib.Server, node_of: dict[int, int], requests,
+                  timeout: float | None = None):
+  """A round's requests as Flower messages, the replies decoded on the method's templates; None
+  for a holder that did not reply within `timeout` seconds (`server.Server.train_round` decides
+  whether the round goes on without it)."""
   agreement, record = srv.agreement, roster_record(srv.descriptions)
   messages = [Message(RecordDict({
       'round': ConfigRecord({'round': q.round, 'client': q.client}),
@@ -211,8 +220,9 @@ def grid_exchange(grid: Grid, srv: server_lib.Server, node_of: dict[int, int], r
       'per_client': array_record(q.per_client),
       'key': ArrayRecord({'key': Array(np.asarray(q.key))})}),
       node_of[q.client], TRAIN, group_id=str(q.round)) for q in requests]
-  replies = ask_all(grid, messages, f'round {requests[0].round}' if requests else 'round')
-  return [ClientResult(
+  replies = ask_all(grid, messages, f'round {requests[0].round}' if requests else 'round',
+                    timeout)
+  return [None if r is None else ClientResult(
       update=from_record(r.content.array_records['update'], agreement.update,
                          f'client {q.client} update'),
       private={},
@@ -221,13 +231,16 @@ def grid_exchange(grid: Grid, srv: server_lib.Server, node_of: dict[int, int], r
           for q, r in zip(requests, replies)]
 
 
-def serve(grid: Grid, config, hooks=(), workdir: str | None = None):
+def serve(grid: Grid, config, hooks=(), workdir: str | None = None, *,
+          round_timeout: float | None = None, min_replies: int = 0):
   """The federation's rounds on `grid`: the roster, then `server.serve` (run/loop.run_rounds
   over the server's `train_round`; with `workdir`, the run's checkpointing there and a resume
-  from its newest checkpoint), with `hooks`. Returns the loop's `Trained`."""
+  from its newest checkpoint), with `hooks`. A round waits `round_timeout` seconds for the
+  holders' replies (None: for every one) and goes on with those that replied if at least
+  `min_replies` did (0: all of them must). Returns the loop's `Trained`."""
   descriptions, node_of = gather_roster(grid, config)
-  srv = server_lib.Server(config, descriptions)
-  exchange = functools.partial(grid_exchange, grid, srv, node_of)
+  srv = server_lib.Server(config, descriptions, min_replies=min_replies)
+  exchange = functools.partial(grid_exchange, grid, srv, node_of, timeout=round_timeout)
   return server_lib.serve(srv, exchange, workdir, hooks)
 
 
@@ -246,8 +259,10 @@ def main(grid: Grid, context: Context) -> None:
   workdir = str(context.run_config.get('workdir', ''))
   if workdir:
     keep_compiled(os.path.join(workdir, 'compiled'))
+  timeout = float(context.run_config.get('round-timeout-s', 0)) or None
   trained = serve(grid, config, (hooks_lib.Hook(after_round=say_round),),
-                  os.path.join(workdir, 'run') if workdir else None)
+                  os.path.join(workdir, 'run') if workdir else None, round_timeout=timeout,
+                  min_replies=int(context.run_config.get('min-replies', 0)))
   if workdir:   # the final server state as named arrays, beside the run's checkpoints
     wire.save(os.path.join(workdir, f'server_{config.num_rounds:06d}.npz'),
               jax.tree.map(np.asarray, trained.state.server))

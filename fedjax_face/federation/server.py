@@ -47,15 +47,16 @@ class Request(NamedTuple):
   key: np.ndarray
 
 
-# (requests of one round, in cohort order) -> their replies (`ClientResult`s, `private` empty).
-Exchange = Callable[[list[Request]], list[ClientResult]]
+# (requests of one round, in cohort order) -> their replies (`ClientResult`s, `private` empty;
+# None for a holder that did not reply in time).
+Exchange = Callable[[list[Request]], list[ClientResult | None]]
 
 
 class Server:
   """The server of one federation: `initial_state()`, then `train_round(exchange, state, r)`."""
 
-  def __init__(self, config, descriptions: list[roster.Description]):
-    self.config = config
+  def __init__(self, config, descriptions: list[roster.Description], min_replies: int = 0):
+    self.config, self.min_replies = config, int(min_replies)
     self.descriptions = roster.check_roster(config, descriptions, roster.code_label())
     self.agreement = protocol.agree(config, self.descriptions)
     algorithm, fed = self.agreement.algorithm, self.agreement.fed
@@ -86,9 +87,10 @@ class Server:
                     np.asarray(key))
             for i, k in enumerate(ids)]
 
-  def finish(self, state, r: int, replies: list[ClientResult]):
-    """(the state after round r, its metrics): the engine's server step over the replies."""
-    ids = self.cohort(r)
+  def finish(self, state, r: int, replies: list[ClientResult], ids: np.ndarray | None = None):
+    """(the state after round r, its metrics): the engine's server step over the replies of
+    clients `ids` (default: round r's cohort), in cohort order."""
+    ids = self.cohort(r) if ids is None else np.asarray(ids)
     if len(replies) != len(ids):
       raise RuntimeError(f'round {r}: {len(replies)} replies for {len(ids)} clients.')
     results = [ClientResult(update=reply.update, private={}, metrics=reply.metrics)
@@ -99,8 +101,24 @@ class Server:
         protocol.round_key(self.config, r), self.engine.noise_secret)
 
   def train_round(self, exchange: Exchange, state, r: int):
-    """Round r over the holders `exchange` reaches: what `run/loop.run_rounds` calls."""
-    return self.finish(state, r, exchange(self.requests(state, r)))
+    """Round r over the holders `exchange` reaches: what `run/loop.run_rounds` calls. A round
+    some holders did not answer goes on with the others when `min_replies` allow it (as the
+    simulator's stragglers dropped: their weight leaves the mean, and the line says who), and
+    stops in one line otherwise."""
+    requests = self.requests(state, r)
+    replies = exchange(requests)
+    missing = [q.client for q, reply in zip(requests, replies) if reply is None]
+    if missing:
+      answered = len(requests) - len(missing)
+      if not self.min_replies or answered < self.min_replies:
+        raise RuntimeError(
+            f'round {r}: clients {missing} did not reply; {answered} of {len(requests)} did, '
+            f'expected {self.min_replies or len(requests)} (min-replies) to go on.')
+      print(f'round {r}: clients {missing} did not reply; going on with the {answered} others '
+            f'(min-replies={self.min_replies}).', flush=True)
+    kept = [(q.client, reply) for q, reply in zip(requests, replies) if reply is not None]
+    return self.finish(state, r, [reply for _, reply in kept],
+                       np.array([k for k, _ in kept], np.int64))
 
 
 def serve(srv: Server, exchange: Exchange, workdir: str | None, hooks=()) -> loop.Trained:

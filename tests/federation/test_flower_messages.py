@@ -86,3 +86,30 @@ def test_a_message_of_the_wrong_shape_is_refused_naming_the_array(holders_root, 
                      r"\['w'\] is float32\[3, 2\]; expected float32\[2, 3\]\.$"):
     apps.from_record(record, template, 'round 0 message to client 1')
   assert roster.check_roster(config, descriptions) == descriptions
+
+
+@pytest.mark.skipif(os.environ.get('FEDJAX_FACE_FEDERATION') != 'all',
+                    reason='a SuperNode gone mid-run: FEDJAX_FACE_FEDERATION=all')
+def test_a_holder_gone_mid_run_stops_the_round_or_it_goes_on_with_min_replies(
+    holders_root, tmp_path, capsys):
+  grid = grid_of(holders_root, str(tmp_path / 'stop'))
+  config = apps.load_config(grid.run_config['config'], grid.run_config['overrides'])
+  grid.silent.add(('1', 103 - 2))   # client 2's node never answers round 1
+  with pytest.raises(RuntimeError, match=r'^round 1: clients \[2\] did not reply; 2 of 3 did, '
+                     r'expected 3 \(min-replies\) to go on\.$'):
+    apps.serve(grid, config, round_timeout=1.0)
+  grid = grid_of(holders_root, str(tmp_path / 'goes_on'))
+  grid.silent.add(('1', 103 - 2))
+  trained = apps.serve(grid, config, round_timeout=1.0, min_replies=2)
+  assert 'round 1: clients [2] did not reply; going on with the 2 others (min-replies=2).' in (
+      capsys.readouterr().out)
+  # Round 1's model is the mean of clients 0 and 1's updates weighted by their n_k alone.
+  n = apps.holder_of(grid.contexts[103]).agreement.fed.num_examples[:2].astype(np.float64)
+  updates = [{name: a.numpy() for name, a in r.content.array_records['update'].items()}
+             for r in grid.received[-2:]]
+  expected = {name: (n[0] * updates[0][name] + n[1] * updates[1][name]) / (n[0] + n[1])
+              for name in updates[0]}
+  got = wire.to_arrays({'model': trained.state.server['model']})
+  assert sorted(got) == sorted(expected)
+  for name in got:
+    np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-7)
