@@ -32,10 +32,10 @@ from fedjax_face.federation import export
 LOOPBACK = '127.0.0.1'
 
 
-def free_port() -> int:
-  """A TCP port nothing listens on now (the OS picks it)."""
+def free_port(host: str = LOOPBACK) -> int:
+  """A TCP port nothing listens on now at `host` (the OS picks it)."""
   with socket.socket() as s:
-    s.bind((LOOPBACK, 0))
+    s.bind((host, 0))
     return s.getsockname()[1]
 
 
@@ -185,16 +185,17 @@ class Processes:
       log.close()
 
 
-def wait_listening(port: int, process: subprocess.Popen, name: str, timeout: float) -> None:
+def wait_listening(host: str, port: int, process: subprocess.Popen, name: str,
+                   timeout: float) -> None:
   end = time.time() + timeout
   while time.time() < end:
     if process.poll() is not None:
       raise RuntimeError(f'{name} exited with status {process.returncode}; see its log.')
     with socket.socket() as s:
-      if s.connect_ex((LOOPBACK, port)) == 0:
+      if s.connect_ex((host, port)) == 0:
         return
     time.sleep(0.2)
-  raise RuntimeError(f'{name} is not listening on {LOOPBACK}:{port} after {timeout:.0f} s.')
+  raise RuntimeError(f'{name} is not listening on {host}:{port} after {timeout:.0f} s.')
 
 
 def holder_folders(holders: str) -> list[str]:
@@ -209,13 +210,15 @@ def holder_folders(holders: str) -> list[str]:
 
 
 def launch(config_spec: str, overrides: str, holders: str, workdir: str, *, tls: bool = False,
-           auth: bool = False, timeout: float = 1800.0) -> str:
-  """Runs the federation; returns the path of the final server state. Raises RuntimeError naming
-  the step that failed (its log is under `<workdir>/logs/`)."""
+           auth: bool = False, host: str = LOOPBACK, timeout: float = 1800.0) -> str:
+  """Runs the federation; returns the path of the final server state. The SuperLink listens on
+  `host` (another address than the SuperNodes' 127.0.0.1 stands for another machine; its
+  certificate names it). Raises RuntimeError naming the step that failed (its log is under
+  `<workdir>/logs/`)."""
   folders = holder_folders(holders)
-  port = free_port()
-  address = f'{LOOPBACK}:{port}'
-  certs = write_certificates(os.path.join(workdir, 'certs')) if tls else None
+  port = free_port(host)
+  address = f'{host}:{port}'
+  certs = write_certificates(os.path.join(workdir, 'certs'), host) if tls else None
   # Flower's processes start others by name (flower-superexec, flwr-clientapp): the folder of
   # its commands goes first on their PATH.
   commands = os.path.dirname(executable('flower-superlink'))
@@ -230,9 +233,9 @@ def launch(config_spec: str, overrides: str, holders: str, workdir: str, *, tls:
   try:
     link = processes.start('superlink', [
         executable('flower-superlink'), *security, '--disable-runtime-dependency-installation',
-        '--database', os.path.join(workdir, 'superlink.db'), '--host', LOOPBACK,
+        '--database', os.path.join(workdir, 'superlink.db'), '--host', host,
         '--port', str(port)] + (['--enable-supernode-auth'] if auth else []))
-    wait_listening(port, link, 'flower-superlink', 60)
+    wait_listening(host, port, link, 'flower-superlink', 60)
     for k, folder in enumerate(folders):
       node_security = ['--root-certificates', certs.ca] if tls else ['--insecure']
       if auth:
@@ -244,7 +247,7 @@ def launch(config_spec: str, overrides: str, holders: str, workdir: str, *, tls:
         node_security += ['--auth-supernode-private-key', private]
       processes.start(f'supernode_{k}', [
           executable('flower-supernode'), *node_security, '--superlink', address,
-          '--port', str(free_port()), '--node-config',
+          '--host', LOOPBACK, '--port', str(free_port()), '--node-config',
           f'client-index={k} data-path="{os.path.abspath(folder)}" '
           f'state-path="{os.path.abspath(os.path.join(workdir, "state", str(k)))}"'])
     ran = processes.run('flwr_run', [executable('flwr'), 'run', app_dir, 'federation',
@@ -267,7 +270,8 @@ def main(argv):
   del argv
   f = flags.FLAGS
   try:
-    final = launch(f.config, f.overrides, f.holders, f.workdir, tls=f.tls, auth=f.auth)
+    final = launch(f.config, f.overrides, f.holders, f.workdir, tls=f.tls, auth=f.auth,
+                   host=f.host)
   except checks.UsageError as error:
     print(error, file=sys.stderr)
     sys.exit(2)
@@ -281,5 +285,7 @@ if __name__ == '__main__':
   flags.DEFINE_string('workdir', None, 'A new folder for the federation\'s files.')
   flags.DEFINE_bool('tls', False, 'TLS between the SuperNodes, flwr and the SuperLink.')
   flags.DEFINE_bool('auth', False, 'SuperNode authentication (P-384 keys, registered).')
+  flags.DEFINE_string('host', LOOPBACK, "The SuperLink's address (the SuperNodes' runtime APIs "
+                      'stay on 127.0.0.1); 0.0.0.0 across hosts.')
   flags.mark_flags_as_required(['config', 'holders', 'workdir'])
   app.run(main)

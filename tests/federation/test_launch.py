@@ -1,9 +1,9 @@
 """The one-machine launcher (federation/launch.py). Always: the files it writes (a CA and the
 SuperLink's certificate for 127.0.0.1 that verifies against it, SuperNode keys in the OpenSSH form
 flwr reads, the app's pyproject.toml naming the apps and the config) and its one-line refusal.
-With FEDJAX_FACE_FEDERATION=all: real processes (a SuperLink, three SuperNodes, `flwr run`) with
-TLS and SuperNode authentication on loopback, FedPE for two rounds, ending at the simulator's
-state bit for bit."""
+With FEDJAX_FACE_FEDERATION=all: real processes (a SuperLink on 127.0.0.2, three SuperNodes on
+127.0.0.1, `flwr run`) with TLS and SuperNode authentication, FedPE for two rounds, ending at the
+simulator's state bit for bit."""
 
 import os
 import tomllib
@@ -68,10 +68,11 @@ def test_a_folder_without_holders_is_refused_in_one_line(tmp_path):
                     reason='real processes, about 2 min: FEDJAX_FACE_FEDERATION=all')
 def test_real_processes_with_tls_and_node_auth_end_at_the_simulators_state(holders_root,
                                                                             tmp_path):
+  # The SuperLink on 127.0.0.2, the SuperNodes on 127.0.0.1: two addresses, as two hosts.
   overrides = (f'federated.num_clients={direct.NUM_HOLDERS} num_rounds={direct.ROUNDS} '
                'engine.backend=loop engine.loop_threads=1')
   final = launch.launch(CONFIG, overrides, holders_root, str(tmp_path / 'run'), tls=True,
-                        auth=True, timeout=900)
+                        auth=True, host='127.0.0.2', timeout=900)
   simulated, _ = direct.simulate(direct.folder_config('fedpe', holders_root))
   direct.assert_trees_equal(
       wire.load(final, jax.tree.map(np.asarray, simulated.server)), simulated.server)
@@ -81,4 +82,4 @@ def test_real_processes_with_tls_and_node_auth_end_at_the_simulators_state(holde
                      row)
     direct.assert_trees_equal(kept, row)
   with open(tmp_path / 'run' / 'logs' / 'superlink.log') as f:
-    assert 'Uvicorn running on https://127.0.0.1:' in f.read()   # TLS was on
+    assert 'Uvicorn running on https://127.0.0.2:' in f.read()   # TLS was on, at 127.0.0.2
