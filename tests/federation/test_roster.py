@@ -51,3 +51,27 @@ def test_bad_rosters_are_refused_naming_the_holder(descriptions):
   with pytest.raises(checks.UsageError, match=r'^data holder of client 2 runs 0123456789ab '
                      r'jax==0\.0\.1; the server runs .*: expected the same code on every party\.$'):
     roster.check_roster(config, [described[0], described[1], other], code)
+
+
+@pytest.mark.parametrize('change,line', [
+    ({'dp.enabled': True}, r"^dp.enabled=True: DP noise on the server over Flower is not built "
+                           r"yet \(docs/federation.md\); expected False over Flower\.$"),
+    ({'secure_aggregation.enabled': True}, r'^secure_aggregation.enabled=True: secure '
+                                           r'aggregation over Flower needs SecAgg\+'),
+    ({'algorithm': 'fedma'}, r"^algorithm='fedma' over Flower: its server's matching changes"),
+    ({'algorithm': 'fedpad'}, r"^algorithm='fedpad' over Flower: a holder reads image folders"),
+    ({'algorithm': 'centralized'}, r"^algorithm='centralized' trains one client holding every "
+                                   r'identity; nothing to federate'),
+    ({'engine.backend': 'vmap'}, r"^engine.backend='vmap' \(vmap here\); a federation runs each "
+                                 r"client on its own holder, as the 'loop' backend does"),
+])
+def test_what_the_bridge_does_not_carry_is_refused_in_one_line(holders_root, change, line):
+  config = direct.folder_config('fedpe', holders_root)
+  for field, value in change.items():
+    if '.' in field:
+      section, key = field.split('.')
+      config[section][key] = value
+    else:
+      config[field] = value
+  with pytest.raises(checks.UsageError, match=line):
+    direct.protocol.check_federable(config)
