@@ -32,16 +32,18 @@ class Description(NamedTuple):
   num_classes: int
   image_shape: tuple[int, int, int]
   code: str = ''
+  targets: tuple[str, ...] = ()   # per-sample targets beside the labels: 'depth:32x32:float32'
 
   def to_config(self) -> dict:
     return {'client': self.client, 'num_examples': self.num_examples,
             'num_classes': self.num_classes, 'image_shape': list(self.image_shape),
-            'code': self.code}
+            'code': self.code, 'targets': list(self.targets)}
 
   @classmethod
   def from_config(cls, record) -> 'Description':
     return cls(int(record['client']), int(record['num_examples']), int(record['num_classes']),
-               tuple(int(x) for x in record['image_shape']), str(record.get('code', '')))
+               tuple(int(x) for x in record['image_shape']), str(record.get('code', '')),
+               tuple(str(t) for t in record.get('targets', [])))
 
 
 def code_label() -> str:
@@ -51,10 +53,25 @@ def code_label() -> str:
   return f'{provenance.commit_label({"git": provenance.git_state()})} {libraries}'
 
 
+def target_spec(name: str, values: np.ndarray) -> str:
+  """'name:32x32:float32': a per-sample target's name, the shape of one sample's, its dtype."""
+  return f'{name}:{"x".join(map(str, values.shape[1:]))}:{values.dtype}'
+
+
+def blank_targets(specs) -> dict[str, np.ndarray] | None:
+  """One zero sample of each target `target_spec` names (the skeleton's), or None for none."""
+  out = {}
+  for spec in specs:
+    name, shape, dtype = spec.split(':')
+    out[name] = np.zeros((1,) + tuple(int(x) for x in shape.split('x') if x), np.dtype(dtype))
+  return out or None
+
+
 def describe(fed: federated.FederatedData, client: int, code: str = '') -> Description:
   """The description of the holder whose own data is `fed`'s one client."""
   return Description(client, int(fed.num_examples[0]), int(fed.class_mask[0].sum()),
-                     tuple(int(x) for x in fed.images.shape[1:]), code)
+                     tuple(int(x) for x in fed.images.shape[1:]), code,
+                     tuple(target_spec(n, v) for n, v in sorted((fed.targets or {}).items())))
 
 
 def check_roster(config, descriptions: list[Description], code: str | None = None
@@ -78,6 +95,10 @@ def check_roster(config, descriptions: list[Description], code: str | None = Non
                             f'{sorted(by_client)}; expected each of 0..{expected - 1} once.')
   size = config.data.image_size
   for d in by_client.values():
+    if d.targets != by_client[min(by_client)].targets:
+      raise checks.UsageError(f'data holder of client {d.client} has targets {list(d.targets)}; '
+                              f'client {min(by_client)} has {list(by_client[min(by_client)].targets)}: '
+                              'expected the same on every holder.')
     if d.image_shape[:2] != (size, size) or d.num_examples < 1 or d.num_classes < 1:
       raise checks.UsageError(
           f'data holder of client {d.client}: {d.num_examples} images of {d.num_classes} '
@@ -99,7 +120,8 @@ def identity_table(class_counts) -> np.ndarray:
   return table
 
 
-def skeleton(descriptions: list[Description]) -> federated.FederatedData:
+def skeleton(descriptions: list[Description], subject_frames: int = 0
+             ) -> federated.FederatedData:
   """The federated view the method is built on, without images (one blank image gives the shape;
   `run.setup.one_client_data` reads it for the message's shapes): each client's example count
   and class table, from the roster."""
@@ -107,7 +129,9 @@ def skeleton(descriptions: list[Description]) -> federated.FederatedData:
   indices = [np.zeros(d.num_examples, np.int64) for d in descriptions]
   labels = [np.zeros(d.num_examples, np.int32) for d in descriptions]
   return federated.FederatedData(np.zeros((1,) + tuple(shape), np.uint8), indices, labels,
-                                 identity_table([d.num_classes for d in descriptions]))
+                                 identity_table([d.num_classes for d in descriptions]),
+                                 targets=blank_targets(descriptions[0].targets),
+                                 subject_frames=subject_frames)
 
 
 def placed(skeleton_fed: federated.FederatedData, own: federated.FederatedData,
@@ -120,4 +144,4 @@ def placed(skeleton_fed: federated.FederatedData, own: federated.FederatedData,
   labels = list(skeleton_fed.client_local_labels)
   indices[client], labels[client] = own.client_indices[0], own.client_local_labels[0]
   return dataclasses.replace(skeleton_fed, images=own.images, client_indices=indices,
-                             client_local_labels=labels)
+                             client_local_labels=labels, targets=own.targets)

@@ -25,3 +25,12 @@ def one_per_client_root(tmp_path_factory):
   root = str(tmp_path_factory.mktemp('holders_one_each') / 'data')
   export.export(config, root)
   return root
+
+
+@pytest.fixture(scope='session')
+def pad_lists_fields(tmp_path_factory):
+  """FedPAD's embedded data centers written as lists (tools/export_pad.py, the authors' layout):
+  the `config.data.pad_lists` fields that read them back, one root per data center."""
+  from fedjax_face.tools import export_pad   # pylint: disable=import-outside-toplevel
+  config = config_files.load_config('pad/fedpad')
+  return export_pad.export(config, 'fedgpad', str(tmp_path_factory.mktemp('pad_lists')))
