@@ -152,12 +152,6 @@ TABLES = {
              'ours: the PAD setting of configs/pad/ (three data centers, 400 rounds), clip S = 1, '
              'delta = 1e-5, RDP accountant with replace-one neighbours; HTER and AUC in %.',
              titles=PAD_TITLES, column_digits=(2, 2, 2, 2, 0)),
-    4: attacks.TABLES[4],   # what each method reveals, attacked: the FedGC setting
-    6: attacks.TABLES[6],   # and face anti-spoofing
-}
-# Specified, their sweeps not finished (`fedjax_face.reproduce.tables_of`): each joins TABLES once
-# its runs are archived; docs/privacy.md names the command that resumes it.
-PENDING = {
     3: Table('Gradient inversion of a client update: local batch x local steps', 'results',
              INVERSION_COLUMNS,
              tuple(_inversion_rows('fedpe', 'FedPE') + _inversion_rows('fedgc', 'FedGC')),
@@ -171,6 +165,12 @@ PENDING = {
              "recovered: the fraction right (batch 1); FedPE's attacker is given its private "
              'class rows (an upper bound).',
              titles=INVERSION_TITLES, column_digits=(2, 3, 2, 2, 2, 2, 2)),
+    4: attacks.TABLES[4],   # what each method reveals, attacked: the FedGC setting
+    6: attacks.TABLES[6],   # and face anti-spoofing
+}
+# Specified, their sweeps not finished (`fedjax_face.reproduce.tables_of`): each joins TABLES once
+# its runs are archived; docs/privacy.md names the command that resumes it.
+PENDING = {
     5: attacks.TABLES[5],   # what each method reveals, attacked: the FedFV setting
     7: Table('The HTER cost of subject-level DP-SGD inside each data center (O&C&I -> M)',
              'results', DP_SGD_COLUMNS,
