@@ -13,11 +13,25 @@ def test_every_run_loads_and_validates():
       config = config_files.run_config(row.run)
       experiment.validate(config)
       overrides = dict(row.run.overrides)
+      if row.run.config == reproduce.DP_SGD_CONFIG or row.label.endswith("no DP-SGD"):   # Table 7
+        _assert_dp_sgd_row(row, config)
+        continue
       assert config.dp.enabled == ('off' not in row.label)
       if 'clip only' in row.label:
         assert overrides['dp.noise_multiplier'] == '0.0'
       elif 'eps=' in row.label:
         assert overrides['dp.target_epsilon'] == row.label.split('eps=')[1].split(',')[0]
+
+
+def _assert_dp_sgd_row(row, config):
+  """Table 7's row: the method's own run, or DP-SGD with clipping alone or at the label's ε."""
+  assert not config.dp.enabled
+  d = config.fedgpad.get('dp_sgd')
+  assert (d is not None and d.enabled) == ('DP-SGD,' in row.label)
+  if 'clip only' in row.label:
+    assert d.noise_multiplier == 0.0 and d.target_epsilon == 0.0
+  elif 'eps=' in row.label:
+    assert d.target_epsilon == float(row.label.split('eps=')[1])
 
 
 def test_every_federated_family_is_in_the_tables():
