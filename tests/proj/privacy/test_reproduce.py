@@ -13,7 +13,7 @@ def test_every_run_loads_and_validates():
       config = config_files.run_config(row.run)
       experiment.validate(config)
       overrides = dict(row.run.overrides)
-      if row.run.config == reproduce.DP_SGD_CONFIG or row.label.endswith("no DP-SGD"):   # Table 7
+      if row.run.config == reproduce.DP_SGD_CONFIG or row.label.endswith('no DP-SGD'):
         _assert_dp_sgd_row(row, config)
         continue
       assert config.dp.enabled == ('off' not in row.label)
