@@ -62,6 +62,12 @@ def federate(config, root: str, state_root: str):
   """The server and the holders in process: each holder reads its own folder alone."""
   holders = [holder.Holder(config, k, export.holder_folder(root, k), os.path.join(state_root, str(k)))
              for k in range(NUM_HOLDERS)]
+  state, metrics = run_holders(config, holders)
+  return state, metrics, holders
+
+
+def run_holders(config, holders: list):
+  """(the server's final state, each round's metrics): the server and `holders` in process."""
   descriptions = [h.describe() for h in holders]
   srv = server.Server(config, descriptions)
   shared = protocol.agree(config, descriptions)   # the holders share a process: one compile
@@ -75,7 +81,7 @@ def federate(config, root: str, state_root: str):
     metrics.append(jax.tree.map(np.asarray, m))
     return state, m
   trained = loop.run_rounds(train_round, srv.initial_state(), 0, config.num_rounds, ())
-  return trained.state, metrics, holders
+  return trained.state, metrics
 
 
 def assert_trees_equal(a, b):
@@ -192,20 +198,8 @@ def test_data_centers_end_at_the_simulators_state(pad_lists_fields, tmp_path, na
   simulated, sim_metrics = simulate(config)
   holders = [holder.Holder(config, k, root, str(tmp_path / str(k)))
              for k, root in enumerate(pad_lists_fields['roots'])]
-  descriptions = [h.describe() for h in holders]
-  assert {d.targets for d in descriptions} == {('depth:32x32:float32',)}
-  srv = server.Server(config, descriptions)
-  shared = protocol.agree(config, descriptions)
-  for h in holders:
-    h.join(descriptions, shared)
-  exchange = lambda requests: [holders[q.client].train(q.round, q.shared, q.per_client, q.key)
-                               for q in requests]
-  metrics = []
-  def train_round(state, r):
-    state, m = srv.train_round(exchange, state, r)
-    metrics.append(jax.tree.map(np.asarray, m))
-    return state, m
-  federated = loop.run_rounds(train_round, srv.initial_state(), 0, config.num_rounds, ()).state
+  assert {h.describe().targets for h in holders} == {('depth:32x32:float32',)}
+  federated, metrics = run_holders(config, holders)
   kept = [h.private_at(config.num_rounds) for h in holders]
   expected = [jax.tree.map(lambda x, k=k: x[k], simulated.clients) for k in range(len(holders))]
   assert_trees_equal(federated.server, simulated.server)   # bit for bit
