@@ -2,12 +2,11 @@
 its private state in its own folder, one file per round. No Flower here (federation/apps.py wraps
 it), so a test can call it directly.
 
-The holder's data are read by the project's own readers, so they are the very pixels the
-simulator of the same files decodes: for face recognition an image folder
-(`data/formats/image_folder.py`, the layout `<folder>/<identity>/<image>` of one client of
-`data.source='client_folders'`, with that source's fields); for anti-spoofing a data center's own
-root of `data.source='pad_lists'` (its training split, depth maps as per-sample targets). Its round data are drawn by `federated.sample_round` at its place in the
-federation (`roster.placed`): a pure function of (seed, round, client) and its own samples.
+The holder's data are read by the project's own readers (federation/own_data.py: every layout
+a `data.source` reads, RecordIO, image folders, FedFR's split, the anti-spoofing lists), so they
+are the very pixels the simulator of the same files decodes. Its round data are drawn by
+`federated.sample_round` at its place in the federation (`roster.placed`): a pure function of
+(seed, round, client) and its own samples.
 
 Private state (`ClientResult.private`): after training round r the holder writes
 `<state_dir>/private_<r+1>.npz` before it replies. It enters round r with the newest file up to
@@ -25,54 +24,15 @@ import numpy as np
 
 from fedjax_face.core import checks
 from fedjax_face.core.algorithm import ClientResult
-from fedjax_face.data import federated, sources
-from fedjax_face.data.formats import image_folder
-from fedjax_face.data.sources import pad as pad_source, pad_lists
+from fedjax_face.data import federated
 from fedjax_face.federation import protocol, roster, wire
+from fedjax_face.federation.own_data import read_own_data
 
 PRIVATE = re.compile(r'private_(\d{6})\.npz$')
 
 
 def private_path(state_dir: str, r: int) -> str:
   return os.path.join(state_dir, f'private_{r:06d}.npz')
-
-
-def read_own_data(config, folder: str, client: int = 0) -> federated.FederatedData:
-  """The holder's own data as a federated view of one client: a data center's training split
-  in its list layout (anti-spoofing), or an image folder (recognition)."""
-  if sources.task_of(config) == 'anti_spoofing':
-    return read_own_center(config, folder, client)
-  return read_own_folder(config, folder)
-
-
-def read_own_center(config, root: str, client: int) -> federated.FederatedData:
-  """Data center `client`'s training frames from its own root, in the layout, depth directory,
-  attack list and data set name `config.data.pad_lists` gives it (the reader of
-  `data.source='pad_lists'`, `sources/pad_lists.py`), labelled attack 0 / live 1 with their depth
-  maps: the simulator's client `client` of the same lists. Its held-out split and the target are
-  the evaluation's, which the server does not run yet."""
-  if config.data.source != 'pad_lists':
-    raise checks.UsageError(f'data.source={config.data.source!r}: a data center reads its own '
-                            "lists; expected 'pad_lists' (tools/export_pad.py writes them).")
-  # pylint: disable=protected-access  (the source's own per-root reader and its per-center lists)
-  p = config.data.pad_lists
-  depth_dirs = pad_lists._depth_dirs(p)[client]
-  attack, name = pad_lists._attack_lists(p)[client], pad_lists._datasets(p)[client]
-  own = pad_lists._read(config, root, p.layouts[client], 'train', depth_dirs, attack, name)
-  data = pad_source.benchmark([own], {}, pooled=False)
-  return pad_source.training_views(config, data, False)[0]
-
-
-def read_own_folder(config, folder: str) -> federated.FederatedData:
-  """The holder's images (`<folder>/<identity>/<image>`, listed, none decoded) as a federated
-  view of one client, its identities numbered 0..C_k-1 in folder-name order."""
-  d = config.data.client_folders
-  paths, labels, _ = image_folder.scan(folder)
-  store = image_folder.image_store(folder, paths, image_size=config.data.image_size,
-                                   center_crop=d.center_crop, skip_bad_records=d.skip_bad_records,
-                                   num_threads=config.data.decode_threads)
-  return federated.build(store, labels.astype(np.int32),
-                         [np.arange(int(labels.max()) + 1, dtype=np.int32)])
 
 
 def held_rounds(state_dir: str) -> list[int]:

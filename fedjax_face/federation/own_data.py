@@ -1,0 +1,141 @@
+"""A data holder's own data, read by the project's own readers: the very pixels the simulator
+decodes from the same files, as a federated view of one client (federation/holder.py places it
+in the federation with `roster.placed`).
+
+The config's `data.source` (the one the simulator reads) says what the holder's `data-path`
+holds, and that source's section gives the fields that say how to read it:
+
+| data.source | the holder's data-path holds | reader |
+| --- | --- | --- |
+| `insightface` | its own insightface set `train.rec`, `train.idx`, `property` | `data/sources/files.py`'s RecordIO store (`data.insightface`: `center_crop`, `skip_bad_records`, `check_record_labels`) |
+| `fedfr_split` | its own client folder of FedFR's split, `client_XXXX/train.rec`, `train.idx` (header flag 3) | `data/formats/fedfr_split.py`, decoded as `data.source='fedfr_split'` decodes (`data.fedfr_split`) |
+| `pad_lists` (anti-spoofing) | its data center's own root of the lists | `data/sources/pad_lists.py`'s per-root reader (`data.pad_lists`) |
+| any other recognition source | an image folder `<identity>/<image>` (what `federation/export.py` writes) | `data/formats/image_folder.py` (`data.client_folders`) |
+
+Identities are numbered as the simulator's federated view numbers that client's classes: an
+insightface set by its labels (its identity records' order), a FedFR client set by its labels
+0..num_ids-1 (the header's identities id_base.. in order), an image folder by folder name. The
+roster then numbers them client by client (`roster.identity_table`), as
+`data.source='client_folders'` does; `fedfr_split` numbers client k's class c as K_g + id_base_k
++ c, the same table when K_g = 0 and each client's id_base is the classes of the clients before it
+(what FedFR's `split_FL.py` writes).
+
+A holder's identities are the ones its files hold: the fields that select identities
+(`min_images_per_identity`, `max_identities`) are refused unless 1 and 0, as `client_folders`
+refuses them. Every bad input (a file missing, another layout, a record whose label is not its
+identity's) is one line, `data holder of client k: <the reader's line, naming the file>`, raised
+when the holder is made, before it writes a file.
+"""
+
+import weakref
+
+import numpy as np
+
+from fedjax_face.core import checks
+from fedjax_face.data import federated, sources, stores
+from fedjax_face.data.formats import fedfr_split, image_folder
+from fedjax_face.data.sources import (fedfr_split as fedfr_source, files, pad as pad_source,
+                                      pad_lists)
+
+
+def read_own_data(config, path: str, client: int = 0) -> federated.FederatedData:
+  """The holder's own data at `path` as a federated view of one client, in the layout the
+  config's `data.source` reads (the module docstring's table).
+
+  Raises:
+    checks.UsageError: one line naming the holder and the file or field at fault.
+  """
+  try:
+    if sources.task_of(config) == 'anti_spoofing':
+      return read_own_center(config, path, client)
+    return RECOGNITION_READERS.get(config.data.source, read_own_folder)(config, path)
+  except (checks.UsageError, FileNotFoundError, ValueError) as e:
+    raise checks.UsageError(f'data holder of client {client}: {e}') from None
+
+
+def one_client(store, labels: np.ndarray, num_classes: int) -> federated.FederatedData:
+  """`store`'s images, labelled 0..num_classes-1, as a federated view of one client."""
+  return federated.build(store, np.asarray(labels, np.int32),
+                         [np.arange(num_classes, dtype=np.int32)])
+
+
+def check_own_identities(config) -> None:
+  """The fields that select identities are the files': refused unless 1 and 0."""
+  name = config.data.source
+  d = config.data[name]
+  if d.min_images_per_identity != 1 or d.max_identities:
+    raise checks.UsageError(
+        f'data.{name}.min_images_per_identity={d.min_images_per_identity}, '
+        f'data.{name}.max_identities={d.max_identities}: a data holder trains every identity '
+        'its own files hold; expected 1 and 0.')
+
+
+def read_own_folder(config, folder: str) -> federated.FederatedData:
+  """The holder's images (`<folder>/<identity>/<image>`, listed, none decoded), its identities
+  numbered 0..C_k-1 in folder-name order, as `data.source='client_folders'` reads one client's
+  folder (its section's fields)."""
+  d = config.data.client_folders
+  paths, labels, _ = image_folder.scan(folder)
+  store = image_folder.image_store(folder, paths, image_size=config.data.image_size,
+                                   center_crop=d.center_crop, skip_bad_records=d.skip_bad_records,
+                                   num_threads=config.data.decode_threads)
+  return one_client(store, labels, int(labels.max()) + 1)
+
+
+def read_own_recordio(config, root: str) -> federated.FederatedData:
+  """The holder's own insightface set `<root>/{train.rec, train.idx, property}` (record headers
+  read, no image decoded), read as `data.source='insightface'` reads its root: the same store,
+  the same label check (`check_record_labels`), the identities kept and renumbered by
+  `files.labelled` (an identity left without images drops out, as there)."""
+  check_own_identities(config)
+  d = config.data.insightface
+  store, labels = files.insightface_store(
+      root, image_size=config.data.image_size, center_crop=d.center_crop,
+      skip_bad_records=d.skip_bad_records, num_threads=config.data.decode_threads,
+      check_labels=d.check_record_labels)
+  data = files.labelled(store, labels, config)
+  return one_client(data.train_images, data.train_labels, data.num_identities)
+
+
+def read_own_split_client(config, folder: str) -> federated.FederatedData:
+  """The holder's own client folder of FedFR's split, `<folder>/{train.rec, train.idx}` (its
+  header checked: flag 3, every announced key in the index, the file long enough; every label
+  read, no image decoded), decoded record by record as `data.source='fedfr_split'` decodes its
+  clients' (`sources/fedfr_split.py`'s records, cropped and resized by `stores.fit_image`)."""
+  check_own_identities(config)
+  d = config.data.fedfr_split
+  own = fedfr_split.read_set(folder, 'train', client=True)
+  records = fedfr_source._Records([own])   # pylint: disable=protected-access  (the source's own)
+  size = config.data.image_size
+  store = stores.DecodedImageStore(
+      len(own.keys), (size, size, 3),
+      lambda i: stores.fit_image(records.read(i), size, d.center_crop),
+      description=folder, skip_bad_records=d.skip_bad_records,
+      num_threads=config.data.decode_threads)
+  weakref.finalize(store, records.close)
+  return one_client(store, own.labels, own.num_ids)
+
+
+def read_own_center(config, root: str, client: int) -> federated.FederatedData:
+  """Data center `client`'s training frames from its own root, in the layout, depth directory,
+  attack list and data set name `config.data.pad_lists` gives it (the reader of
+  `data.source='pad_lists'`, `sources/pad_lists.py`), labelled attack 0 / live 1 with their depth
+  maps: the simulator's client `client` of the same lists. Its held-out split and the target are
+  the evaluation's, which the server does not run yet."""
+  if config.data.source != 'pad_lists':
+    raise checks.UsageError(f'data.source={config.data.source!r}: a data center reads its own '
+                            "lists; expected 'pad_lists' (tools/export_pad.py writes them).")
+  # pylint: disable=protected-access  (the source's own per-root reader and its per-center lists)
+  p = config.data.pad_lists
+  depth_dirs = pad_lists._depth_dirs(p)[client]
+  attack, name = pad_lists._attack_lists(p)[client], pad_lists._datasets(p)[client]
+  own = pad_lists._read(config, root, p.layouts[client], 'train', depth_dirs, attack, name)
+  data = pad_source.benchmark([own], {}, pooled=False)
+  return pad_source.training_views(config, data, False)[0]
+
+
+# data.source -> the reader of a recognition holder's own data (any other: an image folder).
+RECOGNITION_READERS = {
+    'insightface': read_own_recordio,
+    'fedfr_split': read_own_split_client,
+}
