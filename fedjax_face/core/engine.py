@@ -219,7 +219,8 @@ def aggregation_shares(weights, dp: privacy.DpSpec | None):
 def _one_client(algorithm: Algorithm, shared, per_client, private, data, client_id,
                 rng, dp: privacy.DpSpec | None = None,
                 secure: secure_aggregation.Spec | None = None, position=None, share=None,
-                cohort: int = 0, secret: jax.Array | None = None, clip=None) -> ClientResult:
+                cohort: int = 0, secret: jax.Array | None = None, clip=None,
+                mask_secret: jax.Array | None = None) -> ClientResult:
   """One client's update; its randomness is fold_in(round rng, client id). With `dp` the client
   clips what it sends (its difference from what it received) before it leaves, to `clip` (the
   round's adaptive C_t; None: the spec's fixed S), and under adaptive clipping also sends its bit
@@ -227,7 +228,8 @@ def _one_client(algorithm: Algorithm, shared, per_client, private, data, client_
   the client at cohort row `position` (of `cohort`) sends its averaged keys as masked ring
   vectors of `share` times its difference (and, with `dp`, its share of the sum's noise), and
   under adaptive clipping its bit as `share` times (b_i + its share of the count's noise), in
-  the same ring vector (`privacy.count_share`)."""
+  the same ring vector (`privacy.count_share`). `mask_secret` (a federation's holders' secret,
+  federation/protocol.py) is XORed into the pair secrets' key: other masks, the same sum."""
   round_rng = rng
   rng = jax.random.fold_in(rng, client_id)
   client_input = ClientInput(shared, per_client)
@@ -259,7 +261,8 @@ def _one_client(algorithm: Algorithm, shared, per_client, private, data, client_
           result.update[privacy.COUNT_KEY], share, dp,
           noise_key(jax.random.fold_in(rng, privacy.COUNT_STREAM), secret))
   masked, clamped = secure_aggregation.mask_update(
-      secure, delta, share, jax.random.fold_in(round_rng, secure_aggregation.SECRET_STREAM),
+      secure, delta, share,
+      noise_key(jax.random.fold_in(round_rng, secure_aggregation.SECRET_STREAM), mask_secret),
       position, cohort)
   return result._replace(update={**result.update, **masked},
                          metrics={**result.metrics, 'secagg/clamped': clamped})

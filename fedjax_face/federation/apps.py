@@ -8,8 +8,11 @@ path in the method's tree: federation/wire.py):
                   (client index, n_k, C_k, image shape).
   train           server -> holder: ConfigRecord 'round' (round, client), ConfigRecord 'roster'
                   (every holder's description: the class tables' shape and `init`'s draw),
-                  ArrayRecords 'shared', 'per_client', 'key'.  holder -> server: ArrayRecords
-                  'update' (exactly `ClientResult.update`) and 'metrics'.
+                  ArrayRecords 'shared', 'per_client', 'key'; under adaptive clipping
+                  'clip' (the round's C_t); under secure aggregation ConfigRecord 'secure'
+                  (position, cohort) and ArrayRecord 'share'.  holder -> server: ArrayRecords
+                  'update' (exactly `ClientResult.update`: clipped under DP, its averaged keys
+                  masked ring vectors under secure aggregation) and 'metrics'.
 
 Configuration: the run config (`flwr run`'s, pyproject.toml's `[tool.flwr.app.config]`) names
 the config file every party reads, `config` ('configs/fedgc/fedpe.py:runlocal'), and
@@ -18,10 +21,14 @@ the config file every party reads, `config` ('configs/fedgc/fedpe.py:runlocal'),
 for the holders' replies; 0: for all) and `min-replies` (the fewest replies a round goes on
 with; 0: all). Each
 SuperNode's node config names its holder: `client-index`, `data-path` (its own folder),
-`state-path` (where it keeps its private state).
+`state-path` (where it keeps its private state) and, under secure aggregation,
+`mask-secret-path` (a file the holders share and the server does not: the masks' secret).
+Under DP the server writes `<workdir>/privacy.json` (results.json's 'privacy' part: ε) and says
+ε after each round.
 """
 
 import functools
+import json
 import os
 import time
 
@@ -106,9 +113,11 @@ def roster_from_record(record: ConfigRecord) -> list[roster.Description]:
 
 
 @functools.lru_cache(maxsize=16)
-def _holder(spec: str, overrides: str, client: int, data_path: str, state_path: str):
+def _holder(spec: str, overrides: str, client: int, data_path: str, state_path: str,
+            mask_secret_path: str = ''):
   """One holder per SuperNode process (its data listed and its method compiled once)."""
-  return holder_lib.Holder(load_config(spec, overrides), client, data_path, state_path)
+  secret = holder_lib.read_mask_secret(mask_secret_path) if mask_secret_path else None
+  return holder_lib.Holder(load_config(spec, overrides), client, data_path, state_path, secret)
 
 
 def keep_compiled(folder: str) -> None:
@@ -130,7 +139,8 @@ def holder_of(context: Context) -> holder_lib.Holder:
                               'data-path and state-path (docs/federation.md).')
   keep_compiled(os.path.join(str(node['state-path']), 'compiled'))
   return _holder(str(context.run_config['config']), str(context.run_config.get('overrides', '')),
-                 int(node['client-index']), str(node['data-path']), str(node['state-path']))
+                 int(node['client-index']), str(node['data-path']), str(node['state-path']),
+                 str(node.get('mask-secret-path', '')))
 
 
 client_app = ClientApp()
@@ -151,10 +161,14 @@ def train(message: Message, context: Context) -> Message:
   agreement = holder.agreement
   r = int(content.config_records['round']['round'])
   what = f'round {r} message to client {holder.client}'
+  clip = content.array_records['clip']['clip'].numpy() if 'clip' in content.array_records else None
+  secure = content.config_records.get('secure', {})
+  share = content.array_records['share']['share'].numpy() if 'share' in content.array_records else None
   result = holder.train(
       r, from_record(content.array_records['shared'], agreement.shared, what),
       from_record(content.array_records['per_client'], agreement.per_client, what),
-      content.array_records['key']['key'].numpy())
+      content.array_records['key']['key'].numpy(), clip, int(secure.get('position', 0)), share,
+      int(secure.get('cohort', 0)))
   return Message(RecordDict({'update': array_record(result.update),
                              'metrics': array_record(result.metrics)}), reply_to=message)
 
@@ -207,19 +221,29 @@ def gather_roster(grid: Grid, config, timeout: float = 300.0
   return descriptions, node_of
 
 
+def train_content(q: server_lib.Request, record: ConfigRecord) -> dict:
+  """A `train` message's records: what `q` holds, the privacy modes' parts only when on."""
+  content = {'round': ConfigRecord({'round': q.round, 'client': q.client}),
+             'roster': record,
+             'shared': array_record(q.shared),
+             'per_client': array_record(q.per_client),
+             'key': ArrayRecord({'key': Array(np.asarray(q.key))})}
+  if q.clip is not None:
+    content['clip'] = ArrayRecord({'clip': Array(np.asarray(q.clip))})
+  if q.share is not None:
+    content['secure'] = ConfigRecord({'position': q.position, 'cohort': q.cohort})
+    content['share'] = ArrayRecord({'share': Array(np.asarray(q.share))})
+  return content
+
+
 def grid_exchange(grid: Grid, srv: server_lib.Server, node_of: dict[int, int], requests,
                   timeout: float | None = None):
   """A round's requests as Flower messages, the replies decoded on the method's templates; None
   for a holder that did not reply within `timeout` seconds (`server.Server.train_round` decides
   whether the round goes on without it)."""
   agreement, record = srv.agreement, roster_record(srv.descriptions)
-  messages = [Message(RecordDict({
-      'round': ConfigRecord({'round': q.round, 'client': q.client}),
-      'roster': record,
-      'shared': array_record(q.shared),
-      'per_client': array_record(q.per_client),
-      'key': ArrayRecord({'key': Array(np.asarray(q.key))})}),
-      node_of[q.client], TRAIN, group_id=str(q.round)) for q in requests]
+  messages = [Message(RecordDict(train_content(q, record)), node_of[q.client], TRAIN,
+                      group_id=str(q.round)) for q in requests]
   replies = ask_all(grid, messages, f'round {requests[0].round}' if requests else 'round',
                     timeout)
   return [None if r is None else ClientResult(
@@ -237,11 +261,13 @@ def serve(grid: Grid, config, hooks=(), workdir: str | None = None, *,
   over the server's `train_round`; with `workdir`, the run's checkpointing there and a resume
   from its newest checkpoint), with `hooks`. A round waits `round_timeout` seconds for the
   holders' replies (None: for every one) and goes on with those that replied if at least
-  `min_replies` did (0: all of them must). Returns the loop's `Trained`."""
+  `min_replies` did (0: all of them must). Returns (the loop's `Trained`, the privacy ledger
+  or None without DP: results.json's 'privacy' part)."""
   descriptions, node_of = gather_roster(grid, config)
   srv = server_lib.Server(config, descriptions, min_replies=min_replies)
   exchange = functools.partial(grid_exchange, grid, srv, node_of, timeout=round_timeout)
-  return server_lib.serve(srv, exchange, workdir, hooks)
+  trained = server_lib.serve(srv, exchange, workdir, tuple(hooks) + (say_epsilon(srv),))
+  return trained, srv.privacy_ledger(trained.state)
 
 
 server_app = ServerApp()
@@ -253,6 +279,17 @@ def say_round(end) -> None:
   print(f'round {end.done}: {values}', flush=True)
 
 
+def say_epsilon(srv: server_lib.Server) -> hooks_lib.Hook:
+  """Under DP, ε after each round in the run's log, from the server's noise plan (the
+  accountant's curve the simulator logs); nothing without DP."""
+  def after_round(end):
+    plan = srv.noise_plan
+    if plan.dp is not None and plan.epsilons:
+      print(f'dp: epsilon={plan.epsilons[end.done - 1]:.4f} at delta={plan.delta:g} after round '
+            f'{end.done}', flush=True)
+  return hooks_lib.Hook(after_round=after_round)
+
+
 @server_app.main()
 def main(grid: Grid, context: Context) -> None:
   config = run_config_of(context)
@@ -260,9 +297,16 @@ def main(grid: Grid, context: Context) -> None:
   if workdir:
     keep_compiled(os.path.join(workdir, 'compiled'))
   timeout = float(context.run_config.get('round-timeout-s', 0)) or None
-  trained = serve(grid, config, (hooks_lib.Hook(after_round=say_round),),
-                  os.path.join(workdir, 'run') if workdir else None, round_timeout=timeout,
-                  min_replies=int(context.run_config.get('min-replies', 0)))
+  trained, ledger = serve(grid, config, (hooks_lib.Hook(after_round=say_round),),
+                          os.path.join(workdir, 'run') if workdir else None,
+                          round_timeout=timeout,
+                          min_replies=int(context.run_config.get('min-replies', 0)))
+  if ledger is not None:
+    print(f"dp: epsilon={ledger['epsilon']:.4f} at delta={ledger['delta']:g} after "
+          f"{ledger['rounds']} rounds (RDP; PLD: {ledger['epsilon_pld']})", flush=True)
   if workdir:   # the final server state as named arrays, beside the run's checkpoints
     wire.save(os.path.join(workdir, f'server_{config.num_rounds:06d}.npz'),
               jax.tree.map(np.asarray, trained.state.server))
+    if ledger is not None:
+      with open(os.path.join(workdir, 'privacy.json'), 'w') as f:
+        json.dump(ledger, f, indent=1, sort_keys=True, default=float)

@@ -16,6 +16,7 @@ keeps it). It keeps the file it entered with, so a round whose reply was lost ca
 older files are removed.
 """
 
+import hashlib
 import os
 import re
 
@@ -35,6 +36,17 @@ def private_path(state_dir: str, r: int) -> str:
   return os.path.join(state_dir, f'private_{r:06d}.npz')
 
 
+def read_mask_secret(path: str) -> np.ndarray:
+  """The holders' shared secret of secure aggregation's masks, from a file only they hold (any
+  bytes, e.g. `openssl rand -hex 32`): its SHA-256, first 8 bytes, as a uint32 [2] key."""
+  if not os.path.isfile(path):
+    raise checks.UsageError(f'mask-secret-path={path!r} is no file; expected the secret the data '
+                            'holders share (and the server does not).')
+  with open(path, 'rb') as f:
+    digest = hashlib.sha256(f.read()).digest()
+  return np.frombuffer(digest[:8], np.uint32).copy()
+
+
 def held_rounds(state_dir: str) -> list[int]:
   """The rounds whose private state `state_dir` holds, in order."""
   if not os.path.isdir(state_dir):
@@ -46,8 +58,16 @@ class Holder:
   """One data holder of a federation: `describe()` before the first round, then `train(...)` for
   each round it is sampled in."""
 
-  def __init__(self, config, client: int, data_dir: str, state_dir: str):
+  def __init__(self, config, client: int, data_dir: str, state_dir: str,
+               mask_secret: np.ndarray | None = None):
+    """`mask_secret`: under secure aggregation the uint32 [2] secret the holders share and the
+    server does not hold (`read_mask_secret`), XORed into the masks' pair secrets."""
     protocol.check_federable(config)
+    if config.secure_aggregation.enabled and mask_secret is None:
+      raise checks.UsageError(f'data holder of client {client}: secure_aggregation.enabled=True '
+                              'but no mask secret; expected the file the holders share and the '
+                              "server does not (node config 'mask-secret-path').")
+    self.mask_secret = None if mask_secret is None else np.asarray(mask_secret, np.uint32)
     self.config, self.client, self.state_dir = config, int(client), state_dir
     self.own = read_own_data(config, data_dir, self.client)
     self.code = roster.code_label()
@@ -70,7 +90,7 @@ class Holder:
                               'expected its own description.')
     self.agreement = agreement or protocol.agree(self.config, descriptions)
     self.view = roster.placed(self.agreement.fed, self.own, self.client)
-    self.program = protocol.client_program(self.agreement.algorithm)
+    self.program = protocol.client_program(self.agreement)
 
   def initial_private(self):
     """Round 0's private state: this holder's row of the method's `init` (the config's seed)."""
@@ -107,14 +127,23 @@ class Holder:
         balanced=fl.balanced_classes)
     return jax.tree.map(lambda x: x[0], data)
 
-  def train(self, r: int, shared, per_client, key) -> ClientResult:
-    """Round r: the method's `client_update` on this holder's data from what the server sent.
-    Its private state for round r+1 is saved before the result is returned; the result's
-    `update` and `metrics` are what the reply carries."""
+  def train(self, r: int, shared, per_client, key, clip=None, position: int = 0, share=None,
+            cohort: int = 0) -> ClientResult:
+    """Round r: the method's `client_update` on this holder's data from what the server sent
+    (`clip`: the round's adaptive C_t; `position`, `share`, `cohort`: its row, its share of the
+    mean and the cohort's size, under secure aggregation). Its private state for round r+1 is
+    saved before the result is returned; the result's `update` (clipped under DP, masked under
+    secure aggregation) and `metrics` are what the reply carries."""
     entering = self.entering_round(r)
     private = self.private_at(r)
-    result = self.program(shared, protocol.stacked(per_client), protocol.stacked(private),
-                          self.round_data(r), np.int32(0), np.int32(self.client), key)
+    rows = (shared, protocol.stacked(per_client), protocol.stacked(private), self.round_data(r))
+    if self.agreement.secure is None:
+      result = self.program(*rows, np.int32(0), np.int32(self.client), key, clip=clip)
+    else:
+      program = protocol.masked_program(self.agreement.algorithm, self.agreement.dp,
+                                        self.agreement.secure, int(cohort))
+      result = program(*rows, np.int32(self.client), key, np.int32(position),
+                       np.float32(share), self.mask_secret, clip)
     kept = jax.tree.map(np.asarray, result.private)
     wire.save(private_path(self.state_dir, r + 1), kept)
     for old in held_rounds(self.state_dir):   # kept: the state it entered with, and the new one

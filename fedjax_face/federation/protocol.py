@@ -17,6 +17,20 @@ What a round's messages hold:
                       name) and `metrics` (the training scalars the simulator logs).
   kept by holder k    `private` (`ClientResult.private`: FedPE's W_k, kept optimizer state,
                       SCAFFOLD's c_i, top-k residuals), in its own folder, one file per round.
+
+Privacy modes, as the simulator's engine runs them (core/engine.py `_one_client`, `_finish_fn`):
+  dp.enabled          each holder clips its update before it leaves (the engine's own client
+                      program with the DP spec: `holder_dp`); under adaptive clipping the round's
+                      C_t travels in the message and the holder's bit b_i in its update. The noise
+                      is the server's, drawn in its jitted step from the round's server key (XOR
+                      the server's own secret under `dp.noise_seed='os'`).
+  secure_aggregation  each holder sends its averaged keys as masked ring vectors
+                      (core/secure_aggregation.py) at the position and share the server gives
+                      it; the pair secrets are the simulator's XOR a secret the holders share and
+                      the server does not hold (`mask_secret`), so the server cannot rebuild one
+                      holder's masks, and the masks still cancel: the decoded sum is the
+                      simulator's, bit for bit.
+A cohort under either is fixed: a holder that does not reply stops the round (server.py).
 """
 
 import functools
@@ -27,15 +41,19 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_face import algorithms, models
-from fedjax_face.core import checks, policy
+from fedjax_face.core import checks, policy, privacy, secure_aggregation
 from fedjax_face.core import engine as engine_lib
 from fedjax_face.run import setup as setup_lib
 from fedjax_face.federation import roster
 
-# What the bridge does not carry yet, each with the reason (docs/federation.md, "Which methods").
+# Combinations the bridge does not carry yet, each with the reason (docs/federation.md).
 REFUSED = {
-    'dp.enabled': 'DP noise on the server over Flower is not built yet (docs/federation.md)',
-    'secure_aggregation.enabled': 'secure aggregation over Flower needs SecAgg+ (not built yet)',
+    ('dp.enabled', 'secure_aggregation.enabled'):
+        "each holder would draw its share of the noise from keys the server can derive (the "
+        "config's seed) unless the holders share a noise secret, which is not built",
+    ('secure_aggregation.enabled', 'federated.straggler_drop'):
+        "the simulator's dropped stragglers are padding rows that take part in the masks, and a "
+        "federation has no holder for them",
 }
 
 
@@ -55,6 +73,8 @@ class Agreement(NamedTuple):
   and the `update` and `metrics` it sends."""
   algorithm: object
   fed: object
+  dp: object
+  secure: object
   shared: object
   per_client: object
   private: object
@@ -67,10 +87,11 @@ def check_federable(config) -> None:
   """One line for a config the bridge does not carry (`REFUSED`), a method it does not carry yet
   (`NOT_YET`), a method whose clients are one holder of every identity (`ONE_CLIENT`: the
   centralized bounds have nothing to federate), or a backend other than the loop."""
-  for field, reason in REFUSED.items():
-    section, name = field.split('.')
-    if config[section][name]:
-      raise checks.UsageError(f'{field}=True: {reason}; expected False over Flower.')
+  for fields, reason in REFUSED.items():
+    values = [config[f.split('.')[0]][f.split('.')[1]] for f in fields]
+    if all(values):
+      raise checks.UsageError(f'{" and ".join(f"{f}={v!r}" for f, v in zip(fields, values))} '
+                              f'over Flower: {reason}; expected one of them alone.')
   if config.algorithm in NOT_YET:
     raise checks.UsageError(f'algorithm={config.algorithm!r} over Flower: '
                             f'{NOT_YET[config.algorithm]}; expected one of the methods '
@@ -101,6 +122,31 @@ def init_key(config) -> jax.Array:
   return jax.random.fold_in(jax.random.PRNGKey(config.seed), 0)
 
 
+def holder_dp(config, client_rows) -> privacy.DpSpec | None:
+  """What a holder needs of the run's DP spec: the clip (fixed S, or the adaptive rule whose C_t
+  comes in each message) and which keys it covers. The noise is the server's (its multiplier,
+  which may depend on a resumed run's history, is the server's plan: `run/noise.plan_noise`),
+  so it is left at 0 here; a client's clip reads none of it (core/engine.py `_one_client`)."""
+  if not config.dp.enabled:
+    return None
+  clip_only = config.dp.to_dict()   # no accountant on the holder: the noise is not its to draw
+  clip_only.update(target_epsilon=0.0, noise_multiplier=0.0)
+  return privacy.spec_from_config(_with_section(config, 'dp', clip_only), tuple(client_rows))
+
+
+def _with_section(config, name: str, values: dict):
+  """A copy of `config` whose section `name` holds `values`."""
+  copy = config.copy_and_resolve_references()
+  copy[name].update(values)
+  return copy
+
+
+def secure_spec(config) -> secure_aggregation.Spec | None:
+  """The masks' fixed point and neighbours (`secure_aggregation` config), or None when off."""
+  sa = config.secure_aggregation
+  return secure_aggregation.Spec(sa.fraction_bits, sa.neighbors) if sa.enabled else None
+
+
 def agree(config, descriptions: list[roster.Description]) -> Agreement:
   """The method over the roster's skeleton, and its message templates (nothing runs: shapes
   from `jax.eval_shape` of the method's own functions)."""
@@ -117,10 +163,15 @@ def agree(config, descriptions: list[roster.Description]) -> Agreement:
   row = lambda tree: jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), tree)
   per_client, private = row(client_input.per_client), row(state.clients)
   data = setup_lib.one_client_data(fed, config)
+  dp, secure = holder_dp(config, algorithm.client_rows), secure_spec(config)
+  scalar = lambda dtype: jax.ShapeDtypeStruct((), dtype)
   result = jax.eval_shape(
-      functools.partial(engine_lib._one_client, algorithm),   # pylint: disable=protected-access
-      client_input.shared, per_client, private, data, jax.ShapeDtypeStruct((), jnp.int32), key)
-  return Agreement(algorithm, fed, client_input.shared, per_client, private, data,
+      functools.partial(engine_lib._one_client, algorithm, dp=dp, secure=secure,   # pylint: disable=protected-access
+                        cohort=2),   # the masks' cohort changes their values, not their shapes
+      client_input.shared, per_client, private, data, scalar(jnp.int32), key,
+      position=scalar(jnp.int32), share=scalar(jnp.float32),
+      clip=scalar(jnp.float32) if dp is not None and dp.adaptive else None)
+  return Agreement(algorithm, fed, dp, secure, client_input.shared, per_client, private, data,
                    result.update, result.metrics)
 
 
@@ -129,8 +180,23 @@ def stacked(tree):
   return jax.tree.map(lambda x: np.asarray(x)[None], tree)
 
 
-def client_program(algorithm):
-  """One holder's round: the engine's jitted `_client_row`, what `engine.client_messages` runs
-  (compiled once per algorithm, so holders sharing one process share it), on the holder's own
-  rows stacked as a cohort of one."""
-  return engine_lib._message_programs(algorithm, None)[1]   # pylint: disable=protected-access
+def client_program(agreement: Agreement):
+  """One holder's round: the engine's jitted `_client_row` with the run's clip, what
+  `engine.client_messages` runs (compiled once per algorithm, so holders sharing one process
+  share it), on the holder's own rows stacked as a cohort of one. Under secure aggregation,
+  `masked_program` instead."""
+  return engine_lib._message_programs(agreement.algorithm, agreement.dp)[1]   # pylint: disable=protected-access
+
+
+@functools.lru_cache(maxsize=8)
+def masked_program(algorithm, dp, secure, cohort: int):
+  """One holder's round under secure aggregation: the loop backend's client
+  (`RoundEngine._client_at`: row 0 of its stacked rows taken inside the program, then
+  `_one_client` with the masks of a `cohort`-row cohort), jitted once per cohort size. Arguments
+  (shared, per_client, private, data, client_id, rng, position, share, mask_secret, clip)."""
+  def one(shared, per_client, private, data, client_id, rng, position, share, mask_secret, clip):
+    take = lambda x: x[0]
+    return engine_lib._one_client(   # pylint: disable=protected-access
+        algorithm, shared, jax.tree.map(take, per_client), jax.tree.map(take, private), data,
+        client_id, rng, dp, secure, position, share, cohort, None, clip, mask_secret)
+  return jax.jit(one)

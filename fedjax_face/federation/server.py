@@ -19,6 +19,15 @@ divergence guard and checkpointing hook in a workdir opened by the run's own rul
 lock, verified checkpoints of the server state): a restarted server resumes at its newest
 checkpoint, and each holder at the private state it kept for that round, or it refuses in one
 line (federation/holder.py).
+
+Privacy modes (federation/protocol.py says what each side runs). Under `dp.enabled` the server
+plans the noise as the driver does (`run/noise.plan_noise`: the noise multiplier, from a resumed
+checkpoint's history too), draws it in the engine's own server step, records the noise each
+round ran at beside each checkpoint, and reports ε (`privacy_ledger`, results.json's 'privacy'
+part). Under DP the cohort is fixed (the accountant composes the sampling of exactly m clients,
+and the mean divides by m); under secure aggregation the masks of a missing holder do not
+cancel. So under either a holder that does not reply stops the run in one line, and
+`min_replies` is refused.
 """
 
 import contextlib
@@ -28,23 +37,30 @@ from typing import Callable, NamedTuple
 import jax
 import numpy as np
 
+from fedjax_face.core import checks, privacy
 from fedjax_face.core import engine as engine_lib
 from fedjax_face.core.algorithm import ClientResult
 from fedjax_face.data import participation
 from fedjax_face.federation import protocol, roster
 from fedjax_face.io import files
-from fedjax_face.run import loop, resume, setup as setup_lib
+from fedjax_face.run import hooks as hooks_lib, loop, noise, resume, setup as setup_lib
 from fedjax_face.run.hooks import checkpointing, divergence
 
 
 class Request(NamedTuple):
   """What the server sends holder `client` in round `round`: the broadcast's `shared`, the
-  holder's `per_client` row, and the round key."""
+  holder's `per_client` row, and the round key; under adaptive clipping the round's clip C_t;
+  under secure aggregation the holder's row of the cohort (`position`), its share of the mean
+  and the cohort's size (the masks' pairs)."""
   round: int
   client: int
   shared: object
   per_client: object
   key: np.ndarray
+  clip: np.ndarray | None = None
+  position: int = 0
+  share: np.ndarray | None = None
+  cohort: int = 0
 
 
 # (requests of one round, in cohort order) -> their replies (`ClientResult`s, `private` empty;
@@ -59,11 +75,44 @@ class Server:
     self.config, self.min_replies = config, int(min_replies)
     self.descriptions = roster.check_roster(config, descriptions, roster.code_label())
     self.agreement = protocol.agree(config, self.descriptions)
+    fixed = fixed_cohort(config)
+    if fixed and self.min_replies:
+      raise checks.UsageError(f'min-replies={self.min_replies} with {fixed}: the cohort is fixed, '
+                              'so a round without every reply stops; expected min-replies=0.')
     algorithm, fed = self.agreement.algorithm, self.agreement.fed
-    self.engine = engine_lib.RoundEngine(algorithm, backend='loop')
     self.cohorts = participation.Cohorts(config.federated, fed.num_examples, config.seed)
     self.num_examples = fed.num_examples.astype(np.float32)
     self.broadcast = jax.jit(algorithm.broadcast)
+    # Under DP the noise of a fresh start; `plan_privacy` again on a resume.
+    self.noise_secret = (privacy.noise_secret(config.dp.noise_seed) if config.dp.enabled
+                         else None)
+    self.plan_privacy(None, 0)
+
+  def plan_privacy(self, record: dict | None, start_round: int) -> None:
+    """The noise of rounds `start_round`.. (`run/noise.plan_noise` from the run record of the
+    checkpoint resumed: its noise history), and the engine that draws it in its server step. A
+    refused plan is one line (`checks.UsageError`)."""
+    fed = self.agreement.fed
+    self.noise_plan = noise.plan_noise(self.config, record, start_round,
+                                       self.agreement.algorithm.client_rows, fed.num_clients,
+                                       self.cohorts.size)
+    self.engine = engine_lib.RoundEngine(
+        self.agreement.algorithm, backend='loop', dp=self.noise_plan.dp,
+        secure=self.agreement.secure,
+        noise_secret=None if self.noise_plan.dp is None else self.noise_secret)
+
+  def privacy_ledger(self, state) -> dict | None:
+    """results.json's 'privacy' part for the rounds `state` has run (None without DP): ε by the
+    accountants over the noise each round ran at, as the simulator's results report it."""
+    plan = self.noise_plan
+    if plan.dp is None:
+      return None
+    done = int(state.round)
+    history = privacy.extended(plan.history, done - plan.start_round, plan.dp.noise_multiplier)
+    final_clip = (float(np.asarray(privacy.clip_of(state.server))) if plan.dp.adaptive
+                  else None)
+    return privacy.ledger(self.config, plan.dp, self.agreement.fed.num_clients,
+                          self.cohorts.size, done, history, final_clip)
 
   def initial_state(self):
     """The method's `init` (the config's seed), its per-client rows dropped: each holder draws
@@ -82,9 +131,16 @@ class Server:
     key = protocol.round_key(self.config, r)
     client_input = self.broadcast(state.server, ids, state.round, engine_lib.server_keys(key)[0])
     shared = jax.tree.map(np.asarray, client_input.shared)
+    clip = engine_lib.round_clip(self.engine.dp, state)
+    clip = None if clip is None else np.asarray(clip)
+    # The loop backend's shares (`RoundEngine._run`), computed by the same function.
+    shares = np.asarray(engine_lib.aggregation_shares(self.num_examples[ids], self.engine.dp),
+                        np.float32)
+    secure = self.engine.secure is not None
     return [Request(r, int(k), shared,
                     jax.tree.map(lambda x, i=i: np.asarray(x[i]), client_input.per_client),
-                    np.asarray(key))
+                    np.asarray(key), clip, i, shares[i] if secure else None,
+                    len(ids) if secure else 0)
             for i, k in enumerate(ids)]
 
   def finish(self, state, r: int, replies: list[ClientResult], ids: np.ndarray | None = None):
@@ -108,6 +164,10 @@ class Server:
     requests = self.requests(state, r)
     replies = exchange(requests)
     missing = [q.client for q, reply in zip(requests, replies) if reply is None]
+    fixed = fixed_cohort(self.config)
+    if missing and fixed:
+      raise RuntimeError(f'round {r}: clients {missing} did not reply; under {fixed} the cohort '
+                         f'of {len(requests)} is fixed, so the run stops (expected every reply).')
     if missing:
       answered = len(requests) - len(missing)
       if not self.min_replies or answered < self.min_replies:
@@ -121,13 +181,24 @@ class Server:
                        np.array([k for k, _ in kept], np.int64))
 
 
+def fixed_cohort(config) -> str:
+  """Why a round cannot go on without one of its holders ('' when it can): DP's fixed
+  denominator and accountant, or secure aggregation's masks (no dropout recovery)."""
+  return ' and '.join(why for on, why in (
+      (config.dp.enabled, 'dp.enabled (the mean divides by the fixed cohort size m, and the '
+                          'accountant composes the sampling of exactly m clients)'),
+      (config.secure_aggregation.enabled, 'secure_aggregation.enabled (a missing holder\'s '
+                                          'masks do not cancel: no dropout recovery)')) if on)
+
+
 def serve(srv: Server, exchange: Exchange, workdir: str | None, hooks=()) -> loop.Trained:
   """The federation's rounds: from the newest checkpoint of `workdir` (or the start), with the
   run's divergence guard and checkpointing hook there, then `hooks`. `workdir` None: no
   checkpoint, from the start."""
   config, state = srv.config, srv.initial_state()
   with contextlib.ExitStack() as stack:
-    hook_list = tuple(hooks)
+    # The noise each round ran at, beside each checkpoint (what a resume plans from).
+    hook_list = (hooks_lib.Hook(record=lambda done: srv.noise_plan.record(done)),) + tuple(hooks)
     if workdir:
       files.make_workdir(workdir)
       stack.enter_context(files.workdir_lock(workdir))
@@ -141,6 +212,7 @@ def serve(srv: Server, exchange: Exchange, workdir: str | None, hooks=()) -> loo
       if ckpt.latest_round() is not None:
         state = ckpt.restore(state)
         record = ckpt.run_record or {}
+        srv.plan_privacy(record, int(state.round))
       # In the driver's order (experiment.py): the divergence guard (stopped.json), then the
       # checkpoints, then the caller's hooks.
       hook_list = (divergence.divergence_guard(config, workdir, True, record.get('guard')),

@@ -16,7 +16,7 @@ from fedjax_face import algorithms
 from fedjax_face.core import checks
 from fedjax_face.data import participation
 from fedjax_face.federation import export, holder, protocol, server, wire
-from fedjax_face.run import hooks, loop, setup as setup_lib, simulation
+from fedjax_face.run import hooks, loop, noise, setup as setup_lib, simulation
 from tests import config_files
 
 NUM_HOLDERS = 3
@@ -37,14 +37,17 @@ def folder_config(name: str, root: str):
 
 
 def simulate(config):
-  """The simulator's final state and per-round metrics (the driver's steps, no hooks)."""
+  """The simulator's final state and per-round metrics (the driver's steps, no hooks; its DP
+  spec and secure aggregation as the driver builds them)."""
   method = algorithms.get(config.algorithm)
   setup_lib.validate(config)
   setup = setup_lib.set_up(config, method, None)
   state = setup_lib.init_state(config, setup.algorithm, None)
   cohort = participation.Cohorts(config.federated, setup.fed.num_examples, config.seed).size
+  dp = noise.plan_noise(config, None, 0, setup.algorithm.client_rows, setup.fed.num_clients,
+                        cohort, epsilons=False).dp   # the driver's DP spec (None without DP)
   eng, _ = setup_lib.plan_engine(config, setup.algorithm, state, setup.fed, cohort,
-                                 setup.backend, None, setup.loop_threads)
+                                 setup.backend, None, setup.loop_threads, dp)
   sim = simulation.simulation(config, eng, setup.fed, 0)
   metrics = []
   def train_round(state, r):

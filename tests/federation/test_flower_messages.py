@@ -49,7 +49,8 @@ def test_fedpe_over_flower_messages_ends_at_the_simulators_state(holders_root, t
   metrics = []
   hook = hooks.Hook(after_round=lambda end: metrics.append(
       jax.tree.map(np.asarray, end.metrics)))
-  trained = apps.serve(grid, config, (hook,))
+  trained, ledger = apps.serve(grid, config, (hook,))
+  assert ledger is None   # no DP: no privacy part
   direct.assert_trees_equal(trained.state.server, simulated.server)
   assert trained.state.clients == {}
   for k in range(direct.NUM_HOLDERS):
@@ -100,7 +101,7 @@ def test_a_holder_gone_mid_run_stops_the_round_or_it_goes_on_with_min_replies(
     apps.serve(grid, config, round_timeout=1.0)
   grid = grid_of(holders_root, str(tmp_path / 'goes_on'))
   grid.silent.add(('1', 103 - 2))
-  trained = apps.serve(grid, config, round_timeout=1.0, min_replies=2)
+  trained, _ = apps.serve(grid, config, round_timeout=1.0, min_replies=2)
   assert 'round 1: clients [2] did not reply; going on with the 2 others (min-replies=2).' in (
       capsys.readouterr().out)
   # Round 1's model is the mean of clients 0 and 1's updates weighted by their n_k alone.

@@ -54,10 +54,14 @@ def test_bad_rosters_are_refused_naming_the_holder(descriptions):
 
 
 @pytest.mark.parametrize('change,line', [
-    ({'dp.enabled': True}, r"^dp.enabled=True: DP noise on the server over Flower is not built "
-                           r"yet \(docs/federation.md\); expected False over Flower\.$"),
-    ({'secure_aggregation.enabled': True}, r'^secure_aggregation.enabled=True: secure '
-                                           r'aggregation over Flower needs SecAgg\+'),
+    ({'dp.enabled': True, 'secure_aggregation.enabled': True},
+     r'^dp\.enabled=True and secure_aggregation\.enabled=True over Flower: each holder would draw '
+     r"its share of the noise from keys the server can derive \(the config's seed\) unless the "
+     r'holders share a noise secret, which is not built; expected one of them alone\.$'),
+    ({'secure_aggregation.enabled': True, 'federated.straggler_drop': 0.25},
+     r'^secure_aggregation\.enabled=True and federated\.straggler_drop=0\.25 over Flower: the '
+     r"simulator's dropped stragglers are padding rows that take part in the masks, and a "
+     r'federation has no holder for them; expected one of them alone\.$'),
     ({'algorithm': 'fedma'}, r"^algorithm='fedma' over Flower: its server's matching changes"),
     ({'algorithm': 'fedgpad'}, r"^algorithm='fedgpad' over Flower: over its runlocal config the "
                                r'federation ends up to 3e-3 from the simulator'),
