@@ -27,6 +27,7 @@ identity's) is one line, `data holder of client k: <the reader's line, naming th
 when the holder is made, before it writes a file.
 """
 
+import os
 import weakref
 
 import numpy as np
@@ -103,17 +104,68 @@ def read_own_split_client(config, folder: str) -> federated.FederatedData:
   read, no image decoded), decoded record by record as `data.source='fedfr_split'` decodes its
   clients' (`sources/fedfr_split.py`'s records, cropped and resized by `stores.fit_image`)."""
   check_own_identities(config)
-  d = config.data.fedfr_split
   own = fedfr_split.read_set(folder, 'train', client=True)
-  records = fedfr_source._Records([own])   # pylint: disable=protected-access  (the source's own)
+  return one_client(records_store(config, [own], folder), own.labels, own.num_ids)
+
+
+def records_store(config, sets: list[fedfr_split.SplitSet], description: str):
+  """The images of FedFR split `sets` as a store, decoded record by record as
+  `data.source='fedfr_split'` decodes them (the source's records, `stores.fit_image`)."""
+  d = config.data.fedfr_split
+  records = fedfr_source._Records(sets)   # pylint: disable=protected-access  (the source's own)
   size = config.data.image_size
   store = stores.DecodedImageStore(
-      len(own.keys), (size, size, 3),
+      len(records.key_of), (size, size, 3),
       lambda i: stores.fit_image(records.read(i), size, d.center_crop),
-      description=folder, skip_bad_records=d.skip_bad_records,
+      description=description, skip_bad_records=d.skip_bad_records,
       num_threads=config.data.decode_threads)
   weakref.finalize(store, records.close)
-  return one_client(store, own.labels, own.num_ids)
+  return store
+
+
+def read_public_set(config) -> tuple[np.ndarray, np.ndarray] | None:
+  """FedFR's public set D_g as any party reads it from its own copy (public data: the server
+  pre-trained on it, and every client trains with it): (uint8 images `[n_g, S, S, 3]`, int32
+  identities 0..K_g-1), the very arrays the simulator's `fed.public_indices` /
+  `fed.public_labels` give FedFR's `build`; None without public identities
+  (`data.public_identities=0`).
+
+  `data.source='fedfr_split'`: the pre-training folders under `data.fedfr_split.root`
+  (`split_pretrain_*`, numbered as the source numbers them), nothing else of the split read. Any
+  other source: its federated view's public images, so that party reads the source itself (the
+  embedded benchmark renders them from the config's seed).
+
+  Raises:
+    checks.UsageError: one line naming the file, the folder or the field (a missing pre-training
+      set, a public image that cannot be read).
+  """
+  if not config.data.public_identities:
+    return None
+  try:
+    if config.data.source == 'fedfr_split':
+      folders = fedfr_source._pretrain_dirs(config)   # pylint: disable=protected-access
+      if not folders:
+        raise checks.UsageError(
+            f'data.public_identities={config.data.public_identities} but '
+            f'data.fedfr_split.root={config.data.fedfr_split.root!r} has no pre-training set '
+            f'(data.fedfr_split.pretrain={config.data.fedfr_split.pretrain!r}); expected its '
+            'split_pretrain_* folder, D_g.')
+      public = [fedfr_split.read_set(folder, 'train') for folder in folders]
+      bases = fedfr_split.public_bases(public)
+      labels = np.concatenate([base + s.labels for s, base in zip(public, bases)])
+      store = records_store(config, public, os.path.dirname(folders[0]))
+      indices = np.arange(len(labels))
+    else:
+      source = sources.get(config.data.source)
+      fed = source.training_views(config, source.load(config), False)[0]
+      store, indices, labels = fed.images, fed.public_indices, fed.public_labels
+    images, ok = stores.take(store, indices)
+  except (checks.UsageError, FileNotFoundError, ValueError) as e:
+    raise checks.UsageError(f"FedFR's public set D_g: {e}") from None
+  if not ok.all():
+    raise checks.UsageError(f"FedFR's public set D_g: {int((~ok).sum())} public image(s) could "
+                            'not be read; expected every one (each client trains with all).')
+  return images, np.asarray(labels, np.int32)
 
 
 def read_own_center(config, root: str, client: int) -> federated.FederatedData:
