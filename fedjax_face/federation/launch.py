@@ -17,10 +17,12 @@ before the node starts).
 
 import datetime
 import os
+import re
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from typing import NamedTuple
 
@@ -173,6 +175,26 @@ class Processes:
       return subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
                             timeout=timeout, check=False)
 
+  def run_stamped(self, name: str, argv: list[str], timeout: float) -> int:
+    """Runs `argv` to its end and returns its status; each line of its output goes to its log
+    after the seconds since it started (`round_seconds` reads the rounds' ends there). Past
+    `timeout` seconds it is killed, and the status says so (RuntimeError)."""
+    start = time.perf_counter()
+    with open(os.path.join(self.logs, f'{name}.log'), 'w') as log, subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self.env, text=True,
+        errors='replace') as process:
+      timer = threading.Timer(timeout, process.kill)
+      timer.start()
+      try:
+        for line in process.stdout:
+          log.write(f'{time.perf_counter() - start:10.3f} {line}')
+          log.flush()
+      finally:
+        timer.cancel()
+    if process.returncode and time.perf_counter() - start >= timeout:
+      raise RuntimeError(f'{name} ran past {timeout:.0f} s and was stopped; see its log.')
+    return process.returncode
+
   def stop(self) -> None:
     for _, process, log in reversed(self.started):
       if process.poll() is None:
@@ -198,6 +220,16 @@ def wait_listening(host: str, port: int, process: subprocess.Popen, name: str,
   raise RuntimeError(f'{name} is not listening on {host}:{port} after {timeout:.0f} s.')
 
 
+ROUND_LINE = re.compile(r'^\s*([0-9.]+) round (\d+): ')
+
+
+def round_seconds(workdir: str) -> dict[int, float]:
+  """{r: the seconds after `flwr run` started at which the ServerApp said round r ended} (its
+  `round r: ...` lines, as `Processes.run_stamped` stamped them in `logs/flwr_run.log`)."""
+  with open(os.path.join(workdir, 'logs', 'flwr_run.log')) as f:
+    return {int(m.group(2)): float(m.group(1)) for m in map(ROUND_LINE.match, f) if m}
+
+
 def holder_folders(holders: str) -> list[str]:
   """The holders' folders `client_<k>` (export.py's layout), k = 0, 1, ..."""
   folders = []
@@ -210,10 +242,13 @@ def holder_folders(holders: str) -> list[str]:
 
 
 def launch(config_spec: str, overrides: str, holders: str, workdir: str, *, tls: bool = False,
-           auth: bool = False, host: str = LOOPBACK, timeout: float = 1800.0) -> str:
+           auth: bool = False, host: str = LOOPBACK, timeout: float = 1800.0,
+           resident: bool = False) -> str:
   """Runs the federation; returns the path of the final server state. The SuperLink listens on
   `host` (another address than the SuperNodes' 127.0.0.1 stands for another machine; its
-  certificate names it). Raises RuntimeError naming the step that failed (its log is under
+  certificate names it). With `resident`, each SuperNode runs under `--isolation process` beside
+  one ClientApp process that stays up for the run (federation/resident.py), instead of one
+  `flwr-clientapp` per message. Raises RuntimeError naming the step that failed (its log is under
   `<workdir>/logs/`)."""
   folders = holder_folders(holders)
   port = free_port(host)
@@ -245,15 +280,21 @@ def launch(config_spec: str, overrides: str, holders: str, workdir: str, *, tls:
         if registered.returncode:
           raise RuntimeError(f'flwr supernode register of node {k} failed; see its log.')
         node_security += ['--auth-supernode-private-key', private]
+      runtime_port = free_port()
       processes.start(f'supernode_{k}', [
           executable('flower-supernode'), *node_security, '--superlink', address,
-          '--host', LOOPBACK, '--port', str(free_port()), '--node-config',
+          '--host', LOOPBACK, '--port', str(runtime_port), '--node-config',
           f'client-index={k} data-path="{os.path.abspath(folder)}" '
-          f'state-path="{os.path.abspath(os.path.join(workdir, "state", str(k)))}"'])
-    ran = processes.run('flwr_run', [executable('flwr'), 'run', app_dir, 'federation',
-                                     '--stream'], timeout=timeout)
-    if ran.returncode:
-      raise RuntimeError(f'flwr run exited with status {ran.returncode}; see '
+          f'state-path="{os.path.abspath(os.path.join(workdir, "state", str(k)))}"']
+          + (['--isolation', 'process'] if resident else []))
+      if resident:   # its ClientApp process, on the node's Runtime API (loopback, no TLS)
+        processes.start(f'clientapp_{k}', [
+            sys.executable, '-m', 'fedjax_face.federation.resident',
+            f'--runtime-api-address={LOOPBACK}:{runtime_port}'])
+    status = processes.run_stamped('flwr_run', [executable('flwr'), 'run', app_dir,
+                                                'federation', '--stream'], timeout=timeout)
+    if status:
+      raise RuntimeError(f'flwr run exited with status {status}; see '
                          f'{workdir}/logs/flwr_run.log.')
   finally:
     processes.stop()
@@ -271,7 +312,7 @@ def main(argv):
   f = flags.FLAGS
   try:
     final = launch(f.config, f.overrides, f.holders, f.workdir, tls=f.tls, auth=f.auth,
-                   host=f.host)
+                   host=f.host, resident=f.resident)
   except checks.UsageError as error:
     print(error, file=sys.stderr)
     sys.exit(2)
@@ -287,5 +328,7 @@ if __name__ == '__main__':
   flags.DEFINE_bool('auth', False, 'SuperNode authentication (P-384 keys, registered).')
   flags.DEFINE_string('host', LOOPBACK, "The SuperLink's address (the SuperNodes' runtime APIs "
                       'stay on 127.0.0.1); 0.0.0.0 across hosts.')
+  flags.DEFINE_bool('resident', False, 'One ClientApp process per SuperNode for the whole run '
+                    '(federation/resident.py) instead of one per message.')
   flags.mark_flags_as_required(['config', 'holders', 'workdir'])
   app.run(main)

@@ -1,5 +1,6 @@
-"""The embedded benchmark exported once into three holders' folders, for every federation test:
-FedGC's setting (several identities per holder), and FedFV's (one identity per holder)."""
+"""The embedded benchmark exported once into the holders' folders, for every federation test:
+FedGC's setting (several identities per holder) over three holders and over two (the default
+suite's real-process test), and FedFV's (one identity per holder)."""
 
 import pytest
 
@@ -13,6 +14,16 @@ def holders_root(tmp_path_factory):
   config = config_files.load_config('fedpe')
   config.federated.num_clients = direct.NUM_HOLDERS
   root = str(tmp_path_factory.mktemp('holders') / 'data')
+  export.export(config, root)
+  return root
+
+
+@pytest.fixture(scope='session')
+def two_holders_root(tmp_path_factory):
+  """FedGC's setting over two holders: the real-process test of the default suite."""
+  config = config_files.load_config('fedpe')
+  config.federated.num_clients = 2
+  root = str(tmp_path_factory.mktemp('two_holders') / 'data')
   export.export(config, root)
   return root
 

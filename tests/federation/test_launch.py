@@ -1,11 +1,14 @@
 """The one-machine launcher (federation/launch.py). Always: the files it writes (a CA and the
 SuperLink's certificate for 127.0.0.1 that verifies against it, SuperNode keys in the OpenSSH form
-flwr reads, the app's pyproject.toml naming the apps and the config) and its one-line refusal.
-With FEDJAX_FACE_FEDERATION=all: real processes (a SuperLink on 127.0.0.2, three SuperNodes on
-127.0.0.1, `flwr run`) with TLS and SuperNode authentication, FedPE for two rounds, ending at the
-simulator's state bit for bit."""
+flwr reads, the app's pyproject.toml naming the apps and the config), its one-line refusal, and
+one federation of real processes: a SuperLink and two SuperNodes on 127.0.0.1, each with its
+resident ClientApp process (federation/resident.py), `flwr run`, FedPE for two rounds, ending at
+the simulator's state bit for bit. With FEDJAX_FACE_FEDERATION=all: three SuperNodes, each message
+in its own `flwr-clientapp` (Flower's default isolation), with TLS and SuperNode authentication
+(the SuperLink on 127.0.0.2), FedPE again."""
 
 import os
+import re
 import tomllib
 
 import jax
@@ -64,6 +67,38 @@ def test_a_folder_without_holders_is_refused_in_one_line(tmp_path):
     launch.holder_folders(str(tmp_path))
 
 
+def assert_ends_at_the_simulators_state(final: str, run_dir, config):
+  """The final server state and every holder's last private state (read from its folder) are the
+  simulator's of the same folders and seed, bit for bit."""
+  simulated, _ = direct.simulate(config)
+  direct.assert_trees_equal(
+      wire.load(final, jax.tree.map(np.asarray, simulated.server)), simulated.server)
+  for k in range(config.federated.num_clients):
+    row = jax.tree.map(lambda x, k=k: np.asarray(x[k]), simulated.clients)
+    kept = wire.load(str(run_dir / 'state' / str(k) / f'private_{config.num_rounds:06d}.npz'), row)
+    direct.assert_trees_equal(kept, row)
+
+
+def test_two_resident_holders_over_real_processes_end_at_the_simulators_state(two_holders_root,
+                                                                               tmp_path):
+  run_dir = tmp_path / 'run'
+  final = launch.launch(CONFIG, f'federated.num_clients=2 num_rounds={direct.ROUNDS} '
+                        'engine.backend=loop engine.loop_threads=1', two_holders_root,
+                        str(run_dir), resident=True, timeout=600)
+  config = direct.folder_config('fedpe', two_holders_root)
+  config.federated.num_clients = 2
+  assert_ends_at_the_simulators_state(final, run_dir, config)
+  for k in range(2):
+    with open(run_dir / 'logs' / f'clientapp_{k}.log') as f:
+      tasks = re.findall(r'^task \d+: (\S+) (\w+) in', f.read(), re.M)
+    # Every message ran in the holder's one process: the roster's question, then each round.
+    assert tasks == [('query.describe', 'completed')] + [('train', 'completed')] * direct.ROUNDS
+    with open(run_dir / 'logs' / f'supernode_{k}.log') as f:
+      assert 'flwr-clientapp' not in f.read()   # its SuperNode started no process per message
+  ends = launch.round_seconds(str(run_dir))
+  assert sorted(ends) == [1, 2] and 0 < ends[1] < ends[2]
+
+
 @pytest.mark.skipif(os.environ.get('FEDJAX_FACE_FEDERATION') != 'all',
                     reason='real processes, about 2 min: FEDJAX_FACE_FEDERATION=all')
 def test_real_processes_with_tls_and_node_auth_end_at_the_simulators_state(holders_root,
@@ -73,13 +108,7 @@ def test_real_processes_with_tls_and_node_auth_end_at_the_simulators_state(holde
                'engine.backend=loop engine.loop_threads=1')
   final = launch.launch(CONFIG, overrides, holders_root, str(tmp_path / 'run'), tls=True,
                         auth=True, host='127.0.0.2', timeout=900)
-  simulated, _ = direct.simulate(direct.folder_config('fedpe', holders_root))
-  direct.assert_trees_equal(
-      wire.load(final, jax.tree.map(np.asarray, simulated.server)), simulated.server)
-  for k in range(direct.NUM_HOLDERS):
-    row = jax.tree.map(lambda x, k=k: np.asarray(x[k]), simulated.clients)
-    kept = wire.load(str(tmp_path / 'run' / 'state' / str(k) / f'private_{direct.ROUNDS:06d}.npz'),
-                     row)
-    direct.assert_trees_equal(kept, row)
+  assert_ends_at_the_simulators_state(final, tmp_path / 'run',
+                                      direct.folder_config('fedpe', holders_root))
   with open(tmp_path / 'run' / 'logs' / 'superlink.log') as f:
     assert 'Uvicorn running on https://127.0.0.2:' in f.read()   # TLS was on, at 127.0.0.2
