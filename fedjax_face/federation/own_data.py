@@ -2,15 +2,18 @@
 decodes from the same files, as a federated view of one client (federation/holder.py places it
 in the federation with `roster.placed`).
 
-The config's `data.source` (the one the simulator reads) says what the holder's `data-path`
-holds, and that source's section gives the fields that say how to read it:
+What the holder's `data-path` holds says how it is read; the config's `data.source` (the one the
+simulator reads) names the RecordIO layout, and that source's section gives the reading fields:
 
-| data.source | the holder's data-path holds | reader |
+| the holder's data-path holds | data.source | reader |
 | --- | --- | --- |
-| `insightface` | its own insightface set `train.rec`, `train.idx`, `property` | `data/sources/files.py`'s RecordIO store (`data.insightface`: `center_crop`, `skip_bad_records`, `check_record_labels`) |
-| `fedfr_split` | its own client folder of FedFR's split, `client_XXXX/train.rec`, `train.idx` (header flag 3) | `data/formats/fedfr_split.py`, decoded as `data.source='fedfr_split'` decodes (`data.fedfr_split`) |
-| `pad_lists` (anti-spoofing) | its data center's own root of the lists | `data/sources/pad_lists.py`'s per-root reader (`data.pad_lists`) |
-| any other recognition source | an image folder `<identity>/<image>` (what `federation/export.py` writes) | `data/formats/image_folder.py` (`data.client_folders`) |
+| `train.rec`, `train.idx`, `property`: its own insightface set | `insightface` | `data/sources/files.py`'s RecordIO store (`data.insightface`: `center_crop`, `skip_bad_records`, `check_record_labels`) |
+| `train.rec`, `train.idx` (header flag 3): its own client folder `client_XXXX` of FedFR's split | `fedfr_split` | `data/formats/fedfr_split.py`, decoded as `data.source='fedfr_split'` decodes (`data.fedfr_split`) |
+| an image folder `<identity>/<image>` (what `federation/export.py` writes, for any source) | any recognition source | `data/formats/image_folder.py` (`data.client_folders`), as before |
+| its data center's own root of the lists | `pad_lists` (anti-spoofing) | `data/sources/pad_lists.py`'s per-root reader (`data.pad_lists`) |
+
+A `train.rec` under another source is refused (which RecordIO layout is meant is the source's to
+say), and so is a path that is no directory.
 
 Identities are numbered as the simulator's federated view numbers that client's classes: an
 insightface set by its labels (its identity records' order), a FedFR client set by its labels
@@ -49,9 +52,26 @@ def read_own_data(config, path: str, client: int = 0) -> federated.FederatedData
   try:
     if sources.task_of(config) == 'anti_spoofing':
       return read_own_center(config, path, client)
-    return RECOGNITION_READERS.get(config.data.source, read_own_folder)(config, path)
+    return recognition_reader(config, path)(config, path)
   except (checks.UsageError, FileNotFoundError, ValueError) as e:
     raise checks.UsageError(f'data holder of client {client}: {e}') from None
+
+
+def recognition_reader(config, path: str):
+  """The reader of a recognition holder's `path`: RecordIO in the layout `data.source` names when
+  it holds `train.rec`, else an image folder."""
+  if not os.path.isdir(path):
+    raise checks.UsageError(
+        f'{path} is not a directory; expected its own data: an image folder <identity>/<image>, '
+        "or train.rec and train.idx (data.source='insightface' or 'fedfr_split').")
+  if not os.path.isfile(os.path.join(path, 'train.rec')):
+    return read_own_folder
+  if config.data.source not in RECORDIO_READERS:
+    raise checks.UsageError(
+        f'{os.path.join(path, "train.rec")}: data.source={config.data.source!r} reads no '
+        "RecordIO; expected data.source='insightface' (train.rec, train.idx, property) or "
+        "'fedfr_split' (a client folder of FedFR's split), or an image folder.")
+  return RECORDIO_READERS[config.data.source]
 
 
 def one_client(store, labels: np.ndarray, num_classes: int) -> federated.FederatedData:
@@ -186,8 +206,8 @@ def read_own_center(config, root: str, client: int) -> federated.FederatedData:
   return pad_source.training_views(config, data, False)[0]
 
 
-# data.source -> the reader of a recognition holder's own data (any other: an image folder).
-RECOGNITION_READERS = {
+# data.source -> the reader of a recognition holder's own train.rec.
+RECORDIO_READERS = {
     'insightface': read_own_recordio,
     'fedfr_split': read_own_split_client,
 }

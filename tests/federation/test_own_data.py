@@ -2,12 +2,13 @@
 the simulator's client k exactly: the same images (decoded from the same record bytes), the same
 local labels, the same n_k and C_k, and the same round draws at its place in the federation.
 
-- `data.source='insightface'`: the tests' insightface set (JPEG records, `recordio.write_insightface`)
-  is the simulator's; each holder's own set holds its client's records, their bytes copied, under
-  its local labels (`write_own_insightface`).
+- `data.source='insightface'`: the tests' insightface set (JPEG records,
+  `recordio.write_insightface`) is the simulator's; each holder's own set holds its client's
+  records, their bytes copied, under its local labels (`write_own_insightface`).
 - `data.source='fedfr_split'`: FedFR's split (tests/fedfr_split_files.py); holder k reads its own
   `client_XXXX` folder. The roster's identity table is the simulator's less the K_g public
   identities.
+- An image folder (what `federation/export.py` writes) is read under any recognition source.
 - The refusals: one line naming the holder and the file or field.
 
 Behind `FEDJAX_FACE_FEDERATION=all`: FedPE over three holders of each layout, two rounds in
@@ -21,6 +22,7 @@ import shutil
 import jax
 import numpy as np
 import pytest
+from PIL import Image
 
 from fedjax_face.core import checks
 from fedjax_face.data import federated, sources, stores
@@ -157,35 +159,65 @@ def truncated_copy(folder: str, out: str) -> str:
   return rec
 
 
+def not_a_directory(path: str, client: int = 1) -> str:
+  return (f'data holder of client {client}: {path} is not a directory; expected its own data: an '
+          "image folder <identity>/<image>, or train.rec and train.idx "
+          "(data.source='insightface' or 'fedfr_split').")
+
+
 def test_an_insightface_holder_refuses_a_missing_or_foreign_or_cut_set_in_one_line(
     insightface_case, fedfr_case, tmp_path):
   config, _, paths = insightface_case
   missing = str(tmp_path / 'nowhere')
-  assert refusal(config, missing).startswith(
-      f'data holder of client 1: {os.path.join(missing, "property")}')
+  assert refusal(config, missing) == not_a_directory(missing)
   # FedFR's client folder has no property file: not an insightface set.
   fedfr_folder = fedfr_case[2][0]
-  assert refusal(config, fedfr_folder).startswith(
-      f'data holder of client 1: {os.path.join(fedfr_folder, "property")}')
+  prop = os.path.join(fedfr_folder, 'property')
+  assert refusal(config, fedfr_folder) == (
+      f'data holder of client 1: {prop}: cannot read the property file: [Errno 2] No such file '
+      f'or directory: {prop!r}')
   rec = truncated_copy(paths[0], str(tmp_path / 'cut'))
-  assert refusal(config, str(tmp_path / 'cut')).startswith(f'data holder of client 1: {rec}')
+  assert re.fullmatch(re.escape(f'data holder of client 1: {rec}: record ') + r'\d+: \(index '
+                      r'offset \d+\) truncated: a part of \d+ bytes at byte \d+ runs past the '
+                      r'end of the file \(byte \d+\)', refusal(config, str(tmp_path / 'cut')))
 
 
 def test_an_fedfr_holder_refuses_a_missing_or_foreign_or_cut_set_in_one_line(
     insightface_case, fedfr_case, tmp_path):
   config, _, paths = fedfr_case
   missing = str(tmp_path / 'nowhere')
-  rec = os.path.join(missing, 'train.rec')
-  assert refusal(config, missing) == (
-      f'data holder of client 1: {rec}: no such file (a FedFR split set holds train.rec and '
-      'train.idx)')
+  assert refusal(config, missing) == not_a_directory(missing)
   # An insightface set's header is flag 2 (a, b): not a client set of FedFR's split.
   foreign = os.path.join(insightface_case[2][0], 'train.rec')
   assert refusal(config, insightface_case[2][0]) == (
       f"data holder of client 1: {foreign}: record 0: a client set's header has flag 2 "
       '(end, num_ids); expected flag 3 (end, num_ids, id_base)')
   rec = truncated_copy(paths[0], str(tmp_path / 'cut'))
-  assert refusal(config, str(tmp_path / 'cut')).startswith(f'data holder of client 1: {rec}')
+  assert re.fullmatch(re.escape(f'data holder of client 1: {rec}: record ') + r'\d+: \(index '
+                      r'offset \d+\) truncated: a part of \d+ bytes at byte \d+ runs past the '
+                      r'end of the file \(byte \d+\)', refusal(config, str(tmp_path / 'cut')))
+
+
+def test_a_record_file_under_a_source_of_no_recordio_is_refused(insightface_case):
+  config = tiny_config('client_folders')
+  rec = os.path.join(insightface_case[2][0], 'train.rec')
+  assert refusal(config, insightface_case[2][0]) == (
+      f"data holder of client 1: {rec}: data.source='client_folders' reads no RecordIO; "
+      "expected data.source='insightface' (train.rec, train.idx, property) or 'fedfr_split' (a "
+      "client folder of FedFR's split), or an image folder.")
+
+
+def test_an_image_folder_is_read_under_any_recognition_source(tmp_path):
+  """export.py's folders (PNG) federate a config of any source, as before."""
+  images, labels = fedfr_split_files.render(2, 2, 16, np.random.default_rng(5))
+  folder = tmp_path / 'holder'
+  for i, (image, label) in enumerate(zip(images, labels)):
+    (folder / f'id_{label}').mkdir(parents=True, exist_ok=True)
+    Image.fromarray(image).save(folder / f'id_{label}' / f'{i}.png')
+  for source in ('client_folders', 'insightface', 'fedfr_split', 'synthetic'):
+    own = own_data.read_own_data(tiny_config(source), str(folder), 0)
+    np.testing.assert_array_equal(images_of(own, 0), images)
+    np.testing.assert_array_equal(own.client_local_labels[0], labels)
 
 
 @pytest.mark.parametrize('source', ['insightface', 'fedfr_split'])
@@ -198,11 +230,8 @@ def test_fields_that_select_identities_are_refused_at_a_holder(insightface_case,
 
 
 def test_an_image_folder_holder_refuses_a_missing_folder_in_one_line(tmp_path):
-  config = tiny_config('client_folders')
   missing = str(tmp_path / 'nowhere')
-  assert refusal(config, missing, 0) == (
-      f'data holder of client 0: data.root={missing!r} is not a directory; expected '
-      '<root>/<identity>/<image>.jpg')
+  assert refusal(tiny_config('client_folders'), missing, 0) == not_a_directory(missing, 0)
 
 
 def test_a_holder_made_on_a_bad_set_refuses_before_it_writes(fedfr_case, tmp_path):
