@@ -35,6 +35,7 @@ import time
 import jax
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
+from flwr.common.constant import ErrorCode
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
@@ -176,20 +177,46 @@ def train(message: Message, context: Context) -> Message:
 # -- the server's side ----------------------------------------------------------------------------
 
 
-def ask_all(grid: Grid, messages: list[Message], what: str, timeout: float | None = None
-            ) -> list[Message | None]:
+# Replies Flower's SuperLink makes itself, not the holder's: the node stopped its heartbeats
+# (flwr 1.42: none for 2 x 30 s), or the message or its reply expired. They count as no reply
+# (`server.Server.train_round` decides whether the round goes on without it).
+UNANSWERED = (ErrorCode.NODE_UNAVAILABLE, ErrorCode.REPLY_MESSAGE_UNAVAILABLE,
+              ErrorCode.MESSAGE_UNAVAILABLE)
+POLL_SECONDS = 0.5   # between two pulls of the replies (flwr's own send_and_receive: 3 s)
+SAY_EVERY_SECONDS = 30.0   # a line naming the nodes still awaited
+
+
+def ask_all(grid: Grid, messages: list[Message], what: str, timeout: float | None = None,
+            say_every: float = SAY_EVERY_SECONDS) -> list[Message | None]:
   """The replies to `messages`, in their order; None where a node did not reply within
-  `timeout` seconds (None: wait for every one). A reply that is an error is one line naming its
-  node."""
-  sent = list(messages)   # one message per node: a reply is found by the node it came from
-  replies = {m.metadata.src_node_id: m for m in grid.send_and_receive(sent, timeout=timeout)}
-  ordered = []
-  for m in sent:
-    reply = replies.get(m.metadata.dst_node_id)
-    if reply is not None and reply.has_error():
-      raise RuntimeError(f'{what}: node {m.metadata.dst_node_id}: {reply.error.reason}')
-    ordered.append(reply)
-  return ordered
+  `timeout` seconds (None: wait for every one, saying every `say_every` seconds which nodes are
+  awaited) or its SuperLink answered for it that it is gone (`UNANSWERED`, said in one line). A
+  reply that is the holder's error is one line naming its node."""
+  sent = list(messages)   # one message per node: a reply is found by the message it answers
+  waiting = {i: m for i, m in zip(grid.push_messages(sent), sent) if i}
+  replies, start = {}, time.time()
+  said = start
+  while waiting and (timeout is None or time.time() - start < timeout):
+    for reply in grid.pull_messages(list(waiting)):
+      asked = waiting.pop(reply.metadata.reply_to_message_id, None)
+      if asked is None:
+        continue
+      node = asked.metadata.dst_node_id
+      if reply.has_error() and reply.error.code in UNANSWERED:
+        print(f'{what}: node {node} gave no reply: {reply.error.reason}', flush=True)
+      elif reply.has_error():
+        raise RuntimeError(f'{what}: node {node}: {reply.error.reason}')
+      else:
+        replies[node] = reply
+    if waiting:
+      if time.time() - said >= say_every:
+        said = time.time()
+        print(f'{what}: waiting for nodes {sorted(m.metadata.dst_node_id for m in waiting.values())}'
+              f' after {said - start:.0f} s ('
+              + ('for every reply: round-timeout-s=0' if timeout is None else
+                 f'until round-timeout-s={timeout:g}') + ')', flush=True)
+      time.sleep(POLL_SECONDS)
+  return [replies.get(m.metadata.dst_node_id) for m in sent]
 
 
 def wait_for_nodes(grid: Grid, expected: int, timeout: float) -> list[int]:

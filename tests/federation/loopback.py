@@ -5,9 +5,11 @@ for the SuperLink and the SuperNodes; the processes and the network are the laun
 
 import uuid
 
-from flwr.app import Context, Message, RecordDict
+from flwr.app import Context, Error, Message, RecordDict
 from flwr.common import serde
+from flwr.common.constant import ErrorCode
 from flwr.proto.message_pb2 import Message as ProtoMessage
+from flwr.server.superlink.linkstate.utils import NODE_UNAVAILABLE_ERROR_REASON
 from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
 
@@ -33,6 +35,9 @@ class LoopbackGrid(Grid):
     self.replies, self.bytes_sent, self.bytes_received = {}, 0, 0
     self.received = []   # every reply as the server got it, in order
     self.silent = set()   # (group id, node id) pairs never answered
+    # (group id, node id) pairs its SuperLink answers for: the node stopped its heartbeats
+    # (flwr's NODE_UNAVAILABLE error reply, from the SuperLink's node id 0)
+    self.gone = set()
 
   def set_run(self, run) -> None:
     del run
@@ -50,9 +55,17 @@ class LoopbackGrid(Grid):
   def push_messages(self, messages):
     ids = []
     for message in messages:
-      if (message.metadata.group_id, message.metadata.dst_node_id) in self.silent:
-        continue   # a SuperNode that went away: the message is never answered
       message.metadata.__dict__['_message_id'] = str(uuid.uuid4())
+      if (message.metadata.group_id, message.metadata.dst_node_id) in self.silent:
+        ids.append(message.metadata.message_id)   # pushed to a SuperNode that went away:
+        continue                                  # never answered
+      if (message.metadata.group_id, message.metadata.dst_node_id) in self.gone:
+        reply = Message(Error(ErrorCode.NODE_UNAVAILABLE, NODE_UNAVAILABLE_ERROR_REASON),
+                        reply_to=message)
+        reply.metadata.__dict__['_src_node_id'] = 0
+        self.replies[message.metadata.message_id] = reply
+        ids.append(message.metadata.message_id)
+        continue
       received, size = over_the_wire(message)
       self.bytes_sent += size
       reply = self.client_app(received, self.contexts[message.metadata.dst_node_id])

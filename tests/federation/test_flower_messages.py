@@ -6,6 +6,7 @@ metrics against the simulator of the same folders and seed. A message of the wro
 refused in one line naming the array."""
 
 import os
+import re
 
 import jax
 import numpy as np
@@ -104,6 +105,15 @@ def test_a_holder_gone_mid_run_stops_the_round_or_it_goes_on_with_min_replies(
   trained, _ = apps.serve(grid, config, round_timeout=1.0, min_replies=2)
   assert 'round 1: clients [2] did not reply; going on with the 2 others (min-replies=2).' in (
       capsys.readouterr().out)
+  # Waiting for every reply (no round timeout), a node whose heartbeats stopped is answered for
+  # by its SuperLink (NODE_UNAVAILABLE): no reply, said in one line; the round goes on the same.
+  gone = grid_of(holders_root, str(tmp_path / 'gone'))
+  gone.gone.add(('1', 103 - 2))
+  after_gone, _ = apps.serve(gone, config, min_replies=2)
+  out = capsys.readouterr().out
+  assert 'round 1: node 101 gave no reply: Error: Node Unavailable' in out
+  assert 'round 1: clients [2] did not reply; going on with the 2 others (min-replies=2).' in out
+  direct.assert_trees_equal(after_gone.state.server, trained.state.server)
   # Round 1's model is the mean of clients 0 and 1's updates weighted by their n_k alone.
   n = apps.holder_of(grid.contexts[103]).agreement.fed.num_examples[:2].astype(np.float64)
   updates = [{name: a.numpy() for name, a in r.content.array_records['update'].items()}
@@ -114,3 +124,16 @@ def test_a_holder_gone_mid_run_stops_the_round_or_it_goes_on_with_min_replies(
   assert sorted(got) == sorted(expected)
   for name in got:
     np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-7)
+
+
+def test_a_round_waiting_for_a_node_says_which_and_gives_up_at_its_timeout(holders_root, tmp_path,
+                                                                          capsys):
+  grid = grid_of(holders_root, str(tmp_path / 'state'))
+  grid.silent.add(('', 102))   # client 1's node never answers
+  asked = [apps.Message(apps.RecordDict(), node, apps.DESCRIBE) for node in (101, 102, 103)]
+  replies = apps.ask_all(grid, asked, 'describe', timeout=1.5, say_every=0.1)
+  assert [r is None for r in replies] == [False, True, False]
+  assert [r.content.config_records['description']['client'] for r in replies if r] == [2, 0]
+  lines = capsys.readouterr().out.splitlines()
+  assert lines and all(re.fullmatch(r'describe: waiting for nodes \[102\] after \d+ s \(until '
+                                    r'round-timeout-s=1\.5\)', line) for line in lines)
