@@ -186,3 +186,41 @@ def test_the_mask_secret_is_the_files_digest(tmp_path):
   assert first.dtype == np.uint32 and first.shape == (2,)
   np.testing.assert_array_equal(first, holder.read_mask_secret(secret_file(tmp_path, 'a')))
   assert not np.array_equal(first, holder.read_mask_secret(secret_file(tmp_path, 'b')))
+
+
+class Stop(Exception):
+  """The server stopped after a round, as a killed ServerApp would be."""
+
+
+@ALL
+def test_a_restarted_server_under_dp_plans_from_its_checkpoints_noise_history(holders_root,
+                                                                              tmp_path):
+  config = direct.folder_config('fedpe', holders_root)
+  config.dp.enabled, config.dp.noise_multiplier, config.dp.clip_norm = True, 0.5, 0.05
+  config.checkpoint_every = 1
+  holders = [holder.Holder(config, k, export.holder_folder(holders_root, k),
+                           str(tmp_path / 'state' / str(k))) for k in range(direct.NUM_HOLDERS)]
+  descriptions = [h.describe() for h in holders]
+  shared = protocol.agree(config, descriptions)
+  for h in holders:
+    h.join(descriptions, shared)
+  exchange = lambda requests: [holders[q.client].train(q.round, q.shared, q.per_client, q.key)
+                               for q in requests]
+  def stop_after_round_1(end):
+    if end.done == 1:
+      raise Stop()
+  workdir = str(tmp_path / 'server')
+  with pytest.raises(Stop):
+    server.serve(server.Server(config, descriptions), exchange, workdir,
+                 (hooks.Hook(after_round=stop_after_round_1),))
+  srv = server.Server(config, descriptions)
+  resumed = server.serve(srv, exchange, workdir)
+  assert srv.noise_plan.start_round == 1 and srv.noise_plan.history == [[1, 0.5]]
+  simulated, _ = direct.simulate(config)
+  direct.assert_trees_equal(resumed.state.server, simulated.server)
+  ledger = srv.privacy_ledger(resumed.state)
+  assert ledger['noise_history'] == [{'rounds': direct.ROUNDS, 'noise_multiplier': 0.5}]
+  assert ledger['epsilon'] == srv.noise_plan.epsilons[-1]
+  # The same run without a stop reports the same ε.
+  fresh = server.Server(config, descriptions)
+  assert fresh.privacy_ledger(resumed.state)['epsilon'] == ledger['epsilon']
