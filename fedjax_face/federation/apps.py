@@ -100,14 +100,18 @@ def roster_record(descriptions: list[roster.Description]) -> ConfigRecord:
       'num_examples': [d.num_examples for d in descriptions],
       'num_classes': [d.num_classes for d in descriptions],
       'image_shape': list(descriptions[0].image_shape),
-      'code': [d.code for d in descriptions]})
+      'code': [d.code for d in descriptions],
+      # each holder's per-sample targets (PAD's depth maps), comma-joined: '' for none
+      'targets': [','.join(d.targets) for d in descriptions]})
 
 
 def roster_from_record(record: ConfigRecord) -> list[roster.Description]:
   shape = tuple(int(x) for x in record['image_shape'])
-  return [roster.Description(k, int(n), int(c), shape, str(code))
-          for k, (n, c, code) in enumerate(zip(record['num_examples'], record['num_classes'],
-                                               record['code']))]
+  return [roster.Description(k, int(n), int(c), shape, str(code),
+                             tuple(t for t in str(targets).split(',') if t))
+          for k, (n, c, code, targets) in enumerate(zip(
+              record['num_examples'], record['num_classes'], record['code'],
+              record['targets']))]
 
 
 # -- the data holder's side -----------------------------------------------------------------------
