@@ -9,7 +9,7 @@ simulator reads) names the RecordIO layout, and that source's section gives the 
 | --- | --- | --- |
 | `train.rec`, `train.idx`, `property`: its own insightface set | `insightface` | `data/sources/files.py`'s RecordIO store (`data.insightface`: `center_crop`, `skip_bad_records`, `check_record_labels`) |
 | `train.rec`, `train.idx` (header flag 3): its own client folder `client_XXXX` of FedFR's split | `fedfr_split` | `data/formats/fedfr_split.py`, decoded as `data.source='fedfr_split'` decodes (`data.fedfr_split`) |
-| an image folder `<identity>/<image>` (what `federation/export.py` writes, for any source) | any recognition source | `data/formats/image_folder.py` (`data.client_folders`), as before |
+| an image folder `<identity>/<image>` (what `federation/export.py` writes, for any source) | any recognition source | `data/formats/image_folder.py` (`data.client_folders`) |
 | its data center's own root of the lists | `pad_lists` (anti-spoofing) | `data/sources/pad_lists.py`'s per-root reader (`data.pad_lists`) |
 
 A `train.rec` under another source is refused (which RecordIO layout is meant is the source's to
@@ -19,9 +19,14 @@ Identities are numbered as the simulator's federated view numbers that client's 
 insightface set by its labels (its identity records' order), a FedFR client set by its labels
 0..num_ids-1 (the header's identities id_base.. in order), an image folder by folder name. The
 roster then numbers them client by client (`roster.identity_table`), as
-`data.source='client_folders'` does; `fedfr_split` numbers client k's class c as K_g + id_base_k
-+ c, the same table when K_g = 0 and each client's id_base is the classes of the clients before it
-(what FedFR's `split_FL.py` writes).
+`data.source='client_folders'` does. `fedfr_split` numbers client k's class c as
+K_g + id_base_k + c: the same table less K_g when each client's id_base is the classes of the
+clients before it (what FedFR's `split_FL.py` writes). The simulator of one shared insightface set
+numbers each client's identities by their labels in that set (its partition's draw), a
+permutation of the roster's: a method that trains per client's classes (FedPE) is bit for bit
+with it, one whose server sums over identities in their order (FedGC's class table) differs by
+float32 rounding (tests/federation/test_own_data.py; the bit-for-bit reference there is
+`client_folders`' numbering).
 
 A holder's identities are the ones its files hold: the fields that select identities
 (`min_images_per_identity`, `max_identities`) are refused unless 1 and 0, as `client_folders`

@@ -12,7 +12,8 @@ local labels, the same n_k and C_k, and the same round draws at its place in the
 - The refusals: one line naming the holder and the file or field.
 
 Behind `FEDJAX_FACE_FEDERATION=all`: FedPE over three holders of each layout, two rounds in
-process, ends at the simulator's state bit for bit.
+process, ends at the simulator's state bit for bit; FedGC over insightface holders within float32
+rounding (`FEDERATIONS` says why).
 """
 
 import os
@@ -242,13 +243,28 @@ def test_a_holder_made_on_a_bad_set_refuses_before_it_writes(fedfr_case, tmp_pat
   assert not state.exists()
 
 
+def assert_trees_close(a, b, atol: float):
+  jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=0, atol=atol),
+               jax.tree.map(np.asarray, a), jax.tree.map(np.asarray, b))
+
+
+# (method, holders, tolerance): FedPE trains per client's classes, bit for bit over both layouts.
+# FedGC's server sums over identities in their order, which the simulator of one shared
+# insightface set draws by its partition and the roster numbers client by client: float32
+# rounding apart (measured 1.2e-7 at most, 2026-11-28). The control: over FedFR's split, whose
+# numbering is the roster's (K_g = 0), FedGC is bit for bit.
+FEDERATIONS = [('fedpe', 'insightface_case', 0.0), ('fedpe', 'fedfr_case', 0.0),
+               ('fedgc', 'insightface_case', 1e-6), ('fedgc', 'fedfr_case', 0.0)]
+
+
 @pytest.mark.skipif(os.environ.get('FEDJAX_FACE_FEDERATION') != 'all',
-                    reason='FedPE over holders of each layout: FEDJAX_FACE_FEDERATION=all')
-@pytest.mark.parametrize('case', ['insightface_case', 'fedfr_case'])
+                    reason='holders of each layout in process: FEDJAX_FACE_FEDERATION=all')
+@pytest.mark.parametrize('name,case,atol', FEDERATIONS)
 def test_a_federation_of_holders_of_each_layout_ends_at_the_simulators_state(
-    request, tmp_path, case):
-  config, _, paths = request.getfixturevalue(case)
-  config = config.copy_and_resolve_references()
+    request, tmp_path, name, case, atol):
+  data_config, _, paths = request.getfixturevalue(case)
+  config = direct.folder_config(name, '')
+  config.data = data_config.data.copy_and_resolve_references()
   if case == 'fedfr_case':   # FedPE trains no public set: the split without its D_g
     config.data.fedfr_split.pretrain = 'none'
     config.data.public_identities = 0
@@ -256,8 +272,9 @@ def test_a_federation_of_holders_of_each_layout_ends_at_the_simulators_state(
   holders = [holder.Holder(config, k, path, str(tmp_path / str(k)))
              for k, path in enumerate(paths)]
   federated_state, metrics = direct.run_holders(config, holders)
-  direct.assert_trees_equal(federated_state.server, simulated.server)
+  same = direct.assert_trees_equal if not atol else (
+      lambda a, b: assert_trees_close(a, b, atol))
+  same(federated_state.server, simulated.server)
   for k, h in enumerate(holders):
-    direct.assert_trees_equal(h.private_at(config.num_rounds),
-                              jax.tree.map(lambda x, k=k: x[k], simulated.clients))
-  direct.assert_trees_equal(metrics, sim_metrics)
+    same(h.private_at(config.num_rounds), jax.tree.map(lambda x, k=k: x[k], simulated.clients))
+  same(metrics, sim_metrics)
