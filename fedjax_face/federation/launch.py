@@ -5,14 +5,20 @@ r"""One machine, real processes: a SuperLink and one SuperNode per holder folder
         --config.federated.num_clients=3 --out=/tmp/fl/data
     python -m fedjax_face.federation.launch --config=configs/fedgc/fedpe.py:runlocal \
         --overrides='federated.num_clients=3 num_rounds=2' --holders=/tmp/fl/data \
-        --workdir=/tmp/fl/run [--tls] [--auth]
+        --workdir=/tmp/fl/run [--tls] [--auth] [--resident]
 
 `<workdir>` receives: `app/` (the Flower app's pyproject.toml, naming federation/apps.py's
 ServerApp and ClientApp and the config), `flwr_home/` (the SuperLink connection), `state/<k>/`
-(holder k's private state, one file per round), `logs/`, `server/server_<R>.npz` (the final
-server state) and, with `--tls` / `--auth`, `certs/` (a CA and the SuperLink's certificate for
+(holder k's private state, one file per round), `logs/` (every process's; `flwr_run.log` with
+each line's seconds since `flwr run` started), `server/server_<R>.npz` (the final server state)
+and, with `--tls` / `--auth`, `certs/` (a CA and the SuperLink's certificate for
 127.0.0.1, made here) and `keys/` (each SuperNode's P-384 key, registered with the SuperLink
 before the node starts).
+
+`--resident`: each SuperNode runs under `--isolation process` beside one ClientApp process of its
+own for the whole run (federation/resident.py: JAX imported, the holder's data listed and its
+program compiled once), instead of Flower's default, one `flwr-clientapp` process per message.
+The private state goes through the holder's folder every round either way.
 """
 
 import datetime
@@ -32,6 +38,7 @@ from fedjax_face.core import checks
 from fedjax_face.federation import export
 
 LOOPBACK = '127.0.0.1'
+SUPEREXEC_POLL_SECONDS = 0.2
 
 
 def free_port(host: str = LOOPBACK) -> int:
@@ -230,8 +237,16 @@ def round_seconds(workdir: str) -> dict[int, float]:
     return {int(m.group(2)): float(m.group(1)) for m in map(ROUND_LINE.match, f) if m}
 
 
-def holder_folders(holders: str) -> list[str]:
-  """The holders' folders `client_<k>` (export.py's layout), k = 0, 1, ..."""
+def holder_folders(holders) -> list[str]:
+  """The holders' folders: `holders` itself when it lists them, in client order (a data center's
+  root of the lists, tools/export_pad.py's), else its folders `client_<k>` (export.py's layout),
+  k = 0, 1, ..."""
+  if not isinstance(holders, str):
+    for k, folder in enumerate(holders):
+      if not os.path.isdir(folder):
+        raise checks.UsageError(f'holder folder {k} {folder} does not exist; expected each data '
+                                "holder's own folder.")
+    return list(holders)
   folders = []
   while os.path.isdir(export.holder_folder(holders, len(folders))):
     folders.append(export.holder_folder(holders, len(folders)))
@@ -241,10 +256,11 @@ def holder_folders(holders: str) -> list[str]:
   return folders
 
 
-def launch(config_spec: str, overrides: str, holders: str, workdir: str, *, tls: bool = False,
+def launch(config_spec: str, overrides: str, holders, workdir: str, *, tls: bool = False,
            auth: bool = False, host: str = LOOPBACK, timeout: float = 1800.0,
            resident: bool = False) -> str:
-  """Runs the federation; returns the path of the final server state. The SuperLink listens on
+  """Runs the federation over `holders` (a folder of `client_<k>` folders, or the holders'
+  folders in client order); returns the path of the final server state. The SuperLink listens on
   `host` (another address than the SuperNodes' 127.0.0.1 stands for another machine; its
   certificate names it). With `resident`, each SuperNode runs under `--isolation process` beside
   one ClientApp process that stays up for the run (federation/resident.py), instead of one
@@ -257,9 +273,13 @@ def launch(config_spec: str, overrides: str, holders: str, workdir: str, *, tls:
   # Flower's processes start others by name (flower-superexec, flwr-clientapp): the folder of
   # its commands goes first on their PATH.
   commands = os.path.dirname(executable('flower-superlink'))
+  # A SuperExec (the SuperLink's, which starts the ServerApp, and under the default isolation
+  # each SuperNode's) asks for a task every FLWR_SUPEREXEC_TASK_POLL_INTERVAL seconds (1 by
+  # default in flwr 1.42); on loopback a shorter wait costs little.
   env = dict(os.environ, PATH=os.pathsep.join([commands, os.environ.get('PATH', '')]),
              FLWR_HOME=write_connection(os.path.join(workdir, 'flwr_home'), address,
-                                        certs.ca if certs else None))
+                                        certs.ca if certs else None),
+             FLWR_SUPEREXEC_TASK_POLL_INTERVAL=str(SUPEREXEC_POLL_SECONDS))
   app_dir = write_app(os.path.join(workdir, 'app'), config_spec, overrides,
                       os.path.join(workdir, 'server'))
   processes = Processes(os.path.join(workdir, 'logs'), env)

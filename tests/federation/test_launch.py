@@ -3,9 +3,11 @@ SuperLink's certificate for 127.0.0.1 that verifies against it, SuperNode keys i
 flwr reads, the app's pyproject.toml naming the apps and the config), its one-line refusal, and
 one federation of real processes: a SuperLink and two SuperNodes on 127.0.0.1, each with its
 resident ClientApp process (federation/resident.py), `flwr run`, FedPE for two rounds, ending at
-the simulator's state bit for bit. With FEDJAX_FACE_FEDERATION=all: three SuperNodes, each message
-in its own `flwr-clientapp` (Flower's default isolation), with TLS and SuperNode authentication
-(the SuperLink on 127.0.0.2), FedPE again."""
+the simulator's state bit for bit. With FEDJAX_FACE_FEDERATION=all, three SuperNodes each time:
+FedPE with each message in its own `flwr-clientapp` (Flower's default isolation), TLS and
+SuperNode authentication (the SuperLink on 127.0.0.2); FedGC (W_k crossing as per-client rows);
+FedPAD's three data centers, each reading its own root of the lists (tools/export_pad.py), the
+depth maps its per-sample targets. Each ends at the simulator's state bit for bit."""
 
 import os
 import re
@@ -22,7 +24,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedjax_face.core import checks
-from fedjax_face.federation import launch, wire
+from fedjax_face.federation import apps, launch, roster, wire
 from tests.federation import test_equal_to_simulator as direct
 
 CONFIG = os.path.join(direct.config_files.ROOT, 'configs/fedgc/fedpe.py') + ':runlocal'
@@ -112,3 +114,69 @@ def test_real_processes_with_tls_and_node_auth_end_at_the_simulators_state(holde
                                       direct.folder_config('fedpe', holders_root))
   with open(tmp_path / 'run' / 'logs' / 'superlink.log') as f:
     assert 'Uvicorn running on https://127.0.0.2:' in f.read()   # TLS was on, at 127.0.0.2
+
+
+def written_pad_config(folder, fields: dict) -> str:
+  """A config file that is `configs/pad/fedpad.py` reading the exported lists (`fields`, as
+  `direct.pad_config` sets them): the one file the server, the holders and the simulator read."""
+  base = os.path.join(direct.config_files.ROOT, 'configs', 'pad', 'fedpad.py')
+  path = os.path.join(str(folder), 'fedpad_lists.py')
+  with open(path, 'w') as f:
+    f.write(f'''import importlib.util
+
+
+def get_config(arg=None):
+  spec = importlib.util.spec_from_file_location('fedpad_base', {base!r})
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  config = module.get_config(arg)
+  config.data.source = 'pad_lists'
+  config.data.pad_lists.update({dict(fields)!r})
+  config.engine.backend = 'loop'
+  config.engine.loop_threads = 1
+  return config
+''')
+  return path
+
+
+@pytest.mark.skipif(os.environ.get('FEDJAX_FACE_FEDERATION') != 'all',
+                    reason='real processes, FedGC: FEDJAX_FACE_FEDERATION=all')
+def test_fedgc_over_real_processes_ends_at_the_simulators_state(holders_root, tmp_path):
+  final = launch.launch(
+      direct.config_files.config_path('fedgc') + ':runlocal',
+      f'federated.num_clients={direct.NUM_HOLDERS} num_rounds={direct.ROUNDS} '
+      'engine.backend=loop engine.loop_threads=1', holders_root, str(tmp_path / 'run'),
+      resident=True, timeout=900)
+  assert_ends_at_the_simulators_state(final, tmp_path / 'run',
+                                      direct.folder_config('fedgc', holders_root))
+
+
+@pytest.mark.skipif(os.environ.get('FEDJAX_FACE_FEDERATION') != 'all',
+                    reason='real processes, FedPAD: FEDJAX_FACE_FEDERATION=all')
+def test_fedpad_data_centers_over_real_processes_end_at_the_simulators_state(pad_lists_fields,
+                                                                             tmp_path):
+  # Each data center's SuperNode names its own root of the lists; the config file names them all
+  # (the simulator reads every root, a data center only its own).
+  spec = written_pad_config(tmp_path, pad_lists_fields) + ':runlocal'
+  final = launch.launch(spec, '', pad_lists_fields['roots'], str(tmp_path / 'run'),
+                        resident=True, timeout=900)
+  assert_ends_at_the_simulators_state(final, tmp_path / 'run',
+                                      direct.pad_config('fedpad', pad_lists_fields))
+
+
+def test_the_roster_a_holder_receives_carries_every_holders_targets():
+  # A data center checks its own description in the roster (FedPAD's depth maps among it).
+  descriptions = [roster.Description(0, 12, 2, (32, 32, 3), 'c', ('depth:32x32:float32',)),
+                  roster.Description(1, 9, 2, (32, 32, 3), 'c', ('depth:32x32:float32',)),
+                  roster.Description(2, 7, 3, (32, 32, 3), 'c')]
+  assert apps.roster_from_record(apps.roster_record(descriptions)) == descriptions
+
+
+def test_listed_holder_folders_are_taken_in_order_and_a_missing_one_is_refused(tmp_path):
+  (tmp_path / 'b').mkdir()
+  (tmp_path / 'a').mkdir()
+  listed = [str(tmp_path / 'b'), str(tmp_path / 'a')]
+  assert launch.holder_folders(listed) == listed   # client order, as given
+  with pytest.raises(checks.UsageError, match=r"^holder folder 1 .*/nope does not exist; expected "
+                     r"each data holder's own folder\.$"):
+    launch.holder_folders([str(tmp_path / 'a'), str(tmp_path / 'nope')])
