@@ -185,6 +185,13 @@ def get_config(arg=None):
   # PAD's detector (proj/pad/setting.py: FedGPAD's PadNet, 1/8 of the paper's width, 32 px).
   b.membership.pad_model = ml_collections.ConfigDict(dict(
       name='pad_net', width=8, image_size=32, disentangle=True, batch_norm_groups=1))
+  # (o) a federation over Flower (tools/bench/federation.py): the config every party reads, its
+  # holders and rounds. Not among the default sections: it starts real processes (a SuperLink,
+  # a SuperNode and a ClientApp per holder, ~1-2 min on 2 cores); name it in bench.sections.
+  b.federation = ml_collections.ConfigDict()
+  b.federation.config = 'configs/fedgc/fedpe.py:runlocal'
+  b.federation.num_clients = 2
+  b.federation.rounds = 4
 
   if args.get('runlocal'):
     runlocal(c)

@@ -35,6 +35,11 @@ Sections (keys of bench.json; `bench.sections` picks them):
                (`attacks`).
   membership   (n) the membership evaluator's cost per scored sample (embedding members and
                non-members, the cosines and AUCs), and PAD's label_loss scoring (`attacks`).
+  federation   (o) a federation over Flower against the simulator: bytes per round as serialized
+               messages beside the ledger's, seconds per round in the simulator, in process over
+               Flower messages (protobuf, holders, server) and over real processes on loopback
+               (transport: the difference) (`federation`). Run only when named: it starts real
+               processes; skipped without flwr.
 
 How figures are taken (`timing.measure`): each call's result is blocked on (`jax.block_until_ready`);
 `warmup` untimed calls come first, the first of them traces and compiles; then up to `repeats`
@@ -50,7 +55,7 @@ Sizes and what is skipped live in `configs/bench.py`; skipped combinations appea
 Modules: `common` (names, checks, the synthetic problem), `rounds` (a-c), `server_step` (d),
 `evaluation` (e), `scaling` (f), `one_per_client` (g), `fedavg_cnn` (h), `ijb` (i),
 `backbone_training` (j), `fedma_matching` (k), `inversion` (l), `attacks` (m, n),
-`torch_reference` (the PyTorch rows' models and processes), `report` (the
+`federation` (o), `torch_reference` (the PyTorch rows' models and processes), `report` (the
 tables), `pipeline` (the real-data input pipeline, its own command); `run` below runs the
 configured sections.
 """
@@ -66,6 +71,7 @@ from fedjax_face.tools.bench.backbone_training import bench_backbone_training
 from fedjax_face.tools.bench.common import make_problem, platform_info, validate
 from fedjax_face.tools.bench.evaluation import bench_eval
 from fedjax_face.tools.bench.fedavg_cnn import bench_fedavg_cnn
+from fedjax_face.tools.bench.federation import bench_federation
 from fedjax_face.tools.bench.fedma_matching import bench_fedma_matching
 from fedjax_face.tools.bench.inversion import bench_inversion
 from fedjax_face.tools.bench.ijb import bench_ijb
@@ -127,6 +133,8 @@ def run(config, out_dir: str, log=print) -> dict:
     results['leakage'] = bench_leakage(config, model, log)
   if 'membership' in b.sections:
     results['membership'] = bench_membership(config, model, log)
+  if 'federation' in b.sections:
+    results['federation'] = bench_federation(config, log)
   results['total_s'] = time.perf_counter() - t_start
   results['platform']['load_average_1min_end'] = os.getloadavg()[0] if hasattr(
       os, 'getloadavg') else None

@@ -22,7 +22,8 @@ from fedjax_face.models import conv as conv_lib
 
 
 SECTIONS = ('rounds', 'regularizer', 'eval', 'scaling', 'one_per_client', 'fedavg_cnn', 'ijb',
-            'backbone_training', 'fedma_matching', 'inversion', 'leakage', 'membership')
+            'backbone_training', 'fedma_matching', 'inversion', 'leakage', 'membership',
+            'federation')
 
 
 COHORT_FIELDS = ('num_clients', 'cohort_size', 'identities_per_client', 'images_per_identity',

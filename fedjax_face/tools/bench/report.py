@@ -2,6 +2,7 @@
 """
 
 from fedjax_face.tools.bench import backbone_training as bench_backbone_training
+from fedjax_face.tools.bench import federation as bench_federation
 from fedjax_face.tools.bench import fedma_matching as bench_fedma_matching
 from fedjax_face.tools.bench import ijb as bench_ijb
 from fedjax_face.tools.bench import inversion as bench_inversion
@@ -138,5 +139,8 @@ def markdown(results: dict) -> str:
     parts += bench_attacks.leakage_markdown_lines(results['leakage'])
   if 'membership' in results:
     parts += bench_attacks.membership_markdown_lines(results['membership'])
+  if 'federation' in results:
+    parts += ['## (o) a federation over Flower', bench_federation.markdown_table(
+        results['federation'])]
   parts.append(f"\ntotal {results['total_s']:.1f} s")
   return '\n'.join(parts)
