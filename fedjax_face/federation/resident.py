@@ -32,8 +32,8 @@ from flwr.clientapp.utils import get_load_client_app_fn
 from flwr.common import serde
 from flwr.common.constant import ErrorCode, SubStatus
 from flwr.proto.node_pb2 import Node   # pylint: disable=no-name-in-module
-from flwr.proto.runtime_pb2 import (AcquireTaskRequest, PullAppMessagesRequest,   # pylint: disable=no-name-in-module
-                                    PullTaskInputRequest)
+from flwr.proto.runtime_pb2 import (   # pylint: disable=no-name-in-module
+    AcquireTaskRequest, PullAppMessagesRequest, PullTaskInputRequest)
 from flwr.supercore import log
 from flwr.supercore.constant import TaskType
 from flwr.supercore.heartbeat import HeartbeatSender, make_task_heartbeat_fn_http
