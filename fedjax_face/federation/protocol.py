@@ -84,7 +84,8 @@ class Agreement(NamedTuple):
 
 
 def check_federable(config) -> None:
-  """One line for a config the bridge does not carry (`REFUSED`), a method it does not carry yet
+  """One line for a config the method itself refuses (`algorithms.check_config`), a combination
+  the bridge does not carry (`REFUSED`), a method it does not carry yet
   (`NOT_YET`), a method whose clients are one holder of every identity (`ONE_CLIENT`: the
   centralized bounds have nothing to federate), or a backend other than the loop."""
   for fields, reason in REFUSED.items():
@@ -104,6 +105,10 @@ def check_federable(config) -> None:
     raise checks.UsageError(f'engine.backend={config.engine.backend!r} ({backend} here); a '
                             "federation runs each client on its own holder, as the 'loop' "
                             "backend does: expected 'loop'.")
+  try:   # the method's own checks, as the simulator's `setup.validate` runs them (not the data
+    algorithms.check_config(config)   # source's: the server holds no data)
+  except ValueError as error:
+    raise checks.UsageError(str(error)) from None
 
 
 def subject_frames(config) -> int:

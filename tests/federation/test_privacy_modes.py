@@ -168,6 +168,17 @@ def test_min_replies_under_dp_is_refused_in_one_line(holders_root, described):
     server.Server(config, described, min_replies=2)
 
 
+def test_what_the_method_refuses_is_refused_over_flower_in_one_line():
+  config = direct.config_files.load_config('pad/fedpad')
+  config.engine.backend = 'loop'
+  config.secure_aggregation.enabled = True
+  with pytest.raises(checks.UsageError, match=r"^secure_aggregation\.enabled=True with fedpad: "
+                     r"secure_aggregation\.enabled with fedgpad\.weighting='uniform': the server "
+                     r"sees only the sum, which clients weight by the engine's n_k; set "
+                     r"fedgpad\.weighting='examples'\.$"):
+    protocol.check_federable(config)
+
+
 def test_a_holder_without_the_mask_secret_is_refused_in_one_line(holders_root):
   config = direct.folder_config('fedpe', holders_root)
   config.secure_aggregation.enabled = True
@@ -224,3 +235,51 @@ def test_a_restarted_server_under_dp_plans_from_its_checkpoints_noise_history(ho
   # The same run without a stop reports the same ε.
   fresh = server.Server(config, descriptions)
   assert fresh.privacy_ledger(resumed.state)['epsilon'] == ledger['epsilon']
+
+
+# Beyond FedPE, in process (the holders called directly; the message path is FedPE's above):
+# FedGC's W_k rows cross beside the clipped / masked model (under DP its rows are noised per row
+# by the server, `dp.class_rows='private'`; under secure aggregation they pass unmasked, as in
+# the simulator), and FedPAD's data centers under secure aggregation (weighted by n_k: the
+# method refuses its uniform weighting there, `algorithms.check_config`).
+OTHERS = [
+    ('fedgc', {'dp': {'enabled': True, 'noise_multiplier': 0.5, 'clip_norm': 0.05}}),
+    ('fedgc', {'secure_aggregation': {'enabled': True}}),
+    ('pad/fedpad', {'secure_aggregation': {'enabled': True}, 'fedgpad': {'weighting': 'examples'}}),
+]
+
+
+@ALL
+@pytest.mark.parametrize('name,sections', OTHERS, ids=['fedgc_dp', 'fedgc_secure', 'fedpad_secure'])
+def test_other_methods_under_a_privacy_mode_end_at_the_simulators_state(
+    request, tmp_path, name, sections):
+  if name.startswith('pad/'):
+    fields = request.getfixturevalue('pad_lists_fields')
+    config = direct.pad_config(name.split('/')[1], fields)
+    folders = fields['roots']
+  else:
+    root = request.getfixturevalue('holders_root')
+    config = direct.folder_config(name, root)
+    folders = [export.holder_folder(root, k) for k in range(direct.NUM_HOLDERS)]
+  for section, values in sections.items():
+    config[section].update(values)
+  simulated, sim_metrics = direct.simulate(config)
+  secret = holder.read_mask_secret(secret_file(tmp_path, 'the holders alone'))
+  holders = [holder.Holder(config, k, folder, str(tmp_path / 'state' / str(k)), secret)
+             for k, folder in enumerate(folders)]
+  descriptions = [h.describe() for h in holders]
+  srv = server.Server(config, descriptions)
+  agreement = protocol.agree(config, descriptions)
+  for h in holders:
+    h.join(descriptions, agreement)
+  exchange = lambda requests: [
+      holders[q.client].train(q.round, q.shared, q.per_client, q.key, q.clip, q.position,
+                              q.share, q.cohort) for q in requests]
+  metrics = []
+  trained = server.serve(srv, exchange, None, (hooks.Hook(after_round=lambda end: metrics.append(
+      jax.tree.map(np.asarray, end.metrics))),))
+  direct.assert_trees_equal(trained.state.server, simulated.server)
+  for k, h in enumerate(holders):
+    direct.assert_trees_equal(h.private_at(config.num_rounds),
+                              jax.tree.map(lambda x, k=k: x[k], simulated.clients))
+  direct.assert_trees_equal(metrics, sim_metrics)
