@@ -1,0 +1,180 @@
+"""Faults over real processes (behind FEDJAX_FACE_FEDERATION=all): a SuperLink and three
+SuperNodes on loopback (federation/launch.py's process helpers), `flwr run` of FedPE.
+
+- A SuperNode killed in round 1 (its process group, the ClientApp it started included), the
+  rounds waiting for every reply (no round timeout): its SuperLink answers for it once its
+  heartbeats stop (flwr 1.42: 2 x 30 s), which the server says in one line; without DP the round
+  goes on with the two others at `min-replies=2`, and says so, and so does round 2; under DP the
+  run stops with one line.
+- The SuperLink killed after round 1 (its ServerApp with it) and started again on its own
+  `--database`: the SuperNodes reconnect, a new `flwr run` resumes the ServerApp from its
+  checkpoint of round 1, each holder from the private state it kept, and the federation ends at
+  the simulator's state bit for bit.
+"""
+
+import os
+import re
+import signal
+import subprocess
+import time
+
+import jax
+import numpy as np
+import pytest
+
+pytest.importorskip('flwr')
+
+from fedjax_face.federation import launch, wire   # pylint: disable=g-import-not-at-top
+from tests.federation import test_equal_to_simulator as direct
+
+pytestmark = pytest.mark.skipif(os.environ.get('FEDJAX_FACE_FEDERATION') != 'all',
+                                reason='real processes: FEDJAX_FACE_FEDERATION=all')
+
+CONFIG = os.path.join(direct.config_files.ROOT, 'configs/fedgc/fedpe.py') + ':runlocal'
+ROUNDS = 3
+ROUND_DONE = r'round {}: [\w/]+='   # the ServerApp's line after a round (apps.say_round)
+
+
+class Federation:
+  """A SuperLink (insecure, on its own database) and one SuperNode per holder folder, on loopback,
+  started by launch.py's helpers; `run` starts `flwr run`. Every process is stopped by `stop`."""
+
+  def __init__(self, workdir: str, holders: str, overrides: str):
+    self.workdir, self.folders = workdir, launch.holder_folders(holders)
+    self.port = launch.free_port()
+    self.address = f'{launch.LOOPBACK}:{self.port}'
+    commands = os.path.dirname(launch.executable('flower-superlink'))
+    env = dict(os.environ, PATH=os.pathsep.join([commands, os.environ.get('PATH', '')]),
+               FLWR_HOME=launch.write_connection(os.path.join(workdir, 'flwr_home'),
+                                                 self.address, None))
+    self.app = launch.write_app(os.path.join(workdir, 'app'), CONFIG, overrides,
+                                os.path.join(workdir, 'server'))
+    # The run config's keys a `flwr run --run-config` may set must be in the app's own table
+    # (flwr 1.42 refuses others: "Invalid run configuration"), which ends the file.
+    with open(os.path.join(self.app, 'pyproject.toml'), 'a') as f:
+      f.write('round-timeout-s = 0\nmin-replies = 0\n')
+    self.processes = launch.Processes(os.path.join(workdir, 'logs'), env)
+    self.nodes, self.starts = {}, 0
+
+  def start_link(self):
+    self.starts += 1
+    self.link = self.processes.start(f'superlink_{self.starts}', [
+        launch.executable('flower-superlink'), '--insecure',
+        '--disable-runtime-dependency-installation',
+        '--database', os.path.join(self.workdir, 'superlink.db'),
+        '--host', launch.LOOPBACK, '--port', str(self.port)])
+    launch.wait_listening(launch.LOOPBACK, self.port, self.link, 'flower-superlink', 60)
+
+  def start_nodes(self):
+    for k, folder in enumerate(self.folders):
+      self.nodes[k] = self.processes.start(f'supernode_{k}', [
+          launch.executable('flower-supernode'), '--insecure', '--superlink', self.address,
+          '--host', launch.LOOPBACK, '--port', str(launch.free_port()), '--node-config',
+          f'client-index={k} data-path="{os.path.abspath(folder)}" '
+          f'state-path="{os.path.abspath(os.path.join(self.workdir, "state", str(k)))}"'])
+
+  def run(self, name: str, run_config: str = '') -> subprocess.Popen:
+    """`flwr run` in the background, its output in logs/<name>.log."""
+    extra = ['--run-config', run_config] if run_config else []
+    return self.processes.start(name, [launch.executable('flwr'), 'run', self.app, 'federation',
+                                       '--stream'] + extra)
+
+  def log(self, name: str) -> str:
+    with open(os.path.join(self.workdir, 'logs', f'{name}.log'), errors='replace') as f:
+      return f.read()
+
+  def wait_for(self, name: str, pattern: str, process: subprocess.Popen, timeout: float):
+    """Waits until logs/<name>.log has a line matching `pattern` (or `process` exits)."""
+    end = time.time() + timeout
+    while time.time() < end:
+      if re.search(pattern, self.log(name), re.MULTILINE):
+        return
+      if process.poll() is not None:
+        break
+      time.sleep(0.5)
+    raise AssertionError(f'{name}: no {pattern!r} after {timeout:.0f} s:\n'
+                         + self.log(name)[-3000:])
+
+  @staticmethod
+  def kill(process: subprocess.Popen):
+    """SIGKILL to the process group this test started (the process and its children)."""
+    try:
+      os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:   # it had exited (flwr run, once its SuperLink was gone)
+      pass
+    process.wait()
+
+  def stop(self):
+    self.processes.stop()
+
+
+@pytest.fixture
+def federation(holders_root, tmp_path):
+  started = []
+  def start(overrides: str) -> Federation:
+    fed = Federation(str(tmp_path), holders_root,
+                     f'federated.num_clients={direct.NUM_HOLDERS} num_rounds={ROUNDS} '
+                     f'checkpoint_every=1 {overrides}'.strip())
+    started.append(fed)
+    fed.start_link()
+    fed.start_nodes()
+    return fed
+  yield start
+  for fed in started:
+    fed.stop()
+
+
+def folder_config(root: str, dp: bool = False):
+  config = direct.folder_config('fedpe', root)
+  config.num_rounds = ROUNDS
+  config.dp.enabled = dp
+  return config
+
+
+@pytest.mark.parametrize('dp', [False, True], ids=['plain', 'dp'])
+def test_a_supernode_killed_in_round_1_goes_on_with_min_replies_or_stops_under_dp(
+    federation, holders_root, dp):
+  fed = federation('dp.enabled=True' if dp else '')
+  run = fed.run('flwr_run', '' if dp else 'min-replies=2')   # waits: no round timeout
+  fed.wait_for('flwr_run', ROUND_DONE.format(1), run, 900)   # round 0 done, round 1 under way
+  fed.kill(fed.nodes[2])
+  if dp:
+    fed.wait_for('flwr_run', r'round 1: clients \[2\] did not reply; under dp\.enabled \(the mean '
+                 r'divides by the fixed cohort size m, and the accountant composes the sampling '
+                 r'of exactly m clients\) the cohort of 3 is fixed, so the run stops \(expected '
+                 r'every reply\)\.', run, 600)
+    run.wait(timeout=120)
+    assert not os.path.exists(os.path.join(fed.workdir, 'server', f'server_{ROUNDS:06d}.npz'))
+    return
+  assert run.wait(timeout=900) == 0, fed.log('flwr_run')[-3000:]
+  log = fed.log('flwr_run')
+  assert 'round 1: clients [2] did not reply; going on with the 2 others (min-replies=2).' in log
+  assert 'round 2: clients [2] did not reply; going on with the 2 others (min-replies=2).' in log
+  # Holders 0 and 1 trained every round; holder 2 kept what it had after round 0.
+  held = lambda k: sorted(os.listdir(os.path.join(fed.workdir, 'state', str(k))))
+  assert f'private_{ROUNDS:06d}.npz' in held(0) and f'private_{ROUNDS:06d}.npz' in held(1)
+  assert not any(name.startswith('private_00000' + str(r)) for r in (2, 3) for name in held(2))
+
+
+def test_the_superlink_restarted_on_its_database_resumes_the_federation(federation,
+                                                                        holders_root):
+  fed = federation('')
+  run = fed.run('flwr_run_1')
+  fed.wait_for('flwr_run_1', ROUND_DONE.format(2), run, 900)   # rounds 0, 1 done, checkpointed
+  fed.kill(fed.link)   # the SuperLink, its SuperExec and the ServerApp
+  fed.kill(run)
+  fed.start_link()   # the same --database and port: the SuperNodes reconnect on their own
+  again = fed.run('flwr_run_2')
+  assert again.wait(timeout=900) == 0, fed.log('flwr_run_2')[-3000:]
+  # It resumed at a checkpoint (round 2's, or round 1's if round 2's save was cut short by the
+  # kill: only verified checkpoints are restored), not at the start.
+  done = [int(r) for r in re.findall(ROUND_DONE.format(r'(\d+)'), fed.log('flwr_run_2'))]
+  assert done and done[0] in (2, 3) and done[-1] == ROUNDS
+  simulated, _ = direct.simulate(folder_config(holders_root))
+  final = os.path.join(fed.workdir, 'server', f'server_{ROUNDS:06d}.npz')
+  direct.assert_trees_equal(wire.load(final, jax.tree.map(np.asarray, simulated.server)),
+                            simulated.server)
+  for k in range(direct.NUM_HOLDERS):
+    row = jax.tree.map(lambda x, k=k: np.asarray(x[k]), simulated.clients)
+    kept = wire.load(os.path.join(fed.workdir, 'state', str(k), f'private_{ROUNDS:06d}.npz'), row)
+    direct.assert_trees_equal(kept, row)
