@@ -10,8 +10,11 @@ SuperNodes on loopback (federation/launch.py's process helpers), `flwr run` of F
   `--database`: the SuperNodes reconnect, a new `flwr run` resumes the ServerApp from its
   checkpoint of round 1, each holder from the private state it kept, and the federation ends at
   the simulator's state bit for bit.
+- DP and secure aggregation (each SuperNode naming the holders' mask secret in its node config)
+  end at the simulator's state bit for bit; under DP the server writes ε in privacy.json.
 """
 
+import json
 import os
 import re
 import signal
@@ -65,13 +68,15 @@ class Federation:
         '--host', launch.LOOPBACK, '--port', str(self.port)])
     launch.wait_listening(launch.LOOPBACK, self.port, self.link, 'flower-superlink', 60)
 
-  def start_nodes(self):
+  def start_nodes(self, node_config: str = ''):
+    """One SuperNode per holder folder; `node_config` is added to each one's node config."""
     for k, folder in enumerate(self.folders):
       self.nodes[k] = self.processes.start(f'supernode_{k}', [
           launch.executable('flower-supernode'), '--insecure', '--superlink', self.address,
           '--host', launch.LOOPBACK, '--port', str(launch.free_port()), '--node-config',
           f'client-index={k} data-path="{os.path.abspath(folder)}" '
-          f'state-path="{os.path.abspath(os.path.join(self.workdir, "state", str(k)))}"'])
+          f'state-path="{os.path.abspath(os.path.join(self.workdir, "state", str(k)))}" '
+          f'{node_config}'.strip()])
 
   def run(self, name: str, run_config: str = '') -> subprocess.Popen:
     """`flwr run` in the background, its output in logs/<name>.log."""
@@ -111,24 +116,59 @@ class Federation:
 @pytest.fixture
 def federation(holders_root, tmp_path):
   started = []
-  def start(overrides: str) -> Federation:
+  def start(overrides: str, node_config: str = '') -> Federation:
     fed = Federation(str(tmp_path), holders_root,
                      f'federated.num_clients={direct.NUM_HOLDERS} num_rounds={ROUNDS} '
                      f'checkpoint_every=1 {overrides}'.strip())
     started.append(fed)
     fed.start_link()
-    fed.start_nodes()
+    fed.start_nodes(node_config)
     return fed
   yield start
   for fed in started:
     fed.stop()
 
 
-def folder_config(root: str, dp: bool = False):
+def folder_config(root: str, dp: bool = False, secure: bool = False):
   config = direct.folder_config('fedpe', root)
   config.num_rounds = ROUNDS
   config.dp.enabled = dp
+  config.secure_aggregation.enabled = secure
   return config
+
+
+def assert_ends_at_the_simulators_state(fed: Federation, config):
+  simulated, _ = direct.simulate(config)
+  final = os.path.join(fed.workdir, 'server', f'server_{ROUNDS:06d}.npz')
+  direct.assert_trees_equal(wire.load(final, jax.tree.map(np.asarray, simulated.server)),
+                            simulated.server)
+  for k in range(direct.NUM_HOLDERS):
+    row = jax.tree.map(lambda x, k=k: np.asarray(x[k]), simulated.clients)
+    kept = wire.load(os.path.join(fed.workdir, 'state', str(k), f'private_{ROUNDS:06d}.npz'), row)
+    direct.assert_trees_equal(kept, row)
+
+
+@pytest.mark.parametrize('mode', ['dp', 'secure'])
+def test_a_privacy_mode_over_real_processes_ends_at_the_simulators_state(federation,
+                                                                         holders_root, tmp_path,
+                                                                         mode):
+  secret = tmp_path / 'mask_secret'
+  secret.write_text('the holders alone')
+  if mode == 'dp':
+    fed = federation('dp.enabled=True dp.noise_multiplier=0.5 dp.clip_norm=0.05')
+  else:
+    fed = federation('secure_aggregation.enabled=True', f'mask-secret-path="{secret}"')
+  run = fed.run('flwr_run')
+  assert run.wait(timeout=900) == 0, fed.log('flwr_run')[-3000:]
+  config = folder_config(holders_root, dp=mode == 'dp', secure=mode == 'secure')
+  config.dp.noise_multiplier, config.dp.clip_norm = 0.5, 0.05
+  assert_ends_at_the_simulators_state(fed, config)
+  if mode == 'dp':   # ε as the simulator's results.json would say it
+    with open(os.path.join(fed.workdir, 'server', 'privacy.json')) as f:
+      ledger = json.load(f)
+    assert ledger['epsilon'] > 0 and ledger['rounds'] == ROUNDS
+    assert f"dp: epsilon={ledger['epsilon']:.4f} at delta=1e-05 after {ROUNDS} rounds" in (
+        fed.log('flwr_run'))
 
 
 @pytest.mark.parametrize('dp', [False, True], ids=['plain', 'dp'])
@@ -170,11 +210,4 @@ def test_the_superlink_restarted_on_its_database_resumes_the_federation(federati
   # kill: only verified checkpoints are restored), not at the start.
   done = [int(r) for r in re.findall(ROUND_DONE.format(r'(\d+)'), fed.log('flwr_run_2'))]
   assert done and done[0] in (2, 3) and done[-1] == ROUNDS
-  simulated, _ = direct.simulate(folder_config(holders_root))
-  final = os.path.join(fed.workdir, 'server', f'server_{ROUNDS:06d}.npz')
-  direct.assert_trees_equal(wire.load(final, jax.tree.map(np.asarray, simulated.server)),
-                            simulated.server)
-  for k in range(direct.NUM_HOLDERS):
-    row = jax.tree.map(lambda x, k=k: np.asarray(x[k]), simulated.clients)
-    kept = wire.load(os.path.join(fed.workdir, 'state', str(k), f'private_{ROUNDS:06d}.npz'), row)
-    direct.assert_trees_equal(kept, row)
+  assert_ends_at_the_simulators_state(fed, folder_config(holders_root))
