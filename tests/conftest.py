@@ -1,10 +1,12 @@
 """Tests run with the XLA CPU defaults the entry points set (core/xla_flags.py), before JAX starts,
-and with one persistent XLA compilation cache per test session."""
+with one persistent XLA compilation cache per test session, and in two tiers (below)."""
 
 import atexit
 import os
 import shutil
 import tempfile
+
+import pytest
 
 from fedjax_face.core import xla_flags
 
@@ -24,3 +26,30 @@ if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:
   import jax  # pylint: disable=g-import-not-at-top  (after the XLA flags above)
   jax.config.update('jax_compilation_cache_dir', _CACHE)
   jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
+
+
+# Two tiers. The suite (README's test command, what CI runs) checks every property at least once:
+# each method's "what crosses", each config end to end, each reader, refusal and equality. Tests
+# marked `full` repeat a property the suite already checks on another backend, method or size, or
+# run long trials; they run with FEDJAX_FACE_TESTS=full (BUILD_NOTES.md, "The test suite", lists
+# them, says why each is a repeat, and records the last full run).
+FULL_TIER_ENV = 'FEDJAX_FACE_TESTS'
+
+
+def pytest_configure(config):
+  config.addinivalue_line('markers', f'full: a repeat of a property the suite checks; runs with '
+                          f'{FULL_TIER_ENV}=full')
+
+
+def full_tier() -> bool:
+  return os.environ.get(FULL_TIER_ENV) == 'full'
+
+
+def pytest_collection_modifyitems(config, items):
+  del config
+  if full_tier():
+    return
+  skip = pytest.mark.skip(reason=f'the full tier: {FULL_TIER_ENV}=full')
+  for item in items:
+    if 'full' in item.keywords:
+      item.add_marker(skip)
