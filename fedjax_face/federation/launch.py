@@ -203,14 +203,17 @@ class Processes:
     return process.returncode
 
   def stop(self) -> None:
-    for _, process, log in reversed(self.started):
+    """Asks every process to stop, the last started first, then waits for each (20 s, then it
+    is killed): they shut down together."""
+    for _, process, _ in reversed(self.started):
       if process.poll() is None:
         process.terminate()
-        try:
-          process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-          process.kill()
-          process.wait()
+    for _, process, log in reversed(self.started):
+      try:
+        process.wait(timeout=20)
+      except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
       log.close()
 
 
@@ -227,12 +230,13 @@ def wait_listening(host: str, port: int, process: subprocess.Popen, name: str,
   raise RuntimeError(f'{name} is not listening on {host}:{port} after {timeout:.0f} s.')
 
 
-ROUND_LINE = re.compile(r'^\s*([0-9.]+) round (\d+): ')
+# apps.say_round's 'round r: name=value, ...' (not 'round r: waiting for nodes ...').
+ROUND_LINE = re.compile(r'^\s*([0-9.]+) round (\d+): [\w./]+=')
 
 
 def round_seconds(workdir: str) -> dict[int, float]:
   """{r: the seconds after `flwr run` started at which the ServerApp said round r ended} (its
-  `round r: ...` lines, as `Processes.run_stamped` stamped them in `logs/flwr_run.log`)."""
+  `round r: <metrics>` lines, as `Processes.run_stamped` stamped them in `logs/flwr_run.log`)."""
   with open(os.path.join(workdir, 'logs', 'flwr_run.log')) as f:
     return {int(m.group(2)): float(m.group(1)) for m in map(ROUND_LINE.match, f) if m}
 
@@ -290,7 +294,10 @@ def launch(config_spec: str, overrides: str, holders, workdir: str, *, tls: bool
         executable('flower-superlink'), *security, '--disable-runtime-dependency-installation',
         '--database', os.path.join(workdir, 'superlink.db'), '--host', host,
         '--port', str(port)] + (['--enable-supernode-auth'] if auth else []))
-    wait_listening(host, port, link, 'flower-superlink', 60)
+    if auth:   # a node's key is registered with the SuperLink before the node starts
+      wait_listening(host, port, link, 'flower-superlink', 60)
+    # Otherwise the nodes start beside it (Python, flwr and, resident, JAX imported meanwhile)
+    # and connect once it listens: a SuperNode, and a resident ClientApp, retry until then.
     for k, folder in enumerate(folders):
       node_security = ['--root-certificates', certs.ca] if tls else ['--insecure']
       if auth:
@@ -311,6 +318,7 @@ def launch(config_spec: str, overrides: str, holders, workdir: str, *, tls: bool
         processes.start(f'clientapp_{k}', [
             sys.executable, '-m', 'fedjax_face.federation.resident',
             f'--runtime-api-address={LOOPBACK}:{runtime_port}'])
+    wait_listening(host, port, link, 'flower-superlink', 60)
     status = processes.run_stamped('flwr_run', [executable('flwr'), 'run', app_dir,
                                                 'federation', '--stream'], timeout=timeout)
     if status:

@@ -9,6 +9,7 @@ SuperNode authentication (the SuperLink on 127.0.0.2); FedGC (W_k crossing as pe
 FedPAD's three data centers, each reading its own root of the lists (tools/export_pad.py), the
 depth maps its per-sample targets. Each ends at the simulator's state bit for bit."""
 
+import concurrent.futures
 import os
 import re
 import tomllib
@@ -69,10 +70,11 @@ def test_a_folder_without_holders_is_refused_in_one_line(tmp_path):
     launch.holder_folders(str(tmp_path))
 
 
-def assert_ends_at_the_simulators_state(final: str, run_dir, config):
+def assert_ends_at_the_simulators_state(final: str, run_dir, config, simulated=None):
   """The final server state and every holder's last private state (read from its folder) are the
-  simulator's of the same folders and seed, bit for bit."""
-  simulated, _ = direct.simulate(config)
+  simulator's of the same folders and seed (`simulated`, or run here), bit for bit."""
+  if simulated is None:
+    simulated, _ = direct.simulate(config)
   direct.assert_trees_equal(
       wire.load(final, jax.tree.map(np.asarray, simulated.server)), simulated.server)
   for k in range(config.federated.num_clients):
@@ -84,12 +86,15 @@ def assert_ends_at_the_simulators_state(final: str, run_dir, config):
 def test_two_resident_holders_over_real_processes_end_at_the_simulators_state(two_holders_root,
                                                                                tmp_path):
   run_dir = tmp_path / 'run'
-  final = launch.launch(CONFIG, f'federated.num_clients=2 num_rounds={direct.ROUNDS} '
-                        'engine.backend=loop engine.loop_threads=1', two_holders_root,
-                        str(run_dir), resident=True, timeout=600)
   config = direct.folder_config('fedpe', two_holders_root)
   config.federated.num_clients = 2
-  assert_ends_at_the_simulators_state(final, run_dir, config)
+  # The simulator runs here while the federation's processes mostly wait on Flower's polls.
+  with concurrent.futures.ThreadPoolExecutor(1) as pool:
+    simulated = pool.submit(direct.simulate, config)
+    final = launch.launch(CONFIG, f'federated.num_clients=2 num_rounds={direct.ROUNDS} '
+                          'engine.backend=loop engine.loop_threads=1', two_holders_root,
+                          str(run_dir), resident=True, timeout=600)
+    assert_ends_at_the_simulators_state(final, run_dir, config, simulated.result()[0])
   for k in range(2):
     with open(run_dir / 'logs' / f'clientapp_{k}.log') as f:
       tasks = re.findall(r'^task \d+: (\S+) (\w+) in', f.read(), re.M)
@@ -180,3 +185,13 @@ def test_listed_holder_folders_are_taken_in_order_and_a_missing_one_is_refused(t
   with pytest.raises(checks.UsageError, match=r"^holder folder 1 .*/nope does not exist; expected "
                      r"each data holder's own folder\.$"):
     launch.holder_folders([str(tmp_path / 'a'), str(tmp_path / 'nope')])
+
+
+def test_round_ends_are_read_from_the_servers_round_lines_only(tmp_path):
+  (tmp_path / 'logs').mkdir()
+  (tmp_path / 'logs' / 'flwr_run.log').write_text(
+      '     6.5 Successfully started run 1\n'
+      '    30.0 round 0: waiting for nodes [7] after 30 s (for every reply: round-timeout-s=0)\n'
+      '    44.9 round 1: train_loss=2.0904\n'
+      '    54.3 round 2: loss_cls=0.7918, train_loss=0.7918\n')
+  assert launch.round_seconds(str(tmp_path)) == {1: 44.9, 2: 54.3}
