@@ -166,9 +166,10 @@ def train(message: Message, context: Context) -> Message:
   agreement = holder.agreement
   r = int(content.config_records['round']['round'])
   what = f'round {r} message to client {holder.client}'
-  clip = content.array_records['clip']['clip'].numpy() if 'clip' in content.array_records else None
+  scalar = lambda name: (content.array_records[name][name].numpy()
+                         if name in content.array_records else None)
+  clip, share = scalar('clip'), scalar('share')   # adaptive clipping; secure aggregation
   secure = content.config_records.get('secure', {})
-  share = content.array_records['share']['share'].numpy() if 'share' in content.array_records else None
   result = holder.train(
       r, from_record(content.array_records['shared'], agreement.shared, what),
       from_record(content.array_records['per_client'], agreement.per_client, what),
@@ -215,8 +216,8 @@ def ask_all(grid: Grid, messages: list[Message], what: str, timeout: float | Non
     if waiting:
       if time.time() - said >= say_every:
         said = time.time()
-        print(f'{what}: waiting for nodes {sorted(m.metadata.dst_node_id for m in waiting.values())}'
-              f' after {said - start:.0f} s ('
+        awaited = sorted(m.metadata.dst_node_id for m in waiting.values())
+        print(f'{what}: waiting for nodes {awaited} after {said - start:.0f} s ('
               + ('for every reply: round-timeout-s=0' if timeout is None else
                  f'until round-timeout-s={timeout:g}') + ')', flush=True)
       time.sleep(POLL_SECONDS)

@@ -170,9 +170,10 @@ def agree(config, descriptions: list[roster.Description]) -> Agreement:
   data = setup_lib.one_client_data(fed, config)
   dp, secure = holder_dp(config, algorithm.client_rows), secure_spec(config)
   scalar = lambda dtype: jax.ShapeDtypeStruct((), dtype)
+  one_client = engine_lib._one_client   # pylint: disable=protected-access
   result = jax.eval_shape(
-      functools.partial(engine_lib._one_client, algorithm, dp=dp, secure=secure,   # pylint: disable=protected-access
-                        cohort=2),   # the masks' cohort changes their values, not their shapes
+      # The masks' cohort size changes their values, not their shapes.
+      functools.partial(one_client, algorithm, dp=dp, secure=secure, cohort=2),
       client_input.shared, per_client, private, data, scalar(jnp.int32), key,
       position=scalar(jnp.int32), share=scalar(jnp.float32),
       clip=scalar(jnp.float32) if dp is not None and dp.adaptive else None)
@@ -190,7 +191,8 @@ def client_program(agreement: Agreement):
   `engine.client_messages` runs (compiled once per algorithm, so holders sharing one process
   share it), on the holder's own rows stacked as a cohort of one. Under secure aggregation,
   `masked_program` instead."""
-  return engine_lib._message_programs(agreement.algorithm, agreement.dp)[1]   # pylint: disable=protected-access
+  programs = engine_lib._message_programs   # pylint: disable=protected-access
+  return programs(agreement.algorithm, agreement.dp)[1]
 
 
 @functools.lru_cache(maxsize=8)

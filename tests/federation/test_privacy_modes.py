@@ -184,7 +184,8 @@ def test_a_holder_without_the_mask_secret_is_refused_in_one_line(holders_root):
   config.secure_aggregation.enabled = True
   with pytest.raises(checks.UsageError, match=r'^data holder of client 1: '
                      r'secure_aggregation\.enabled=True but no mask secret; expected the file the '
-                     r"holders share and the server does not \(node config 'mask-secret-path'\)\.$"):
+                     r'holders share and the server does not '
+                     r"\(node config 'mask-secret-path'\)\.$"):
     holder.Holder(config, 1, export.holder_folder(holders_root, 1), '/nonexistent')
   with pytest.raises(checks.UsageError, match=r"^mask-secret-path='/nonexistent/secret' is no "
                      r'file; expected the secret the data holders share \(and the server does '
