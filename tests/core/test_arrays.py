@@ -43,7 +43,9 @@ def test_tree_bytes_counts_shapes_and_dtypes():
   assert arrays.tree_bytes(tree) == 3 * 4 * 4 + 5 + 2
 
 
-@pytest.mark.parametrize('partitionable', [True, False])
+# JAX's default RNG (partitionable threefry, which the library never changes) in the suite; the
+# older implementation is the same equality on other bits (the full tier).
+@pytest.mark.parametrize('partitionable', [True, pytest.param(False, marks=pytest.mark.full)])
 @pytest.mark.parametrize('draw,kwargs', [
     (jax.random.normal, {}), (jax.random.uniform, {'minval': -1.0, 'maxval': 1.0}),
     (jax.random.truncated_normal, {'lower': -2, 'upper': 2}), (jax.random.bernoulli, {'p': 0.5}),
