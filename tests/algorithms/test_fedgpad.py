@@ -20,14 +20,25 @@ def data():
   return fed   # the same frames for both methods (the data section is shared)
 
 
+def _built(name, arg, data):
+  config = load_config(f'pad/{name}', ','.join(filter(None, (arg, 'runlocal'))))
+  model = models.build_backbone(config.model)
+  algorithm = algorithms.get(config.algorithm).build(config, model, data, step_mode='scan')
+  return config, algorithm, algorithm.init(jax.random.PRNGKey(0))
+
+
+@pytest.fixture(scope='module')
+def fedgpad_start(data):
+  """FedGPAD's runlocal config, algorithm and start (its ES drawn on its own: the default)."""
+  return _built('fedgpad', '', data)
+
+
 # FedGPAD; FedPAD on its default ResNet-18 and on the Table II network without ES and Dec.
 @pytest.fixture(scope='module', params=['fedgpad', 'fedpad', 'fedpad,backbone=pad_net'])
 def setup(request, data):
   name, _, arg = request.param.partition(',')
-  config = load_config(f'pad/{name}', ','.join(filter(None, (arg, 'runlocal'))))
-  model = models.build_backbone(config.model)
-  algorithm = algorithms.get(config.algorithm).build(config, model, data, step_mode='scan')
-  state = algorithm.init(jax.random.PRNGKey(0))
+  config, algorithm, state = (request.getfixturevalue('fedgpad_start') if name == 'fedgpad'
+                              else _built(name, arg, data))
   return request.param, config, data, algorithm, state
 
 
@@ -42,7 +53,8 @@ def _client(algorithm, state, fed, config, k, trace_only=False):
                                 batch_size=config.federated.batch_size, balanced=True)
   data = jax.tree.map(lambda x: x[0], data)
   private = jax.tree.map(lambda x: x[k], state.clients)
-  update = jax.eval_shape if trace_only else lambda f, *args: f(*args)
+  # Run, one program (op by op, each of the update's operations outside its scan compiled alone).
+  update = jax.eval_shape if trace_only else lambda f, *args: jax.jit(f)(*args)
   return data, private, update(algorithm.client_update, client_input, private, data,
                                jax.random.PRNGKey(2))
 
@@ -135,14 +147,11 @@ def test_kept_optimizer_makes_rounds_of_one_step_one_run_of_two(data):
   step = lambda s: jax.tree.map(lambda x: x[s:s + 1], batches)
   rng = jax.random.PRNGKey(2)
 
-  def setup(keep: bool):
-    config.federated.client_optimizer_state = 'keep' if keep else 'reset'
-    algorithm = algorithms.get('fedpad').build(config, model, data, step_mode='scan')
-    state = algorithm.init(jax.random.PRNGKey(0))
-    private = jax.tree.map(lambda x: x[0], state.clients)
-    return algorithm, private, algorithm.broadcast(state.server, jnp.array([0]), state.round, rng)
-
-  algorithm, private, shared = setup(keep=True)
+  config.federated.client_optimizer_state = 'keep'
+  algorithm = algorithms.get('fedpad').build(config, model, data, step_mode='scan')
+  state = algorithm.init(jax.random.PRNGKey(0))
+  private = jax.tree.map(lambda x: x[0], state.clients)
+  shared = algorithm.broadcast(state.server, jnp.array([0]), state.round, rng)
   both = jax.jit(algorithm.client_update)(shared, private, batches, rng)
   assert 'opt_state' in both.private and 'opt_state' not in both.update
   # The two step keys of the two-step run, one per one-step round.
@@ -155,24 +164,26 @@ def test_kept_optimizer_makes_rounds_of_one_step_one_run_of_two(data):
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
                second.update, both.update)
 
-  algorithm, private, shared = setup(keep=False)
+  # 'reset', in shapes (`jax.eval_shape` traces, nothing runs).
+  config.federated.client_optimizer_state = 'reset'
+  algorithm = algorithms.get('fedpad').build(config, model, data, step_mode='scan')
+  state = jax.eval_shape(algorithm.init, jax.random.PRNGKey(0))
+  private = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), state.clients)
+  shared = jax.eval_shape(algorithm.broadcast, state.server, jnp.array([0]), state.round, rng)
   reset = jax.eval_shape(algorithm.client_update, shared, private, batches, rng)
   assert 'opt_state' not in private and 'opt_state' not in reset.private
 
 
-def test_es_starts_as_a_copy_of_ei_with_the_authors_init(data):
+def test_es_starts_as_a_copy_of_ei_with_the_authors_init(data, fedgpad_start):
   """`fedgpad.specific_init='copy_of_invariant'` (the authors' code): every data center's ES
   starts equal to the server's EI, parameters and BatchNorm statistics; the default draws it on
   its own. Nothing else of the start changes."""
-  config = load_config('pad/fedgpad', 'runlocal')
-  model = models.build_backbone(config.model)
-
-  def start(how):
-    config.fedgpad.specific_init = how
-    return algorithms.get('fedgpad').build(config, model, data, step_mode='scan').init(
-        jax.random.PRNGKey(0))
-
-  copied, own = start('copy_of_invariant'), start('independent')
+  config, _, own = fedgpad_start
+  assert config.fedgpad.specific_init == 'independent'
+  config = config.copy_and_resolve_references()
+  config.fedgpad.specific_init = 'copy_of_invariant'
+  copied = algorithms.get('fedgpad').build(config, models.build_backbone(config.model), data,
+                                           step_mode='scan').init(jax.random.PRNGKey(0))
   assert set(copied.clients) == {'params', 'batch_stats'}
   for collection, clients in copied.clients.items():
     for k in range(data.num_clients):
