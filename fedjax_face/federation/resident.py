@@ -67,7 +67,9 @@ def pull_task_input(client: RuntimeHttpClient):
   with a short wait between the tries of an object not there yet. This process takes a task as
   soon as its SuperNode opens it, and the node opens it before it has pulled the message's
   objects from the SuperLink; flwr's own first wait (1 s, doubling) is sized for a process that
-  has only just started."""
+  has only just started. Its 500 tries an object would last 25 s at this wait, which a loaded
+  node can take (seen at load 18: every holder's round 1 failed), so the tries are not counted:
+  flwr's time limit alone bounds the wait."""
   res = client.PullTaskInput(PullTaskInputRequest())
   TaskIdentity.task_id = res.task_id
   TaskIdentity.run_id = res.run.run_id
@@ -82,7 +84,8 @@ def pull_task_input(client: RuntimeHttpClient):
       tree, make_pull_object_fn_protobuf(client.PullObject, node, context.run_id),
       make_confirm_message_received_fn_protobuf(client.ConfirmMessageReceived, node,
                                                 context.run_id),
-      return_type=Message, initial_backoff=POLL_SECONDS, backoff_cap=POLL_SECONDS)
+      return_type=Message, initial_backoff=POLL_SECONDS, backoff_cap=POLL_SECONDS,
+      max_tries_per_object=None)   # bounded by flwr's own PULL_MAX_TIME (2 h), as flwr's are
   message.metadata.__dict__['_message_id'] = tree.object_id   # as flwr sets it
   return message, context, run, fab
 
