@@ -61,7 +61,9 @@ REFUSED = {
 NOT_YET = {
     'fedma': "its server's matching changes the model's widths between rounds, and the "
              "messages' templates are fixed for a run",
-    'fedfr': "a holder does not read FedFR's public data D_g or its held-out images yet",
+    'fedfr': "the roster's skeleton does not carry its public set D_g yet (every party reads "
+             'it: own_data.read_public_set), and its runs start from a pre-trained model '
+             '(init_from, not carried yet)',
     'fedgpad': 'over its runlocal config the federation ends up to 3e-3 from the simulator '
                '(elements one float32 step apart first), not yet traced',
 }
@@ -86,7 +88,7 @@ class Agreement(NamedTuple):
 def check_federable(config) -> None:
   """One line for a config the method itself refuses (`algorithms.check_config`), a combination
   the bridge does not carry (`REFUSED`), a method it does not carry yet
-  (`NOT_YET`), a method whose clients are one holder of every identity (`ONE_CLIENT`: the
+  (`NOT_YET`), a warm start (`init_from`), a method whose clients are one holder of every identity (`ONE_CLIENT`: the
   centralized bounds have nothing to federate), or a backend other than the loop."""
   for fields, reason in REFUSED.items():
     values = [config[f.split('.')[0]][f.split('.')[1]] for f in fields]
@@ -97,6 +99,10 @@ def check_federable(config) -> None:
     raise checks.UsageError(f'algorithm={config.algorithm!r} over Flower: '
                             f'{NOT_YET[config.algorithm]}; expected one of the methods '
                             'docs/federation.md lists as federated.')
+  if config.init_from:   # both sides start from `init`'s draw; a warm start is not carried yet
+    raise checks.UsageError(f'init_from={config.init_from!r} over Flower: the server and the '
+                            "holders start from the method's init (the config's seed), not from "
+                            "a run's checkpoint, yet; expected init_from=''.")
   if algorithms.get(config.algorithm).ONE_CLIENT:
     raise checks.UsageError(f'algorithm={config.algorithm!r} trains one client holding every '
                             'identity; nothing to federate (expected a federated method).')

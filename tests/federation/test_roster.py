@@ -65,6 +65,12 @@ def test_bad_rosters_are_refused_naming_the_holder(descriptions):
     ({'algorithm': 'fedma'}, r"^algorithm='fedma' over Flower: its server's matching changes"),
     ({'algorithm': 'fedgpad'}, r"^algorithm='fedgpad' over Flower: over its runlocal config the "
                                r'federation ends up to 3e-3 from the simulator'),
+    ({'algorithm': 'fedfr'}, r"^algorithm='fedfr' over Flower: the roster's skeleton does not "
+                             r'carry its public set D_g yet'),
+    ({'init_from': '/runs/pretrained'},
+     r"^init_from='/runs/pretrained' over Flower: the server and the holders start from the "
+     r"method's init \(the config's seed\), not from a run's checkpoint, yet; expected "
+     r"init_from=''\.$"),
     ({'algorithm': 'centralized'}, r"^algorithm='centralized' trains one client holding every "
                                    r'identity; nothing to federate'),
     ({'engine.backend': 'vmap'}, r"^engine.backend='vmap' \(vmap here\); a federation runs each "
