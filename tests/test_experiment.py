@@ -203,6 +203,11 @@ def test_config_argument_errors_list_the_valid_choices():
   assert load_config('fedgc', 'loss=arcface,runlocal').head.loss == 'arcface'
 
 
+# FEDJAX_FACE_TESTS=full: the fedgc config end to end with an option (the suite runs it in
+# test_train_and_evaluate_writes_every_output); the shared identities' partition and server step
+# are tests/algorithms/test_algorithms.py's test_shared_identities_split_images_between_holders and
+# test_general_case_averages_shared_identity_and_regularizes_against_exclusive_classes.
+@pytest.mark.full
 def test_general_case_with_shared_identities_runs_end_to_end(tmp_path):
   config = load_config('fedgc')
   config.federated.shared_fraction = 0.25
