@@ -47,10 +47,10 @@ from flwr.supercore.runtime import RuntimeHttpClient
 from flwr.supercore.task_identity import TaskIdentity
 from flwr.supernode.runtime import run_clientapp
 
-# How often an idle process asks for a task (flwr's own SuperExec asks every 1 s), and for a
-# message's object its node has not pulled yet: a round's message waits about this long here
-# once its SuperNode has it.
+# How often an idle process asks for a task (flwr's own SuperExec asks every 1 s), and the first
+# wait before it asks again for a message's object its node has not pulled yet.
 POLL_SECONDS = 0.05
+PULL_CAP_SECONDS = 1.0   # the longest wait between two tries of one object (flwr's: 10 s)
 
 
 def runtime_client(address: str, *interceptors) -> RuntimeHttpClient:
@@ -67,9 +67,11 @@ def pull_task_input(client: RuntimeHttpClient):
   with a short wait between the tries of an object not there yet. This process takes a task as
   soon as its SuperNode opens it, and the node opens it before it has pulled the message's
   objects from the SuperLink; flwr's own first wait (1 s, doubling) is sized for a process that
-  has only just started. Its 500 tries an object would last 25 s at this wait, which a loaded
-  node can take (seen at load 18: every holder's round 1 failed), so the tries are not counted:
-  flwr's time limit alone bounds the wait."""
+  has only just started. Here the wait starts at POLL_SECONDS and doubles up to
+  PULL_CAP_SECONDS, so that a node still fetching many objects (one puller thread each) is not
+  asked twenty times a second for each. The tries are not counted (flwr's 500 lasted ~25 s at a
+  0.05 s wait, which a loaded node took: at load 18 every FedPAD holder's round 1 failed); flwr's
+  time limit alone bounds the wait."""
   res = client.PullTaskInput(PullTaskInputRequest())
   TaskIdentity.task_id = res.task_id
   TaskIdentity.run_id = res.run.run_id
@@ -84,7 +86,7 @@ def pull_task_input(client: RuntimeHttpClient):
       tree, make_pull_object_fn_protobuf(client.PullObject, node, context.run_id),
       make_confirm_message_received_fn_protobuf(client.ConfirmMessageReceived, node,
                                                 context.run_id),
-      return_type=Message, initial_backoff=POLL_SECONDS, backoff_cap=POLL_SECONDS,
+      return_type=Message, initial_backoff=POLL_SECONDS, backoff_cap=PULL_CAP_SECONDS,
       max_tries_per_object=None)   # bounded by flwr's own PULL_MAX_TIME (2 h), as flwr's are
   message.metadata.__dict__['_message_id'] = tree.object_id   # as flwr sets it
   return message, context, run, fab
