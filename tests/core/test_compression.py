@@ -80,17 +80,26 @@ def test_running_statistics_pass_as_they_are_with_no_residual(codec):
   assert residual is None or list(residual) == ['0000']
 
 
+COHORTS = ((0, 1, 2, 3, 4),)
+
+
+@pytest.fixture(scope='module')
+def plain_round():
+  """FedGC's uncompressed round, trained once for both codecs."""
+  return engine_cases.run_rounds('fedgc', 'loop', cohorts=COHORTS)[0]
+
+
 @pytest.mark.parametrize('codec, field, value', [('quantize', 'bits', 8),
                                                  ('topk', 'fraction', 1.0)])
-def test_a_compressed_round_is_decoded_against_what_each_client_received(codec, field, value):
+def test_a_compressed_round_is_decoded_against_what_each_client_received(plain_round, codec,
+                                                                         field, value):
   """At 8 bits the round is FedAvg within a quantization step; top-k of every coordinate is
   FedAvg to float rounding (o + (u − o) for u)."""
   def configure(config):
     config.compression.codec = codec
     config.compression[field] = value
-  cohorts = ((0, 1, 2, 3, 4),)
-  plain, _ = engine_cases.run_rounds('fedgc', 'loop', cohorts=cohorts)
-  comp, eng = engine_cases.run_rounds('fedgc', 'loop', cohorts=cohorts, configure=configure)
+  plain = plain_round
+  comp, eng = engine_cases.run_rounds('fedgc', 'loop', cohorts=COHORTS, configure=configure)
   tolerance = 0.05 if codec == 'quantize' else 1e-5
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=tolerance),
                comp.server['method'], plain.server)
