@@ -39,8 +39,12 @@ def assert_the_wire_is_one_client_s(eng, state):
   assert expected['up']['model'] > 0
 
 
+# 'map' in the full tier: FedGC's chunks of 2 (the round 'map' compiles: vmap with a positive
+# width) equal the loop's rounds in test_vmap_falls_back_to_chunks_when_the_cohort_does_not_fit,
+# and the recorded wire is the client program's, the same on every backend.
 @pytest.mark.parametrize('algorithm', ['fedpe', 'fedgc'])
-@pytest.mark.parametrize('backend,map_width', [('vmap', 0), ('map', 2)])
+@pytest.mark.parametrize('backend,map_width', [('vmap', 0),
+                                               pytest.param('map', 2, marks=pytest.mark.full)])
 def test_backends_agree(loop_results, algorithm, backend, map_width):
   state, eng = engine_cases.run_rounds(algorithm, backend, map_width=map_width)
   assert_trees_close(state, loop_results[algorithm])
@@ -94,8 +98,9 @@ def test_round_counter_and_unselected_clients_untouched(loop_results):
 
 
 # The host state is handled in `run_round`, above the backend; 'map' differs from 'vmap' only in
-# how the compiled round chunks the clients (test_backends_agree).
-@pytest.mark.parametrize('backend', ['loop', 'vmap'])
+# how the compiled round chunks the clients (test_backends_agree), and 'vmap' repeats the loop's
+# equality on another backend (the full tier).
+@pytest.mark.parametrize('backend', ['loop', pytest.param('vmap', marks=pytest.mark.full)])
 def test_client_state_on_the_host_gives_the_same_rounds(loop_results, backend, monkeypatch):
   """`client_state='host'`: every FedPE client's W_k stays in numpy between rounds, the device
   sees the cohort's rows alone (padding included), and the rounds are the device-state rounds
@@ -155,8 +160,12 @@ def lognormal_problem(num_clients: int = 8, num_identities: int = 20, seed: int 
   return federated.build(images, labels, ids)
 
 
+# One compiled round (vmap) and the loop's three programs in the suite; 'map' is the vmap round
+# in chunks, and the loop on 3 threads traces on the calling thread alone
+# (test_loop_threads_give_the_same_round_on_several_threads): the full tier.
 @pytest.mark.parametrize('backend,map_width,loop_threads', [
-    ('vmap', 0, 1), ('map', 2, 1), ('loop', 0, 1), ('loop', 0, 3)])
+    ('vmap', 0, 1), pytest.param('map', 2, 1, marks=pytest.mark.full), ('loop', 0, 1),
+    pytest.param('loop', 0, 3, marks=pytest.mark.full)])
 def test_one_compile_for_a_run_with_changing_cohorts_and_uneven_clients(backend, map_width,
                                                                          loop_threads):
   """Participation 1/2 picks another cohort every round; with local_epochs = 1 each client runs
