@@ -78,7 +78,7 @@ def _export_in_three(config, folder):
   assert [(h.num_ids, h.id_base) for h in headers] == [(3, None), (3, None), (2, None)]
 
 
-@pytest.mark.full   # the equality above on another layout of the same files (FEDJAX_FACE_TESTS=full)
+@pytest.mark.full   # the equality above, on another layout of the same files
 def test_fedfr_on_the_split_with_three_pretraining_folders_equals_the_in_memory_run(exported):
   tmp_path, config, memory = exported
   _export_in_three(config, tmp_path / 'split3_full')
