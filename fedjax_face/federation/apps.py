@@ -1,5 +1,6 @@
 """Flower's ClientApp and ServerApp over the bridge (flwr 1.42, the Message API: docs/federation.md
-says what this relies on). The only module of the package that imports `flwr`.
+says what this relies on). With resident.py (a holder's long-lived ClientApp process) and the
+cost bench (tools/bench/federation.py), the only modules of the package that import `flwr`.
 
 Messages (`Message.metadata.message_type`; every array an `Array` of its exact bytes, named by its
 path in the method's tree: federation/wire.py):
