@@ -119,8 +119,11 @@ def write_node_key(folder: str, k: int) -> tuple[str, str]:
   return private, public
 
 
-def write_app(folder: str, config_spec: str, overrides: str, server_dir: str) -> str:
-  """The Flower app: a pyproject.toml naming the ServerApp, the ClientApp and the run config."""
+def write_app(folder: str, config_spec: str, overrides: str, server_dir: str, *,
+              round_timeout: float = 0.0, min_replies: int = 0) -> str:
+  """The Flower app: a pyproject.toml naming the ServerApp, the ClientApp and the run config,
+  every key of which is declared (flwr 1.42 refuses a `flwr run --run-config` key the app does not
+  declare): `round-timeout-s` and `min-replies` as apps.py reads them (0: wait for every reply)."""
   os.makedirs(folder, exist_ok=True)
   path, _, arg = config_spec.partition(':')
   spec = os.path.abspath(path) + (f':{arg}' if arg else '')
@@ -149,8 +152,21 @@ clientapp = "fedjax_face.federation.apps:client_app"
 config = "{spec}"
 overrides = "{overrides}"
 workdir = "{os.path.abspath(server_dir)}"
+round-timeout-s = {float(round_timeout):g}
+min-replies = {int(min_replies)}
 ''')
   return folder
+
+
+def write_mask_secret(folder: str) -> str:
+  """The data holders' shared secret of secure aggregation's masks (32 random bytes, readable by
+  its owner only), which the server is not given. On one machine the launcher writes one file for
+  every holder; across hosts each holder keeps its own copy, agreed out of band."""
+  os.makedirs(folder, exist_ok=True)
+  path = os.path.join(folder, 'mask_secret')
+  with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), 'wb') as f:
+    f.write(os.urandom(32))
+  return path
 
 
 def write_connection(flwr_home: str, address: str, ca: str | None) -> str:
@@ -262,13 +278,16 @@ def holder_folders(holders) -> list[str]:
 
 def launch(config_spec: str, overrides: str, holders, workdir: str, *, tls: bool = False,
            auth: bool = False, host: str = LOOPBACK, timeout: float = 1800.0,
-           resident: bool = False) -> str:
+           resident: bool = False, round_timeout: float = 0.0, min_replies: int = 0) -> str:
   """Runs the federation over `holders` (a folder of `client_<k>` folders, or the holders'
   folders in client order); returns the path of the final server state. The SuperLink listens on
   `host` (another address than the SuperNodes' 127.0.0.1 stands for another machine; its
   certificate names it). With `resident`, each SuperNode runs under `--isolation process` beside
   one ClientApp process that stays up for the run (federation/resident.py), instead of one
-  `flwr-clientapp` per message. Raises RuntimeError naming the step that failed (its log is under
+  `flwr-clientapp` per message. `round_timeout` and `min_replies`: the run config's
+  `round-timeout-s` and `min-replies` (apps.py). Every SuperNode's node config names the holders'
+  mask secret (`write_mask_secret`), which a holder reads under secure aggregation. Raises
+  RuntimeError naming the step that failed (its log is under
   `<workdir>/logs/`)."""
   folders = holder_folders(holders)
   port = free_port(host)
@@ -285,7 +304,9 @@ def launch(config_spec: str, overrides: str, holders, workdir: str, *, tls: bool
                                         certs.ca if certs else None),
              FLWR_SUPEREXEC_TASK_POLL_INTERVAL=str(SUPEREXEC_POLL_SECONDS))
   app_dir = write_app(os.path.join(workdir, 'app'), config_spec, overrides,
-                      os.path.join(workdir, 'server'))
+                      os.path.join(workdir, 'server'), round_timeout=round_timeout,
+                      min_replies=min_replies)
+  mask_secret = write_mask_secret(os.path.join(workdir, 'holders'))
   processes = Processes(os.path.join(workdir, 'logs'), env)
   security = (['--ssl-certfile', certs.cert, '--ssl-keyfile', certs.key, '--ssl-ca-certfile',
                certs.ca] if tls else ['--insecure'])
@@ -312,7 +333,8 @@ def launch(config_spec: str, overrides: str, holders, workdir: str, *, tls: bool
           executable('flower-supernode'), *node_security, '--superlink', address,
           '--host', LOOPBACK, '--port', str(runtime_port), '--node-config',
           f'client-index={k} data-path="{os.path.abspath(folder)}" '
-          f'state-path="{os.path.abspath(os.path.join(workdir, "state", str(k)))}"']
+          f'state-path="{os.path.abspath(os.path.join(workdir, "state", str(k)))}" '
+          f'mask-secret-path="{os.path.abspath(mask_secret)}"']
           + (['--isolation', 'process'] if resident else []))
       if resident:   # its ClientApp process, on the node's Runtime API (loopback, no TLS)
         processes.start(f'clientapp_{k}', [
@@ -340,7 +362,8 @@ def main(argv):
   f = flags.FLAGS
   try:
     final = launch(f.config, f.overrides, f.holders, f.workdir, tls=f.tls, auth=f.auth,
-                   host=f.host, resident=f.resident)
+                   host=f.host, resident=f.resident, round_timeout=f.round_timeout_s,
+                   min_replies=f.min_replies)
   except checks.UsageError as error:
     print(error, file=sys.stderr)
     sys.exit(2)
@@ -356,6 +379,10 @@ if __name__ == '__main__':
   flags.DEFINE_bool('auth', False, 'SuperNode authentication (P-384 keys, registered).')
   flags.DEFINE_string('host', LOOPBACK, "The SuperLink's address (the SuperNodes' runtime APIs "
                       'stay on 127.0.0.1); 0.0.0.0 across hosts.')
+  flags.DEFINE_float('round_timeout_s', 0.0, "Seconds a round waits for the holders' replies "
+                     "(0: for every one); the run config's round-timeout-s.")
+  flags.DEFINE_integer('min_replies', 0, 'The fewest replies a round goes on with when holders '
+                       "do not reply in time (0: all must); the run config's min-replies.")
   flags.DEFINE_bool('resident', False, 'One ClientApp process per SuperNode for the whole run '
                     '(federation/resident.py) instead of one per message.')
   flags.mark_flags_as_required(['config', 'holders', 'workdir'])

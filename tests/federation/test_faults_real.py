@@ -52,10 +52,6 @@ class Federation:
                                                  self.address, None))
     self.app = launch.write_app(os.path.join(workdir, 'app'), CONFIG, overrides,
                                 os.path.join(workdir, 'server'))
-    # The run config's keys a `flwr run --run-config` may set must be in the app's own table
-    # (flwr 1.42 refuses others: "Invalid run configuration"), which ends the file.
-    with open(os.path.join(self.app, 'pyproject.toml'), 'a') as f:
-      f.write('round-timeout-s = 0\nmin-replies = 0\n')
     self.processes = launch.Processes(os.path.join(workdir, 'logs'), env)
     self.nodes, self.starts = {}, 0
 

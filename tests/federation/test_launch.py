@@ -61,7 +61,20 @@ def test_the_app_names_the_apps_and_the_config(tmp_path):
       'clientapp': 'fedjax_face.federation.apps:client_app'}
   assert flwr['app']['config'] == {
       'config': os.path.abspath('configs/fedgc/fedpe.py') + ':runlocal',
-      'overrides': 'num_rounds=2', 'workdir': str(tmp_path / 'server')}
+      'overrides': 'num_rounds=2', 'workdir': str(tmp_path / 'server'),
+      'round-timeout-s': 0, 'min-replies': 0}
+  folder = launch.write_app(str(tmp_path / 'app2'), 'configs/fedgc/fedpe.py', '',
+                            str(tmp_path / 'server'), round_timeout=2.5, min_replies=2)
+  with open(os.path.join(folder, 'pyproject.toml'), 'rb') as f:
+    config = tomllib.load(f)['tool']['flwr']['app']['config']
+  assert (config['round-timeout-s'], config['min-replies']) == (2.5, 2)
+
+
+def test_the_holders_mask_secret_is_theirs_alone_and_never_overwritten(tmp_path):
+  path = launch.write_mask_secret(str(tmp_path))
+  assert os.stat(path).st_mode & 0o777 == 0o600 and os.path.getsize(path) == 32
+  with pytest.raises(FileExistsError):
+    launch.write_mask_secret(str(tmp_path))
 
 
 def test_a_folder_without_holders_is_refused_in_one_line(tmp_path):
