@@ -31,6 +31,7 @@ Under DP the server writes `<workdir>/privacy.json` (results.json's 'privacy' pa
 import functools
 import json
 import os
+import re
 import time
 
 import jax
@@ -192,6 +193,20 @@ POLL_SECONDS = 0.5   # between two pulls of the replies (flwr's own send_and_rec
 SAY_EVERY_SECONDS = 30.0   # a line naming the nodes still awaited
 
 
+# flwr 1.42 answers for a ClientApp that raised with the reason "<class 'T'>:<'message'>".
+HOLDER_REFUSAL = re.compile(r"<class '[\w.]*\.UsageError'>:<'(.*)'>", re.DOTALL)
+REFUSED = 'refused.txt'   # the server's one-line refusal, in its workdir (launch.py reads it)
+
+
+def holder_error(what: str, node: int, reason: str) -> Exception:
+  """A holder's refusal (its UsageError) as its one line, after `what`; any other error of a
+  holder as a RuntimeError naming its node."""
+  refusal = HOLDER_REFUSAL.fullmatch(reason)
+  if refusal:
+    return checks.UsageError(f'{what}: {refusal.group(1)}')
+  return RuntimeError(f'{what}: node {node}: {reason}')
+
+
 def ask_all(grid: Grid, messages: list[Message], what: str, timeout: float | None = None,
             say_every: float = SAY_EVERY_SECONDS) -> list[Message | None]:
   """The replies to `messages`, in their order; None where a node did not reply within
@@ -211,7 +226,7 @@ def ask_all(grid: Grid, messages: list[Message], what: str, timeout: float | Non
       if reply.has_error() and reply.error.code in UNANSWERED:
         print(f'{what}: node {node} gave no reply: {reply.error.reason}', flush=True)
       elif reply.has_error():
-        raise RuntimeError(f'{what}: node {node}: {reply.error.reason}')
+        raise holder_error(what, node, reply.error.reason)
       else:
         replies[node] = reply
     if waiting:
@@ -323,6 +338,15 @@ def say_epsilon(srv: server_lib.Server) -> hooks_lib.Hook:
   return hooks_lib.Hook(after_round=after_round)
 
 
+def refuse(workdir: str, line: str) -> None:
+  """The server's refusal: its one line in the run's log and, with a workdir, in REFUSED there."""
+  print(f'refused: {line}', flush=True)
+  if workdir:
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, REFUSED), 'w') as f:
+      f.write(line + '\n')
+
+
 @server_app.main()
 def main(grid: Grid, context: Context) -> None:
   config = run_config_of(context)
@@ -330,10 +354,14 @@ def main(grid: Grid, context: Context) -> None:
   if workdir:
     keep_compiled(os.path.join(workdir, 'compiled'))
   timeout = float(context.run_config.get('round-timeout-s', 0)) or None
-  trained, ledger = serve(grid, config, (hooks_lib.Hook(after_round=say_round),),
-                          os.path.join(workdir, 'run') if workdir else None,
-                          round_timeout=timeout,
-                          min_replies=int(context.run_config.get('min-replies', 0)))
+  try:
+    trained, ledger = serve(grid, config, (hooks_lib.Hook(after_round=say_round),),
+                            os.path.join(workdir, 'run') if workdir else None,
+                            round_timeout=timeout,
+                            min_replies=int(context.run_config.get('min-replies', 0)))
+  except checks.UsageError as error:   # one line, not flwr's traceback of the ServerApp
+    refuse(workdir, str(error))
+    return
   if ledger is not None:
     print(f"dp: epsilon={ledger['epsilon']:.4f} at delta={ledger['delta']:g} after "
           f"{ledger['rounds']} rounds (RDP; PLD: {ledger['epsilon_pld']})", flush=True)

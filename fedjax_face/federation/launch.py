@@ -35,7 +35,7 @@ from typing import NamedTuple
 from absl import app, flags
 
 from fedjax_face.core import checks
-from fedjax_face.federation import export
+from fedjax_face.federation import apps, export
 
 LOOPBACK = '127.0.0.1'
 SUPEREXEC_POLL_SECONDS = 0.2
@@ -287,8 +287,8 @@ def launch(config_spec: str, overrides: str, holders, workdir: str, *, tls: bool
   `flwr-clientapp` per message. `round_timeout` and `min_replies`: the run config's
   `round-timeout-s` and `min-replies` (apps.py). Every SuperNode's node config names the holders'
   mask secret (`write_mask_secret`), which a holder reads under secure aggregation. Raises
-  RuntimeError naming the step that failed (its log is under
-  `<workdir>/logs/`)."""
+  checks.UsageError with the ServerApp's one-line refusal (a holder's bad data or other code),
+  and RuntimeError naming the step that failed otherwise (its log is under `<workdir>/logs/`)."""
   folders = holder_folders(holders)
   port = free_port(host)
   address = f'{host}:{port}'
@@ -349,6 +349,10 @@ def launch(config_spec: str, overrides: str, holders, workdir: str, *, tls: bool
   finally:
     processes.stop()
   server_dir = os.path.join(workdir, 'server')
+  refused = os.path.join(server_dir, apps.REFUSED)
+  if os.path.exists(refused):   # the ServerApp's one line (a holder's, or the roster's)
+    with open(refused) as f:
+      raise checks.UsageError(f.read().strip())
   finals = sorted(n for n in os.listdir(server_dir) if n.startswith('server_') and
                   n.endswith('.npz')) if os.path.isdir(server_dir) else []
   if not finals:
