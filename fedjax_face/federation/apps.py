@@ -193,13 +193,16 @@ POLL_SECONDS = 0.5   # between two pulls of the replies (flwr's own send_and_rec
 SAY_EVERY_SECONDS = 30.0   # a line naming the nodes still awaited
 
 
-# flwr 1.42 answers for a ClientApp that raised with the reason "<class 'T'>:<'message'>".
-HOLDER_REFUSAL = re.compile(r"<class '[\w.]*\.UsageError'>:<'(.*)'>", re.DOTALL)
+# flwr 1.42 answers for a ClientApp that raised with the reason "<class 'T'>:<'message'>". A
+# holder's refusals: its usage errors, and a record of its data that cannot be decoded (named
+# when a round first reads it, as the simulator's stores do).
+HOLDER_REFUSAL = re.compile(r"<class '[\w.]*\.(?:UsageError|BadRecordError)'>:<'(.*)'>",
+                            re.DOTALL)
 REFUSED = 'refused.txt'   # the server's one-line refusal, in its workdir (launch.py reads it)
 
 
 def holder_error(what: str, node: int, reason: str) -> Exception:
-  """A holder's refusal (its UsageError) as its one line, after `what`; any other error of a
+  """A holder's refusal (`HOLDER_REFUSAL`) as its one line, after `what`; any other error of a
   holder as a RuntimeError naming its node."""
   refusal = HOLDER_REFUSAL.fullmatch(reason)
   if refusal:

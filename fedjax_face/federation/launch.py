@@ -371,6 +371,9 @@ def main(argv):
   except checks.UsageError as error:
     print(error, file=sys.stderr)
     sys.exit(2)
+  except RuntimeError as error:   # a step that failed: its line names the log to read
+    print(error, file=sys.stderr)
+    sys.exit(1)
   print(f'final server state: {final}')
 
 

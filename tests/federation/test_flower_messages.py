@@ -137,3 +137,15 @@ def test_a_round_waiting_for_a_node_says_which_and_gives_up_at_its_timeout(holde
   lines = capsys.readouterr().out.splitlines()
   assert lines and all(re.fullmatch(r'describe: waiting for nodes \[102\] after \d+ s \(until '
                                     r'round-timeout-s=1\.5\)', line) for line in lines)
+
+
+@pytest.mark.parametrize('kind', ['fedjax_face.core.checks.UsageError',
+                                  'fedjax_face.data.stores.BadRecordError'])
+def test_a_holders_refusal_is_its_own_line_and_another_error_names_its_node(kind):
+  # flwr 1.42's reason for a ClientApp that raised: "<class 'T'>:<'message'>".
+  line = "data holder of client 1: /d/id_0/0.png: cannot decode image; expected a JPEG or PNG"
+  error = apps.holder_error('round 0', 7, f"<class '{kind}'>:<'{line}'>")
+  assert isinstance(error, checks.UsageError) and str(error) == f'round 0: {line}'
+  other = apps.holder_error('round 0', 7, "<class 'KeyError'>:<'x'>")
+  assert type(other) is RuntimeError
+  assert str(other) == "round 0: node 7: <class 'KeyError'>:<'x'>"
