@@ -25,6 +25,7 @@ import datetime
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -219,18 +220,29 @@ class Processes:
     return process.returncode
 
   def stop(self) -> None:
-    """Asks every process to stop, the last started first, then waits for each (20 s, then it
-    is killed): they shut down together."""
+    """Asks every process and what it started (its session: a SuperNode's ClientApps, the
+    SuperLink's ServerApp) to stop, the last started first, then waits for each (20 s) and kills
+    what is left of its session: a ClientApp whose SuperNode is gone may ignore SIGTERM and would
+    outlive the launch."""
     for _, process, _ in reversed(self.started):
-      if process.poll() is None:
-        process.terminate()
+      signal_session(process, signal.SIGTERM)
     for _, process, log in reversed(self.started):
       try:
         process.wait(timeout=20)
       except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+        pass
+      signal_session(process, signal.SIGKILL)
+      process.wait()
       log.close()
+
+
+def signal_session(process: subprocess.Popen, sig: int) -> None:
+  """`sig` to the process group `process` leads (each started in its own session), if any of it
+  is left."""
+  try:
+    os.killpg(process.pid, sig)
+  except (ProcessLookupError, PermissionError):
+    pass
 
 
 def wait_listening(host: str, port: int, process: subprocess.Popen, name: str,
