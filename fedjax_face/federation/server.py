@@ -42,9 +42,9 @@ from fedjax_face.core import engine as engine_lib
 from fedjax_face.core.algorithm import ClientResult
 from fedjax_face.data import participation
 from fedjax_face.federation import protocol, roster
-from fedjax_face.io import files
+from fedjax_face.io import files, metrics
 from fedjax_face.run import hooks as hooks_lib, loop, noise, resume, setup as setup_lib
-from fedjax_face.run.hooks import checkpointing, divergence
+from fedjax_face.run.hooks import checkpointing, divergence, logging as logging_hook
 
 
 class Request(NamedTuple):
@@ -191,10 +191,16 @@ def fixed_cohort(config) -> str:
                                           'masks do not cancel: no dropout recovery)')) if on)
 
 
+def server_side(algorithm):
+  """`algorithm` as the server's log sees it: without the class embeddings' norms, which the
+  driver's log reads from every client's rows (FedPE's W_k), rows the server does not hold."""
+  return algorithm._replace(class_embeddings=lambda state: None)
+
+
 def serve(srv: Server, exchange: Exchange, workdir: str | None, hooks=()) -> loop.Trained:
   """The federation's rounds: from the newest checkpoint of `workdir` (or the start), with the
-  run's divergence guard and checkpointing hook there, then `hooks`. `workdir` None: no
-  checkpoint, from the start."""
+  run's divergence guard, training log (TensorBoard) and checkpointing hooks there, then
+  `hooks`. `workdir` None: no checkpoint, from the start."""
   config, state = srv.config, srv.initial_state()
   with contextlib.ExitStack() as stack:
     # The noise each round ran at, beside each checkpoint (what a resume plans from).
@@ -213,9 +219,20 @@ def serve(srv: Server, exchange: Exchange, workdir: str | None, hooks=()) -> loo
         state = ckpt.restore(state)
         record = ckpt.run_record or {}
         srv.plan_privacy(record, int(state.round))
-      # In the driver's order (experiment.py): the divergence guard (stopped.json), then the
-      # checkpoints, then the caller's hooks.
+      # The run's training log (TensorBoard under <workdir>/tensorboard, the progress rates), as
+      # the driver writes it; closed on every way out.
+      start_round, fl = int(state.round), config.federated
+      writer = metrics.MetricWriter(files.join(workdir, 'tensorboard'))
+      stack.callback(writer.close)
+      progress = metrics.Progress(config.num_rounds, start_round,
+                                  srv.cohorts.size * fl.local_steps * fl.batch_size)
+      # In the driver's order (experiment.py): the divergence guard (stopped.json), the log,
+      # the noise record, then the checkpoints, then the caller's hooks.
       hook_list = (divergence.divergence_guard(config, workdir, True, record.get('guard')),
-                   checkpointing.checkpointing(config, ckpt)) + hook_list
+                   logging_hook.logging(config, server_side(srv.agreement.algorithm), writer,
+                                        progress,
+                                        start_round, srv.noise_plan.epsilons,
+                                        record.get('last_logged')),
+                   hook_list[0], checkpointing.checkpointing(config, ckpt)) + hook_list[1:]
     return loop.run_rounds(functools.partial(srv.train_round, exchange), state, int(state.round),
                            config.num_rounds, hook_list)

@@ -171,10 +171,17 @@ def test_a_restarted_server_resumes_from_its_checkpoint_and_ends_at_the_simulato
   with pytest.raises(Stop):
     server.serve(server.Server(config, descriptions), exchange, workdir,
                  (hooks.Hook(after_round=stop_after_round_1),))
-  rounds = []
+  rounds, names = [], set()
+  def seen(end):
+    rounds.append(end.done)
+    names.update(end.metrics)
   resumed = server.serve(server.Server(config, descriptions), exchange, workdir,
-                         (hooks.Hook(after_round=lambda end: rounds.append(end.done)),))
+                         (hooks.Hook(after_round=seen),))
   assert rounds == [2]   # round 1 came from the checkpoint, not trained again
+  # The run's training log, one TensorBoard file per start, naming each metric the rounds had.
+  logs = sorted((tmp_path / 'server' / 'tensorboard').iterdir())
+  assert len(logs) == 2 and names
+  assert all(name.encode() in logs[-1].read_bytes() for name in names)
   simulated, _ = simulate(config)
   assert_trees_equal(resumed.state.server, simulated.server)
   for k, h in enumerate(holders):
