@@ -53,7 +53,7 @@ class Federation:
     self.app = launch.write_app(os.path.join(workdir, 'app'), CONFIG, overrides,
                                 os.path.join(workdir, 'server'))
     self.processes = launch.Processes(os.path.join(workdir, 'logs'), env)
-    self.nodes, self.starts = {}, 0
+    self.nodes, self.starts, self.others = {}, 0, []
 
   def start_link(self):
     self.starts += 1
@@ -64,10 +64,18 @@ class Federation:
         '--host', launch.LOOPBACK, '--port', str(self.port)])
     launch.wait_listening(launch.LOOPBACK, self.port, self.link, 'flower-superlink', 60)
 
-  def start_nodes(self, node_config: str = ''):
-    """One SuperNode per holder folder; `node_config` is added to each one's node config."""
+  def start_nodes(self, node_config: str = '', env_of=None, data_of=None):
+    """One SuperNode per holder folder; `node_config` is added to each one's node config. Holder
+    k's SuperNode runs with `env_of[k]` added to the environment and reads `data_of[k]` instead
+    of its folder, where given (a holder on other code, or without its data)."""
     for k, folder in enumerate(self.folders):
-      self.nodes[k] = self.processes.start(f'supernode_{k}', [
+      processes = self.processes
+      if env_of and k in env_of:   # its own Processes, stopped with the others (`stop`)
+        processes = launch.Processes(os.path.join(self.workdir, 'logs'),
+                                     dict(self.processes.env, **env_of[k]))
+        self.others.append(processes)
+      folder = (data_of or {}).get(k, folder)
+      self.nodes[k] = processes.start(f'supernode_{k}', [
           launch.executable('flower-supernode'), '--insecure', '--superlink', self.address,
           '--host', launch.LOOPBACK, '--port', str(launch.free_port()), '--node-config',
           f'client-index={k} data-path="{os.path.abspath(folder)}" '
@@ -106,6 +114,8 @@ class Federation:
     process.wait()
 
   def stop(self):
+    for processes in self.others:
+      processes.stop()
     self.processes.stop()
 
 

@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip('flwr')
 
-from fedjax_face.federation import apps, launch   # pylint: disable=g-import-not-at-top
+from fedjax_face.federation import apps   # pylint: disable=g-import-not-at-top
 from tests.federation import test_equal_to_simulator as direct
 from tests.federation import test_faults_real as real
 
@@ -36,24 +36,13 @@ def other_checkout(folder: str) -> str:
   return folder
 
 
-def start(holders_root: str, workdir: str, env_of=None, data_of=None) -> real.Federation:
-  """The federation with holder k's SuperNode run in `env_of[k]` (added to the environment) and
-  reading `data_of[k]` (its folder otherwise)."""
+def start(holders_root: str, workdir: str, **nodes) -> real.Federation:
+  """The federation, its SuperNodes started with `nodes` (`Federation.start_nodes`' env_of and
+  data_of)."""
   fed = real.Federation(workdir, holders_root, f'federated.num_clients={direct.NUM_HOLDERS} '
                         'num_rounds=1')
   fed.start_link()
-  for k, folder in enumerate(fed.folders):
-    processes = fed.processes
-    if env_of and k in env_of:
-      processes = launch.Processes(os.path.join(workdir, 'logs'),
-                                   dict(fed.processes.env, **env_of[k]))
-      fed.extra = getattr(fed, 'extra', []) + [processes]
-    folder = (data_of or {}).get(k, folder)
-    fed.nodes[k] = processes.start(f'supernode_{k}', [
-        launch.executable('flower-supernode'), '--insecure', '--superlink', fed.address,
-        '--host', launch.LOOPBACK, '--port', str(launch.free_port()), '--node-config',
-        f'client-index={k} data-path="{os.path.abspath(folder)}" '
-        f'state-path="{os.path.abspath(os.path.join(workdir, "state", str(k)))}"'])
+  fed.start_nodes(**nodes)
   return fed
 
 
@@ -73,19 +62,13 @@ def refused(fed: real.Federation) -> str:
   return line[:-1]
 
 
-def stop(fed: real.Federation) -> None:
-  for processes in getattr(fed, 'extra', []):
-    processes.stop()
-  fed.stop()
-
-
 def test_a_holder_running_other_code_is_refused_in_one_line(holders_root, tmp_path):
   other = other_checkout(str(tmp_path / 'other_code'))
   fed = start(holders_root, str(tmp_path / 'run'), env_of={2: {'PYTHONPATH': other}})
   try:
     log = refused(fed)
   finally:
-    stop(fed)
+    fed.stop()
   assert re.fullmatch(r'data holder of client 2 runs [0-9a-f]{12} .*; the server runs '
                       r'[0-9a-f]{12}(\+dirty)? .*: expected the same code on every party\.', log)
 
@@ -96,6 +79,6 @@ def test_a_holder_without_its_data_folder_is_refused_in_one_line(holders_root, t
   try:
     log = refused(fed)
   finally:
-    stop(fed)
+    fed.stop()
   assert log.startswith(f'describe: data holder of client 1: {missing} is not a directory; '
                         'expected '), log
