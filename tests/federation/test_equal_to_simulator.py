@@ -61,23 +61,35 @@ def simulate(config):
   return trained.state, metrics
 
 
+def holders_of(config, root: str, state_root: str) -> list:
+  """One holder per exported folder of `root`, each reading its own folder alone."""
+  return [holder.Holder(config, k, export.holder_folder(root, k), os.path.join(state_root, str(k)))
+          for k in range(NUM_HOLDERS)]
+
+
 def federate(config, root: str, state_root: str):
-  """The server and the holders in process: each holder reads its own folder alone."""
-  holders = [holder.Holder(config, k, export.holder_folder(root, k), os.path.join(state_root, str(k)))
-             for k in range(NUM_HOLDERS)]
+  """The server and the holders in process."""
+  holders = holders_of(config, root, state_root)
   state, metrics = run_holders(config, holders)
   return state, metrics, holders
 
 
-def run_holders(config, holders: list):
-  """(the server's final state, each round's metrics): the server and `holders` in process."""
+def join_all(config, holders: list):
+  """(the roster's descriptions, the round exchange): `holders` joined in one process (one
+  compile), the exchange calling each holder of a round's requests directly."""
   descriptions = [h.describe() for h in holders]
-  srv = server.Server(config, descriptions)
-  shared = protocol.agree(config, descriptions)   # the holders share a process: one compile
+  shared = protocol.agree(config, descriptions)
   for h in holders:
     h.join(descriptions, shared)
   exchange = lambda requests: [holders[q.client].train(q.round, q.shared, q.per_client, q.key)
                                for q in requests]
+  return descriptions, exchange
+
+
+def run_holders(config, holders: list):
+  """(the server's final state, each round's metrics): the server and `holders` in process."""
+  descriptions, exchange = join_all(config, holders)
+  srv = server.Server(config, descriptions)
   metrics = []
   def train_round(state, r):
     state, m = srv.train_round(exchange, state, r)
@@ -156,14 +168,8 @@ def test_a_restarted_server_resumes_from_its_checkpoint_and_ends_at_the_simulato
     holders_root, tmp_path):
   config = folder_config('fedpe', holders_root)
   config.checkpoint_every = 1
-  holders = [holder.Holder(config, k, export.holder_folder(holders_root, k),
-                           str(tmp_path / 'state' / str(k))) for k in range(NUM_HOLDERS)]
-  descriptions = [h.describe() for h in holders]
-  shared = protocol.agree(config, descriptions)
-  for h in holders:
-    h.join(descriptions, shared)
-  exchange = lambda requests: [holders[q.client].train(q.round, q.shared, q.per_client, q.key)
-                               for q in requests]
+  holders = holders_of(config, holders_root, str(tmp_path / 'state'))
+  descriptions, exchange = join_all(config, holders)
   def stop_after_round_1(end):
     if end.done == 1:
       raise Stop()

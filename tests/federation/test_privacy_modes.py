@@ -210,14 +210,8 @@ def test_a_restarted_server_under_dp_plans_from_its_checkpoints_noise_history(ho
   config = direct.folder_config('fedpe', holders_root)
   config.dp.enabled, config.dp.noise_multiplier, config.dp.clip_norm = True, 0.5, 0.05
   config.checkpoint_every = 1
-  holders = [holder.Holder(config, k, export.holder_folder(holders_root, k),
-                           str(tmp_path / 'state' / str(k))) for k in range(direct.NUM_HOLDERS)]
-  descriptions = [h.describe() for h in holders]
-  shared = protocol.agree(config, descriptions)
-  for h in holders:
-    h.join(descriptions, shared)
-  exchange = lambda requests: [holders[q.client].train(q.round, q.shared, q.per_client, q.key)
-                               for q in requests]
+  descriptions, exchange = direct.join_all(
+      config, direct.holders_of(config, holders_root, str(tmp_path / 'state')))
   def stop_after_round_1(end):
     if end.done == 1:
       raise Stop()
