@@ -1,0 +1,75 @@
+"""Which of a model's layers a client shares and which it keeps: the personalization baselines
+that keep part of the backbone on the client (FedBN: its BatchNorm layers; FedRep / FedPer: its
+last layers).
+
+Backbone variables are flax's nested dicts, `{'params': {layer: {...}}, 'batch_stats': {layer:
+{...}}}`. A *layer* here is the module path under a collection (`('bn0',)`, `('layer1_0',
+'bn1')`), and a variable's *path* is `(collection, *layer, leaf name)`. `split` cuts a tree of
+variables into the part a client sends and the part it keeps, by layer; `merge` puts the two back.
+Both parts keep flax's nesting, so they are ordinary pytrees for the engine (stacked per client,
+averaged, clipped under DP).
+"""
+
+from typing import Callable, Iterable
+
+from flax import traverse_util
+
+Path = tuple[str, ...]
+
+
+def _flat(tree: dict) -> dict[Path, object]:
+  return traverse_util.flatten_dict(tree) if tree else {}
+
+
+def _nested(flat: dict[Path, object]) -> dict:
+  return traverse_util.unflatten_dict(flat) if flat else {}
+
+
+def layer_of(path: Path) -> Path:
+  """The layer of a variable's path `(collection, *layer, leaf)`."""
+  return path[1:-1]
+
+
+def split(variables: dict, is_kept: Callable[[Path], bool]) -> tuple[dict, dict]:
+  """(shared, kept): the variables whose path `is_kept` refuses, and those it accepts."""
+  flat = _flat(variables)
+  shared = {p: v for p, v in flat.items() if not is_kept(p)}
+  kept = {p: v for p, v in flat.items() if is_kept(p)}
+  return _nested(shared), _nested(kept)
+
+
+def merge(*parts: dict) -> dict:
+  """The variables of disjoint parts (`split`'s) as one tree; a path in two parts is an error."""
+  flat = {}
+  for part in parts:
+    for path, value in _flat(part).items():
+      if path in flat:
+        raise ValueError(f'variable {"/".join(path)} is in two parts; expected disjoint parts.')
+      flat[path] = value
+  return _nested(flat)
+
+
+def batch_norm_layers(variables: dict) -> frozenset[Path]:
+  """The layers that hold running statistics (`batch_stats`): the BatchNorm layers. Their
+  learned scale and shift sit under the same layer in `params`."""
+  return frozenset(path[:-1] for path in _flat(variables.get('batch_stats', {})))
+
+
+def in_layers(layers: Iterable[Path]) -> Callable[[Path], bool]:
+  """The predicate of `split`: a variable of one of `layers` (its parameters and statistics)."""
+  layers = frozenset(layers)
+  return lambda path: layer_of(path) in layers
+
+
+def under_top_level(names: Iterable[str]) -> Callable[[Path], bool]:
+  """The predicate of `split`: a variable of a top-level module named in `names`, or of a module
+  inside one."""
+  names = frozenset(names)
+  return lambda path: len(path) > 2 and path[1] in names
+
+
+def at_paths_of(tree: dict, template: dict) -> dict:
+  """The entries of `tree` at the paths `template` has (a part's variables taken from a whole,
+  e.g. the running statistics a forward pass updated, of the layers one part holds)."""
+  flat = _flat(tree)
+  return _nested({path: flat[path] for path in _flat(template)})
