@@ -38,6 +38,10 @@ ALGORITHMS = {
     'fedpad': 'fedjax_face.algorithms.fedgpad',    # FedGPAD's module: its Alg. 1, no ES / Dec
     'fedgpad': 'fedjax_face.algorithms.fedgpad',
     'fedma': 'fedjax_face.algorithms.fedma',        # FedGPAD's Table V baseline
+    'fedbn': 'fedjax_face.algorithms.fedbn',        # personalization: local BatchNorm
+    'fedrep': 'fedjax_face.algorithms.fedrep',      # personalization: local head (FedPer too)
+    'ditto': 'fedjax_face.algorithms.ditto',        # personalization: regularized personal models
+    'apfl': 'fedjax_face.algorithms.apfl',          # personalization: mixed models, alpha learned
 }
 
 
