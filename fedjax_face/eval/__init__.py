@@ -32,6 +32,8 @@ EVALUATORS = {   # type -> module defining check_<type> and make_<type> (a dotte
     'identification': 'fedjax_face.eval.recognition.evaluators',
     'personalized': 'fedjax_face.eval.recognition.evaluators',
     'ijb': 'fedjax_face.eval.recognition.ijb',
+    'rfw': 'fedjax_face.eval.recognition.rfw',
+    'tinyface': 'fedjax_face.eval.recognition.tinyface',
     'diagnostics': 'fedjax_face.eval.diagnostics',
     'pad': 'fedjax_face.eval.pad.evaluators',
     'leakage': 'fedjax_face.eval.privacy.leakage',
