@@ -20,6 +20,15 @@ or by 'authors' under that rule), and 'domains', one entry per unseen domain sco
 and `data.pad.extra_targets`). Whatever the unit, the per-video scores of each go to
 `pad_video_scores_<X>.npz` beside the target's `VIDEO_SCORES` (for Fused); with unit 'frame' the
 per-frame scores, labels and video ids also go to `pad_frame_scores_<X>.npz` / `FRAME_SCORES`.
+
+'iso' holds the ISO/IEC 30107-3 error rates of every scored set (`iso.iso_metrics`: APCER per
+attack species and the worst, FLIP's pooled APCER, BPCER, OULU-NPU's ACER, FLIP's TPR@FPR = 1 %),
+at both levels whatever the unit: 'iso' -> 'domains' -> <domain> -> 'frame' | 'video', and
+'iso' -> 'in_domain' -> 'frame' | 'video'. Each level's threshold is the section's rule applied
+to that level's scores (the in-domain rule on the held-out subjects'; 'validation': the held-out
+subjects' scores at the same level), so the scoring unit's equals 'threshold' and its BPCER and
+pooled APCER equal 'frr' and 'far'. A frame's species is its `PadSet.attack` (an index into
+`pad_benchmark.ATTACKS`; a negative code other than LIVE: unknown); a video's, its frames'.
 """
 
 import ml_collections
@@ -27,14 +36,16 @@ import numpy as np
 
 from fedjax_face.core import checks
 from fedjax_face.data import preprocess, sources
+from fedjax_face.data.synthetic import pad_benchmark
 from fedjax_face.eval import EvalOutput, Evaluator, plots
-from fedjax_face.eval.pad import metrics
+from fedjax_face.eval.pad import iso, metrics
 
 RULES = ('test', 'validation', 'authors')
 UNITS = ('video', 'frame')
 VIDEO_SCORES = 'pad_video_scores.npz'   # the target's per-video scores, in every run's workdir
 FRAME_SCORES = 'pad_frame_scores.npz'   # the target's per-frame scores, with scoring_unit 'frame'
 METRIC_KEYS = ('hter', 'eer', 'auc')
+SPECIES = pad_benchmark.ATTACKS         # the names `PadSet.attack` indexes
 
 
 def video_scores_file(domain: str | None = None) -> str:
@@ -82,15 +93,40 @@ def video_level(live_logits, frames, batch_size: int) -> tuple[np.ndarray, np.nd
 
 def scored(live_logits, frames, batch_size: int, unit: str) -> dict[str, np.ndarray]:
   """A `PadSet` scored once: 'video' and 'video_labels' (per-video means, whatever the unit),
-  'scores' and 'labels' in `unit`, and with unit 'frame' 'frame_video' (each frame's video)."""
+  'scores' and 'labels' in `unit`, and with unit 'frame' 'frame_video' (each frame's video);
+  'frame_scores' and 'frame_labels' in either unit (`levels`)."""
   frame_scores = frame_level(live_logits, frames, batch_size)
   frame_labels = frames.live.astype(np.int64)
   # Also checks one label per video, in either unit.
   video, video_labels = metrics.video_scores(frame_scores, frames.video, frame_labels)
-  out = {'video': video, 'video_labels': video_labels}
+  out = {'video': video, 'video_labels': video_labels, 'frame_scores': frame_scores,
+         'frame_labels': frame_labels}
   if unit == 'video':
     return dict(out, scores=video, labels=video_labels)
   return dict(out, scores=frame_scores, labels=frame_labels, frame_video=np.asarray(frames.video))
+
+
+def levels(frames, scores: dict) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+  """(scores, labels, species codes) of a `PadSet` at each level, from its `scored` dict."""
+  return {'frame': (scores['frame_scores'], scores['frame_labels'], frames.attack),
+          'video': (scores['video'], scores['video_labels'],
+                    iso.video_species(frames.attack, frames.video))}
+
+
+def attack_metrics(scored_levels: dict, rule: str, validation_levels: dict | None = None) -> dict:
+  """`iso.iso_metrics` of one set at each level, at the threshold `rule` picks on that level's
+  scores ('validation': on `validation_levels` at the same level), with 'threshold' and
+  'threshold_rule'."""
+  out = {}
+  for level, (scores, labels, species) in scored_levels.items():
+    kwargs = {}
+    if rule == 'validation':
+      val_scores, val_labels, _ = validation_levels[level]
+      kwargs = {'val_scores': val_scores, 'val_labels': val_labels}
+    threshold = metrics.choose_threshold(rule, scores, labels, **kwargs)
+    out[level] = dict(threshold=threshold, threshold_rule=rule,
+                      **iso.iso_metrics(scores, labels, species, SPECIES, threshold))
+  return out
 
 
 def make_pad(config, section, setup) -> Evaluator:
@@ -106,9 +142,11 @@ def make_pad(config, section, setup) -> Evaluator:
     val = scored(inputs.live_logits, sets.validation, batch, unit)
     kwargs = ({'val_scores': val['scores'], 'val_labels': val['labels']}
               if rule == 'validation' else {})
-    domains, arrays, curves = {}, {}, {}
+    val_levels = levels(sets.validation, val)
+    domains, arrays, curves, by_species = {}, {}, {}, {}
     for domain, frames in targets.items():
       test = scored(inputs.live_logits, frames, batch, unit)
+      by_species[domain] = attack_metrics(levels(frames, test), rule, val_levels)
       domains[domain] = metrics.pad_metrics(test['scores'], test['labels'], rule=rule, **kwargs)
       domains[domain].update(scoring_unit=unit, num_videos=len(test['video']),
                              num_frames=len(frames.images))
@@ -130,6 +168,7 @@ def make_pad(config, section, setup) -> Evaluator:
     res['in_domain'] = {k: v for k, v in metrics.pad_metrics(
         val['scores'], val['labels'], rule=in_domain_rule).items() if k in METRIC_KEYS}
     res['domains'] = {d: {k: m[k] for k in METRIC_KEYS} for d, m in domains.items()}
+    res['iso'] = {'in_domain': attack_metrics(val_levels, in_domain_rule), 'domains': by_species}
     scalars = {k: res[k] for k in METRIC_KEYS}
     scalars.update({f'in_domain/{k}': res['in_domain'][k] for k in METRIC_KEYS})
     return EvalOutput(results=res, scalars=scalars,
@@ -163,14 +202,45 @@ def markdown(pad: dict) -> list[str]:
               f"{pad['num_spoof']} attack; frame scores averaged per video")
   in_domain = ('by the same rule' if pad['threshold_rule'] == 'authors'
                else 'threshold on their scores')
-  return [f"Presentation-attack detection, {' & '.join(pad['sources'])} -> {pad['target']} "
-          f"({scored}; threshold rule '{pad['threshold_rule']}': {pad['threshold']:.4f} "
-          f"{rule}):", '',
-          '| HTER (%) | EER (%) | AUC (%) | FAR (%) | FRR (%) |', '| --- | --- | --- | --- | --- |',
-          '| ' + ' | '.join(_percent(pad[k]) for k in ('hter', 'eer', 'auc', 'far', 'frr'))
-          + ' |', '',
-          f"By domain, per {unit} (in-domain: the data centers' held-out subjects, {in_domain}):",
-          '', '| domain | HTER (%) | EER (%) | AUC (%) |', '| --- | --- | --- | --- |',
-          *(f'| {name} | ' + ' | '.join(_percent(m[k]) for k in ('hter', 'eer', 'auc')) + ' |'
-            for name, m in [(f"in-domain ({' & '.join(pad['sources'])})", pad['in_domain']),
-                            *pad['domains'].items()]), '']
+  lines = [f"Presentation-attack detection, {' & '.join(pad['sources'])} -> {pad['target']} "
+           f"({scored}; threshold rule '{pad['threshold_rule']}': {pad['threshold']:.4f} "
+           f"{rule}):", '',
+           '| HTER (%) | EER (%) | AUC (%) | FAR (%) | FRR (%) |',
+           '| --- | --- | --- | --- | --- |',
+           '| ' + ' | '.join(_percent(pad[k]) for k in ('hter', 'eer', 'auc', 'far', 'frr'))
+           + ' |', '',
+           f"By domain, per {unit} (in-domain: the data centers' held-out subjects, {in_domain}):",
+           '', '| domain | HTER (%) | EER (%) | AUC (%) |', '| --- | --- | --- | --- |',
+           *(f'| {name} | ' + ' | '.join(_percent(m[k]) for k in ('hter', 'eer', 'auc')) + ' |'
+             for name, m in [(f"in-domain ({' & '.join(pad['sources'])})", pad['in_domain']),
+                             *pad['domains'].items()]), '']
+  # Results written before the ISO error rates existed have no 'iso'.
+  return lines + (iso_markdown(pad) if 'iso' in pad else [])
+
+
+def iso_markdown(pad: dict) -> list[str]:
+  """The ISO/IEC 30107-3 table: per scored set and level, its threshold, APCER per attack
+  species (a column per species any set holds), the worst, FLIP's pooled APCER, BPCER,
+  OULU-NPU's ACER and FLIP's TPR@FPR = 1 %."""
+  rows = [(f"in-domain ({' & '.join(pad['sources'])})", pad['iso']['in_domain']),
+          *pad['iso']['domains'].items()]
+  held = {name for _, by_level in rows for m in by_level.values() for name in m['apcer_species']}
+  species = [name for name in SPECIES if name in held]
+  header = ['set', 'level', 'threshold', *(f'APCER {name} (%)' for name in species),
+            'APCER worst (%)', 'APCER pooled (%)', 'BPCER (%)', 'ACER (%)', 'TPR@FPR=1% (%)']
+  lines = ["ISO/IEC 30107-3 error rates, frame and video level, each at the threshold the rule "
+           f"'{pad['threshold_rule']}' picks on that level's scores (in-domain: on the held-out "
+           "subjects' own). APCER per attack species and the worst of them; pooled: every attack "
+           "in one proportion, as FLIP's code computes it; ACER = (worst APCER + BPCER) / 2, "
+           "OULU-NPU's protocol average; TPR at FPR = 1 % on sklearn's default ROC, live "
+           "positive, FLIP's (it reports the video level). — : a species the set does not hold, "
+           "or (worst, ACER) attacks of unknown species:", '',
+           '| ' + ' | '.join(header) + ' |', '|' + ' --- |' * len(header)]
+  for name, by_level in rows:
+    for level, m in by_level.items():
+      cells = [name, level, f"{m['threshold']:.4f}",
+               *(_percent(m['apcer_species'].get(s)) for s in species),
+               *(_percent(m[k]) for k in ('apcer_worst', 'apcer_pooled', 'bpcer', 'acer',
+                                         'tpr_at_fpr_1pct'))]
+      lines.append('| ' + ' | '.join(cells) + ' |')
+  return lines + ['']

@@ -1,6 +1,8 @@
 """The 'pad' evaluator: the target's HTER / EER / AUC, the in-domain error on the data centers'
 held-out subjects, and every other scored domain, each from its own per-video (or, with
-`scoring_unit='frame'`, per-frame) scores, under the threshold rule the section names."""
+`scoring_unit='frame'`, per-frame) scores, under the threshold rule the section names; and the
+ISO/IEC 30107-3 error rates ('iso') of every scored set at both levels, each level at the
+threshold the rule picks on its own scores, with the report's table."""
 
 import types
 
@@ -9,7 +11,8 @@ import numpy as np
 import pytest
 
 from fedjax_face.data.sources import pad as pad_source
-from fedjax_face.eval.pad import evaluators, metrics
+from fedjax_face.data.synthetic import pad_benchmark
+from fedjax_face.eval.pad import evaluators, iso, metrics
 from tests.config_files import load_config
 
 
@@ -51,6 +54,72 @@ def test_target_in_domain_and_extra_domains_are_each_measured_on_their_own_video
   assert out.scalars['in_domain/hter'] == res['in_domain']['hter']
 
 
+def _by_level(frames, batch):
+  """(scores, labels, species) of a set at each level, computed here: a video's species is its
+  first frame's, in sorted video-id order."""
+  scores = evaluators.frame_level(_live_logits, frames, batch)
+  labels = frames.live.astype(np.int64)
+  video, video_labels = metrics.video_scores(scores, frames.video, labels)
+  _, first = np.unique(frames.video, return_index=True)
+  return {'frame': (scores, labels, frames.attack),
+          'video': (video, video_labels, frames.attack[first])}
+
+
+def _check_iso(config, bench, out):
+  """'iso' of every scored set at both levels, each at its own threshold under the section's
+  rule; the scoring unit's threshold, BPCER and pooled APCER are 'threshold', 'frr', 'far'."""
+  rule, unit = config.evals.pad.threshold_rule, config.evals.pad.scoring_unit
+  res = out.results
+  in_domain_rule = 'authors' if rule == 'authors' else 'test'
+  sets = [(res['iso']['in_domain'], bench.eval_sets['validation'], in_domain_rule)] + [
+      (res['iso']['domains'][d], bench.eval_sets['test' if d == 'O' else f'test:{d}'], rule)
+      for d in res['domains']]
+  for got, frames, set_rule in sets:
+    assert list(got) == ['frame', 'video']
+    for level, (scores, labels, species) in _by_level(frames, config.eval.batch_size).items():
+      threshold = metrics.choose_threshold(set_rule, scores, labels)
+      assert got[level] == dict(threshold=threshold, threshold_rule=set_rule,
+                                **iso.iso_metrics(scores, labels, species,
+                                                  pad_benchmark.ATTACKS, threshold))
+      # The embedded benchmark labels every attack's species.
+      assert set(got[level]['apcer_species']) == {
+          pad_benchmark.ATTACKS[c] for c in np.unique(frames.attack) if c >= 0}
+      assert got[level]['attacks_unknown_species'] == 0 and got[level]['acer'] is not None
+  target = res['iso']['domains']['O'][unit]
+  assert (target['threshold'], target['bpcer'], target['apcer_pooled']) == (
+      res['threshold'], res['frr'], res['far'])
+  # The report: the earlier tables unchanged (archived results without 'iso' render as before),
+  # then the ISO table, a row per set and level.
+  text = out.markdown
+  start = next(i for i, line in enumerate(text) if line.startswith('ISO/IEC 30107-3'))
+  assert evaluators.markdown({k: v for k, v in res.items() if k != 'iso'}) == text[:start]
+  assert f"| O | {unit} | {target['threshold']:.4f} | " in '\n'.join(text[start:])
+  # Header and separator, then the in-domain set and each domain at two levels.
+  assert len([line for line in text[start:] if line.startswith('| ')]) == 2 + 2 * (
+      1 + len(res['domains']))
+
+
+def test_attack_metrics_validation_rule_takes_each_levels_threshold_from_validation():
+  # Both levels: test live 0.6, 0.7; attacks print 0.2, replay 0.4.
+  test = ([0.6, 0.7, 0.2, 0.4], [1, 1, 0, 0], [-1, -1, 0, 3])
+  # Frame-level validation: live 0.65, 0.9; attacks 0.5, 0.3: |TPR + FPR - 1| is 0 first at 0.65.
+  # On test, live 0.6 < 0.65 is rejected: BPCER 1/2; no attack accepted.
+  # Video-level validation: live 0.35, 0.9; attacks 0.3, 0.1: 0 at 0.35. On test, replay
+  # 0.4 >= 0.35 is accepted: APCER replay 1, print 0, pooled 1/2; BPCER 0; ACER (1 + 0) / 2.
+  validation = {'frame': ([0.65, 0.9, 0.5, 0.3], [1, 1, 0, 0], [-1, -1, 0, 0]),
+                'video': ([0.35, 0.9, 0.3, 0.1], [1, 1, 0, 0], [-1, -1, 0, 0])}
+  got = evaluators.attack_metrics({'frame': test, 'video': test}, 'validation', validation)
+  frame, video = got['frame'], got['video']
+  assert (frame['threshold'], frame['threshold_rule']) == (0.65, 'validation')
+  assert frame['apcer_species'] == {'print': 0.0, 'replay': 0.0}
+  assert (frame['apcer_worst'], frame['apcer_pooled'], frame['bpcer'], frame['acer']) == (
+      0.0, 0.0, 0.5, 0.25)
+  assert video['threshold'] == 0.35
+  assert video['apcer_species'] == {'print': 0.0, 'replay': 1.0}
+  assert (video['worst_species'], video['apcer_pooled'], video['bpcer'], video['acer']) == (
+      'replay', 0.5, 0.0, 0.5)
+
+
 def _evaluate(threshold_rule='test', scoring_unit='video'):
   config = load_config('pad/single', 'center=I,runlocal')
   config.evals.pad.threshold_rule = threshold_rule
@@ -77,6 +146,7 @@ def test_default_unit_is_the_video_and_the_report_says_so():
           f"threshold rule 'test': {res['threshold']:.4f} chosen on the target's own scores)"
           in text)
   assert 'By domain, per video' in text
+  _check_iso(config, bench, out)
 
 
 def test_frame_unit_scores_every_frame_on_its_own():
@@ -115,6 +185,7 @@ def test_frame_unit_scores_every_frame_on_its_own():
           f"{res['num_live']} live, {res['num_spoof']} attack; every frame scored on its own;"
           in text)
   assert 'By domain, per frame' in text
+  _check_iso(config, bench, out)
 
 
 @pytest.mark.parametrize('unit', ['video', 'frame'])
@@ -140,6 +211,7 @@ def test_authors_rule_takes_the_threshold_on_sklearns_default_roc(unit):
   assert (f"threshold rule 'authors': {res['threshold']:.4f} minimising |TPR + FPR - 1| on "
           "sklearn's default ROC of the target's own scores, the FedGPAD code's rule)" in text)
   assert f'By domain, per {unit} (in-domain: ' in text and 'by the same rule' in text
+  _check_iso(config, bench, out)
 
 
 @pytest.mark.parametrize('field, value, match', [
