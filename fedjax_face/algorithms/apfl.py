@@ -1,0 +1,228 @@
+"""APFL: each client mixes a personal model with the global one, alpha learned on its own data
+(Deng, Kamani & Mahdavi, "Adaptive Personalized Federated Learning", 2020, its Algorithm 1 and
+the adaptive alpha of its Section 3).
+
+Client i holds the local copy w_i of the global model, a personal model v_i and a mixing weight
+alpha_i in [0, 1]; its personalized model is
+
+    v_bar_i = alpha_i v_i + (1 - alpha_i) w_i                                          (Eq. 3)
+
+Every local step t, on one sample xi (Algorithm 1):
+    w_i <- w_i - eta grad f_i(w_i; xi)                                                  (line 6)
+    v_i <- v_i - eta grad_v f_i(v_bar_i; xi),  grad_v = alpha_i grad f_i(v_bar_i)       (line 12)
+    alpha_i <- alpha_i - eta grad_alpha f_i(v_bar_i; xi),
+        grad_alpha = <v_i - w_i, grad f_i(v_bar_i)>        (Sec. 3, "adaptive alpha"; projected
+                                                            onto [0, 1], the set alpha lives in)
+all three at the values before the step. At the round's end w_i is sent and averaged (lines 8-9);
+v_i and alpha_i never leave the client. `mixing_gradients` is the autodiff of
+f(alpha v + (1 - alpha) stop_gradient(w)) in (v, alpha), which is exactly the two gradients above
+(tests/algorithms/test_apfl.py checks them by hand on a quadratic).
+
+Readings for face recognition (docs/personalization.md):
+  * A client's model is its backbone with its own class rows; w_i is FedPE's (theta averaged,
+    W_i kept on the client), v_i a whole personal copy (theta_v, W_v), and Eq. 3 mixes both
+    parts. The personalized evaluation embeds with the mixed backbone
+    alpha_i theta_v + (1 - alpha_i) theta, theta the global one (the output v_bar_i^T of
+    Algorithm 1 is taken at a synchronisation, where w_i is the average).
+  * BatchNorm running statistics are no parameters and are not mixed: the global model's are
+    averaged with it (as FedPE's); the personalized model keeps the ones of its own (mixed)
+    forward passes, and evaluates with them.
+  * Algorithm 1 writes plain SGD; v and w step with the setting's optimizer (`optimizer`: weight
+    decay, momentum; fresh each round; a federated block's FedProx / SCAFFOLD term on w only), alpha with plain SGD at `apfl.alpha_learning_rate` (the
+    paper uses one eta_t for all three: the default is the FedFR setting's rate).
+  * The paper mixes parameters. The authors' code (MLOPTPSU/FedTorch, fedtorch/comms/utils/
+    eval.py `inference_personal`) mixes the two models' outputs instead, and its alpha step
+    (flow_utils.py `alpha_update`, once per round) adds 0.02 alpha to the gradient. Neither is
+    done here.
+  * alpha_i^0 = `apfl.alpha_init` (0.5, FedTorch's default; the paper's fixed-alpha runs use
+    0.25 / 0.5 / 0.75: `apfl.adaptive_alpha=False`); v_i^0 = w^0, the starting model (the
+    pre-trained one under `config.init_from`).
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+
+from fedjax_face.algorithms import common, ditto
+from fedjax_face.core import aggregation, checks, class_tables, local
+from fedjax_face.core.algorithm import (Algorithm, ClientInput, ClientResult, RoundState,
+                                        origin_by_key)
+from fedjax_face.data import preprocess
+from fedjax_face.models import heads
+
+ONE_CLIENT = False
+
+
+def config_section() -> ml_collections.ConfigDict:
+  """`config.apfl` (configs/fedfr/apfl.py)."""
+  c = ml_collections.ConfigDict()
+  c.alpha_init = 0.5                # alpha_i^0 (FedTorch's default)
+  c.adaptive_alpha = True           # Sec. 3's alpha step; False keeps alpha_i = alpha_init
+  c.alpha_learning_rate = 0.001     # eta of the alpha step (the FedFR setting's rate)
+  return c
+
+
+def check_config(config) -> None:
+  c = checks.section(config, 'apfl', 'apfl.config_section() (configs/fedfr/apfl.py)')
+  checks.check_fraction('apfl.alpha_init', c.alpha_init, closed_below=True)
+  checks.check_bool('apfl.adaptive_alpha', c.adaptive_alpha)
+  checks.check_number('apfl.alpha_learning_rate', c.alpha_learning_rate, allow_zero=True)
+
+
+def variant_name(config) -> str:
+  """'apfl' with the adaptive alpha, 'apfl-alpha<alpha_init>' with a fixed one."""
+  c = config.apfl
+  return 'apfl' if c.adaptive_alpha else f'apfl-alpha{c.alpha_init:g}'
+
+
+def mix(v, w, alpha):
+  """alpha v + (1 - alpha) w, leaf by leaf (Eq. 3)."""
+  return jax.tree.map(lambda a, b: (alpha * a + (1.0 - alpha) * b).astype(a.dtype), v, w)
+
+
+def mixing_gradients(loss_fn, v, w, alpha, state, batch):
+  """((loss, new_state), (grad_v, grad_alpha)) of f(alpha v + (1 - alpha) w) with w held fixed:
+  grad_v = alpha grad f(v_bar), grad_alpha = <v - w, grad f(v_bar)> (Algorithm 1 line 12, Sec. 3).
+  `loss_fn(params, state, batch) -> (loss, new_state)`."""
+  def mixed_loss(v, alpha):
+    return loss_fn(mix(v, jax.lax.stop_gradient(w), alpha), state, batch)
+  return jax.value_and_grad(mixed_loss, argnums=(0, 1), has_aux=True)(v, alpha)
+
+
+def local_step(loss_fn, w_optimizer: optax.GradientTransformation,
+               v_optimizer: optax.GradientTransformation, alpha_learning_rate: float,
+               adaptive: bool):
+  """One step of Algorithm 1 on `batch`: `step(carry, batch) -> (carry, (loss_w, loss_v_bar))`,
+  `carry = (w, w_state, w_opt, v, v_state, v_opt, alpha)`; `batch['lr_scale']` scales the three
+  rates (`common.lr_scale_schedule`)."""
+
+  def apply(optimizer, params, opt_state, grads, scale):
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    updates = jax.tree.map(lambda u: u * scale.astype(u.dtype), updates)
+    return optax.apply_updates(params, updates), opt_state
+
+  def step(carry, batch):
+    w, w_state, w_opt, v, v_state, v_opt, alpha = carry
+    scale = batch['lr_scale']
+    (loss_w, new_w_state), grad_w = jax.value_and_grad(loss_fn, has_aux=True)(w, w_state, batch)
+    (loss_v, new_v_state), (grad_v, grad_alpha) = mixing_gradients(loss_fn, v, w, alpha, v_state,
+                                                                    batch)
+    new_w, w_opt = apply(w_optimizer, w, w_opt, grad_w, scale)         # line 6
+    new_v, v_opt = apply(v_optimizer, v, v_opt, grad_v, scale)         # line 12
+    if adaptive:                                                       # Sec. 3, projected
+      alpha = jnp.clip(alpha - alpha_learning_rate * scale * grad_alpha, 0.0, 1.0)
+    return (new_w, new_w_state, w_opt, new_v, new_v_state, v_opt, alpha), (loss_w, loss_v)
+
+  return step
+
+
+def face_loss(model, head_kwargs: dict, params, batch_stats, batch):
+  """(the client's classification loss (FedGC Eq. 3 and its margins, `head`), new BatchNorm
+  statistics) of `params = {'backbone', 'W'}` on one batch of normalised images."""
+  variables = {'params': params['backbone']}
+  if batch_stats:
+    variables['batch_stats'] = batch_stats
+  features, new_state = model.apply(variables, batch['images'], train=True,
+                                    mutable=['batch_stats'])
+  loss = heads.loss(features, params['W'], batch['labels'], batch['class_mask'], batch['mask'],
+                    **head_kwargs)
+  return loss, new_state.get('batch_stats', {})
+
+
+def _client_update(one_step, optimizers, step_mode, client_input: ClientInput, private, data,
+                   rng) -> ClientResult:
+  received = client_input.shared['model']
+  personal = private['personal']
+  w = {'backbone': received['params'], 'W': private['W']}
+  v = {'backbone': personal['params'], 'W': personal['W']}
+  scale = client_input.shared.get('lr_scale', jnp.ones((), jnp.float32))
+  w_optimizer, v_optimizer = optimizers
+  # Both start afresh every round; w's from the very arrays received, so that a federated
+  # block's FedProx / SCAFFOLD term ties to them (core/local_terms.py).
+  carry = (w, received.get('batch_stats', {}), w_optimizer.init(w),
+           v, personal['batch_stats'], v_optimizer.init(v), private['alpha'])
+  num_steps = data['images'].shape[0]
+  xs = {'images': data['images'], 'labels': data['labels'], 'mask': data['mask'],
+        'rng': jax.random.split(rng, num_steps)}
+
+  def step(carry, x):
+    # One sample xi for the three updates (Algorithm 1), flipped as every method's local step.
+    images = preprocess.normalize(preprocess.random_flip(x['rng'], x['images']))
+    batch = {'images': images, 'labels': x['labels'], 'mask': x['mask'],
+             'class_mask': data['class_mask'], 'lr_scale': scale}
+    return one_step(carry, batch)
+
+  (w, w_state, _, v, v_state, _, alpha), (loss_w, loss_v) = local.run_steps(
+      local.skip_if_empty(step), carry, xs, mode=step_mode)
+  active = jnp.any(data['mask'], axis=-1)
+  mean = lambda losses: jnp.sum(losses * active) / jnp.maximum(active.sum(), 1)
+  sent = {'params': w['backbone']}
+  if w_state:
+    sent['batch_stats'] = w_state
+  kept = {'W': w['W'], 'alpha': alpha,
+          'personal': {'params': v['backbone'], 'batch_stats': v_state, 'W': v['W']}}
+  return ClientResult(update={'model': sent}, private=kept,                 # lines 8-9
+                      metrics={'train_loss': mean(loss_w), 'personal_loss': mean(loss_v),
+                               'alpha': alpha})
+
+
+def _personalized(apply, state: RoundState):
+  """Client k's v_bar: alpha_k theta_v + (1 - alpha_k) theta (Eq. 3), its own BN statistics."""
+  def for_client(k: int):
+    personal = jax.tree.map(lambda x: x[k], state.clients['personal'])
+    alpha = jnp.asarray(state.clients['alpha'][k], jnp.float32)
+    variables = {'params': mix(personal['params'], state.server['model']['params'], alpha)}
+    if personal['batch_stats']:
+      variables['batch_stats'] = personal['batch_stats']
+    return lambda images: apply(variables, images)
+  return for_client
+
+
+def build(config, model, fed, *, step_mode: str) -> Algorithm:
+  """APFL over the partition `fed` (a `data.federated.FederatedData`)."""
+  c = config.apfl
+  # w's optimizer is the global model's (a block's correction applies to it); v's is not averaged.
+  optimizers = (common.make_optimizer(config.optimizer), ditto.uncorrected_optimizer(config))
+  loss_fn = functools.partial(face_loss, model, common.head_kwargs(config))
+  one_step = local_step(loss_fn, *optimizers, float(c.alpha_learning_rate),
+                        bool(c.adaptive_alpha))
+  lr_schedule = common.lr_scale_schedule(config)
+  identity_table = np.asarray(fed.identity_table)
+
+  def init(rng, start=None):
+    variables, w = common.init_federated(config, model, fed, rng)
+    if start is not None:
+      variables, _ = common.start_from(start, variables, method='apfl')
+    stack = lambda x: jnp.broadcast_to(x, (fed.num_clients,) + x.shape)
+    personal = {'params': jax.tree.map(stack, variables['params']),          # v_i^0 = w^0
+                'batch_stats': jax.tree.map(stack, variables.get('batch_stats', {})), 'W': w}
+    clients = {'W': w, 'personal': personal,
+               'alpha': jnp.full((fed.num_clients,), c.alpha_init, jnp.float32)}
+    return RoundState(server={'model': variables}, clients=clients,
+                      round=jnp.zeros((), jnp.int32))
+
+  def broadcast(server, client_ids, round_index, rng):
+    del client_ids, rng  # every client receives w
+    return ClientInput(shared=common.with_lr_scale({'model': server['model']}, lr_schedule,
+                                                   round_index), per_client={})
+
+  def server_update(server, updates, weights, client_ids, round_index, rng):
+    del server, client_ids, round_index, rng
+    return {'model': aggregation.weighted_mean(updates['model'], weights)}   # line 9
+
+  def class_embeddings(state: RoundState):
+    return class_tables.to_identity_rows(state.clients['W'], identity_table, fed.num_identities)
+
+  # Jitted once per run: the personalized models are evaluated client by client.
+  apply = jax.jit(lambda variables, x: model.apply(variables, x, train=False))
+  return Algorithm(name='apfl', init=init, broadcast=broadcast,
+                   client_update=functools.partial(_client_update, one_step, optimizers,
+                                                   step_mode),
+                   server_update=server_update, eval_variables=lambda server: server['model'],
+                   class_embeddings=class_embeddings,
+                   personalized=functools.partial(_personalized, apply),
+                   update_origin=lambda ci: origin_by_key(ci, ('model',)))
