@@ -15,8 +15,8 @@ takes its folder apart from `root`.
 A pair line is LFW's `pairs.txt` line without LFW's header line, fields separated by tabs:
 `<identity> <i> <j>` for a genuine pair (images i and j of one identity) and
 `<identity_a> <i> <identity_b> <j>` for an impostor pair; image i of an identity is
-`<identity>_<i:04d>.jpg` (bob.bio.face writes the four digits as `_000{i}`, the same name for the
-one-digit numbers RFW holds). The released lists hold PUBLISHED_PAIRS pairs per race, 10 contiguous
+`<identity>_<i:04d>.jpg`, LFW's naming (bob.bio.face builds the name as `_000{i}`, the same
+name while i < 10). The released lists hold PUBLISHED_PAIRS pairs per race, 10 contiguous
 folds of 300 genuine then 300 impostor pairs (the RFW site's description: "10 disjoint splits of
 image pairs are given, and each contains 300 positive pairs and 300 negative pairs similar to
 LFW").

@@ -19,6 +19,9 @@ built from the match and distractor features, distractors labelled -100, the CMC
    among the k highest-scoring gallery images. Every probe is mated (the reader refuses one that
    is not), so this is closed set; distractors only push the mates down.
 
+`identification.rank_n` is not reused: it first merges each gallery identity's images into one
+template (the MegaFace / IJB convention), where TinyFace ranks the gallery's images themselves.
+
 Ties, our reading (the scripts sort, so a tie falls as their sort places it): as in
 `identification.py`, a tie counts against the probe. The probe's rank is 1 + the number of
 gallery images of OTHER identities scoring at least as high as its best-scoring mate; a degenerate
