@@ -28,7 +28,7 @@ def test_unknown_evaluator_type_is_named():
   with pytest.raises(ValueError, match=r"config.evals.pca is not an evaluator type; expected one "
                                        r"of \['diagnostics', 'identification', 'ijb', "
                                        r"'inversion', 'leakage', 'membership', 'pad', "
-                                       r"'personalized', 'verification'\]"):
+                                       r"'personalized', 'rfw', 'tinyface', 'verification'\]"):
     eval_lib.evaluator_types(_evals('verification', 'pca'))
 
 
