@@ -14,8 +14,9 @@ The definitions (docs/pad.md, "Metrics"):
 - The pooled APCER as FLIP computes it (koushiksrivats/FLIP, `utils/statistic.py`:
   `eval_state` counts with `predict = probs >= thr`, then `calculate` has
   APCER = FP / (FP + TN)): every attack presentation in one proportion, whatever its species.
-  FLIP's `calculate` fixes thr = 0.5; here it is the caller's threshold. This equals
-  `metrics.error_rates`' FAR at the same threshold, bit for bit.
+  FLIP's `calculate` fixes thr = 0.5, and its `utils/evaluate.py` imports it without calling
+  it (the numbers FLIP prints are HTER, AUC and TPR@FPR); here the threshold is the caller's.
+  This equals `metrics.error_rates`' FAR at the same threshold, bit for bit.
 - BPCER (ISO/IEC 30107-3; FLIP's `calculate` calls it NPCER, FN / (FN + TP)): the proportion of
   bona fide presentations classified as attacks, `metrics.error_rates`' FRR.
 - ACER = (APCER + BPCER) / 2, the average OULU-NPU's protocols report (Boulkenafet et al., FG
@@ -23,10 +24,12 @@ The definitions (docs/pad.md, "Metrics"):
   the worst species' APCER; with the pooled APCER the same average is FLIP's `calculate` ACER,
   which is the HTER at that threshold ('acer_pooled').
 - TPR@FPR = 1 % as FLIP reports it (`utils/evaluate.py`, `eval`): on
-  `sklearn.metrics.roc_curve(label_list, prob_list)` with its defaults (live positive, the
-  per-video mean live probability as the score, intermediate collinear points dropped), the TPR of
-  the LAST ROC point with `fpr <= 1 / 100`: no interpolation between points. `metrics.sklearn_roc`
-  is that ROC; `tpr_at_fpr` takes the point.
+  `sklearn.metrics.roc_curve(label_list, prob_list)` with its defaults (intermediate collinear
+  points dropped), the TPR of the LAST ROC point with `fpr <= 1 / 100`: no interpolation between
+  points. The score is `softmax(cls_out)[:, 1]` averaged over a video's frames, and label 1 is
+  live (`utils/dataset.py`, `FASDataset`: the `_fake_` lists labelled 0, the `_real_` lists 1;
+  `utils/utils.py`, `sample_frames`), so live is the positive class. `metrics.sklearn_roc` is
+  that ROC; `tpr_at_fpr` takes the point.
 
 Species codes are `PadSet.attack`'s (data/synthetic/pad_benchmark.py): `LIVE_SPECIES` (-1) on a
 live sample, an index into the caller's species names on an attack of known species, and any
