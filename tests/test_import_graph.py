@@ -19,7 +19,8 @@ LAYERS = (
     ('fedjax_face.config_lib',),                      # a task's config, from its owners' sections
     ('fedjax_face.run',),                             # the run: setup, rules, loop, hooks, results
     ('fedjax_face.experiment', 'fedjax_face.main',    # the driver and its command lines;
-     'fedjax_face.evaluate', 'fedjax_face.federation'),  # a real federation over Flower
+     'fedjax_face.evaluate', 'fedjax_face.export',    # a backbone in arcface_torch's layout;
+     'fedjax_face.federation'),                       # a real federation over Flower
     ('fedjax_face.tools',),                           # bench, tables, compare
     ('fedjax_face.proj',),                            # what belongs to one paper
     ('fedjax_face.reproduce',),                       # every paper's tables

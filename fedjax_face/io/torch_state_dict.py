@@ -17,6 +17,9 @@ file executed), and `collections.OrderedDict`. Anything else is refused with `Un
 
 The older format (a bare pickle stream, `_use_new_zipfile_serialization=False`) is refused with a
 message saying how to re-save the file.
+
+`state_dict_bytes` writes the zip format (protocol-2 pickle, storages little-endian, version 3),
+as torch.save does, for `python -m fedjax_face.export` and the tests' fixtures.
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ from __future__ import annotations
 import collections
 import io
 import os
+import struct
 import zipfile
+from typing import NamedTuple
 
 import ml_dtypes
 import numpy as np
@@ -217,3 +222,96 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, np.ndarray]:
       raise TorchFormatError(f'{path}: entry {key!r} is a {type(value).__name__}; expected a '
                              'tensor (a state dict of a module)')
   return dict(state)
+
+
+# -- The writer: what torch.save(state_dict, path) writes, without torch ----------------------
+
+# numpy dtype -> the torch.<name> storage class a tensor of it is pickled with.
+STORAGE_NAMES = {dtype: name for name, dtype in STORAGE_DTYPES.items()}
+
+
+class StoredTensor(NamedTuple):
+  """A tensor as torch.save stores it: a flat storage, an offset into it, a size and strides
+  (in elements). `of(array)` is a contiguous array's; a view (a transposed weight) saves the
+  storage it views, as torch does."""
+  storage: np.ndarray
+  offset: int
+  size: tuple[int, ...]
+  stride: tuple[int, ...]
+
+  @classmethod
+  def of(cls, array) -> 'StoredTensor':
+    array = np.array(array, order='C')   # np.ascontiguousarray would make a scalar 1-d
+    strides = tuple(s // array.itemsize for s in array.strides)
+    return cls(array.reshape(-1), 0, array.shape, strides)
+
+
+# Pickle protocol 2's opcodes, as torch.save emits them (pickletools names each).
+def _int(n: int) -> bytes:
+  if 0 <= n < 256:
+    return b'K' + bytes([n])             # BININT1
+  if 0 <= n < 65536:
+    return b'M' + struct.pack('<H', n)   # BININT2
+  return b'J' + struct.pack('<i', n)     # BININT
+
+
+def _str(text: str) -> bytes:
+  data = text.encode('utf-8')
+  return b'X' + struct.pack('<I', len(data)) + data   # BINUNICODE
+
+
+def _global(module: str, name: str) -> bytes:
+  return b'c' + f'{module}\n{name}\n'.encode('ascii')   # GLOBAL
+
+
+def _tuple(items: list[bytes]) -> bytes:
+  return b'(' + b''.join(items) + b't'   # MARK ... TUPLE
+
+
+def state_dict_pickle(state: dict, other=None) -> tuple[bytes, list[np.ndarray]]:
+  """(data.pkl's bytes, the storages in key order) of `state` ({key: array or StoredTensor}):
+  an OrderedDict filled by SETITEMS, each tensor `torch._utils._rebuild_tensor_v2(storage,
+  offset, size, stride, False, OrderedDict())` whose storage is the persistent id ('storage',
+  torch.<Type>Storage, key, 'cpu', numel), as torch.save pickles a state dict. `other(value)`:
+  the pickle opcodes of a value that is not a tensor (how the tests write a file the reader must
+  refuse); without it such a value is a TypeError."""
+  out = bytearray(b'\x80\x02' + _global('collections', 'OrderedDict') + b')R(')
+  storages = []
+  for key, value in state.items():
+    out += _str(key)
+    if not isinstance(value, (np.ndarray, np.generic, StoredTensor)):
+      if other is None:
+        raise TypeError(f'state dict entry {key!r} is a {type(value).__name__}; expected an '
+                        'array')
+      out += other(value)
+      continue
+    tensor = value if isinstance(value, StoredTensor) else StoredTensor.of(value)
+    pid = _tuple([_str('storage'), _global('torch', STORAGE_NAMES[tensor.storage.dtype]),
+                  _str(str(len(storages))), _str('cpu'), _int(tensor.storage.size)])
+    out += _global('torch._utils', '_rebuild_tensor_v2')
+    out += _tuple([pid + b'Q', _int(tensor.offset), _tuple([_int(n) for n in tensor.size]),
+                   _tuple([_int(n) for n in tensor.stride]), b'\x89',   # BINPERSID; NEWFALSE
+                   _global('collections', 'OrderedDict') + b')R'])
+    out += b'R'   # REDUCE
+    storages.append(tensor.storage)
+  out += b'u.'   # SETITEMS, STOP
+  return bytes(out), storages
+
+
+def state_dict_bytes(state: dict, *, folder: str = 'archive', byteorder: str | None = 'little',
+                     other=None) -> bytes:
+  """The bytes of a `.pth` holding `state` in torch.save's zip format (module docstring;
+  `state_dict_pickle` for `state` and `other`). `byteorder`: of the storages' bytes, written
+  to <folder>/byteorder; None writes no such entry (files before it), little-endian."""
+  data, storages = state_dict_pickle(state, other)
+  buffer = io.BytesIO()
+  with zipfile.ZipFile(buffer, 'w', zipfile.ZIP_STORED) as archive:
+    archive.writestr(f'{folder}/data.pkl', data)
+    if byteorder is not None:
+      archive.writestr(f'{folder}/byteorder', byteorder)
+    order = '>' if byteorder == 'big' else '<'
+    for key, storage in enumerate(storages):
+      raw = storage.astype(storage.dtype.newbyteorder(order)) if storage.itemsize > 1 else storage
+      archive.writestr(f'{folder}/data/{key}', raw.tobytes())
+    archive.writestr(f'{folder}/version', '3\n')
+  return buffer.getvalue()

@@ -24,6 +24,10 @@ export with the `onnx` package (`state_dict_from_onnx`: any of PyTorch's exporte
 not, and insightface's model-zoo graphs), and says which IResNet it holds;
 `load_variables(path, model_config, image_size)` checks the run's model against it and converts
 it (`config.init_from=backbone.pth` or `.onnx`).
+
+`state_dict_from_variables` is the inverse, through the same table (`torch_key`, `_TORCH_AXES`):
+an IResNet's variables as arcface_torch's state dict, in its order, which
+`python -m fedjax_face.export` writes as a `.pth` or (models/onnx_export.py) an ONNX graph.
 """
 
 from __future__ import annotations
@@ -67,10 +71,22 @@ def torch_key(path: tuple[str, ...]) -> str:
   return '.'.join(names + [_LEAVES[leaf]])
 
 
+# A kernel's axes in torch's order, by rank: Flax's conv [H, W, I, O] is torch's [O, I, H, W],
+# its dense [I, O] torch's Linear [O, I]. Read one way on import, the inverse way on export.
+_TORCH_AXES = {4: (3, 2, 0, 1), 2: (1, 0)}
+
+
 def _converted(path: tuple[str, ...], value: np.ndarray) -> np.ndarray:
   """A state-dict tensor in the Flax variable's layout (kernels transposed)."""
   if path[-1] == 'kernel':
-    return value.transpose(2, 3, 1, 0) if value.ndim == 4 else value.T
+    return value.transpose(np.argsort(_TORCH_AXES[value.ndim]))
+  return value
+
+
+def _to_torch(path: tuple[str, ...], value: np.ndarray) -> np.ndarray:
+  """A Flax variable in the state-dict tensor's layout: `_converted`'s inverse."""
+  if path[-1] == 'kernel':
+    return np.ascontiguousarray(value.transpose(_TORCH_AXES[value.ndim]))
   return value
 
 
@@ -130,6 +146,54 @@ def variables_from_state_dict(state_dict: dict[str, np.ndarray], template, *,
     raise BackboneMismatchError(f'{source}: {extra[0]!r} has no place in the model'
                                 + (f' (and {len(extra) - 1} more keys)' if len(extra) > 1 else ''))
   return jax.tree_util.tree_unflatten(treedef, converted)
+
+
+# arcface_torch's modules in the order its IResNet registers them, which is its state dict's
+# order (iresnet.py: conv1, bn1, prelu, layer1-4, bn2, dropout, fc, features; an IBasicBlock's
+# bn1, conv1, bn2, prelu, conv2, bn3, then its downsample), and a module's tensors in theirs
+# (a BatchNorm's weight, bias, running_mean, running_var, num_batches_tracked).
+_STEM, _HEAD = ('conv1', 'bn1', 'prelu'), ('bn2', 'fc', 'features')
+_BLOCK = ('bn1', 'conv1', 'bn2', 'prelu', 'conv2', 'bn3', 'downsample_conv', 'downsample_bn')
+_TENSORS = ('weight', 'bias', 'running_mean', 'running_var', 'num_batches_tracked')
+
+
+def _module_rank(modules: tuple[str, ...]) -> tuple[int, ...]:
+  """Where a Flax module path falls in arcface_torch's registration order."""
+  top = modules[0]
+  if top in _STEM:
+    return (0, _STEM.index(top))
+  if top in _HEAD:
+    return (2, _HEAD.index(top))
+  match = re.fullmatch(r'layer(\d+)_(\d+)', top)
+  if match is None or len(modules) != 2 or modules[1] not in _BLOCK:
+    raise BackboneMismatchError(f"variables: module {'/'.join(modules)} has no place in "
+                                "arcface_torch's IResNet")
+  return (1, int(match[1]), int(match[2]), _BLOCK.index(modules[1]))
+
+
+def state_dict_from_variables(variables) -> dict[str, np.ndarray]:
+  """The arcface_torch state dict of an IResNet's Flax variables (`variables_from_state_dict`
+  inverted, through the same `torch_key` and kernel axes): float32 tensors in arcface_torch's
+  order, with what its modules hold and the Flax model does not: `features.weight`, all ones
+  (fixed there), and each BatchNorm's `num_batches_tracked`, an int64 0 (PyTorch reads it only
+  under momentum=None, which arcface_torch does not use; this model counts no batches).
+
+  Raises:
+    BackboneMismatchError: a variable outside an IResNet's modules.
+  """
+  entries = []   # (module rank, tensor rank, key, value)
+  for key_path, leaf in jax.tree_util.tree_flatten_with_path(variables)[0]:
+    path = tuple(str(k.key) for k in key_path)
+    key = torch_key(path)
+    rank = _module_rank(path[1:-1])
+    entries.append((rank, _TENSORS.index(key.rsplit('.', 1)[1]), key,
+                    _to_torch(path, np.asarray(leaf, np.float32))))
+    if path[-1] == 'var':   # a BatchNorm, whose running_var is never absent
+      prefix = key[:-len('.running_var')]
+      entries.append((rank, 4, f'{prefix}.num_batches_tracked', np.array(0, np.int64)))
+      if prefix == 'features':
+        entries.append((rank, 0, 'features.weight', np.ones(leaf.shape, np.float32)))
+  return {key: value for _, _, key, value in sorted(entries, key=lambda e: e[:2])}
 
 
 def read_backbone(path: str, model_config=None) -> tuple[dict[str, np.ndarray], str, int]:
