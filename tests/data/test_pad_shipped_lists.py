@@ -2,8 +2,10 @@
 data set's lists, paths relative to `frame/` (`data/MCIO`: CASIA, MSU, OULU, Idiap and
 CelebA-Spoof's training-only lists; `data/WCS`: WMCA, CeFA, SURF, one frame a line), read as one
 root with the data set named in the config. The tree is written here with this file's own writer
-(8x8 frames, each its own pixels), and every frame, label and video read is checked. A bad list
-stops `fedjax_face.main` with one line, exit status 2 and no workdir (item 9)."""
+(8x8 frames, each its own pixels), and every frame, label and video read is checked. WCS's three
+leave-one-out protocols (two sets the data centers, the third the target) load through the same
+reader, each with its protocol string; CelebA-Spoof's lists are a '+' (training-only) source in
+it. A bad list stops `fedjax_face.main` with one line, exit status 2 and no workdir (item 9)."""
 
 import os
 import re
@@ -215,6 +217,56 @@ def test_celeba_spoof_is_a_training_client_without_validation_frames(mcio):
   assert [c.tolist() for c in data.client_identities] == [[0, 1], [2, 3], [4, 5], [6, 7]]
   np.testing.assert_array_equal(data.train_labels[24:], [7, 6, 7, 6])
   assert data.eval_sets['validation'].images.shape == (24, 32, 32, 3)   # O, C, I only
+
+
+def test_celeba_spoof_s_protocol_names_it_as_a_training_only_source(mcio):
+  config = _config({ds: mcio for ds in MCIO + ('celeb',)},
+                   datasets=('oulu', 'casia', 'replay', 'celeb'))
+  data = sources.load(config)
+  sets = sources.get('pad_lists').pad_sets(config, data)
+  assert (sets.protocol, sets.sources) == ('O&C&I+celeb→M', ('O', 'C', 'I', 'celeb'))
+  assert sources.run_name(config) == 'O+C+I+celeb->M'
+
+
+# -- WMCA / CASIA-SURF / CeFA leave-one-out from FLIP's `data/WCS` -------------------------------
+
+WCS_NAMES = {'cefa': 'C', 'surf': 'S', 'wmca': 'W'}
+
+
+@pytest.fixture(scope='module')
+def wcs(tmp_path_factory):
+  return _wcs_tree(tmp_path_factory.mktemp('data') / 'WCS')
+
+
+@pytest.mark.parametrize('target, protocol', [('wmca', 'C&S→W'), ('cefa', 'S&W→C'),
+                                              ('surf', 'C&W→S')])
+def test_wcs_leave_one_out_trains_on_two_sets_and_scores_the_third(wcs, target, protocol):
+  centers = [ds for ds in WCS if ds != target]
+  config = load_config('pad/fedpad', 'runlocal')
+  config.data.source = 'pad_lists'
+  p = config.data.pad_lists
+  p.centers = tuple(WCS_NAMES[ds] for ds in centers)
+  p.roots, p.layouts, p.datasets = (wcs, wcs), ('mcio', 'mcio'), tuple(centers)
+  p.target, p.target_root = WCS_NAMES[target], wcs
+  p.target_layout, p.target_dataset = 'mcio', target
+  p.depth = 'ones'
+  config.federated.num_clients = 2
+  sources.check_config(config)
+  data = sources.load(config)
+  # Each set: 2 live and 2 attack frames a split, one frame a video, sorted by the frame's name
+  # ('3_21...' before '3_25...'; fake before real): attack, live, attack, live.
+  np.testing.assert_array_equal(data.train_labels, [0, 1, 0, 1, 2, 3, 2, 3])
+  test = data.eval_sets['test']
+  np.testing.assert_array_equal(test.live, [0, 1, 0, 1])
+  np.testing.assert_array_equal(test.video, [0, 1, 2, 3])
+  np.testing.assert_array_equal(test.attack, [-2, -1, -2, -1])   # WCS's lists name no species
+  for image, rel in zip(test.images, [f'{target}/test/{kind}/3_2{n}_1_1_1_0{n}.jpg'
+                                      for n in (1, 5) for kind in ('fake', 'real')]):
+    np.testing.assert_array_equal(image, formats.load_image(os.path.join(wcs, 'frame', rel),
+                                                            '', 32))
+  assert data.eval_sets['validation'].images.shape == (8, 32, 32, 3)   # the two data centers'
+  sets = sources.get('pad_lists').pad_sets(config, data)
+  assert (sets.protocol, sets.target) == (protocol, WCS_NAMES[target])
 
 
 @pytest.mark.parametrize('fields, message', [

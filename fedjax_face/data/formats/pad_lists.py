@@ -34,6 +34,11 @@ path is relative to: `frame/` in FLIP's tree), k per data set
 attack maps zeros. (A 'none' policy, no depth loss, is not offered: FedPAD's and FedGPAD's losses
 need a target per frame.)
 
+Attack species (`Frames.species`): the 'fedgpad' training split's `_print` list labels its
+attack frames 'print' and its `_video` list 'replay' (`ATTACK_LIST_SPECIES`); no other list of
+these layouts names a species (`_fake`, `image_list_all.txt`, SSDG's and MCIO's lists): None.
+CelebA-Spoof's own labels (`celeba_spoof.py`) name one per image.
+
 Order: a reader returns a split's frames sorted by (the video's base name, the video, the frame
 path), whatever the order of its lines or lists; `tools/export_pad.py` names videos so that this
 order is the embedded benchmark's own.
@@ -64,6 +69,10 @@ LAYOUTS = ('fedgpad', 'ssdg', 'mcio')
 SPLITS = ('train', 'test')
 DEPTH_POLICIES = ('maps', 'ones')
 ATTACK_LISTS = ('fake', 'print', 'video')     # image_list_<x>.txt of the 'fedgpad' layout
+# The species an attack list labels its attack frames with (names of pad_benchmark.ATTACKS):
+# FedGPAD's `_print` list holds printed photos, its `_video` list screen replays (tools/
+# export_pad.py writes print + cut and display + replay into them); `_fake` says nothing.
+ATTACK_LIST_SPECIES = {'fake': None, 'print': 'print', 'video': 'replay'}
 # k of `depth/<first k dirs>/...` per data set, by its name or the embedded benchmark's letter.
 DEPTH_DIRS = {'OULU': 1, 'MSU': 2, 'CASIA': 3, 'idiap': 3, 'SiW': 4,
               'O': 1, 'M': 2, 'C': 3, 'I': 3, 'S': 4}
@@ -85,16 +94,20 @@ class PadListError(checks.UsageError):
 @dataclasses.dataclass
 class Frames:
   """One split of one data center. `paths` absolute; `depth` the depth map file of each frame
-  (None: policy 'ones', or an evaluation split); `origins` '<file>:<line>' of each frame."""
+  (None: policy 'ones', or an evaluation split); `origins` '<file>:<line>' of each frame;
+  `species` each attack frame's attack instrument species where its layout labels it (a name
+  of `pad_benchmark.ATTACKS`, or one outside them such as CelebA-Spoof's '3d_mask'), None for a
+  live frame or an unlabelled attack (`ATTACK_LIST_SPECIES`)."""
   paths: list[str]
   live: np.ndarray          # bool [N]
   video: np.ndarray         # int32 [N]: 0..V-1 in the sorted order of the videos
   videos: list[str]         # the video names, by id
   depth: list[str | None]
   origins: list[str]
+  species: list[str | None]
 
 
-class _Records:
+class Records:
   """Raises on a bad record, or (skip) counts it for one log line at the end."""
 
   def __init__(self, skip: bool):
@@ -126,13 +139,13 @@ def frame1_path(frame0: str) -> str:
   return os.path.join(head, tail.replace('frame0', 'frame1'))
 
 
-def _sorted_frames(entries: list[tuple[str, bool, str, str]], root: str, split: str,
-                   depth_policy: str, depth_dirs: int | None, records: _Records,
-                   lists: list[str]) -> Frames:
-  """entries (rel path, live, video name, origin) -> Frames in the documented order, after the
-  file and depth checks."""
+def sorted_frames(entries: list[tuple], root: str, split: str, depth_policy: str,
+                  depth_dirs: int | None, records: Records, lists: list[str]) -> Frames:
+  """entries (rel path, live, video name, origin[, attack species]) -> Frames in the documented
+  order, after the file and depth checks (a live frame's species is None whatever is given)."""
   kept = []
-  for rel, live, video, origin in entries:
+  for rel, live, video, origin, *species in entries:
+    species = species[0] if species and not live else None
     full = rel if os.path.isabs(rel) else os.path.join(root, rel)
     if not os.path.isfile(full):
       records.bad_record(f'{origin}: the frame {full} does not exist.')
@@ -158,7 +171,7 @@ def _sorted_frames(entries: list[tuple[str, bool, str, str]], root: str, split: 
           records.bad_record(f"{origin}: the attack frames' depth map {depth} does not exist; "
                              "data.pad_lists.depth='ones' trains without depth files.")
           continue
-    kept.append((os.path.basename(video), video, full, live, depth, origin))
+    kept.append((os.path.basename(video), video, full, live, depth, origin, species))
   records.log(root)
   kept.sort(key=lambda e: e[:3])
   for kind, has in (('live', any(e[3] for e in kept)), ('attack', any(not e[3] for e in kept))):
@@ -169,10 +182,11 @@ def _sorted_frames(entries: list[tuple[str, bool, str, str]], root: str, split: 
   index = {name: i for i, name in enumerate(names)}
   return Frames(paths=[e[2] for e in kept], live=np.array([e[3] for e in kept], bool),
                 video=np.array([index[e[1]] for e in kept], np.int32), videos=names,
-                depth=[e[4] for e in kept], origins=[e[5] for e in kept])
+                depth=[e[4] for e in kept], origins=[e[5] for e in kept],
+                species=[e[6] for e in kept])
 
 
-def _label(token: str, origin: str, records: _Records) -> bool | None:
+def _label(token: str, origin: str, records: Records) -> bool | None:
   if token not in ('0', '1'):
     records.bad_record(f'{origin}: label {token!r}; expected 0 (attack) or 1 (live).')
     return None
@@ -193,9 +207,10 @@ def read_fedgpad(root: str, split: str, *, depth_dirs: int, depth_policy: str = 
   """The FedGPAD authors' lists of `split` under `root` (see the module docstring)."""
   names = (['image_list_real.txt', f'image_list_{attack_list}.txt'] if split == 'train'
            else ['image_list_all.txt'])
-  records, entries = _Records(skip_bad_records), []
+  records, entries = Records(skip_bad_records), []
   lists = [os.path.join(root, n) for n in names]
-  for path in lists:
+  species = [None, ATTACK_LIST_SPECIES[attack_list]] if split == 'train' else [None]
+  for path, kind in zip(lists, species):
     for origin, line in _text_lines(path):
       words = line.split()
       if len(words) != 2:
@@ -203,8 +218,8 @@ def read_fedgpad(root: str, split: str, *, depth_dirs: int, depth_policy: str = 
         continue
       live = _label(words[1], origin, records)
       if live is not None:
-        entries.append((words[0], live, os.path.dirname(words[0]), origin))
-  return _sorted_frames(entries, root, split, depth_policy, depth_dirs, records, lists)
+        entries.append((words[0], live, os.path.dirname(words[0]), origin, kind))
+  return sorted_frames(entries, root, split, depth_policy, depth_dirs, records, lists)
 
 
 def ssdg_picks(n: int, k: int) -> list[int]:
@@ -231,7 +246,7 @@ def read_ssdg(root: str, split: str, *, frames_per_video: int, depth_dirs: int |
     raise PadListError(f'{path}:{e.lineno}: not JSON ({e.msg}).') from None
   if not isinstance(items, list):
     raise PadListError(f'{path}: expected a JSON array of {{"photo_path", "photo_label"}}.')
-  records, entries = _Records(skip_bad_records), []
+  records, entries = Records(skip_bad_records), []
   sampled = False
   for i, item in enumerate(items):
     origin = f'{path}: entry {i}'
@@ -262,7 +277,7 @@ def read_ssdg(root: str, split: str, *, frames_per_video: int, depth_dirs: int |
                            f'keeps frames {picks} (6 + j*floor(n/k), k={k}).')
         continue
       entries += [frames[p] for p in picks]
-  return _sorted_frames(entries, root, split, depth_policy, depth_dirs, records, [path])
+  return sorted_frames(entries, root, split, depth_policy, depth_dirs, records, [path])
 
 
 def mcio_tree(root: str) -> tuple[str, str]:
@@ -306,7 +321,7 @@ def read_mcio(root: str, split: str, *, name: str = '', depth_dirs: int | None =
   `root` (see the module docstring)."""
   name = mcio_name(root, split, name)
   lists_dir, frames_dir = mcio_tree(root)
-  records, entries = _Records(skip_bad_records), []
+  records, entries = Records(skip_bad_records), []
   lists = [os.path.join(lists_dir, f'{name}_{kind}_{split}.txt') for kind in ('real', 'fake')]
   for path, live in zip(lists, (True, False)):
     for origin, line in _text_lines(path):
@@ -328,7 +343,7 @@ def read_mcio(root: str, split: str, *, name: str = '', depth_dirs: int | None =
         continue
       video = os.path.join(os.path.dirname(frame0), base[:base.index('frame0')].rstrip('_'))
       entries += [(frame0, live, video, origin), (frame1, live, video, origin)]
-  return _sorted_frames(entries, frames_dir, split, depth_policy, depth_dirs, records, lists)
+  return sorted_frames(entries, frames_dir, split, depth_policy, depth_dirs, records, lists)
 
 
 def read(layout: str, root: str, split: str, *, depth_dirs: int | None, depth_policy: str,
@@ -412,7 +427,7 @@ def load_frames(frames: Frames, size: int, depth_size: int, *, train: bool,
   items = zip(frames.paths, frames.origins, frames.live, frames.depth)
   with concurrent.futures.ThreadPoolExecutor(max(threads, 1)) as pool:
     loaded = list(pool.map(one, items))
-  records, images, depths, keep = _Records(skip_bad_records), [], [], []
+  records, images, depths, keep = Records(skip_bad_records), [], [], []
   for i, result in enumerate(loaded):   # in list order: the first bad line is the one named
     if isinstance(result, PadListError):
       records.bad_record(str(result))
@@ -428,7 +443,8 @@ def load_frames(frames: Frames, size: int, depth_size: int, *, train: bool,
       raise PadListError(f'{where}: no {kind} frame left after dropping the unreadable ones.')
   kept = Frames(paths=[frames.paths[i] for i in keep], live=live, video=frames.video[keep],
                 videos=frames.videos, depth=[frames.depth[i] for i in keep],
-                origins=[frames.origins[i] for i in keep])
+                origins=[frames.origins[i] for i in keep],
+                species=[frames.species[i] for i in keep])
   return kept, np.stack(images), np.stack(depths)
 
 

@@ -28,12 +28,23 @@ class PadSets(NamedTuple):
   target: str
   test: dict[str, PadSet]
   validation: PadSet
+  protocol: str = ''   # every training source named (`protocol`); '' from a source without one
 
 
 def run_name(config) -> str:
   """results.json's name of a run after its method's: its source domains and the target."""
   p = config.data.pad
   return f"{'pooled ' if p.pooled else ''}{'+'.join(p.sources)}->{p.target}"
+
+
+def protocol(config) -> str:
+  """The protocol naming every training source (`PadSets.protocol`): the data centers joined by
+  '&', '→', the target ('O&C&I→M'; the notation of sources/pad_lists.py:protocol, where a
+  training-only source is '+<name>': the embedded benchmark has no such source). Pooling (the
+  'All' baseline) changes who holds the frames, not the protocol. `run_name` ('O+C+I->M')
+  stays as archived runs and `reproduce` name them."""
+  p = config.data.pad
+  return f"{'&'.join(p.sources)}→{p.target}"
 
 
 def config_section(sources=('O', 'C', 'I'), target='M') -> ml_collections.ConfigDict:
@@ -231,7 +242,7 @@ def pad_sets(config, data) -> PadSets:
   p, sets = config.data.pad, data.eval_sets
   return PadSets(sources=tuple(p.sources), target=p.target,
                  test={p.target: sets['test'], **{d: sets[f'test:{d}'] for d in p.extra_targets}},
-                 validation=sets['validation'])
+                 validation=sets['validation'], protocol=protocol(config))
 
 
 def pad_subjects(config, data) -> tuple[np.ndarray, np.ndarray]:

@@ -1,8 +1,15 @@
 """`data.source='pad_lists'`: real anti-spoofing data in the layouts researchers hold
-(`data/formats/pad_lists.py`: the FedGPAD authors' lists, SSDG's JSON lists, MCIO text lists),
-one root per data center, each in its own layout (several data centers may share one: the MCIO
+(`data/formats/pad_lists.py`: the FedGPAD authors' lists, SSDG's JSON lists, MCIO text lists;
+`data/formats/celeba_spoof.py`: CelebA-Spoof's own JSON labels, layout 'celeba_spoof'), one
+root per data center, each in its own layout (several data centers may share one: the MCIO
 tree FLIP and FedSIS ship, `data/MCIO` with every data set's lists in `txt/`, names the data set
 of each in `datasets`).
+
+Each frame's attack species, where its layout labels it (CelebA-Spoof's spoof type, the
+'fedgpad' `_print` / `_video` training lists), is `PadSet.attack`'s index in
+`pad_benchmark.ATTACKS`; an attack whose species is not labelled, or not one ATTACKS names
+(CelebA-Spoof's 3D masks), is UNKNOWN_ATTACK (-2), live frames LIVE (-1). `protocol` names
+every training source ('O&C&I+celeb→M'), beside `run_name` ('O+C+I+celeb->M').
 
 The benchmark is built exactly as the embedded source builds it (`sources/pad.py:benchmark`):
 data center k's training frames labelled 2k (attack) / 2k + 1 (live), one client per data center
@@ -32,6 +39,25 @@ CelebA-Spoof as a fourth, training-only, data center (its training lists alone: 
     --config.data.pad_lists.target=M --config.data.pad_lists.target_root=/data/MCIO
     --config.data.pad_lists.target_layout=mcio --config.data.pad_lists.target_dataset=msu
     --config.data.pad_lists.depth=ones --config.federated.num_clients=4
+
+CelebA-Spoof in its own layout (`CelebA_Spoof/metas/intra_test/{train,test}_label.json`) as a
+fourth data center: its training images train it, its test images join the 'validation' set:
+
+    --config.data.pad_lists.centers="('O','C','I','celeb')"
+    --config.data.pad_lists.roots="('/data/MCIO','/data/MCIO','/data/MCIO','/data/CelebA_Spoof')"
+    --config.data.pad_lists.layouts="('mcio','mcio','mcio','celeba_spoof')"
+    --config.data.pad_lists.datasets="('oulu','casia','replay','')"  (then the target as above)
+
+WMCA / CASIA-SURF / CeFA leave-one-out from FLIP's `data/WCS` tree (the same reader, one frame
+a line), here CeFA & SURF -> WMCA (the other two: swap the target with a data center):
+
+    --config.data.pad_lists.centers="('C','S')"
+    --config.data.pad_lists.roots="('/data/WCS','/data/WCS')"
+    --config.data.pad_lists.layouts="('mcio','mcio')"
+    --config.data.pad_lists.datasets="('cefa','surf')"
+    --config.data.pad_lists.target=W --config.data.pad_lists.target_root=/data/WCS
+    --config.data.pad_lists.target_layout=mcio --config.data.pad_lists.target_dataset=wmca
+    --config.data.pad_lists.depth=ones --config.federated.num_clients=2
 """
 
 import os
@@ -40,16 +66,20 @@ import ml_collections
 import numpy as np
 
 from fedjax_face.core import policy
+from fedjax_face.data.formats import celeba_spoof
 from fedjax_face.data.formats import pad_lists as formats
 from fedjax_face.data.sources import pad as pad_source
-from fedjax_face.data.synthetic.pad_benchmark import DEPTH_SIZE, LIVE, PadSet
+from fedjax_face.data.synthetic.pad_benchmark import ATTACKS, DEPTH_SIZE, LIVE, PadSet
 
 TASK = 'anti_spoofing'
 DATA_FIELDS = ('centers', 'roots', 'layouts', 'target', 'target_root', 'target_layout',
                'datasets', 'target_dataset', 'depth_dirs', 'depth', 'frames_per_video',
                'attack_lists', 'skip_bad_records', 'pooled')
 RESUMABLE_FIELDS = ('skip_bad_records',)   # run/resume.py: a resume may change it
-UNKNOWN_ATTACK = -2        # PadSet.attack of an attack frame: the lists do not say its kind
+UNKNOWN_ATTACK = -2        # PadSet.attack of an attack frame whose species ATTACKS does not
+                           # name: the lists do not say it, or it is outside ATTACKS
+# What a data center may be read in: the three list layouts, and CelebA-Spoof's JSON labels.
+LAYOUTS = formats.LAYOUTS + (celeba_spoof.LAYOUT,)
 
 
 def run_name(config) -> str:
@@ -58,12 +88,23 @@ def run_name(config) -> str:
   return f"{'pooled ' if p.pooled else ''}{'+'.join(p.centers)}->{p.target}"
 
 
+def protocol(config) -> str:
+  """The protocol naming every training source (`PadSets.protocol`): the data centers that give
+  'validation' frames joined by '&', then '+<name>' for each training-only one (an MCIO data
+  set of `formats.TRAIN_ONLY`: FLIP's CelebA-Spoof lists), '→', the target: FLIP's "OCI→M"
+  with CelebA-Spoof is 'O&C&I+celeb→M' here. `run_name` stays as archived runs name it."""
+  p = config.data.pad_lists
+  extra = [n in formats.TRAIN_ONLY for n in _datasets(p)]
+  return ('&'.join(c for c, e in zip(p.centers, extra) if not e)
+          + ''.join(f'+{c}' for c, e in zip(p.centers, extra) if e) + f'→{p.target}')
+
+
 def config_section() -> ml_collections.ConfigDict:
   """`config.data.pad_lists`: the data centers as roots with a layout each, and the target."""
   c = ml_collections.ConfigDict()
   c.centers = ('O', 'C', 'I')   # names of the data centers (clients, in this order)
   c.roots = ()                  # one directory per data center
-  c.layouts = ()                # one of formats.LAYOUTS per data center
+  c.layouts = ()                # one of LAYOUTS per data center
   c.target = 'M'                # the unseen target's name
   c.target_root = ''
   c.target_layout = ''
@@ -99,9 +140,9 @@ def check_config(config) -> None:
                        f'per data center {centers}.')
   for where, layout in [(f'layouts[{i}]', l) for i, l in enumerate(p.layouts)] + [
       ('target_layout', p.target_layout)]:
-    if layout not in formats.LAYOUTS:
+    if layout not in LAYOUTS:
       raise ValueError(f'config.data.pad_lists.{where}={layout!r}; expected one of '
-                       f'{formats.LAYOUTS}.')
+                       f'{LAYOUTS}.')
   for where, layout, name in [(f'datasets[{i}]', l, n)
                               for i, (l, n) in enumerate(zip(p.layouts, _datasets(p)))] + [
       ('target_dataset', p.target_layout, p.target_dataset)]:
@@ -158,20 +199,37 @@ def _datasets(p) -> list[str]:
   return list(p.datasets) or [''] * len(p.centers)
 
 
+def attack_codes(frames: formats.Frames) -> np.ndarray:
+  """`PadSet.attack` of each frame: LIVE, the index in ATTACKS of its labelled species, or
+  UNKNOWN_ATTACK (no species labelled, or one ATTACKS does not name: CelebA-Spoof's '3d_mask').
+  Species are matched by name, so a species added to ATTACKS gets its code here unchanged."""
+  return np.array([LIVE if live else ATTACKS.index(s) if s in ATTACKS else UNKNOWN_ATTACK
+                   for live, s in zip(frames.live, frames.species)], np.int8)
+
+
+def _read_frames(config, root, layout, split, depth_dirs, attack_list, name) -> formats.Frames:
+  """The frames one split of one root lists, in `layout`."""
+  p = config.data.pad_lists
+  if layout == celeba_spoof.LAYOUT:
+    return celeba_spoof.read(root, split, depth_dirs=depth_dirs, depth_policy=p.depth,
+                             skip_bad_records=p.skip_bad_records)
+  return formats.read(layout, root, split, depth_dirs=depth_dirs, depth_policy=p.depth,
+                      frames_per_video=p.frames_per_video[split != 'train'],
+                      attack_list=attack_list, name=name, skip_bad_records=p.skip_bad_records)
+
+
 def _read(config, root, layout, split, depth_dirs=None, attack_list='fake', name='') -> PadSet:
-  """One split of one root as a PadSet (split 0 = 'train', 1 = 'test'; subject unknown)."""
+  """One split of one root as a PadSet (split 0 = 'train', 1 = 'test'; subject unknown; each
+  frame's species where the layout labels it, `attack_codes`)."""
   p, size = config.data.pad_lists, config.data.image_size
-  frames = formats.read(layout, root, split, depth_dirs=depth_dirs, depth_policy=p.depth,
-                        frames_per_video=p.frames_per_video[split != 'train'],
-                        attack_list=attack_list, name=name,
-                        skip_bad_records=p.skip_bad_records)
+  frames = _read_frames(config, root, layout, split, depth_dirs, attack_list, name)
   frames, images, depth = formats.load_frames(frames, size, DEPTH_SIZE, train=split == 'train',
                                               skip_bad_records=p.skip_bad_records,
                                               threads=formats.decode_threads(
                                                   frames.paths, policy.usable_cpus()))
   n = len(frames.paths)
   return PadSet(domain=root, images=images, depth=depth, live=frames.live,
-                attack=np.where(frames.live, LIVE, UNKNOWN_ATTACK).astype(np.int8),
+                attack=attack_codes(frames),
                 video=frames.video, subject=np.full(n, -1, np.int32),
                 split=np.full(n, int(split != 'train'), np.int8))
 
@@ -210,4 +268,4 @@ def pad_sets(config, data) -> pad_source.PadSets:
   p = config.data.pad_lists
   return pad_source.PadSets(sources=tuple(p.centers), target=p.target,
                             test={p.target: data.eval_sets['test']},
-                            validation=data.eval_sets['validation'])
+                            validation=data.eval_sets['validation'], protocol=protocol(config))
