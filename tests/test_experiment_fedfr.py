@@ -88,3 +88,24 @@ def test_fig4_fedface_and_fedfr_start_from_the_scenarios_pretraining(tmp_path, i
   other.init_from = str(pre_dir)
   with pytest.raises(ValueError, match=r'data.synthetic.num_identities: \d+ there, 40 here'):
     experiment.validate(other)
+
+
+@pytest.mark.parametrize('name,kept', [('fedbn', 'start_bn'), ('fedrep', 'start_head')])
+def test_fedbn_and_fedrep_start_from_the_pretraining_and_score_each_clients_model(
+    tmp_path, name, kept, fedfr_pretraining):
+  # The server never receives a client's BatchNorm (FedBN) or head (FedRep): the shared model
+  # keeps the pre-trained ones, bit for bit after the rounds; each client is scored with its own.
+  pre_dir, _ = fedfr_pretraining
+  pre_model = saved_checkpoints.restore(str(pre_dir), 4)['server']['model']
+  config = load_config(f'fedfr/{name}')
+  config.init_from = str(pre_dir)
+  results = experiment.train_and_evaluate(config, str(tmp_path / name))
+  assert results['config_name'] == f'{name}/cosface/balanced'
+  assert results['personalized']['model'] == 'personalized'
+  assert results['personalized']['clients'] == 4
+  server = saved_checkpoints.restore(str(tmp_path / name), config.num_rounds)['server']
+  layers = {'fedbn': ('bn0', 'bn1', 'bn2', 'features'), 'fedrep': ('fc', 'features')}[name]
+  for collection, tree in server[kept].items():
+    assert set(tree) == {layer for layer in layers if layer in pre_model[collection]}
+    for layer in tree:
+      jax.tree.map(np.testing.assert_array_equal, tree[layer], pre_model[collection][layer])
