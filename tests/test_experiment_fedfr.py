@@ -90,6 +90,31 @@ def test_fig4_fedface_and_fedfr_start_from_the_scenarios_pretraining(tmp_path, i
     experiment.validate(other)
 
 
+@pytest.mark.parametrize('name', ['ditto', 'apfl'])
+def test_ditto_and_apfl_start_from_the_pretraining_and_score_each_clients_model(tmp_path, name,
+                                                                               fedfr_pretraining):
+  # Ditto's and APFL's personal models start as the pre-trained model (v_k^0 = w^0, the
+  # modules' readings); the personalized evaluation then scores each client's own model.
+  pre_dir, _ = fedfr_pretraining
+  pre_model = saved_checkpoints.restore(str(pre_dir), 4)['server']['model']
+  config = load_config(f'fedfr/{name}')
+  config.init_from = str(pre_dir)
+  _, fed = sources.training_views(config, sources.load(config), one_client=False)
+  start = algorithms.get(name).build(config, models.build_backbone(config.model), fed,
+                                     step_mode='scan').init(jax.random.PRNGKey(0),
+                                                            run_setup.warm_start(config))
+  personal = start.clients['personal']
+  personal = personal['model'] if name == 'ditto' else {'params': personal['params'],
+                                                        'batch_stats': personal['batch_stats']}
+  for k in range(fed.num_clients):
+    jax.tree.map(np.testing.assert_array_equal, jax.tree.map(lambda x: x[k], personal), pre_model)
+  results = experiment.train_and_evaluate(config, str(tmp_path / name))
+  assert results['config_name'] == f'{name}/cosface/balanced'
+  assert results['personalized']['model'] == 'personalized'
+  assert results['personalized']['clients'] == 4
+  assert 0.0 <= results['verification']['lfw']['accuracy'] <= 1.0
+
+
 @pytest.mark.parametrize('name,kept', [('fedbn', 'start_bn'), ('fedrep', 'start_head')])
 def test_fedbn_and_fedrep_start_from_the_pretraining_and_score_each_clients_model(
     tmp_path, name, kept, fedfr_pretraining):
