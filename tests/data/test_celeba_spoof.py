@@ -33,11 +33,18 @@ def _image(key: str) -> np.ndarray:
   return rng.integers(0, 256, (8, 8, 3), np.uint8)
 
 
+# Face boxes (x, y, w, h in 224x224 pixels): the whole image, but for one image 4x4 pixels of its
+# 8x8 from (1, 2): 28 * 8/224 = 1, 56 * 8/224 = 2, 112 * 8/224 = 4.
+WHOLE, CROPPED = (0, 0, 224, 224), 'Data/train/4980/spoof/494405.png'
+BOXES = {CROPPED: (28, 56, 112, 112)}
+
+
 def _root(root) -> str:
   root = str(root)
   for split, images in IMAGES.items():
     for key, _ in images:
       formats.save_image(os.path.join(root, key), _image(key))
+      celeba_spoof.write_box(os.path.join(root, key), BOXES.get(key, WHOLE))
     celeba_spoof.write_labels(celeba_spoof.label_file(root, split),
                               {key: celeba_spoof.labels_of(kind) for key, kind in images})
   return root
@@ -61,11 +68,24 @@ def test_the_json_labels_read_as_frames_with_their_species(root):
   path = os.path.join(root, 'metas', 'intra_test', 'train_label.json')
   assert frames.origins[2] == f"{path}: key 'Data/train/77/spoof/100001.png'"
   assert frames.depth == [None] * 6
-  for p in frames.paths:
-    np.testing.assert_array_equal(formats.load_image(p, '', 8),
-                                  _image(os.path.relpath(p, root)))
+  assert frames.boxes[4] == (28, 56, 112, 112) and frames.boxes[0] == WHOLE
+  for p, box in zip(frames.paths, frames.boxes):
+    key = os.path.relpath(p, root)
+    if key != CROPPED:
+      np.testing.assert_array_equal(formats.load_image(p, '', 8, box), _image(key))
+  np.testing.assert_array_equal(formats.load_image(frames.paths[4], '', 4, frames.boxes[4]),
+                                _image(CROPPED)[2:6, 1:5])
   test = celeba_spoof.read(root, 'test')
   assert test.species == [None, 'print', None, 'display']   # A4 (3) and PC (7)
+
+
+def test_face_boxes_are_scaled_and_clipped_as_the_dataset_s_code_does():
+  # 100x300 image, box (-56, 60, 224, 100): w = 224 * 100/224 = 100, h = int(100 * 300/224) =
+  # int(133.9) = 133, x = int(-56 * 100/224) = -25, y = int(60 * 300/224) = int(80.4) = 80; the
+  # left clipped to 0, the right x + w = 75 (0 + 100 does not pass 100), the bottom 80 + 133.
+  assert formats.scaled_box((-56, 60, 224, 100), 100, 300) == (0, 80, 75, 213)
+  # Past the right and bottom edges: the image's edge.
+  assert formats.scaled_box((100, 200, 224, 100), 224, 224) == (100, 200, 224, 224)
 
 
 def test_the_label_layout_is_the_readme_s():
@@ -109,6 +129,21 @@ def test_bad_files_and_missing_images(root):
   _error(lambda: celeba_spoof.read(root, 'test'),
          f"{path}: key 'Data/test/7010/spoof/541201.png': the frame "
          f"{os.path.join(root, 'Data/test/7010/spoof/541201.png')} does not exist.")
+  image = os.path.join(root, 'Data/test/7010/live/541200.png')
+  celeba_spoof.write_box(image, (224, 0, 10, 10))    # x = 8, w = 0: no pixel of the 8x8 image
+  _error(lambda: formats.load_frames(celeba_spoof.read(root, 'test', skip_bad_records=True), 8,
+                                     32, train=False),
+         f"{path}: key 'Data/test/7010/live/541200.png': the face box (224, 0, 10, 10) leaves no "
+         f'pixels of the 8x8 image {image} (crop (8, 0, 8, 0)).')
+  with open(celeba_spoof.box_file(image), 'w') as f:
+    f.write('1 2 3\n')
+  _error(lambda: celeba_spoof.read(root, 'test'),
+         f"{path}: key 'Data/test/7010/live/541200.png': {celeba_spoof.box_file(image)}:1: "
+         "malformed face box '1 2 3'; expected \"x y w h score\".")
+  os.remove(celeba_spoof.box_file(image))
+  _error(lambda: celeba_spoof.read(root, 'test'),
+         f"{path}: key 'Data/test/7010/live/541200.png': its face box file "
+         f'{celeba_spoof.box_file(image)} does not exist.')
   with open(path, 'w') as f:
     f.write('{\n"Data/test/a.png": [0, 0],\n"b": \n}\n')
   _error(lambda: celeba_spoof.read(root, 'test'),

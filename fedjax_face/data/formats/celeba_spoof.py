@@ -15,8 +15,10 @@ reader. The spoof type codes (README, "Annotation Detail"): 0 Live, 1 Photo, 2 P
 
 Frames: one image is one frame and its own video, as FLIP's loader treats CelebA-Spoof's
 images; the order, depth maps and checks are those of every layout
-(`pad_lists.sorted_frames`). Images are read whole: the official test code crops each to the
-box in its `<n>_BB.txt` (224-scaled), which this reader does not do.
+(`pad_lists.sorted_frames`). Each image is cropped to the face box of the `<n>_BB.txt` beside it
+(its first line `x y w h score`, in the pixels of a 224x224 image) exactly as client.py's
+`read_image` crops (`pad_lists.scaled_box`), then resized to the run's size as every layout's
+frames are.
 
 Attack species (`Frames.species`, for per-species APCER), in the project's vocabulary
 (`pad_benchmark.ATTACKS`), our reading of the ten types: Photo, Poster and A4 are printed
@@ -28,7 +30,8 @@ species the embedded benchmark lacks.
 Bad input stops with a `pad_lists.PadListError` naming the file and the entry's key (a missing
 or non-JSON file: the file, and the line for JSON): a value that is not 44 integers, a
 live/spoof label other than 0 / 1, a spoof type outside 0..10, a label and a spoof type that
-disagree (live with a spoof type, or spoof typed Live), a missing image; with
+disagree (live with a spoof type, or spoof typed Live), a missing or malformed `_BB.txt`
+(named by its own path and line), a missing image, a box that leaves no pixels; with
 `skip_bad_records` the bad entries are dropped and counted in one log line.
 """
 
@@ -49,10 +52,34 @@ SPOOF_TYPES = ('Live', 'Photo', 'Poster', 'A4', 'Face Mask', 'Upper Body Mask', 
                'PC', 'Pad', 'Phone', '3D Mask')   # README, "Annotation Detail": code = index
 SPECIES = {1: 'print', 2: 'print', 3: 'print', 4: 'cut', 5: 'cut', 6: 'cut', 7: 'display',
            8: 'display', 9: 'display', 10: '3d_mask'}   # the reading in the module docstring
+BOX_SUFFIX = '_BB.txt'                   # client.py: image_path[:-4] + '_BB.txt'
 
 
 def label_file(root: str, split: str) -> str:
   return os.path.join(root, LABEL_FILES[split])
+
+
+def box_file(image: str) -> str:
+  """The face box file beside an image: its path without the extension, then `_BB.txt`."""
+  return os.path.splitext(image)[0] + BOX_SUFFIX
+
+
+def read_box(path: str, origin: str) -> tuple[int, int, int, int]:
+  """(x, y, w, h) of a `_BB.txt`'s first line `x y w h score` (each truncated to an integer,
+  as client.py does before scaling), or a PadListError naming the entry and the file."""
+  if not os.path.isfile(path):
+    raise pad_lists.PadListError(f'{origin}: its face box file {path} does not exist.')
+  with open(path) as f:
+    line = f.readline().strip()
+  try:
+    words = line.split()
+    if len(words) != 5:
+      raise ValueError
+    x, y, w, h, _ = (float(v) for v in words)
+  except ValueError:
+    raise pad_lists.PadListError(f'{origin}: {path}:1: malformed face box {line!r}; expected '
+                                 '"x y w h score".') from None
+  return int(x), int(y), int(w), int(h)
 
 
 def _checked_labels(value, origin: str) -> str | None:
@@ -96,9 +123,14 @@ def read(root: str, split: str, *, depth_dirs: int | None = None, depth_policy: 
     if bad:
       records.bad_record(bad)
       continue
+    try:
+      box = read_box(box_file(os.path.join(root, key)), origin)
+    except pad_lists.PadListError as e:
+      records.bad_record(str(e))
+      continue
     live = value[LIVE_SPOOF] == LIVE_LABEL
     entries.append((key, live, os.path.splitext(key)[0], origin,
-                    None if live else SPECIES[value[SPOOF_TYPE]]))
+                    None if live else SPECIES[value[SPOOF_TYPE]], box))
   return pad_lists.sorted_frames(entries, root, split, depth_policy, depth_dirs, records,
                                  [path])
 
@@ -111,6 +143,12 @@ def labels_of(spoof_type: int, illumination: int = 0, environment: int = 0,
   and the live/spoof label it implies (0 for spoof type 0, Live; else 1)."""
   return [*attributes, spoof_type, illumination, environment,
           LIVE_LABEL if spoof_type == 0 else 1 - LIVE_LABEL]
+
+
+def write_box(image: str, box, score: float = 0.99) -> None:
+  """The `_BB.txt` beside `image`: one line `x y w h score` (box in 224x224 pixels)."""
+  with open(box_file(image), 'w') as f:
+    f.write(' '.join(str(v) for v in (*box, score)) + '\n')
 
 
 def write_labels(path: str, labels: dict) -> None:

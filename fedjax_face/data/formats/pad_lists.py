@@ -97,7 +97,9 @@ class Frames:
   (None: policy 'ones', or an evaluation split); `origins` '<file>:<line>' of each frame;
   `species` each attack frame's attack instrument species where its layout labels it (a name
   of `pad_benchmark.ATTACKS`, or one outside them such as CelebA-Spoof's '3d_mask'), None for a
-  live frame or an unlabelled attack (`ATTACK_LIST_SPECIES`)."""
+  live frame or an unlabelled attack (`ATTACK_LIST_SPECIES`); `boxes` each frame's face box
+  (x, y, w, h) in BOX_REFERENCE-scaled pixels, cropped when decoded (`scaled_box`), or None
+  (the whole image: every layout but CelebA-Spoof's)."""
   paths: list[str]
   live: np.ndarray          # bool [N]
   video: np.ndarray         # int32 [N]: 0..V-1 in the sorted order of the videos
@@ -105,6 +107,7 @@ class Frames:
   depth: list[str | None]
   origins: list[str]
   species: list[str | None]
+  boxes: list[tuple[int, int, int, int] | None]
 
 
 class Records:
@@ -141,11 +144,13 @@ def frame1_path(frame0: str) -> str:
 
 def sorted_frames(entries: list[tuple], root: str, split: str, depth_policy: str,
                   depth_dirs: int | None, records: Records, lists: list[str]) -> Frames:
-  """entries (rel path, live, video name, origin[, attack species]) -> Frames in the documented
-  order, after the file and depth checks (a live frame's species is None whatever is given)."""
+  """entries (rel path, live, video name, origin[, attack species[, face box]]) -> Frames in the
+  documented order, after the file and depth checks (a live frame's species is None whatever is
+  given)."""
   kept = []
-  for rel, live, video, origin, *species in entries:
-    species = species[0] if species and not live else None
+  for rel, live, video, origin, *extra in entries:
+    species, box = (list(extra) + [None, None])[:2]
+    species = None if live else species
     full = rel if os.path.isabs(rel) else os.path.join(root, rel)
     if not os.path.isfile(full):
       records.bad_record(f'{origin}: the frame {full} does not exist.')
@@ -171,7 +176,7 @@ def sorted_frames(entries: list[tuple], root: str, split: str, depth_policy: str
           records.bad_record(f"{origin}: the attack frames' depth map {depth} does not exist; "
                              "data.pad_lists.depth='ones' trains without depth files.")
           continue
-    kept.append((os.path.basename(video), video, full, live, depth, origin, species))
+    kept.append((os.path.basename(video), video, full, live, depth, origin, species, box))
   records.log(root)
   kept.sort(key=lambda e: e[:3])
   for kind, has in (('live', any(e[3] for e in kept)), ('attack', any(not e[3] for e in kept))):
@@ -183,7 +188,7 @@ def sorted_frames(entries: list[tuple], root: str, split: str, depth_policy: str
   return Frames(paths=[e[2] for e in kept], live=np.array([e[3] for e in kept], bool),
                 video=np.array([index[e[1]] for e in kept], np.int32), videos=names,
                 depth=[e[4] for e in kept], origins=[e[5] for e in kept],
-                species=[e[6] for e in kept])
+                species=[e[6] for e in kept], boxes=[e[7] for e in kept])
 
 
 def _label(token: str, origin: str, records: Records) -> bool | None:
@@ -364,15 +369,46 @@ def read(layout: str, root: str, split: str, *, depth_dirs: int | None, depth_po
 
 # -- images -----------------------------------------------------------------------------------
 
-def load_image(path: str, origin: str, size: int) -> np.ndarray:
-  """uint8 [size, size, 3] RGB (resized bilinearly when the file differs), or a PadListError
-  naming the list line of an unreadable file."""
+# CelebA-Spoof's face boxes (`<image>_BB.txt`) are in the pixels of a 224x224 image
+# (ZhangYuanhan-AI/CelebA-Spoof, intra_dataset_code/client.py, `read_image`).
+BOX_REFERENCE = 224
+
+
+def scaled_box(box: tuple[int, int, int, int], width: int,
+               height: int) -> tuple[int, int, int, int]:
+  """(left, top, right, bottom) of `box` (x, y, w, h at BOX_REFERENCE) in a width x height
+  image, as CelebA-Spoof's client.py `read_image` crops: each value scaled by the image's size
+  over 224 and truncated; the top-left clipped at 0; the bottom-right the image's edge where
+  the clipped corner plus the size passes it, else the unclipped corner plus the size (the
+  code's own arithmetic, kept for equal crops)."""
+  x, y, w, h = box
+  w, h = int(w * (width / BOX_REFERENCE)), int(h * (height / BOX_REFERENCE))
+  x, y = int(x * (width / BOX_REFERENCE)), int(y * (height / BOX_REFERENCE))
+  left, top = max(x, 0), max(y, 0)
+  right = width if left + w > width else x + w
+  bottom = height if top + h > height else y + h
+  return left, top, right, bottom
+
+
+def load_image(path: str, origin: str, size: int,
+               box: tuple[int, int, int, int] | None = None) -> np.ndarray:
+  """uint8 [size, size, 3] RGB (cropped to `box` when given, `scaled_box`; resized bilinearly
+  when the file or crop differs), or a PadListError naming the list line of an unreadable file
+  or a box that leaves no pixels."""
   try:
     with Image.open(path) as img:
+      if box is not None:
+        crop = scaled_box(box, *img.size)
+        if crop[2] <= crop[0] or crop[3] <= crop[1]:
+          raise PadListError(f'{origin}: the face box {box} leaves no pixels of the '
+                             f'{img.size[0]}x{img.size[1]} image {path} (crop {crop}).')
+        img = img.crop(crop)
       img = img.convert('RGB')
       if img.size != (size, size):
         img = img.resize((size, size), Image.BILINEAR)
       return np.asarray(img, np.uint8)
+  except PadListError:
+    raise
   except (OSError, ValueError) as e:
     raise PadListError(f'{origin}: cannot read the image {path} ({e}).') from None
 
@@ -410,9 +446,9 @@ def load_frames(frames: Frames, size: int, depth_size: int, *, train: bool,
   cache: dict[str, np.ndarray] = {}   # the one attack map, read once (a race reads it twice)
 
   def one(item):
-    path, origin, live, depth = item
+    path, origin, live, depth, box = item
     try:
-      image = load_image(path, origin, size)
+      image = load_image(path, origin, size, box)
       if depth is None:
         return image, np.full((depth_size,) * 2, 1.0 if (train and live) else 0.0, np.float32)
       if depth not in cache:
@@ -424,7 +460,7 @@ def load_frames(frames: Frames, size: int, depth_size: int, *, train: bool,
     except PadListError as e:
       return e
 
-  items = zip(frames.paths, frames.origins, frames.live, frames.depth)
+  items = zip(frames.paths, frames.origins, frames.live, frames.depth, frames.boxes)
   with concurrent.futures.ThreadPoolExecutor(max(threads, 1)) as pool:
     loaded = list(pool.map(one, items))
   records, images, depths, keep = Records(skip_bad_records), [], [], []
@@ -444,7 +480,8 @@ def load_frames(frames: Frames, size: int, depth_size: int, *, train: bool,
   kept = Frames(paths=[frames.paths[i] for i in keep], live=live, video=frames.video[keep],
                 videos=frames.videos, depth=[frames.depth[i] for i in keep],
                 origins=[frames.origins[i] for i in keep],
-                species=[frames.species[i] for i in keep])
+                species=[frames.species[i] for i in keep],
+                boxes=[frames.boxes[i] for i in keep])
   return kept, np.stack(images), np.stack(depths)
 
 
