@@ -47,7 +47,7 @@ import ml_collections
 import numpy as np
 import optax
 
-from fedjax_face.algorithms import common, ditto
+from fedjax_face.algorithms import common, ditto, fedbn
 from fedjax_face.core import aggregation, checks, class_tables, local
 from fedjax_face.core.algorithm import (Algorithm, ClientInput, ClientResult, RoundState,
                                         origin_by_key)
@@ -67,6 +67,7 @@ def config_section() -> ml_collections.ConfigDict:
 
 
 def check_config(config) -> None:
+  fedbn.check_recognition(config, 'apfl')   # the face losses (PAD: not offered)
   c = checks.section(config, 'apfl', 'apfl.config_section() (configs/fedfr/apfl.py)')
   checks.check_fraction('apfl.alpha_init', c.alpha_init, closed_below=True)
   checks.check_bool('apfl.adaptive_alpha', c.adaptive_alpha)

@@ -45,7 +45,7 @@ import ml_collections
 import numpy as np
 import optax
 
-from fedjax_face.algorithms import common
+from fedjax_face.algorithms import common, fedbn
 from fedjax_face.core import aggregation, checks, class_tables
 from fedjax_face.core.algorithm import (Algorithm, ClientInput, ClientResult, RoundState,
                                         origin_by_key)
@@ -63,6 +63,7 @@ def config_section() -> ml_collections.ConfigDict:
 
 
 def check_config(config) -> None:
+  fedbn.check_recognition(config, 'ditto')   # the face losses (PAD: not offered)
   c = checks.section(config, 'ditto', 'ditto.config_section() (configs/fedfr/ditto.py)')
   checks.check_number('ditto.lam', c.lam, allow_zero=True)
 

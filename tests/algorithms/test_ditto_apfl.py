@@ -12,11 +12,11 @@ import numpy as np
 import optax
 import pytest
 
-from fedjax_face import algorithms
+from fedjax_face import algorithms, config_lib
 from fedjax_face.algorithms import apfl, ditto
 from fedjax_face.core import aggregation
 from fedjax_face.core.algorithm import RoundState
-from fedjax_face.data import federated
+from fedjax_face.data import federated, sources
 from tests import engine_cases
 
 
@@ -184,3 +184,16 @@ def test_a_config_without_the_section_is_refused_in_one_line(name):
   assert str(raised.value) == (f'config.{name} is missing; {name}.config_section() '
                                f'(configs/fedfr/{name}.py) adds it (start from a file in '
                                'configs/).')
+
+
+@pytest.mark.parametrize('name', ['ditto', 'apfl'])
+def test_an_anti_spoofing_config_is_refused_in_one_line(name):
+  # Both train with the face-recognition heads' losses here; the PAD data centers are not offered.
+  config = config_lib.base_config('anti_spoofing')
+  config.algorithm = name
+  config[name] = algorithms.get(name).config_section()
+  with pytest.raises(ValueError) as raised:
+    algorithms.get(name).check_config(config)
+  assert str(raised.value) == (f"config.data.source='pad'; {name} trains a face recognition "
+                               'backbone here: expected a recognition source '
+                               f"{sources.of_task('recognition')}.")
