@@ -112,9 +112,7 @@ def test_onnxruntime_embeds_as_the_flax_model(narrow, narrow_onnx):
 
 def test_onnx_imports_back_bit_for_bit(narrow, narrow_onnx):
   exported = _without_counts(arcface_torch.state_dict_from_variables(narrow[1]))
-  imported = arcface_torch.state_dict_from_onnx(narrow_onnx)
-  assert_same({k: imported[k] for k in exported}, exported)
-  assert set(imported) == set(exported)
+  assert_same(arcface_torch.state_dict_from_onnx(narrow_onnx), exported)
 
 
 def test_onnx_file_is_what_mfr_takes(narrow_onnx):
@@ -172,19 +170,24 @@ def r18_run(tmp_path_factory):
   return workdir, variables
 
 
-def test_the_command_exports_both_formats(r18_run, capsys):
+def test_the_command_writes_the_pth(r18_run, capsys):
   workdir, variables = r18_run
-  want = arcface_torch.state_dict_from_variables(variables)
   assert export.run([PROG, f'--workdir={workdir}', '--format=pth']) == 0
   path = workdir / 'export' / 'backbone.pth'
   assert capsys.readouterr().out == f'{path}\n'
-  assert_same(torch_state_dict.read_state_dict(path), want)
-  if pytest.importorskip('onnx'):
-    out = workdir / 'r18.onnx'
-    assert export.run([PROG, f'--workdir={workdir}', '--format=onnx', f'--out={out}']) == 0
-    state_dict, name, dim = arcface_torch.read_backbone(str(out))
-    assert (name, dim) == ('iresnet18', 8)
-    assert_same({k: state_dict[k] for k in _without_counts(want)}, _without_counts(want))
+  assert_same(torch_state_dict.read_state_dict(path),
+              arcface_torch.state_dict_from_variables(variables))
+
+
+def test_the_command_writes_the_onnx(r18_run, capsys):
+  pytest.importorskip('onnx')
+  workdir, variables = r18_run
+  out = workdir / 'r18.onnx'
+  assert export.run([PROG, f'--workdir={workdir}', '--format=onnx', f'--out={out}']) == 0
+  assert capsys.readouterr().out == f'{out}\n'
+  state_dict, name, dim = arcface_torch.read_backbone(str(out))
+  assert (name, dim) == ('iresnet18', 8)
+  assert_same(state_dict, _without_counts(arcface_torch.state_dict_from_variables(variables)))
 
 
 @pytest.mark.parametrize('case', ['format', 'no_workdir', 'no_checkpoint', 'unfinished',

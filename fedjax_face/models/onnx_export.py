@@ -2,7 +2,8 @@
 challenge take; `arcface_torch.state_dict_from_onnx` reads it back.
 
 The graph is the one arcface_torch's `torch2onnx.py` gets from `torch.onnx.export` of the IResNet
-in eval mode (insightface, recognition/arcface_torch/torch2onnx.py), written node by node with
+in eval mode (insightface, recognition/arcface_torch/torch2onnx.py; the TorchScript exporter at
+opset 11 writes the same operators, and an Identity for the dropout), written node by node with
 `onnx.helper`, in torch's layout (`arcface_torch.py`'s table):
 
   input  'data'      float32 [None, 3, S, S]: RGB, NCHW, already normalized as arcface_torch
