@@ -75,6 +75,9 @@ class EvalInputs(NamedTuple):
   live_logits: Callable[[np.ndarray], jax.Array] | None = None   # an anti-spoofing detector's:
                                               # its input images [B, H, W, C] -> the logit of
                                               # live [B]; else None
+  personal_live_logits: Callable[[int], Callable] | None = None   # data center -> its
+                                              # personal model's live logits, or None: the
+                                              # method has no personal model
 
 
 class EvalOutput(NamedTuple):
@@ -150,6 +153,16 @@ def _live_logits(model) -> Callable:
 
 # The prediction each task's evaluators take from the model: EvalInputs' field, and its maker.
 PREDICTIONS = {'recognition': ('embed', make_embed), 'anti_spoofing': ('live_logits', _live_logits)}
+
+
+# Each prediction's per-client field: where `Algorithm.personalized`'s models go.
+PERSONAL = {'embed': 'personal_embed', 'live_logits': 'personal_live_logits'}
+
+
+def personal_inputs(predicted: dict, personal) -> dict:
+  """The `EvalInputs` fields of the method's personal models (`Algorithm.personalized`'s, or
+  None): the per-client field of the prediction the task makes (`predictions`' one not None)."""
+  return {PERSONAL[field]: personal for field, fn in predicted.items() if fn is not None}
 
 
 def predictions(model, task: str) -> Callable[[Any], dict[str, Callable]]:

@@ -36,6 +36,7 @@ import numpy as np
 
 from fedjax_face.core import checks
 from fedjax_face.data import preprocess, sources
+from fedjax_face.data.sources import pad as pad_source
 from fedjax_face.data.synthetic import pad_benchmark
 from fedjax_face.eval import EvalOutput, Evaluator, plots
 from fedjax_face.eval.pad import iso, metrics
@@ -129,6 +130,39 @@ def attack_metrics(scored_levels: dict, rule: str, validation_levels: dict | Non
   return out
 
 
+def personal_in_domain(personal_live_logits, sets, setup, batch_size: int, unit: str,
+                       rule: str) -> dict:
+  """{'in_domain_personal': ...}: each data center's in-domain error with its own personal model
+  (issue 61 part 5), or {} when the method has none or one client holds every center (pooled).
+
+  Data center k is client k of `setup.fed_view`: its personal model (`personal_live_logits(k)`, from
+  `Algorithm.personalized`) scores center k's held-out subjects in `unit`, the threshold on
+  those scores by `rule` (the in-domain rule). 'centers': name -> HTER, EER, AUC; 'mean' over the
+  centers, and 'worst' (the highest HTER and EER, the lowest AUC: the spread's far end). A
+  validation frame's center is read from its subject id, which the PAD sources number
+  k * SUBJECT_STRIDE + s for center k (`pad.unique_subjects`); a source whose lists name no
+  subject (-1, `pad_lists`) gives no split: 'centers' is None and 'unavailable' says why.
+  """
+  if personal_live_logits is None or setup.fed_view.num_clients != len(sets.sources):
+    return {}
+  subjects = np.asarray(sets.validation.subject)
+  if (subjects < 0).any():
+    return {'in_domain_personal': {
+        'centers': None, 'unavailable': "the data source's lists name no subject, so a held-out "
+                                       "frame's data center is unknown"}}
+  centers = subjects // pad_source.SUBJECT_STRIDE
+  by_center = {}
+  for k, name in enumerate(sets.sources):
+    own = scored(personal_live_logits(k), sets.validation.take(centers == k), batch_size, unit)
+    by_center[name] = {key: value for key, value in metrics.pad_metrics(
+        own['scores'], own['labels'], rule=rule).items() if key in METRIC_KEYS}
+  column = lambda key: [m[key] for m in by_center.values()]
+  worst = {'hter': max, 'eer': max, 'auc': min}
+  return {'in_domain_personal': {
+      'centers': by_center, 'mean': {k: float(np.mean(column(k))) for k in METRIC_KEYS},
+      'worst': {k: float(worst[k](column(k))) for k in METRIC_KEYS}}}
+
+
 def make_pad(config, section, setup) -> Evaluator:
   sets = sources.get(config.data.source).pad_sets(config, setup.benchmark)
   targets = sets.test
@@ -168,6 +202,9 @@ def make_pad(config, section, setup) -> Evaluator:
     res['in_domain'] = {k: v for k, v in metrics.pad_metrics(
         val['scores'], val['labels'], rule=in_domain_rule).items() if k in METRIC_KEYS}
     res['domains'] = {d: {k: m[k] for k in METRIC_KEYS} for d, m in domains.items()}
+    # (getattr: inputs made before the field existed, as the tests' stand-ins, have none.)
+    res.update(personal_in_domain(getattr(inputs, 'personal_live_logits', None), sets, setup,
+                                  batch, unit, in_domain_rule))
     res['iso'] = {'in_domain': attack_metrics(val_levels, in_domain_rule), 'domains': by_species}
     scalars = {k: res[k] for k in METRIC_KEYS}
     scalars.update({f'in_domain/{k}': res['in_domain'][k] for k in METRIC_KEYS})

@@ -14,9 +14,12 @@ def evaluate(evaluators, predict, algorithm, state, replay=None) -> dict:
   client updates again (None: not available)."""
   state = engine_lib.local_copy(state)   # evaluation runs in each process alone
   personal = algorithm.personalized(state) if algorithm.personalized else None
-  inputs = eval_lib.EvalInputs(**predict(algorithm.eval_variables(state.server)),
-                               class_embeddings=algorithm.class_embeddings(state),
-                               personal_embed=personal, state=state, replay=replay)
+  predicted = predict(algorithm.eval_variables(state.server))
+  # The personal models go where the task's prediction does (a recognition client's embedding,
+  # an anti-spoofing data center's live logits).
+  inputs = eval_lib.EvalInputs(**predicted, **eval_lib.personal_inputs(predicted, personal),
+                               class_embeddings=algorithm.class_embeddings(state), state=state,
+                               replay=replay)
   return eval_lib.evaluate(evaluators, inputs)
 
 
