@@ -201,7 +201,7 @@ def test_a_celeba_spoof_root_is_a_data_center_and_a_target(root):
   np.testing.assert_array_equal(train.attack, [LIVE, LIVE, unknown, ATTACKS.index('display'),
                                                ATTACKS.index('print'), ATTACKS.index('cut')])
   sets = pad_lists_source.pad_sets(config, data)
-  assert sets.protocol == 'A&B→T'
+  assert sets.protocol == 'A&B -> T'
 
 
 def test_check_config_names_the_layouts_field(root):

@@ -401,16 +401,16 @@ def test_check_config_names_the_field(tmp_path, field, value, message):
 def test_the_protocol_names_every_training_source_and_run_name_stays(tmp_path):
   config = load_config('pad/fedpad', 'runlocal')
   assert pad_source.run_name(config) == 'O+C+I->M'          # archived runs' names
-  assert pad_source.protocol(config) == 'O&C&I→M'
+  assert pad_source.protocol(config) == 'O&C&I -> M'
   config.data.pad.pooled = True
   assert (pad_source.run_name(config), pad_source.protocol(config)) == ('pooled O+C+I->M',
-                                                                        'O&C&I→M')
+                                                                        'O&C&I -> M')
   lists = _lists_config(tmp_path)
-  assert pad_lists_source.protocol(lists) == 'O&C&I→M'
+  assert pad_lists_source.protocol(lists) == 'O&C&I -> M'
   # A training-only MCIO data set (FLIP's CelebA-Spoof lists) is a '+' source.
   lists.data.pad_lists.update({'centers': ('O', 'celeb', 'C', 'I'),
                                'datasets': ('oulu', 'celeb', 'casia', 'replay')})
-  assert pad_lists_source.protocol(lists) == 'O&C&I+celeb→M'
+  assert pad_lists_source.protocol(lists) == 'O&C&I+celeb -> M'
   assert pad_lists_source.run_name(lists) == 'O+celeb+C+I->M'
 
 

@@ -224,7 +224,7 @@ def test_celeba_spoof_s_protocol_names_it_as_a_training_only_source(mcio):
                    datasets=('oulu', 'casia', 'replay', 'celeb'))
   data = sources.load(config)
   sets = sources.get('pad_lists').pad_sets(config, data)
-  assert (sets.protocol, sets.sources) == ('O&C&I+celeb→M', ('O', 'C', 'I', 'celeb'))
+  assert (sets.protocol, sets.sources) == ('O&C&I+celeb -> M', ('O', 'C', 'I', 'celeb'))
   assert sources.run_name(config) == 'O+C+I+celeb->M'
 
 
@@ -238,8 +238,8 @@ def wcs(tmp_path_factory):
   return _wcs_tree(tmp_path_factory.mktemp('data') / 'WCS')
 
 
-@pytest.mark.parametrize('target, protocol', [('wmca', 'C&S→W'), ('cefa', 'S&W→C'),
-                                              ('surf', 'C&W→S')])
+@pytest.mark.parametrize('target, protocol', [('wmca', 'C&S -> W'), ('cefa', 'S&W -> C'),
+                                              ('surf', 'C&W -> S')])
 def test_wcs_leave_one_out_trains_on_two_sets_and_scores_the_third(wcs, target, protocol):
   centers = [ds for ds in WCS if ds != target]
   config = load_config('pad/fedpad', 'runlocal')

@@ -39,12 +39,12 @@ def run_name(config) -> str:
 
 def protocol(config) -> str:
   """The protocol naming every training source (`PadSets.protocol`): the data centers joined by
-  '&', '→', the target ('O&C&I→M'; the notation of sources/pad_lists.py:protocol, where a
-  training-only source is '+<name>': the embedded benchmark has no such source). Pooling (the
-  'All' baseline) changes who holds the frames, not the protocol. `run_name` ('O+C+I->M')
-  stays as archived runs and `reproduce` name them."""
+  '&', ' -> ', the target ('O&C&I -> M', as proj/pad's tables label a protocol; the notation of
+  sources/pad_lists.py:protocol, where a training-only source is '+<name>': the embedded
+  benchmark has no such source). Pooling (the 'All' baseline) changes who holds the frames, not
+  the protocol. `run_name` ('O+C+I->M') stays as archived runs and `reproduce` name them."""
   p = config.data.pad
-  return f"{'&'.join(p.sources)}→{p.target}"
+  return f"{'&'.join(p.sources)} -> {p.target}"
 
 
 def config_section(sources=('O', 'C', 'I'), target='M') -> ml_collections.ConfigDict:

@@ -9,7 +9,7 @@ Each frame's attack species, where its layout labels it (CelebA-Spoof's spoof ty
 'fedgpad' `_print` / `_video` training lists), is `PadSet.attack`'s index in
 `pad_benchmark.ATTACKS`; an attack whose species is not labelled, or not one ATTACKS names
 (CelebA-Spoof's 3D masks), is UNKNOWN_ATTACK (-2), live frames LIVE (-1). `protocol` names
-every training source ('O&C&I+celeb→M'), beside `run_name` ('O+C+I+celeb->M').
+every training source ('O&C&I+celeb -> M'), beside `run_name` ('O+C+I+celeb->M').
 
 The benchmark is built exactly as the embedded source builds it (`sources/pad.py:benchmark`):
 data center k's training frames labelled 2k (attack) / 2k + 1 (live), one client per data center
@@ -91,12 +91,12 @@ def run_name(config) -> str:
 def protocol(config) -> str:
   """The protocol naming every training source (`PadSets.protocol`): the data centers that give
   'validation' frames joined by '&', then '+<name>' for each training-only one (an MCIO data
-  set of `formats.TRAIN_ONLY`: FLIP's CelebA-Spoof lists), '→', the target: FLIP's "OCI→M"
-  with CelebA-Spoof is 'O&C&I+celeb→M' here. `run_name` stays as archived runs name it."""
+  set of `formats.TRAIN_ONLY`: FLIP's CelebA-Spoof lists), ' -> ', the target: FLIP's "OCI -> M"
+  with CelebA-Spoof is 'O&C&I+celeb -> M' here. `run_name` stays as archived runs name it."""
   p = config.data.pad_lists
   extra = [n in formats.TRAIN_ONLY for n in _datasets(p)]
   return ('&'.join(c for c, e in zip(p.centers, extra) if not e)
-          + ''.join(f'+{c}' for c, e in zip(p.centers, extra) if e) + f'→{p.target}')
+          + ''.join(f'+{c}' for c, e in zip(p.centers, extra) if e) + f' -> {p.target}')
 
 
 def config_section() -> ml_collections.ConfigDict:
