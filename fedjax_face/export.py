@@ -167,7 +167,10 @@ def export(workdir: str, fmt: str, out: str = '', step: int = 0) -> str:
 
 def run(argv: list[str]) -> int:
   """The command: its exit status, a refusal as one line on stderr (`fedjax_face.main`'s
-  form, `<argv[0]>: <line>`)."""
+  form, `<argv[0]>: <line>`); `--help` prints this module's docstring and the flags."""
+  if any(arg in ('-h', '--help', '-help') for arg in argv[1:]):
+    print(f'{__doc__}\n{FLAGS.get_help()}')
+    return 0
   try:
     rest = FLAGS(argv)
     if len(rest) > 1:
