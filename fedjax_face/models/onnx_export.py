@@ -35,7 +35,7 @@ from fedjax_face.models import arcface_torch
 from fedjax_face.models.small_cnn import BN_EPSILON
 
 OPSET = 11        # arcface_torch's torch2onnx.py default (convert_onnx(..., opset=11))
-IR_VERSION = 6    # the IR version of opset 11 (onnx's docs/Versioning.md)
+IR_VERSION = 6    # opset 11's IR version (onnx 1.6.0 in onnx.helper.VERSION_TABLE: IR 6, opset 11)
 INPUT, OUTPUT = 'data', 'embedding'   # torch2onnx.py names its input 'data'
 BATCH = 'None'    # the batch dim_param torch2onnx.py writes
 
