@@ -1,7 +1,8 @@
-"""CelebA-Spoof in its own layout: the JSON label files the dataset ships
-(ZhangYuanhan-AI/CelebA-Spoof, README.md "Annotation in Json File" and
-intra_dataset_code/client.py), read as one more data-center layout of `data.pad_lists`
-(`LAYOUT`), beside FLIP's `celeb_{real,fake}_train.txt` lists that `pad_lists.read_mcio` reads.
+"""CelebA-Spoof in its own layout: the JSON label files the dataset ships (facts from its public
+repository, ZhangYuanhan-AI/CelebA-Spoof, README.md "Annotation in Json File" and
+intra_dataset_code/client.py: docs/references.md, pad-list-layouts), read as one more
+data-center layout of `data.pad_lists` (`LAYOUT`), beside FLIP's `celeb_{real,fake}_train.txt`
+lists that `pad_lists.read_mcio` reads.
 
 A root is the dataset's folder `CelebA_Spoof/`. Its intra-dataset protocol is
 `metas/intra_test/train_label.json` ('train') and `metas/intra_test/test_label.json` ('test'):
