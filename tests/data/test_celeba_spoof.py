@@ -1,9 +1,11 @@
 """CelebA-Spoof in its own JSON labels layout (`data/formats/celeba_spoof.py`, layout
 'celeba_spoof' of `data.pad_lists`): a `CelebA_Spoof/` root written with the module's writer in
 the dataset's layout (`metas/intra_test/{train,test}_label.json`, images under
-`Data/<split>/<subject>/<live|spoof>/`), read back frame by frame with each attack's species;
-every bad entry stopped with one line naming the file and the key; and the root as a data center
-and as the target of the source, its species in `PadSet.attack` and its protocol string."""
+`Data/<split>/<subject>/<live|spoof>/`), read back frame by frame with each attack's species and
+each image cropped to its face box as the dataset's code crops; every bad entry stopped with one
+line naming the file and the key (through `fedjax_face.main`: exit status 2, no workdir); and the
+root as a data center and as the target of the source, its species in `PadSet.attack` and its
+protocol string."""
 
 import os
 import re
@@ -16,7 +18,8 @@ from fedjax_face.data.formats import celeba_spoof
 from fedjax_face.data.formats import pad_lists as formats
 from fedjax_face.data.sources import pad_lists as pad_lists_source
 from fedjax_face.data.synthetic.pad_benchmark import ATTACKS, LIVE
-from tests.config_files import load_config
+from tests import main_in_process
+from tests.config_files import config_path, load_config
 
 # (image path, spoof type) per split: live (0), Photo (1), Face Mask (4), Phone (9), 3D Mask (10).
 IMAGES = {
@@ -211,3 +214,23 @@ def test_check_config_names_the_layouts_field(root):
       "config.data.pad_lists.layouts[1]='celeba'; expected one of ('fedgpad', 'ssdg', 'mcio', "
       "'celeba_spoof').") + '$'):
     sources.check_config(config)
+
+
+def test_a_bad_entry_stops_main_with_one_line_and_no_workdir(root, tmp_path, monkeypatch, capsys):
+  path = celeba_spoof.label_file(root, 'train')
+  labels = {key: celeba_spoof.labels_of(kind) for key, kind in IMAGES['train']}
+  labels['Data/train/77/live/000001.jpg'] = [0] * 40 + [0, 0, 0, 2]
+  celeba_spoof.write_labels(path, labels)
+  workdir = tmp_path / 'run'
+  code, err = main_in_process.run(
+      monkeypatch, capsys, f"--config={config_path('pad/fedpad')}:runlocal",
+      f'--workdir={workdir}', '--config.data.source=pad_lists',
+      '--config.federated.num_clients=2', "--config.data.pad_lists.centers=('A','B')",
+      f"--config.data.pad_lists.roots=('{root}','{root}')",
+      "--config.data.pad_lists.layouts=('celeba_spoof','celeba_spoof')",
+      '--config.data.pad_lists.target=T', f'--config.data.pad_lists.target_root={root}',
+      '--config.data.pad_lists.target_layout=celeba_spoof', '--config.data.pad_lists.depth=ones')
+  assert code == 2
+  assert err == [f"{main_in_process.PROG}: {path}: key 'Data/train/77/live/000001.jpg': "
+                 'live/spoof label [43] = 2; expected 0 (live) or 1 (spoof).'], err
+  assert not workdir.exists()    # refused before the workdir is made
