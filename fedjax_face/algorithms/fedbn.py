@@ -26,13 +26,15 @@ Readings:
     averaged layers with that client's own BatchNorm layers.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from fedjax_face.algorithms import common, partial_sharing
-from fedjax_face.core import aggregation, checks, class_tables
+from fedjax_face.algorithms import common, pad_training, partial_sharing
+from fedjax_face.core import aggregation, class_tables
 from fedjax_face.core.algorithm import (Algorithm, ClientInput, ClientResult, RoundState,
                                         origin_by_key)
 from fedjax_face.data import sources
@@ -46,21 +48,20 @@ def config_section() -> ml_collections.ConfigDict | None:
   return None
 
 
-def check_recognition(config, method: str) -> None:
-  """Refuses a source that is not face recognition: the method trains with the recognition
-  heads' losses (`common.local_trainer`)."""
-  if sources.task_of(config) != 'recognition':
-    raise ValueError(f'config.data.source={config.data.source!r}; {method} trains a face '
-                     'recognition backbone here: expected a recognition source '
-                     f'{sources.of_task("recognition")}.')
-
-
-def check_config(config) -> None:
-  check_recognition(config, 'fedbn')
-  if config.model.name in NO_BATCH_NORM:
+def check_task(config, method: str) -> None:
+  """A recognition backbone with BatchNorm, or on anti-spoofing FedPAD's detector
+  (`pad_training.check_detector`)."""
+  task = sources.task_of(config)
+  if task == 'anti_spoofing':
+    pad_training.check_detector(config, method)
+  elif config.model.name in NO_BATCH_NORM and method == 'fedbn':
     raise ValueError(f'config.model.name={config.model.name!r} has no BatchNorm (GroupNorm); '
                      'FedBN keeps each client\'s BatchNorm layers: expected a backbone with '
                      "BatchNorm ('small_cnn', an 'iresnet').")
+
+
+def check_config(config) -> None:
+  check_task(config, 'fedbn')
 
 
 def variant_name(config) -> str:
@@ -68,19 +69,34 @@ def variant_name(config) -> str:
   return 'fedbn'
 
 
-def _personalized(apply, state: RoundState):
-  """Client k's model: the averaged layers with its own BatchNorm layers."""
+def image_shape(config, fed) -> tuple[int, ...]:
+  """The backbone's input: the training images' (recognition) or the detector's."""
+  if sources.task_of(config) == 'anti_spoofing':
+    return pad_training.image_shape(config)
+  return tuple(fed.images.shape[1:])
+
+
+def predict(model, task: str):
+  """`apply(variables, images)`, jitted once: the embedding (recognition) or the live logit
+  (anti-spoofing), what a client's personalized model gives the evaluators."""
+  if task == 'anti_spoofing':
+    return jax.jit(lambda variables, x: pad_training.live_logit(
+        model.apply(variables, x, train=False)))
+  return jax.jit(lambda variables, x: model.apply(variables, x, train=False))
+
+
+def personalized(apply, kept: str, state: RoundState):
+  """Client k's model: the averaged layers with its own kept layers (`state.clients[kept]`)."""
   def for_client(k: int):
-    own = jax.tree.map(lambda x: jnp.asarray(x[k]), state.clients['bn'])
+    own = jax.tree.map(lambda x: jnp.asarray(x[k]), state.clients[kept])
     variables = partial_sharing.merge(state.server['model'], own)
     return lambda images: apply(variables, images)
   return for_client
 
 
-def batch_norm_layers(config, model, fed) -> frozenset:
+def batch_norm_layers(config, model, shape) -> frozenset:
   """The backbone's BatchNorm layers, from its variables' shapes (nothing is computed)."""
-  shapes = jax.eval_shape(lambda: common.init_backbone(model, jax.random.PRNGKey(0),
-                                                       fed.images.shape[1:]))
+  shapes = jax.eval_shape(lambda: common.init_backbone(model, jax.random.PRNGKey(0), shape))
   layers = partial_sharing.batch_norm_layers(shapes)
   if not layers:
     raise ValueError(f'config.model.name={config.model.name!r} has no BatchNorm layer; FedBN '
@@ -88,23 +104,52 @@ def batch_norm_layers(config, model, fed) -> frozenset:
   return layers
 
 
+def pad_trainer(model, optimizer, step_mode: str):
+  """`train(variables, data, rng, lr_scale) -> (variables, metrics)`: a data center's round,
+  every parameter trained (FedAvg's local steps on the detector's loss)."""
+  loss_fn = pad_training.loss(model)
+  nothing = {'params': {}, 'stats': {}}
+
+  def train(variables, data, rng, lr_scale=None):
+    whole = lambda p, s, frozen, batch: loss_fn({'params': p, 'stats': s}, frozen, batch)
+    params, stats, losses = partial_sharing.train_part(
+        whole, optimizer, variables['params'], variables.get('batch_stats', {}), nothing,
+        pad_training.step_inputs(data, rng), step_mode=step_mode, lr_scale=lr_scale)
+    return partial_sharing.as_variables({'params': params, 'stats': stats}), {
+        'train_loss': partial_sharing.mean_over_active(losses, data['mask'])}
+
+  return train
+
+
 def build(config, model, fed, *, step_mode: str) -> Algorithm:
-  """FedBN over the partition `fed` (a `data.federated.FederatedData`)."""
-  train = common.local_trainer(model, head_kwargs=common.head_kwargs(config),
-                               optimizer=common.make_optimizer(config.optimizer),
-                               step_mode=step_mode)
+  """FedBN over the partition `fed` (a `data.federated.FederatedData`): a recognition client's
+  backbone and class embeddings, or a data center's detector."""
+  task = sources.task_of(config)
+  shape = image_shape(config, fed)
+  optimizer = common.make_optimizer(config.optimizer)
+  recognition = task == 'recognition'
+  if recognition:
+    train = common.local_trainer(model, head_kwargs=common.head_kwargs(config),
+                                 optimizer=optimizer, step_mode=step_mode)
+  else:
+    train = pad_trainer(model, optimizer, step_mode)
   lr_schedule = common.lr_scale_schedule(config)
   identity_table = np.asarray(fed.identity_table)
-  is_kept = partial_sharing.in_layers(batch_norm_layers(config, model, fed))
+  is_kept = partial_sharing.in_layers(batch_norm_layers(config, model, shape))
 
   def init(rng, start=None):
-    variables, w = common.init_federated(config, model, fed, rng)
+    if recognition:
+      variables, w = common.init_federated(config, model, fed, rng)
+    else:
+      variables, w = common.init_backbone(model, rng, shape, train=True), None
     if start is not None:
       variables, _ = common.start_from(start, variables, method='fedbn')
     shared, bn = partial_sharing.split(variables, is_kept)
     stack = lambda x: jnp.broadcast_to(x, (fed.num_clients,) + x.shape)
-    return RoundState(server={'model': shared, 'start_bn': bn},
-                      clients={'W': w, 'bn': jax.tree.map(stack, bn)},
+    clients = {'bn': jax.tree.map(stack, bn)}
+    if recognition:
+      clients['W'] = w
+    return RoundState(server={'model': shared, 'start_bn': bn}, clients=clients,
                       round=jnp.zeros((), jnp.int32))
 
   def broadcast(server, client_ids, round_index, rng):
@@ -114,10 +159,14 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
 
   def client_update(client_input: ClientInput, private, data, rng) -> ClientResult:
     variables = partial_sharing.merge(client_input.shared['model'], private['bn'])
-    trained, w, _, metrics = train(variables, private['W'], data, rng,
-                                   lr_scale=client_input.shared.get('lr_scale'))
+    lr_scale = client_input.shared.get('lr_scale')
+    if recognition:
+      trained, w, _, metrics = train(variables, private['W'], data, rng, lr_scale=lr_scale)
+      kept = {'W': w}
+    else:
+      (trained, metrics), kept = train(variables, data, rng, lr_scale), {}
     shared, bn = partial_sharing.split(trained, is_kept)
-    return ClientResult(update={'model': shared}, private={'W': w, 'bn': bn}, metrics=metrics)
+    return ClientResult(update={'model': shared}, private={**kept, 'bn': bn}, metrics=metrics)
 
   def server_update(server, updates, weights, client_ids, round_index, rng):
     del client_ids, round_index, rng
@@ -125,13 +174,15 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     return {**server, 'model': aggregation.weighted_mean(updates['model'], weights)}
 
   def class_embeddings(state: RoundState):
+    if not recognition:
+      return None
     return class_tables.to_identity_rows(state.clients['W'], identity_table, fed.num_identities)
 
-  apply = jax.jit(lambda variables, x: model.apply(variables, x, train=False))
+  apply = predict(model, task)
   return Algorithm(
       name='fedbn', init=init, broadcast=broadcast, client_update=client_update,
       server_update=server_update,
       eval_variables=lambda server: partial_sharing.merge(server['model'], server['start_bn']),
       class_embeddings=class_embeddings,
-      personalized=lambda state: _personalized(apply, state),
+      personalized=functools.partial(personalized, apply, 'bn'),
       update_origin=lambda ci: origin_by_key(ci, ('model',)))

@@ -10,14 +10,17 @@ then it sends phi_k and keeps h_k; the server averages the bodies, phi^{t+1} = m
 FedPer (`fedrep.alternate=False`): every step updates body and head together (its base and
 personalization layers), the base layers averaged, the personalization layers kept.
 
-Readings for face recognition:
-  * The head. A recognition client's classifier, its class embeddings W_k, is private in every
-    method here (FedPE), so FedRep's head always includes W_k. `fedrep.head='embedding'` (the
-    default) adds the backbone's last layers, its embedding: the 'fc' Dense layer and the
+Readings:
+  * The head, face recognition. A client's classifier, its class embeddings W_k, is private in
+    every method here (FedPE), so FedRep's head always includes W_k. `fedrep.head='last_layers'`
+    (the default) adds the backbone's last layers, its embedding: the 'fc' Dense layer and the
     'features' BatchNorm after it, with their running statistics (FedPer's personalization
     layers: the last fully-connected layers). `fedrep.head='class_embeddings'`: the head is W_k
     alone, the whole backbone is the shared body; FedRep then differs from FedPE only in the
     alternation, and every client's embedding is the shared one (no personalized model).
+  * The head, anti-spoofing (FedPAD's detector, `pad_training`): the detector's classifier C
+    (its 'classifier' part: the paper's ResNet-18's last Dense layer, or the Table II network's
+    two); the feature extractor (and the depth head Dep of `pad_net`) is the body.
   * tau_h and tau. The round's `federated.local_steps` steps are split: the first
     local_steps - `fedrep.body_steps` update the head, the last `fedrep.body_steps` the body,
     as FedRep's public code splits its local epochs (lgcollins/FedRep, models/Update.py:
@@ -41,22 +44,25 @@ import ml_collections
 import numpy as np
 import optax
 
-from fedjax_face.algorithms import common, fedbn, partial_sharing
-from fedjax_face.core import aggregation, checks, class_tables, local
+from fedjax_face.algorithms import common, fedbn, pad_training, partial_sharing
+from fedjax_face.core import aggregation, checks, class_tables
 from fedjax_face.core.algorithm import (Algorithm, ClientInput, ClientResult, RoundState,
                                         origin_by_key)
-from fedjax_face.data import preprocess
+from fedjax_face.data import preprocess, sources
 from fedjax_face.models import heads
 
 ONE_CLIENT = False
-HEADS = ('embedding', 'class_embeddings')
-EMBEDDING_LAYERS = ('fc', 'features')   # every recognition backbone's last layers (models/)
+HEADS = ('last_layers', 'class_embeddings')
+# The head's top-level modules, by task: every recognition backbone's embedding layers (models/);
+# a PAD detector's classifier C (models/pad.py).
+LAST_LAYERS = {'recognition': ('fc', 'features'), 'anti_spoofing': ('classifier',)}
 
 
 def config_section() -> ml_collections.ConfigDict:
   """`config.fedrep` (configs/fedfr/fedrep.py)."""
   c = ml_collections.ConfigDict()
-  c.head = 'embedding'   # the local head: W_k and the embedding layers | 'class_embeddings': W_k
+  c.head = 'last_layers'   # the local head: W_k and the embedding layers (anti-spoofing: the
+                           # classifier) | 'class_embeddings': W_k alone (recognition)
   c.alternate = True     # FedRep: head steps, then body steps | False: FedPer, jointly
   c.body_steps = 1       # tau: the round's last steps, which update the body (FedRep only)
   return c
@@ -64,8 +70,11 @@ def config_section() -> ml_collections.ConfigDict:
 
 def check_config(config) -> None:
   c = checks.section(config, 'fedrep', 'fedrep.config_section() (configs/fedfr/fedrep.py)')
-  fedbn.check_recognition(config, config.algorithm)
+  fedbn.check_task(config, config.algorithm)
   checks.check_choice('fedrep.head', c.head, HEADS)
+  if c.head == 'class_embeddings' and sources.task_of(config) == 'anti_spoofing':
+    raise ValueError("config.fedrep.head='class_embeddings' on anti-spoofing: a detector has no "
+                     "class embeddings; expected 'last_layers' (its classifier).")
   checks.check_bool('fedrep.alternate', c.alternate)
   checks.check_int('fedrep.body_steps', c.body_steps)
   if c.alternate and c.body_steps >= config.federated.local_steps:
@@ -82,30 +91,6 @@ def variant_name(config) -> str:
 
 # -- the alternation, on any loss ----------------------------------------------------------------
 
-def train_part(loss_fn: Callable, optimizer: optax.GradientTransformation, params, stats,
-               frozen, xs, *, step_mode: str, lr_scale=None):
-  """Steps over `xs` (leading axis: steps) that update `params` alone: (params, stats, losses).
-
-  `loss_fn(params, stats, frozen, batch) -> (loss, new stats)`; the gradient is taken with
-  respect to `params` only, and `frozen` is a constant of every step, so it cannot move. `stats`
-  are what the forward pass updates without a gradient (the trained part's BatchNorm running
-  statistics). The optimizer starts afresh over `params`. A step without a valid sample
-  (`batch['mask']`) leaves everything as it was.
-  """
-  def step(carry, batch):
-    params, stats, opt_state = carry
-    (loss, stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, stats, frozen, batch)
-    updates, opt_state = optimizer.update(grads, opt_state, params)
-    if lr_scale is not None:
-      updates = jax.tree.map(lambda u: u * lr_scale.astype(u.dtype), updates)
-    return (optax.apply_updates(params, updates), stats, opt_state), loss
-
-  carry = (params, stats, optimizer.init(params))
-  (params, stats, _), losses = local.run_steps(local.skip_if_empty(step), carry, xs,
-                                               mode=step_mode)
-  return params, stats, losses
-
-
 def alternate(loss_fn: Callable, optimizer: optax.GradientTransformation, head: dict,
               body: dict, xs, body_steps: int, *, step_mode: str, lr_scale=None):
   """FedRep's Algorithm 1 on one client: (head, body, losses `[steps]`).
@@ -119,8 +104,8 @@ def alternate(loss_fn: Callable, optimizer: optax.GradientTransformation, head: 
   head_xs = jax.tree.map(lambda x: x[:num_steps - body_steps], xs)
   body_xs = jax.tree.map(lambda x: x[num_steps - body_steps:], xs)
   part_loss = lambda p, s, frozen, batch: loss_fn({'params': p, 'stats': s}, frozen, batch)
-  train = functools.partial(train_part, part_loss, optimizer, step_mode=step_mode,
-                            lr_scale=lr_scale)
+  train = functools.partial(partial_sharing.train_part, part_loss, optimizer,
+                            step_mode=step_mode, lr_scale=lr_scale)
   h_params, h_stats, head_losses = train(head['params'], head['stats'], body, head_xs)  # tau_h
   head = {'params': h_params, 'stats': h_stats}
   b_params, b_stats, body_losses = train(body['params'], body['stats'], head, body_xs)  # tau
@@ -134,8 +119,9 @@ def jointly(loss_fn: Callable, optimizer: optax.GradientTransformation, head: di
   merged = lambda key: partial_sharing.merge(head[key], body[key])
   nothing = {'params': {}, 'stats': {}}
   whole_loss = lambda p, s, frozen, batch: loss_fn({'params': p, 'stats': s}, nothing, batch)
-  params, stats, losses = train_part(whole_loss, optimizer, merged('params'), merged('stats'),
-                                     None, xs, step_mode=step_mode, lr_scale=lr_scale)
+  params, stats, losses = partial_sharing.train_part(
+      whole_loss, optimizer, merged('params'), merged('stats'), None, xs, step_mode=step_mode,
+      lr_scale=lr_scale)
   part = lambda template: {'params': partial_sharing.at_paths_of(params, template['params']),
                            'stats': partial_sharing.at_paths_of(stats, template['stats'])}
   return part(head), part(body), losses
@@ -151,7 +137,7 @@ def recognition_loss(model, head_kwargs: dict, class_mask):
     params = partial_sharing.merge(trained['params'], frozen['params'])
     w = params.pop('W')
     stats = partial_sharing.merge(trained['stats'], frozen['stats'])
-    variables = {'params': params, 'batch_stats': stats} if stats else {'params': params}
+    variables = partial_sharing.as_variables({'params': params, 'stats': stats})
     images = preprocess.normalize(preprocess.random_flip(batch['rng'], batch['images']))
     features, state = model.apply(variables, images, train=True, mutable=['batch_stats'])
     loss = heads.loss(features, w, batch['labels'], class_mask, batch['mask'], **head_kwargs)
@@ -160,38 +146,37 @@ def recognition_loss(model, head_kwargs: dict, class_mask):
   return loss_fn
 
 
-def head_predicate(head: str) -> Callable:
+def head_predicate(head: str, task: str) -> Callable:
   """`partial_sharing.split`'s predicate of the head's backbone variables (W_k is apart)."""
-  layers = EMBEDDING_LAYERS if head == 'embedding' else ()
+  layers = LAST_LAYERS[task] if head == 'last_layers' else ()
   return partial_sharing.under_top_level(layers)
 
 
-def _personalized(apply, state: RoundState):
-  """Client k's model: the averaged body with its own head layers."""
-  def for_client(k: int):
-    own = jax.tree.map(lambda x: jnp.asarray(x[k]), state.clients['head'])
-    variables = partial_sharing.merge(state.server['model'], own)
-    return lambda images: apply(variables, images)
-  return for_client
-
-
 def build(config, model, fed, *, step_mode: str) -> Algorithm:
-  """FedRep (or FedPer) over the partition `fed` (a `data.federated.FederatedData`)."""
+  """FedRep (or FedPer) over the partition `fed` (a `data.federated.FederatedData`): a
+  recognition client's backbone and class embeddings, or a data center's detector."""
   c = config.fedrep
+  task = sources.task_of(config)
+  recognition = task == 'recognition'
   optimizer = common.make_optimizer(config.optimizer)
-  head_kwargs = common.head_kwargs(config)
   lr_schedule = common.lr_scale_schedule(config)
   identity_table = np.asarray(fed.identity_table)
-  is_head = head_predicate(c.head)
+  is_head = head_predicate(c.head, task)
+  shape = fedbn.image_shape(config, fed)
 
   def init(rng, start=None):
-    variables, w = common.init_federated(config, model, fed, rng)
+    if recognition:
+      variables, w = common.init_federated(config, model, fed, rng)
+    else:
+      variables, w = common.init_backbone(model, rng, shape, train=True), None
     if start is not None:
       variables, _ = common.start_from(start, variables, method=config.algorithm)
     body, head = partial_sharing.split(variables, is_head)
     stack = lambda x: jnp.broadcast_to(x, (fed.num_clients,) + x.shape)
-    return RoundState(server={'model': body, 'start_head': head},
-                      clients={'W': w, 'head': jax.tree.map(stack, head)},
+    clients = {'head': jax.tree.map(stack, head)}
+    if recognition:
+      clients['W'] = w
+    return RoundState(server={'model': body, 'start_head': head}, clients=clients,
                       round=jnp.zeros((), jnp.int32))
 
   def broadcast(server, client_ids, round_index, rng):
@@ -200,23 +185,24 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     return ClientInput(shared=shared, per_client={})
 
   def client_update(client_input: ClientInput, private, data, rng) -> ClientResult:
-    head_vars = private['head']
-    head = {'params': {**head_vars.get('params', {}), 'W': private['W']},
+    head_vars, body_vars = private['head'], client_input.shared['model']
+    head = {'params': dict(head_vars.get('params', {})),
             'stats': head_vars.get('batch_stats', {})}
-    body_vars = client_input.shared['model']
+    if recognition:
+      head['params']['W'] = private['W']
+      xs = {'images': data['images'], 'labels': data['labels'], 'mask': data['mask'],
+            'rng': jax.random.split(rng, data['images'].shape[0])}
+      loss_fn = recognition_loss(model, common.head_kwargs(config), data['class_mask'])
+    else:
+      xs, loss_fn = pad_training.step_inputs(data, rng), pad_training.loss(model)
     body = {'params': body_vars['params'], 'stats': body_vars.get('batch_stats', {})}
-    num_steps = data['images'].shape[0]
-    xs = {'images': data['images'], 'labels': data['labels'], 'mask': data['mask'],
-          'rng': jax.random.split(rng, num_steps)}
-    loss_fn = recognition_loss(model, head_kwargs, data['class_mask'])
     train = functools.partial(alternate, body_steps=c.body_steps) if c.alternate else jointly
     head, body, losses = train(loss_fn, optimizer, head, body, xs, step_mode=step_mode,
                                lr_scale=client_input.shared.get('lr_scale'))
-    active = jnp.any(data['mask'], axis=-1)
-    metrics = {'train_loss': jnp.sum(losses * active) / jnp.maximum(active.sum(), 1)}
-    w = head['params'].pop('W')
+    kept = {'W': head['params'].pop('W')} if recognition else {}
+    metrics = {'train_loss': partial_sharing.mean_over_active(losses, data['mask'])}
     return ClientResult(update={'model': _variables(body)},
-                        private={'W': w, 'head': _variables(head)}, metrics=metrics)
+                        private={**kept, 'head': _variables(head)}, metrics=metrics)
 
   def server_update(server, updates, weights, client_ids, round_index, rng):
     del client_ids, round_index, rng
@@ -224,21 +210,23 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     return {**server, 'model': aggregation.weighted_mean(updates['model'], weights)}
 
   def class_embeddings(state: RoundState):
+    if not recognition:
+      return None
     return class_tables.to_identity_rows(state.clients['W'], identity_table, fed.num_identities)
 
-  apply = jax.jit(lambda variables, x: model.apply(variables, x, train=False))
+  has_personal_model = c.head == 'last_layers'
   return Algorithm(
       name=config.algorithm, init=init, broadcast=broadcast, client_update=client_update,
       server_update=server_update,
       eval_variables=lambda server: partial_sharing.merge(server['model'], server['start_head']),
       class_embeddings=class_embeddings,
-      personalized=(lambda state: _personalized(apply, state)) if c.head == 'embedding' else None,
+      personalized=(functools.partial(fedbn.personalized, fedbn.predict(model, task), 'head')
+                    if has_personal_model else None),
       update_origin=lambda ci: origin_by_key(ci, ('model',)))
 
 
 def _variables(part: dict) -> dict:
   """A part (`{'params', 'stats'}`) as flax variables (`{'params', 'batch_stats'}`), without
   empty collections."""
-  out = {name: tree for name, tree in (('params', part['params']),
-                                       ('batch_stats', part['stats'])) if tree}
-  return out
+  return {name: tree for name, tree in (('params', part['params']),
+                                        ('batch_stats', part['stats'])) if tree}

@@ -12,7 +12,12 @@ averaged, clipped under DP).
 
 from typing import Callable, Iterable
 
+import jax
+import jax.numpy as jnp
+import optax
 from flax import traverse_util
+
+from fedjax_face.core import local
 
 Path = tuple[str, ...]
 
@@ -73,3 +78,40 @@ def at_paths_of(tree: dict, template: dict) -> dict:
   e.g. the running statistics a forward pass updated, of the layers one part holds)."""
   flat = _flat(tree)
   return _nested({path: flat[path] for path in _flat(template)})
+
+
+def as_variables(*parts: dict) -> dict:
+  """Flax variables of the whole model from parts `{'params', 'stats'}` (`train_part`'s)."""
+  params = merge(*[p['params'] for p in parts])
+  stats = merge(*[p['stats'] for p in parts])
+  return {'params': params, 'batch_stats': stats} if stats else {'params': params}
+
+
+def train_part(loss_fn: Callable, optimizer: optax.GradientTransformation, params, stats,
+               frozen, xs, *, step_mode: str, lr_scale=None):
+  """Steps over `xs` (leading axis: steps) that update `params` alone: (params, stats, losses).
+
+  `loss_fn(params, stats, frozen, batch) -> (loss, new stats)`; the gradient is taken with
+  respect to `params` only, and `frozen` is a constant of every step, so it cannot move. `stats`
+  are what the forward pass updates without a gradient (the trained part's BatchNorm running
+  statistics). The optimizer starts afresh over `params`. A step without a valid sample
+  (`batch['mask']`) leaves everything as it was.
+  """
+  def step(carry, batch):
+    params, stats, opt_state = carry
+    (loss, stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, stats, frozen, batch)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    if lr_scale is not None:
+      updates = jax.tree.map(lambda u: u * lr_scale.astype(u.dtype), updates)
+    return (optax.apply_updates(params, updates), stats, opt_state), loss
+
+  carry = (params, stats, optimizer.init(params))
+  (params, stats, _), losses = local.run_steps(local.skip_if_empty(step), carry, xs,
+                                               mode=step_mode)
+  return params, stats, losses
+
+
+def mean_over_active(losses, mask):
+  """The mean step loss over the steps that had a sample (`mask` `[steps, batch]`)."""
+  active = jnp.any(mask, axis=-1)
+  return jnp.sum(losses * active) / jnp.maximum(active.sum(), 1)

@@ -162,7 +162,7 @@ def test_fedbn_personalized_model_has_the_clients_own_batch_norm(problem):
 def test_fedrep_sends_the_body_alone(problem):
   # The structures only (jax.eval_shape: traced, not compiled); the steps: the quadratic above.
   for head, sent, kept in (
-      ('embedding', {('params', 'conv0'), ('params', 'bn0'), ('batch_stats', 'bn0')},
+      ('last_layers', {('params', 'conv0'), ('params', 'bn0'), ('batch_stats', 'bn0')},
        {('params', 'fc'), ('params', 'features'), ('batch_stats', 'features')}),
       ('class_embeddings', {('params', 'conv0'), ('params', 'bn0'), ('batch_stats', 'bn0'),
                             ('params', 'fc'), ('params', 'features'),
@@ -199,9 +199,20 @@ def test_config_errors_are_one_line():
                             "BatchNorm ('small_cnn', an 'iresnet').")
   config = config_lib.base_config('anti_spoofing')
   config.algorithm = 'fedbn'
-  with pytest.raises(ValueError, match=r"^config.data.source='pad'; fedbn trains a face "
-                                       r"recognition backbone here: expected a recognition "):
+  with pytest.raises(ValueError) as err:
     algorithms.check_config(config)
+  assert str(err.value) == ("config.model.name='small_cnn' with fedbn on anti-spoofing; expected "
+                            "one of ('pad_resnet18', 'pad_net') (FedPAD's detector, "
+                            "models/pad.py).")
+  config.algorithm = 'fedrep'
+  config.fedrep = fedrep.config_section()
+  config.fedrep.head = 'class_embeddings'
+  config.model.name = 'pad_resnet18'
+  config.model.image_size = config.data.image_size
+  with pytest.raises(ValueError) as err:
+    algorithms.check_config(config)
+  assert str(err.value) == ("config.fedrep.head='class_embeddings' on anti-spoofing: a detector "
+                            "has no class embeddings; expected 'last_layers' (its classifier).")
 
 
 def test_merge_refuses_a_variable_in_two_parts():
