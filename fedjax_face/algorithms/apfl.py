@@ -1,42 +1,44 @@
 """APFL: each client mixes a personal model with the global one, alpha learned on its own data
 (Deng, Kamani & Mahdavi, "Adaptive Personalized Federated Learning", 2020, its Algorithm 1 and
-the adaptive alpha of its Section 3).
+its adaptive alpha).
 
 Client i holds the local copy w_i of the global model, a personal model v_i and a mixing weight
-alpha_i in [0, 1]; its personalized model is
+alpha_i in [0, 1]; its personalized model is the mixed model
 
-    v_bar_i = alpha_i v_i + (1 - alpha_i) w_i                                          (Eq. 3)
+    v_bar_i = alpha_i v_i + (1 - alpha_i) w_i
 
 Every local step t, on one sample xi (Algorithm 1):
-    w_i <- w_i - eta grad f_i(w_i; xi)                                                  (line 6)
-    v_i <- v_i - eta grad_v f_i(v_bar_i; xi),  grad_v = alpha_i grad f_i(v_bar_i)       (line 12)
-    alpha_i <- alpha_i - eta grad_alpha f_i(v_bar_i; xi),
-        grad_alpha = <v_i - w_i, grad f_i(v_bar_i)>        (Sec. 3, "adaptive alpha"; projected
-                                                            onto [0, 1], the set alpha lives in)
-all three at the values before the step. At the round's end w_i is sent and averaged (lines 8-9);
-v_i and alpha_i never leave the client. `mixing_gradients` is the autodiff of
-f(alpha v + (1 - alpha) stop_gradient(w)) in (v, alpha), which is exactly the two gradients above
-(tests/algorithms/test_apfl.py checks them by hand on a quadratic).
+    w_i <- w_i - eta grad f_i(w_i; xi)                                            (w step)
+    v_i <- v_i - eta grad_v f_i(v_bar_i; xi),  grad_v = alpha_i grad f_i(v_bar_i)  (v step)
+    alpha_i <- P_[0,1](alpha_i - eta grad_alpha f_i(v_bar_i; xi)),
+        grad_alpha = <v_i - w_i, grad f_i(v_bar_i)>                                (adaptive alpha)
+all three at the values before the step; P_[0,1] projects onto the set alpha lives in. At the
+round's end w_i is sent and averaged (the synchronisation); v_i and alpha_i never leave the
+client. `mixing_gradients` is the autodiff of f(alpha v + (1 - alpha) stop_gradient(w)) in
+(v, alpha), which is exactly the two gradients above (tests/algorithms/test_ditto_apfl.py checks
+them by hand on a quadratic). The comments name Algorithm 1's steps rather than its line or
+equation numbers, which were not checked against the paper's text here.
 
 Readings for face recognition (docs/personalization.md):
   * A client's model is its backbone with its own class rows; w_i is FedPE's (theta averaged,
-    W_i kept on the client), v_i a whole personal copy (theta_v, W_v), and Eq. 3 mixes both
+    W_i kept on the client), v_i a whole personal copy (theta_v, W_v), and the mix takes both
     parts. The personalized evaluation embeds with the mixed backbone
     alpha_i theta_v + (1 - alpha_i) theta, theta the global one (the output v_bar_i^T of
     Algorithm 1 is taken at a synchronisation, where w_i is the average).
   * BatchNorm running statistics are no parameters and are not mixed: the global model's are
     averaged with it (as FedPE's); the personalized model keeps the ones of its own (mixed)
     forward passes, and evaluates with them.
-  * Algorithm 1 writes plain SGD; v and w step with the setting's optimizer (`optimizer`: weight
-    decay, momentum; fresh each round; a federated block's FedProx / SCAFFOLD term on w only), alpha with plain SGD at `apfl.alpha_learning_rate` (the
-    paper uses one eta_t for all three: the default is the FedFR setting's rate).
-  * The paper mixes parameters. The authors' code (MLOPTPSU/FedTorch, fedtorch/comms/utils/
-    eval.py `inference_personal`) mixes the two models' outputs instead, and its alpha step
-    (flow_utils.py `alpha_update`, once per round) adds 0.02 alpha to the gradient. Neither is
-    done here.
-  * alpha_i^0 = `apfl.alpha_init` (0.5, FedTorch's default; the paper's fixed-alpha runs use
-    0.25 / 0.5 / 0.75: `apfl.adaptive_alpha=False`); v_i^0 = w^0, the starting model (the
-    pre-trained one under `config.init_from`).
+  * Algorithm 1 writes plain SGD. v and w step with the setting's optimizer (`optimizer`: weight
+    decay, momentum; fresh each round; a federated block's FedProx / SCAFFOLD term on w only),
+    alpha with plain SGD at `apfl.alpha_learning_rate` (the paper uses one eta_t for all three:
+    the default is the FedFR setting's rate).
+  * The paper mixes parameters. The authors' code (MLOPTPSU/FedTorch) mixes the two models'
+    outputs instead (fedtorch/comms/utils/eval.py, `inference_personal`), and its alpha step
+    (fedtorch/comms/utils/flow_utils.py, `alpha_update`) runs once per round and adds 0.02 alpha
+    to the gradient. Neither is done here.
+  * alpha_i^0 = `apfl.alpha_init` (0.5, FedTorch's default `--fed_personal_alpha`); a fixed
+    alpha (0.25 / 0.5 / 0.75, configs/fedfr/apfl.py:alpha=) with `apfl.adaptive_alpha=False`.
+    v_i^0 = w^0, the starting model (the pre-trained one under `config.init_from`).
 """
 
 import functools
@@ -47,7 +49,7 @@ import ml_collections
 import numpy as np
 import optax
 
-from fedjax_face.algorithms import common, ditto, fedbn
+from fedjax_face.algorithms import common, ditto
 from fedjax_face.core import aggregation, checks, class_tables, local
 from fedjax_face.core.algorithm import (Algorithm, ClientInput, ClientResult, RoundState,
                                         origin_by_key)
@@ -61,13 +63,13 @@ def config_section() -> ml_collections.ConfigDict:
   """`config.apfl` (configs/fedfr/apfl.py)."""
   c = ml_collections.ConfigDict()
   c.alpha_init = 0.5                # alpha_i^0 (FedTorch's default)
-  c.adaptive_alpha = True           # Sec. 3's alpha step; False keeps alpha_i = alpha_init
+  c.adaptive_alpha = True           # the adaptive alpha step; False keeps alpha_i = alpha_init
   c.alpha_learning_rate = 0.001     # eta of the alpha step (the FedFR setting's rate)
   return c
 
 
 def check_config(config) -> None:
-  fedbn.check_recognition(config, 'apfl')   # the face losses (PAD: not offered)
+  ditto.check_recognition(config, 'apfl')
   c = checks.section(config, 'apfl', 'apfl.config_section() (configs/fedfr/apfl.py)')
   checks.check_fraction('apfl.alpha_init', c.alpha_init, closed_below=True)
   checks.check_bool('apfl.adaptive_alpha', c.adaptive_alpha)
@@ -81,13 +83,13 @@ def variant_name(config) -> str:
 
 
 def mix(v, w, alpha):
-  """alpha v + (1 - alpha) w, leaf by leaf (Eq. 3)."""
+  """alpha v + (1 - alpha) w, leaf by leaf: the mixed model."""
   return jax.tree.map(lambda a, b: (alpha * a + (1.0 - alpha) * b).astype(a.dtype), v, w)
 
 
 def mixing_gradients(loss_fn, v, w, alpha, state, batch):
   """((loss, new_state), (grad_v, grad_alpha)) of f(alpha v + (1 - alpha) w) with w held fixed:
-  grad_v = alpha grad f(v_bar), grad_alpha = <v - w, grad f(v_bar)> (Algorithm 1 line 12, Sec. 3).
+  grad_v = alpha grad f(v_bar), grad_alpha = <v - w, grad f(v_bar)> (the v step, adaptive alpha).
   `loss_fn(params, state, batch) -> (loss, new_state)`."""
   def mixed_loss(v, alpha):
     return loss_fn(mix(v, jax.lax.stop_gradient(w), alpha), state, batch)
@@ -112,9 +114,9 @@ def local_step(loss_fn, w_optimizer: optax.GradientTransformation,
     (loss_w, new_w_state), grad_w = jax.value_and_grad(loss_fn, has_aux=True)(w, w_state, batch)
     (loss_v, new_v_state), (grad_v, grad_alpha) = mixing_gradients(loss_fn, v, w, alpha, v_state,
                                                                     batch)
-    new_w, w_opt = apply(w_optimizer, w, w_opt, grad_w, scale)         # line 6
-    new_v, v_opt = apply(v_optimizer, v, v_opt, grad_v, scale)         # line 12
-    if adaptive:                                                       # Sec. 3, projected
+    new_w, w_opt = apply(w_optimizer, w, w_opt, grad_w, scale)         # w step
+    new_v, v_opt = apply(v_optimizer, v, v_opt, grad_v, scale)         # v step
+    if adaptive:                                                       # adaptive alpha, projected
       alpha = jnp.clip(alpha - alpha_learning_rate * scale * grad_alpha, 0.0, 1.0)
     return (new_w, new_w_state, w_opt, new_v, new_v_state, v_opt, alpha), (loss_w, loss_v)
 
@@ -166,13 +168,14 @@ def _client_update(one_step, optimizers, step_mode, client_input: ClientInput, p
     sent['batch_stats'] = w_state
   kept = {'W': w['W'], 'alpha': alpha,
           'personal': {'params': v['backbone'], 'batch_stats': v_state, 'W': v['W']}}
-  return ClientResult(update={'model': sent}, private=kept,                 # lines 8-9
+  return ClientResult(update={'model': sent}, private=kept,                 # synchronisation
                       metrics={'train_loss': mean(loss_w), 'personal_loss': mean(loss_v),
                                'alpha': alpha})
 
 
 def _personalized(apply, state: RoundState):
-  """Client k's v_bar: alpha_k theta_v + (1 - alpha_k) theta (Eq. 3), its own BN statistics."""
+  """Client k's mixed model v_bar: alpha_k theta_v + (1 - alpha_k) theta, its own BatchNorm
+  statistics."""
   def for_client(k: int):
     personal = jax.tree.map(lambda x: x[k], state.clients['personal'])
     alpha = jnp.asarray(state.clients['alpha'][k], jnp.float32)
@@ -213,7 +216,7 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
 
   def server_update(server, updates, weights, client_ids, round_index, rng):
     del server, client_ids, round_index, rng
-    return {'model': aggregation.weighted_mean(updates['model'], weights)}   # line 9
+    return {'model': aggregation.weighted_mean(updates['model'], weights)}   # synchronisation
 
   def class_embeddings(state: RoundState):
     return class_tables.to_identity_rows(state.clients['W'], identity_table, fed.num_identities)

@@ -4,36 +4,38 @@ ICML 2021, its Algorithm 1).
 
 Client k solves, beside the federated objective G(F_1(w), ..., F_K(w)) of the global model w,
 
-    min_{v_k}  h_k(v_k; w) = F_k(v_k) + lambda/2 ||v_k - w||^2                       (Eq. 2)
+    min_{v_k}  h_k(v_k; w) = F_k(v_k) + lambda/2 ||v_k - w||^2              (Ditto's objective)
 
 Algorithm 1, one round t, for each selected client k:
   * the global model's local solver (here FedAvg's local SGD, as FedPE's clients run it):
     w_k^t from the received w^t over the client's steps;
   * the personal model, over the same steps and samples:
-        v_k <- v_k - eta (grad F_k(v_k) + lambda (v_k - w^t))                       (Alg. 1 line 8)
+        v_k <- v_k - eta (grad F_k(v_k) + lambda (v_k - w^t))      (Alg. 1, personal update)
     the anchor w^t is the model received at the start of the round, not w_k^t;
-  * sends w_k^t (Alg. 1 line 9); v_k never leaves the client.
-The server averages what it received (Alg. 1 line 10) and keeps nothing per client.
+  * sends w_k^t (Alg. 1, Delta_k = w_k^t - w^t); v_k never leaves the client.
+The server averages what it received (Alg. 1, aggregation) and keeps nothing per client.
+The comments name Algorithm 1's steps rather than its line or equation numbers, which were not
+checked against the paper's text here.
 
 Readings for face recognition (this package's setting; docs/personalization.md):
   * A client's model is its backbone with its own class embeddings W_k, which are private in
     every method here (FedPE): w is FedPE's model, the backbone theta averaged, W_k kept. The
-    personal model v_k is a whole copy, backbone and class rows (theta_v, W_v), and Eq. 2's
+    personal model v_k is a whole copy, backbone and class rows (theta_v, W_v), and h_k's
     proximal term acts on both, towards (theta^t, W_k^t), the client's model as the round starts.
     The personalized evaluation (FedFR's protocol) embeds with theta_v alone.
   * BatchNorm running statistics are no parameters: the personal model keeps its own (from its
     own forward passes); the global model's are averaged with its parameters, as FedPE's.
   * Algorithm 1 writes plain SGD; the term lambda (v - w^t) is added to the gradient before the
     setting's weight decay and momentum (`optimizer`), as FedProx's is here
-    (core/local_terms.py). With momentum 0 and weight decay 0 this is line 8 exactly
-    (tests/algorithms/test_ditto.py checks it by hand on a quadratic).
+    (core/local_terms.py). With momentum 0 and weight decay 0 this is Alg. 1's update exactly
+    (tests/algorithms/test_ditto_apfl.py checks it by hand on a quadratic).
   * v_k^0: the starting model (the pre-trained one under `config.init_from`), as the authors'
     code starts every personal model from the initial global model (litian96/ditto,
     flearn/trainers_MTL/ditto.py). The personal steps see the global steps' samples and flips,
     as that code trains both on one batch.
-  * Alg. 1 line 10 averages the updates uniformly over S_t; here by n_k, as every method of this
-    package (`aggregation.weighted_mean`). FedFR's setting deals every client the same number of
-    images, so the two agree there.
+  * Alg. 1's aggregation averages the updates uniformly over S_t; here by n_k, as every method
+    of this package (`aggregation.weighted_mean`). FedFR's setting deals every client the same
+    number of images, so the two agree there.
 """
 
 import functools
@@ -45,10 +47,11 @@ import ml_collections
 import numpy as np
 import optax
 
-from fedjax_face.algorithms import common, fedbn
+from fedjax_face.algorithms import common
 from fedjax_face.core import aggregation, checks, class_tables
 from fedjax_face.core.algorithm import (Algorithm, ClientInput, ClientResult, RoundState,
                                         origin_by_key)
+from fedjax_face.data import sources
 
 ONE_CLIENT = False
 
@@ -56,14 +59,23 @@ ONE_CLIENT = False
 def config_section() -> ml_collections.ConfigDict:
   """`config.ditto` (configs/fedfr/ditto.py)."""
   c = ml_collections.ConfigDict()
-  # lambda of Eq. 2: one of the paper's grid {0.01, 0.1, 1, 2}; 0 trains each personal model on
+  # lambda of h_k: one of the paper's grid {0.01, 0.1, 1, 2}; 0 trains each personal model on
   # its own data alone (from the starting model).
   c.lam = 0.1
   return c
 
 
+def check_recognition(config, method: str) -> None:
+  """Refuses an anti-spoofing source in one line: the method trains with the face-recognition
+  heads' losses here."""
+  if sources.task_of(config) != 'recognition':
+    raise ValueError(f'config.data.source={config.data.source!r}; {method} trains a face '
+                     'recognition backbone here: expected a recognition source '
+                     f'{sources.of_task("recognition")}.')
+
+
 def check_config(config) -> None:
-  fedbn.check_recognition(config, 'ditto')   # the face losses (PAD: not offered)
+  check_recognition(config, 'ditto')
   c = checks.section(config, 'ditto', 'ditto.config_section() (configs/fedfr/ditto.py)')
   checks.check_number('ditto.lam', c.lam, allow_zero=True)
 
@@ -79,7 +91,7 @@ class ProximalState(NamedTuple):
 
 
 def proximal_term(lam: float) -> optax.GradientTransformation:
-  """g <- g + lam (params - anchor), the gradient of lam/2 ||params - anchor||^2 (Eq. 2), with the
+  """g <- g + lam (params - anchor), the gradient of lam/2 ||params - anchor||^2 (h_k), with the
   anchor the parameters `init` was given: initialise from w^t, then update v_k."""
 
   def init(params):
@@ -106,7 +118,7 @@ def uncorrected_optimizer(config) -> optax.GradientTransformation:
 
 
 def personal_optimizer(lam: float, base: optax.GradientTransformation):
-  """Alg. 1 line 8: the proximal term first, then `base` (the setting's SGD)."""
+  """Alg. 1's personal update: the proximal term first, then `base` (the setting's SGD)."""
   return optax.chain(proximal_term(lam), base)
 
 
@@ -122,7 +134,7 @@ def _client_update(train_global, train_personal, client_input: ClientInput, priv
   personal = private['personal']
   v_model, v_rows, _, personal_metrics = train_personal(personal['model'], personal['W'], data,
                                                         rng, anchored, lr_scale=lr_scale)
-  return ClientResult(update={'model': w_model},                        # Alg. 1 line 9
+  return ClientResult(update={'model': w_model},                        # Alg. 1: Delta_k
                       private={'W': w_rows, 'personal': {'model': v_model, 'W': v_rows}},
                       metrics={**metrics, 'personal_loss': personal_metrics['train_loss']})
 
@@ -162,7 +174,7 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
 
   def server_update(server, updates, weights, client_ids, round_index, rng):
     del server, client_ids, round_index, rng
-    return {'model': aggregation.weighted_mean(updates['model'], weights)}   # Alg. 1 line 10
+    return {'model': aggregation.weighted_mean(updates['model'], weights)}   # Alg. 1: aggregation
 
   identity_table = np.asarray(fed.identity_table)
 

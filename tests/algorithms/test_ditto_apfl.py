@@ -23,7 +23,7 @@ from tests import engine_cases
 # -- by hand on quadratics -----------------------------------------------------------------------
 
 def test_ditto_personal_step_by_hand_on_a_quadratic():
-  # F_k(v) = 3/2 (v - 0.5)^2, lambda = 0.5, eta = 0.1, w^t = 1, v = 2 (Alg. 1 line 8):
+  # F_k(v) = 3/2 (v - 0.5)^2, lambda = 0.5, eta = 0.1, w^t = 1, v = 2 (Alg. 1's personal update):
   #   step 1: grad F = 3 (2 - 0.5) = 4.5, lambda (v - w) = 0.5 -> v = 2 - 0.1 (4.5 + 0.5) = 1.5
   #   step 2: grad F = 3 (1.5 - 0.5) = 3, lambda (v - w) = 0.25 -> v = 1.5 - 0.1 (3.25) = 1.175
   # (the anchor stays w^t = 1 through the round). The second leaf: F = 0, v = -1, w = 3:
@@ -63,9 +63,9 @@ def test_apfl_mixing_gradients_by_hand_on_a_quadratic():
     (0.01, False, 0.25)])  # a fixed alpha
 def test_apfl_step_by_hand_on_a_quadratic(alpha_lr, adaptive, alpha_after):
   # f(u) = (u - 0)^2 (a = 2), w = 1, v = 3, alpha = 0.25, eta = 0.1:
-  #   w: grad f(1) = 2 -> w = 1 - 0.1 * 2 = 0.8                                    (line 6)
+  #   w: grad f(1) = 2 -> w = 1 - 0.1 * 2 = 0.8                                    (w step)
   #   v_bar = 0.25 * 3 + 0.75 * 1 = 1.5, grad f(1.5) = 3: grad_v = 0.25 * 3 = 0.75
-  #      -> v = 3 - 0.1 * 0.75 = 2.925                                            (line 12)
+  #      -> v = 3 - 0.1 * 0.75 = 2.925                                            (v step)
   #   grad_alpha = (3 - 1) * 3 = 6 -> alpha as parametrized; the losses f(1) = 1, f(1.5) = 2.25.
   step = apfl.local_step(_quadratic(2.0, 0.0), optax.sgd(0.1), optax.sgd(0.1), alpha_lr, adaptive)
   w, v = jnp.array(1.0), jnp.array(3.0)
@@ -98,8 +98,8 @@ def method(request):
 
 
 def test_only_the_global_models_update_crosses(method):
-  # Ditto sends w_k^t alone (Alg. 1 line 9), APFL w_i alone (lines 8-9): the personal model
-  # and alpha stay, and what is sent does not depend on them at all (bit for bit).
+  # Ditto sends w_k^t alone (Alg. 1's Delta_k), APFL w_i alone (its synchronisation): the
+  # personal model and alpha stay, and what is sent does not depend on them at all (bit for bit).
   name, algorithm, state, fed = method
   update = jax.jit(algorithm.client_update)   # compiled once, run twice
   ids = jnp.asarray([1], jnp.int32)
@@ -130,7 +130,7 @@ def test_only_the_global_models_update_crosses(method):
 
 @pytest.mark.parametrize('name', ['ditto', 'apfl'])
 def test_server_update_is_the_weighted_mean_by_hand(name):
-  # Alg. 1 line 10 (Ditto), line 9 (APFL): (1 * 2 + 3 * 6) / 4 = 5; the padding client
+  # Ditto's and APFL's averaging: (1 * 2 + 3 * 6) / 4 = 5; the padding client
   # (weight 0) counts for nothing.
   server_update = algorithms.get(name).build(
       engine_cases.tiny_config(name), _Tiny(), engine_cases.tiny_problem(),
