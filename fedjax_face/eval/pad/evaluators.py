@@ -199,6 +199,8 @@ def make_pad(config, section, setup) -> Evaluator:
       fpr, tpr, _ = metrics.roc(test['scores'], test['labels'])
       curves[f'{centers} -> {domain}'] = (fpr, tpr)
     res = dict(domains[sets.target], target=sets.target, sources=list(sets.sources))
+    if sets.protocol:   # every training source named ('O&C&I+celeb -> M'; sources' `protocol`)
+      res['protocol'] = sets.protocol
     res['in_domain'] = {k: v for k, v in metrics.pad_metrics(
         val['scores'], val['labels'], rule=in_domain_rule).items() if k in METRIC_KEYS}
     res['domains'] = {d: {k: m[k] for k in METRIC_KEYS} for d, m in domains.items()}
@@ -239,7 +241,9 @@ def markdown(pad: dict) -> list[str]:
               f"{pad['num_spoof']} attack; frame scores averaged per video")
   in_domain = ('by the same rule' if pad['threshold_rule'] == 'authors'
                else 'threshold on their scores')
-  lines = [f"Presentation-attack detection, {' & '.join(pad['sources'])} -> {pad['target']} "
+  # Results written before the protocol string existed name the data centers and the target.
+  protocol = pad.get('protocol', f"{' & '.join(pad['sources'])} -> {pad['target']}")
+  lines = [f"Presentation-attack detection, {protocol} "
            f"({scored}; threshold rule '{pad['threshold_rule']}': {pad['threshold']:.4f} "
            f"{rule}):", '',
            '| HTER (%) | EER (%) | AUC (%) | FAR (%) | FRR (%) |',

@@ -35,6 +35,8 @@ def test_target_in_domain_and_extra_domains_are_each_measured_on_their_own_video
 
   res = out.results
   assert (res['sources'], res['target']) == (['I'], 'O')
+  assert res['protocol'] == 'I -> O'             # sources/pad.py:protocol
+  assert out.markdown[0].startswith('Presentation-attack detection, I -> O (scoring unit')
   assert sorted(res['domains']) == ['C', 'M', 'O', 'S']
   for domain in res['domains']:
     frames = bench.eval_sets['test' if domain == 'O' else f'test:{domain}']
