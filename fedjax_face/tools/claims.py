@@ -1,27 +1,44 @@
 r"""What reproduces, in one place: each paper's summary of verdicts, collected from its tables.
 
     python -m fedjax_face.tools.claims            # rewrite the summaries in docs/<paper>.md
-    python -m fedjax_face.tools.claims --check    # exit 1 naming each summary that is stale,
-                                                  # and each mean ± std no table holds
+    python -m fedjax_face.tools.claims --check    # exit 1 naming each summary that is stale, each
+                                                  # figure the archive lacks, each quantifier
+                                                  # no verdict line backs
 
 The verdicts are made once, by `reproduce` (`tools/tables/verdict.py:judge`), at the end of each
 generated table (docs/<paper>_table<N>.md, docs/<paper>_fig<N>.md, ...). A paper's page states no
 verdict of its own: between the two markers below it holds a copy of its tables' verdict lines,
 which this tool writes and `tests/tools/test_claims.py` checks, so a page cannot say more than its
-tables show. The page's prose quotes numbers too: every mean ± std it quotes must be a cell of one
-of its tables, so that a regenerated table cannot leave the prose behind. Figures of earlier code
-states, kept as the record of how a result was found, go between the two HISTORY markers.
+tables show. Figures of earlier code states, kept as the record of how a result was found, go
+between the two HISTORY markers.
 
-Every other figure (a decimal number) in the prose is looked for in the archive by `python -m
-fedjax_face.reproduce --numbers` (`figures`, `unsourced_figures`; the values come from reproduce,
-which knows the tables): a report for now, outside `--check`. A figure is exempt in code, a table,
-a link, the two blocks, or a paragraph holding `<!-- unchecked: reason -->`.
+`--check` also checks the prose (issue 63 part 3):
+- every mean ± std it quotes is a cell of one of the paper's tables (`unsourced`);
+- every other figure (a decimal number) is a value of the archive at its printed rounding: a
+  table's per-seed value, mean, standard deviation, the difference of two rows, an ordering's
+  margin (`reproduce.quotable_forms` gathers them from the table specs and results/), or a figure
+  a generated page prints (`figure_failures`). A range "0.13–2.03" is two figures, each checked;
+- a universal quantifier over seeds or columns ("in every seed", "on all three pair sets",
+  `QUANTIFIER`) restates a verdict line, named in its sentence by `<!-- judged: <line> -->`
+  (the line's text before its verdict, e.g. `FedGC above FedPE (LFW)`, or an ordering judged on
+  several columns by its name alone), and that line holds in every seed, on every column it has
+  (`quantifier_failures`). A quantifier cannot be checked by matching words, so it names its line.
+A figure or quantifier is exempt only: in code (backticks), a table line, a link target, a
+reference to an equation, table, figure, section or seed ("Eq. 3.2"), the verdict and history
+blocks, and a paragraph holding `<!-- unchecked: reason -->` (the reason is required). The check
+prints, per page, how many figures it checked and how many each kind of exemption held.
+
+What matching cannot see: a figure is found if ANY quotable value of the paper rounds to it, not
+necessarily the one the sentence means (2-decimal figures below 10 are often found by chance);
+a wrong figure that happens to equal another value passes.
 """
 
 import collections
+import importlib
 import os
 import re
 import sys
+from typing import Callable, NamedTuple
 
 from absl import app, flags
 
@@ -149,22 +166,24 @@ def unsourced(docs_dir: str, paper: str) -> list[str]:
   return out
 
 
-# Issue 63 part 3, its first piece: every figure (a decimal number) a page's prose quotes should be
-# found in the archive at its printed rounding. `figures` finds them outside the places a number
-# may be exempt; `unsourced_figures` names those that no source holds. The sources (a table's
-# cells, per-seed values, differences and margins) need the papers' table specs, so
-# `reproduce.quotable_values` gathers them and `python -m fedjax_face.reproduce --numbers` reports
-# per page; it does not fail `--check` until the pages are brought to it.
+# Issue 63 part 3: every figure (a decimal number) a page's prose quotes must be found in the
+# archive at its printed rounding. `figures` finds them outside the places a number may be exempt;
+# the values (a table's cells, per-seed values, differences and margins) need the papers' table
+# specs, which sit above this layer: `reproduce.quotable_forms` gathers them.
 FIGURE = re.compile(r'(?<![\w.])\d+\.\d+(?![\w]|\.\d)')   # 83.18, 0.05; not 1.2.3 or v0.1
-UNCHECKED = re.compile(r'<!-- unchecked: [^>]*-->')
+UNCHECKED = re.compile(r'<!-- unchecked:([^>]*)-->')
+# A reference whose number names a place, not a value: "Eq. 3.2", "Table 4.1", "Fig. 2.3",
+# "Section 3.1", "§ 4.2", "Alg. 1.1", "seed 0".
+REFERENCE = re.compile(r'(?i)(?:\beqs?\.|\bequations?|\btables?|\bfigs?\.|\bfigures?|\bsec\.|'
+                       r'\bsections?|§|\balg\.|\balgorithms?|\bseeds?)\s*\(?(\d+\.\d+)')
 FIGURE_DIGITS = 6   # the most decimals a figure is matched at
 
 
 def exempt_spans(page: str) -> list[tuple[int, int, str]]:
-  """(start, end, kind) of each part of `page` whose figures are exempt: the verdict and history
-  blocks, code (fenced or in backticks), table lines, link targets, and each paragraph that holds
-  an `<!-- unchecked: reason -->` marker."""
-  spans = []
+  """(start, end, kind) of each part of `page` whose figures are exempt: references ("Eq. 3.2"),
+  the verdict and history blocks, code (fenced or in backticks), table lines, link targets, and
+  each paragraph that holds an `<!-- unchecked: reason -->` marker."""
+  spans = [(m.start(1), m.end(1), 'reference') for m in REFERENCE.finditer(page)]
   for kind, pattern in (('verdicts', re.escape(BEGIN) + '.*?' + re.escape(END)),
                         ('history', re.escape(HISTORY[0]) + '.*?' + re.escape(HISTORY[1])),
                         ('code', r'```.*?```'),
@@ -210,6 +229,143 @@ def unsourced_figures(page: str, forms: set[str]) -> tuple[list[tuple[int, str]]
   return [(line, text) for line, text in checked if text not in forms], len(checked), exempt
 
 
+# A universal quantifier over seeds or columns: "in every seed", "each of five seeds", "on all
+# three pair sets", "every one of five seeds", "both columns", "every personalized column".
+QUANTIFIER = re.compile(r'(?i)\b(?:every|each|all|both)(?:\s+one)?(?:\s+of)?(?:\s+the)?'
+                        r'(?:\s+[\w-]+)?\s+(?:seeds?|columns?|pair\s+sets?|protocols?)\b')
+SEED_NOUN = re.compile(r'(?i)seeds?\b')
+JUDGED = re.compile(r'<!-- judged( reversed)?: ([^>]*?) -->')
+# A sentence ends at a full stop before a capital, a bullet, or a blank line ("Eq. 5" and
+# "e.g. the" do not end one; "vs. FedPE" does, so a marker sits close to its quantifier).
+SENTENCE_END = re.compile(r'\.\s+(?=[A-Z*(\[])|\n\s*\n|\n\s*- ')
+HOLDS = re.compile(r'holds in (\d+) of (\d+) seeds? \(by ([+-]?\d+\.\d+)(?: to ([+-]?\d+\.\d+))?')
+
+
+class Judged(NamedTuple):
+  """One verdict line as a quantifier may cite it: in how many of how many seeds the ordering
+  holds, and its smallest and largest per-seed margin."""
+  holds: int
+  seeds: int
+  low: float
+  high: float
+
+
+def judged_lines(page: str) -> dict[str, list[Judged]]:
+  """The verdict block's lines, by the names a `<!-- judged: -->` marker may give: a line's
+  text before its verdict ('FedGC above FedPE (LFW)'); for an ordering judged on several
+  columns its name alone (all its column lines) and '<name> (<column>)' (one); each name also
+  prefixed with its table's file ('fedgc_table3.md: FedGC above FedPE (LFW)')."""
+  start, end = page.find(BEGIN), page.find(END)
+  out = collections.defaultdict(list)
+  table, ordering = '', None
+  for line in page[start:end].splitlines() if start >= 0 else []:
+    title = re.match(r'\*\*\[.*\]\(([^)]+)\)\*\*$', line)
+    if title:
+      table = title.group(1)
+      continue
+    holds = HOLDS.search(line)
+    if line.startswith('- ') and not holds:
+      ordering = re.sub(r': [^:]* on \d+ of \d+ columns.*$', '', line[2:])
+      continue
+    if not holds:
+      continue
+    judged = Judged(int(holds.group(1)), int(holds.group(2)), float(holds.group(3)),
+                    float(holds.group(4) or holds.group(3)))
+    if line.startswith('- '):
+      names = [line[2:line.index(': **')]]
+    else:   # '  - LFW: **reproduced**: ...', a column of `ordering`
+      names = [ordering, f'{ordering} ({line.strip()[2:line.strip().index(": **")]})']
+    for name in names:
+      out[name].append(judged)
+      out[f'{table}: {name}'].append(judged)
+  return dict(out)
+
+
+def sentence_at(page: str, index: int) -> tuple[int, int]:
+  """(start, end) of the sentence of `page` holding `index` (`SENTENCE_END`)."""
+  start = max((m.end() for m in SENTENCE_END.finditer(page, 0, index)), default=0)
+  found = SENTENCE_END.search(page, index)
+  return start, found.start() if found else len(page)
+
+
+def quantifier_failures(path: str, page: str) -> list[str]:
+  """'<path>:<line>: ...' for each quantifier of the prose (outside `exempt_spans`) whose sentence
+  names no verdict line (`<!-- judged: <name> -->`, several separated by ' ; '), names one the
+  block lacks, or names lines that do not hold in every seed (reversed: whose reverse does not),
+  or, for a quantifier over columns, fewer than two column lines."""
+  spans = exempt_spans(page)
+  lines = judged_lines(page)
+  out = []
+  for match in QUANTIFIER.finditer(page):
+    if any(start <= match.start() < end for start, end, _ in spans):
+      continue
+    where = f'{path}:{page.count(chr(10), 0, match.start()) + 1}'
+    phrase = ' '.join(match.group(0).split())
+    start, end = sentence_at(page, match.start())
+    markers = list(JUDGED.finditer(page, start, end))
+    if not markers:
+      out.append(f'{where}: "{phrase}" is a quantifier no verdict line backs; name the line it '
+                 'restates in its sentence, <!-- judged: <line> -->, or put it under '
+                 '<!-- unchecked: reason -->')
+      continue
+    cited = []
+    for marker in markers:
+      for name in marker.group(2).split(' ; '):
+        if name not in lines:
+          out.append(f'{where}: <!-- judged: {name} --> names no verdict line of the page')
+          continue
+        cited += [(name, marker.group(1), judged) for judged in lines[name]]
+    for name, reversed_, judged in cited:
+      holds = (judged.holds == 0 and judged.high < 0) if reversed_ else (
+          judged.holds == judged.seeds and judged.low > 0)
+      if not holds:
+        out.append(f'{where}: "{phrase}" is false: {name} holds in {judged.holds} of '
+                   f'{judged.seeds} seeds (by {judged.low:+.2f} to {judged.high:+.2f})')
+    if not SEED_NOUN.search(match.group(0)) and cited and len(cited) < 2:
+      out.append(f'{where}: "{phrase}" is over columns, but <!-- judged: --> names one column '
+                 'line; name the ordering (all its columns) or each column line')
+  return out
+
+
+def empty_reasons(path: str, page: str) -> list[str]:
+  """'<path>:<line>: ...' for each `<!-- unchecked: -->` marker without a reason."""
+  return [f'{path}:{page.count(chr(10), 0, m.start()) + 1}: <!-- unchecked: --> gives no reason; '
+          'say where its figures come from' for m in UNCHECKED.finditer(page)
+          if not m.group(1).strip()]
+
+
+def figure_failures(path: str, page: str, forms: set[str]) -> tuple[list[str], int,
+                                                                    collections.Counter]:
+  """('<path>:<line>: <figure> ...' for each figure of the prose no form holds, how many figures
+  were checked, how many each kind of exemption held)."""
+  missing, checked, exempt = unsourced_figures(page, forms)
+  return ([f'{path}:{line}: {figure} is no value of the archive at its printed rounding (a cell, '
+           'a per-seed value, a difference of two rows, a margin); correct it, or put it under '
+           '<!-- unchecked: reason -->' for line, figure in missing], checked, exempt)
+
+
+def prose_check(docs_dir: str, forms_of: Callable[[str], set[str]]) -> tuple[list[str],
+                                                                               list[str]]:
+  """(each failure of the prose of every paper page, one line each; per page how many figures
+  were checked and how many each kind of exemption held, then a closing line of the totals).
+  `forms_of(paper)` gives what the page may quote (`reproduce.quotable_forms`)."""
+  failures, notes, totals = [], [], collections.Counter()
+  for paper in papers_with_tables(docs_dir):
+    path = os.path.join(docs_dir, f'{paper}.md')
+    page = files.read_text(path)
+    figure_lines, checked, exempt = figure_failures(path, page, forms_of(paper))
+    failures += (unsourced(docs_dir, paper) + figure_lines + quantifier_failures(path, page)
+                 + empty_reasons(path, page))
+    where = ', '.join(f'{n} {kind}' for kind, n in sorted(exempt.items())) or 'none'
+    notes.append(f'{path}: {checked} figures checked; exempt: {where}')
+    totals.update(exempt)
+    totals['checked'] += checked
+  checked = totals.pop('checked', 0)
+  notes.append(f'{checked} figures checked on {len(notes)} pages; exempt: '
+               + (', '.join(f'{n} {kind}' for kind, n in sorted(totals.items())) or 'none'))
+  return failures, notes
+
+
 def stale(docs_dir: str) -> list[str]:
   """The pages whose block differs from their tables' verdicts."""
   return [path for path, page, updated in pages(docs_dir) if updated != page]
@@ -225,35 +381,46 @@ def write_all(docs_dir: str) -> list[str]:
   return changed
 
 
+# The module that knows the papers' table specs, and so what their pages may quote. It sits in
+# the top layer (WORKSPACE.md, "Layers"), which this module may not import: the command looks it
+# up by name when it runs, as the registries look up a method; tests pass `forms_of` themselves.
+QUOTABLE_FORMS = ('fedjax_face.reproduce', 'quotable_forms')
+
+
 def main(argv):
   del argv
+  f = flags.FLAGS
+  module, name = QUOTABLE_FORMS
+  quotable = getattr(importlib.import_module(module), name)
   try:
-    run(flags.FLAGS.docs, flags.FLAGS.check)
+    sys.exit(run(f.docs, f.check, lambda paper: quotable(paper, f.docs, f.archive)))
   except ValueError as e:   # a page without its verdict block: one line naming it
     sys.exit(str(e))
 
 
-def run(docs_dir: str, check: bool):
-  """Rewrites the stale verdict blocks of `docs_dir`, or with `check` names what is stale (the
-  blocks, and the means quoted beside them) and exits 1 if anything is."""
-  if check:
-    paths = stale(docs_dir)
-    quoted = [line for paper in papers_with_tables(docs_dir)
-              for line in unsourced(docs_dir, paper)]
-    if paths:
-      print('stale verdict blocks (run python -m fedjax_face.tools.claims): ' + ', '.join(paths))
-    if quoted:
-      print('means quoted in prose that no table holds (update them from the tables, or move '
-            f'them between {HISTORY[0]} and {HISTORY[1]}):\n  ' + '\n  '.join(quoted))
-    if paths or quoted:
-      sys.exit(1)
-    print('every verdict block matches its tables, and every mean quoted beside them is a cell')
-    return
-  for path in write_all(docs_dir):
-    print(f'rewrote {path}')
+def run(docs_dir: str, check: bool, forms_of: Callable[[str], set[str]]) -> int:
+  """Rewrites the stale verdict blocks of `docs_dir`, or with `check` prints what is stale (the
+  blocks) and each failure of the prose (`prose_check`), then the exemptions per page; returns
+  the exit status (1 if anything failed)."""
+  if not check:
+    for path in write_all(docs_dir):
+      print(f'rewrote {path}')
+    return 0
+  paths = stale(docs_dir)
+  failures, notes = prose_check(docs_dir, forms_of)
+  if paths:
+    print('stale verdict blocks (run python -m fedjax_face.tools.claims): ' + ', '.join(paths))
+  print('\n'.join(failures + notes))
+  if paths or failures:
+    return 1
+  print('every verdict block matches its tables; every figure and quantifier of the prose is '
+        "the archive's or exempt")
+  return 0
 
 
 if __name__ == '__main__':
   flags.DEFINE_string('docs', 'docs', 'The docs directory.')
-  flags.DEFINE_bool('check', False, 'Only check; exit 1 naming each stale page.')
+  flags.DEFINE_bool('check', False, 'Only check; exit 1 naming each stale page and each figure '
+                    'or quantifier of the prose the archive does not back.')
+  flags.DEFINE_string('archive', 'results', 'The run archive the figures are looked up in.')
   app.run(main)

@@ -119,3 +119,69 @@ def test_a_figure_is_found_at_its_printed_rounding_or_named():
   assert {'83.18', '83.2', '83', '0.13', '0.133', '2.92'} <= forms and '0.14' not in forms
   missing, checked, _ = claims.unsourced_figures(PROSE, forms)
   assert (missing, checked) == ([(3, '0.14'), (19, '12.34')], 4)
+
+
+def toy_docs(tmp_path, monkeypatch):
+  """docs/ of the toy paper (tests/tools/tables/test_family.py: Table 1's A at 51.50 / 52.00 /
+  52.50 against B's 50.00, Table 2's A at 51.00 / 52.00 / 53.50), its tables made from the toy
+  archive, and `check(prose)`: the page written with `prose` above its verdict block, then
+  `claims.run --check` on it with what the archive holds: (exit status, printed lines)."""
+  from fedjax_face import reproduce
+  from tests.tools.tables.test_family import toy_paper, write_pages
+  tables, archive = toy_paper(tmp_path, monkeypatch)
+  docs = tmp_path / 'docs'
+  docs.mkdir()
+  write_pages(tables, docs, archive, lambda tid: None)
+  page = docs / 'toy.md'
+
+  def check(prose, capsys):
+    page.write_text(f'# Toy\n\n{prose}\n\n{claims.BEGIN}\n{claims.END}\n')
+    claims.write_all(str(docs))
+    capsys.readouterr()
+    status = claims.run(str(docs), True,
+                        lambda paper: reproduce.quotable_forms(paper, str(docs), archive))
+    return status, capsys.readouterr().out.splitlines()
+  return check, str(page)
+
+
+
+def test_check_passes_a_page_whose_figures_and_quantifiers_the_archive_holds(
+    tmp_path, monkeypatch, capsys):
+  check, path = toy_docs(tmp_path, monkeypatch)
+  prose = ('A reads 52.00 at seed 1 against 50.00, ahead in every seed by 1.5 to 2.5 '
+           '<!-- judged: toy_table1.md: A above B (LFW) -->. In Table 2.1 (a reference) it is '
+           'ahead in all three seeds <!-- judged: toy_table2.md: A above B (LFW) -->.\n\n'
+           '<!-- unchecked: the paper\'s own figure --> The paper: 99.10.')
+  status, lines = check(prose, capsys)
+  assert (status, lines[-3:]) == (0, [
+      f'{path}: 4 figures checked; exempt: 1 reference, 1 unchecked, 14 verdicts',
+      '4 figures checked on 1 pages; exempt: 1 reference, 1 unchecked, 14 verdicts',
+      'every verdict block matches its tables; every figure and quantifier of the prose is the '
+      "archive's or exempt"])
+
+
+def test_check_names_a_wrong_figure_a_false_quantifier_and_a_figure_from_nowhere(
+    tmp_path, monkeypatch, capsys):
+  check, path = toy_docs(tmp_path, monkeypatch)
+  # 52.30 is no value of either table (A's seeds are 51.50-53.50, its means 52.00 and 52.17).
+  status, lines = check('A reads 52.30 at seed 1.', capsys)
+  assert (status, lines[0]) == (1, (
+      f'{path}:3: 52.30 is no value of the archive at its printed rounding (a cell, a per-seed '
+      'value, a difference of two rows, a margin); correct it, or put it under '
+      '<!-- unchecked: reason -->'))
+  # B is behind A in every seed of Table 1: "B ahead in every seed" cites its reverse.
+  status, lines = check('B is ahead in every seed '
+                        '<!-- judged reversed: toy_table1.md: A above B (LFW) -->.', capsys)
+  assert (status, lines[0]) == (1, (
+      f'{path}:3: "every seed" is false: toy_table1.md: A above B (LFW) holds in 3 of 3 seeds '
+      '(by +1.50 to +2.50)'))
+  # A quantifier that names no verdict line, a figure from nowhere, a marker without a reason.
+  status, lines = check('A leads in each seed by 3.21.\n\n<!-- unchecked: --> 7.7', capsys)
+  assert (status, lines[:3]) == (1, [
+      f'{path}:3: 3.21 is no value of the archive at its printed rounding (a cell, a per-seed '
+      'value, a difference of two rows, a margin); correct it, or put it under '
+      '<!-- unchecked: reason -->',
+      f'{path}:3: "each seed" is a quantifier no verdict line backs; name the line it restates '
+      'in its sentence, <!-- judged: <line> -->, or put it under <!-- unchecked: reason -->',
+      f'{path}:5: <!-- unchecked: --> gives no reason; say where its figures come from'])
+
