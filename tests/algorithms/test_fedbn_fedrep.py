@@ -219,3 +219,34 @@ def test_merge_refuses_a_variable_in_two_parts():
   with pytest.raises(ValueError) as err:
     partial_sharing.merge({'params': {'fc': {'kernel': 1}}}, {'params': {'fc': {'kernel': 2}}})
   assert str(err.value) == 'variable params/fc/kernel is in two parts; expected disjoint parts.'
+
+
+def test_on_anti_spoofing_a_data_center_sends_no_batch_norm_or_no_classifier():
+  # FedPAD's Table II network at runlocal size; the structures only (jax.eval_shape: traced, not
+  # compiled). The end-to-end runs: tests/test_experiment_pad_personal.py (full tier).
+  from fedjax_face import models
+  from tests import config_files
+  fed = engine_cases.tiny_problem(3)
+  steps, batch, size = 2, 4, 32
+  data = {'images': jax.ShapeDtypeStruct((steps, batch, size, size, 3), jnp.uint8),
+          'labels': jax.ShapeDtypeStruct((steps, batch), jnp.int32),
+          'mask': jax.ShapeDtypeStruct((steps, batch), jnp.bool_),
+          'targets': {'depth': jax.ShapeDtypeStruct((steps, batch, 32, 32), jnp.float32)}}
+  kept_by = {'fedbn': ('bn', lambda path: path[-2] == 'BatchNorm_0' or path[0] == 'batch_stats'),
+             'fedrep': ('head', lambda path: path[1] == 'classifier')}
+  for name, (kept, is_kept) in kept_by.items():
+    config = config_files.load_config(f'pad/{name}', 'backbone=pad_net,runlocal')
+    assert config.data.image_size == size
+    algorithm = algorithms.get(name).build(config, models.build_backbone(config.model), fed,
+                                           step_mode='scan')
+    state = jax.eval_shape(algorithm.init, jax.random.PRNGKey(0))
+    client_input = jax.eval_shape(lambda s: algorithm.broadcast(
+        s, jnp.zeros(1, jnp.int32), jnp.zeros((), jnp.int32), jax.random.PRNGKey(1)),
+                                  state.server)
+    private = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), state.clients)
+    result = jax.eval_shape(algorithm.client_update, client_input, private, data,
+                            jax.random.PRNGKey(0))
+    assert set(result.update) == {'model'} and set(result.private) == {kept}
+    sent, own = _flat(result.update['model']), _flat(result.private[kept])
+    assert sent and own and not any(is_kept(p) for p in sent) and all(is_kept(p) for p in own)
+    assert set(sent) | set(own) == set(_flat(algorithm.eval_variables(state.server)))
