@@ -10,7 +10,8 @@ running variance alike.
 
 Face recognition: the class embeddings W_k are private anyway (FedPE, algorithms/fedpe.py), so a
 client sends the backbone without its BatchNorm layers and keeps W_k and its BatchNorm layers.
-Readings:
+Anti-spoofing: a data center trains FedPAD's detector (`pad_training`) and keeps every BatchNorm
+layer of it. Readings:
   * "BatchNorm layer": a layer with running statistics (`partial_sharing.batch_norm_layers`). Its
     learned scale and shift and its running mean and variance all stay on the client. The small
     CNN has one after each convolution and the 'features' BatchNorm of the embedding (shift only);
@@ -20,10 +21,12 @@ Readings:
   * Each client's BatchNorm layers start as the starting model's (the pre-trained model with
     `config.init_from`, FedFR's setting; else the random initialisation).
   * Which BatchNorm the shared model uses: the server never receives one, so the model it
-    evaluates (the generic protocols, an unseen domain) is the averaged layers with the starting
-    model's BatchNorm parameters and running statistics, kept unchanged on the server. Each
-    client's personalized model (`Algorithm.personalized`, FedFR's personalized protocol) is the
-    averaged layers with that client's own BatchNorm layers.
+    evaluates (the generic protocols, the unseen anti-spoofing target) is the averaged layers
+    with the starting model's BatchNorm parameters and running statistics, kept unchanged on the
+    server: the pre-trained model's in FedFR's setting; on anti-spoofing, which starts from
+    random weights, the initialisation's (scale 1, shift 0, mean 0, variance 1). Each client's
+    personalized model (`Algorithm.personalized`: FedFR's personalized protocol, a data center's
+    in-domain error) is the averaged layers with that client's own BatchNorm layers.
 """
 
 import functools
