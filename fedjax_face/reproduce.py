@@ -283,11 +283,12 @@ def side_means(table: spec.Table, labels: tuple[str, ...], column: str, results:
 
 def table_quotables(table: spec.Table, results: dict, seeds: tuple[int, ...]) -> list[float]:
   """The values prose may quote from one table: per row and column each seed's value, their mean
-  and standard deviation; per column the difference of any two rows in a seed and of their means;
-  per ordering each seed's margin, their mean and extremes, and its two sides' means per seed and
-  over the seeds."""
+  and standard deviation; per column the difference of any two rows in a seed and of their means,
+  and of any two of the paper's numbers; per ordering each seed's margin, their mean and extremes,
+  and its two sides' means per seed and over the seeds; and each run's diagnostics
+  (`run_records`: what the archive records beside the table's columns)."""
   values = []
-  for column in table.columns:
+  for index, column in enumerate(table.columns):
     per_row = {}
     for row in table.rows:
       if row.run is None:
@@ -303,25 +304,56 @@ def table_quotables(table: spec.Table, results: dict, seeds: tuple[int, ...]) ->
       values += [a[seed] - b[seed] for seed in a if seed in b]
       if a and b:
         values.append(statistics.mean(a.values()) - statistics.mean(b.values()))
+    papers = [row.paper[index] for row in table.rows
+              if index < len(row.paper) and row.paper[index] is not None]
+    values += papers + [a - b for a, b in itertools.combinations(papers, 2)]
   for ordering in table.orderings:
     margins = list(verdict_lib.ordering_margins(table, ordering, results, seeds).values())
     values += margins + ([statistics.mean(margins)] if margins else [])
     for labels in (ordering.ahead, ordering.behind):
       means = side_means(table, labels, ordering.column, results, seeds)
       values += means + ([statistics.mean(means)] if means else [])
+  for result in results.values():
+    values += run_records(result)
   return values
+
+
+RECORDED_SECTIONS = ('diagnostics', 'last_logged_round', 'membership')
+
+
+def run_records(result: dict | None) -> list[float]:
+  """The numbers of a run's results.json sections `RECORDED_SECTIONS` (class-embedding norms
+  and cosines, the last logged round's training loss, the membership attacks' per-identity
+  scores), which the archive keeps whether or not a
+  table prints them."""
+  out, todo = [], [(result or {}).get(section) or {} for section in RECORDED_SECTIONS]
+  while todo:
+    for value in todo.pop().values():
+      if isinstance(value, dict):
+        todo.append(value)
+      elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        out.append(float(value))
+  return out
+
+
+GENERATED_LINK = re.compile(r'\]\(([a-z]+_[\w]+\.md)\)')   # [Table 1](privacy_table1.md)
 
 
 def quotable_forms(paper: str, docs_dir: str, archive_dir: str) -> set[str]:
   """Every printed form (`claims.printed_forms`) of what docs/<paper>.md may quote: each of its
-  tables' `table_quotables`, from the archive as the table's page records it, and every figure
-  printed on the paper's generated pages."""
+  tables' `table_quotables`, from the archive as the table's page records it, every figure
+  printed on the paper's generated pages, and on another paper's generated page the page links
+  to (a figure quoted across papers names its source by the link)."""
   values = []
   for tid in table_ids(paper):
     got = recorded_results(paper, tid, docs_dir, archive_dir)
     if got is not None:
       values += table_quotables(tables_of(paper)[tid], *got)
-  tokens = [token for name in claims.table_files(docs_dir, paper)
+  page = os.path.join(docs_dir, f'{paper}.md')
+  linked = GENERATED_LINK.findall(files.read_text(page)) if os.path.exists(page) else []
+  names = dict.fromkeys(claims.table_files(docs_dir, paper)
+                        + [n for n in linked if os.path.exists(os.path.join(docs_dir, n))])
+  tokens = [token for name in names
             for token in claims.FIGURE.findall(files.read_text(os.path.join(docs_dir, name)))]
   return claims.printed_forms(values, tokens)
 

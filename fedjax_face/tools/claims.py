@@ -177,12 +177,13 @@ UNCHECKED = re.compile(r'<!-- unchecked:([^>]*)-->')
 REFERENCE = re.compile(r'(?i)(?:\beqs?\.|\bequations?|\btables?|\bfigs?\.|\bfigures?|\bsec\.|'
                        r'\bsections?|§|\balg\.|\balgorithms?|\bseeds?)\s*\(?(\d+\.\d+)')
 FIGURE_DIGITS = 6   # the most decimals a figure is matched at
+PARAGRAPH_BREAK = re.compile(r'\n[ \t]*\n|\n(?=[ \t]*- )')   # a blank line, or a list item's start
 
 
 def exempt_spans(page: str) -> list[tuple[int, int, str]]:
   """(start, end, kind) of each part of `page` whose figures are exempt: references ("Eq. 3.2"),
   the verdict and history blocks, code (fenced or in backticks), table lines, link targets, and
-  each paragraph that holds an `<!-- unchecked: reason -->` marker."""
+  each paragraph (or list item) that holds an `<!-- unchecked: reason -->` marker."""
   spans = [(m.start(1), m.end(1), 'reference') for m in REFERENCE.finditer(page)]
   for kind, pattern in (('verdicts', re.escape(BEGIN) + '.*?' + re.escape(END)),
                         ('history', re.escape(HISTORY[0]) + '.*?' + re.escape(HISTORY[1])),
@@ -191,10 +192,10 @@ def exempt_spans(page: str) -> list[tuple[int, int, str]]:
                         ('table', r'(?m)^[ \t]*\|[^\n]*$'),
                         ('link', r'\]\([^)\s]*\)')):
     spans += [(m.start(), m.end(), kind) for m in re.finditer(pattern, page, flags=re.DOTALL)]
-  for marker in UNCHECKED.finditer(page):
-    start = page.rfind('\n\n', 0, marker.start())
-    end = page.find('\n\n', marker.end())
-    spans.append((start + 1 if start >= 0 else 0, len(page) if end < 0 else end, 'unchecked'))
+  for marker in UNCHECKED.finditer(page):   # its paragraph, or its item of a list
+    start = max((m.end() for m in PARAGRAPH_BREAK.finditer(page, 0, marker.start())), default=0)
+    end = PARAGRAPH_BREAK.search(page, marker.end())
+    spans.append((start, end.start() if end else len(page), 'unchecked'))
   return spans
 
 
@@ -215,8 +216,11 @@ def figures(page: str) -> tuple[list[tuple[int, str]], collections.Counter]:
 def printed_forms(values, tokens=()) -> set[str]:
   """Every way a value can be quoted: its magnitude at 0 to FIGURE_DIGITS decimals (a figure
   quoted at 2 decimals is found when a value rounds to it there); `tokens` (figures printed on the
-  generated pages) are taken as printed."""
-  forms = {token.lstrip('+-−') for token in tokens}
+  generated pages) as printed and at fewer decimals (81.60 printed, 81.6 quoted)."""
+  forms = set()
+  for token in tokens:
+    digits = len(token.partition('.')[2])
+    forms.update(f'{abs(float(token.replace("−", "-"))):.{d}f}' for d in range(digits + 1))
   for value in values:
     forms.update(f'{abs(value):.{digits}f}' for digits in range(FIGURE_DIGITS + 1))
   return forms
