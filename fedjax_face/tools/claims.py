@@ -216,11 +216,8 @@ def figures(page: str) -> tuple[list[tuple[int, str]], collections.Counter]:
 def printed_forms(values, tokens=()) -> set[str]:
   """Every way a value can be quoted: its magnitude at 0 to FIGURE_DIGITS decimals (a figure
   quoted at 2 decimals is found when a value rounds to it there); `tokens` (figures printed on the
-  generated pages) as printed and at fewer decimals (81.60 printed, 81.6 quoted)."""
-  forms = set()
-  for token in tokens:
-    digits = len(token.partition('.')[2])
-    forms.update(f'{abs(float(token.replace("−", "-"))):.{d}f}' for d in range(digits + 1))
+  generated pages) are taken as printed, not rounded again (a t of 2.12 is no value of 2.1)."""
+  forms = {token.lstrip('+-−') for token in tokens}
   for value in values:
     forms.update(f'{abs(value):.{digits}f}' for digits in range(FIGURE_DIGITS + 1))
   return forms
