@@ -230,16 +230,17 @@ def unsourced_figures(page: str, forms: set[str]) -> tuple[list[tuple[int, str]]
   return [(line, text) for line, text in checked if text not in forms], len(checked), exempt
 
 
-# A universal quantifier over seeds or columns: "in every seed", "each of five seeds", "on all
-# three pair sets", "every one of five seeds", "both columns", "every personalized column".
-QUANTIFIER = re.compile(r'(?i)\b(?:every|each|all|both)(?:\s+one)?(?:\s+of)?(?:\s+the)?'
-                        r'(?:\s+[\w-]+)?\s+(?:seeds?|columns?|pair\s+sets?|protocols?)\b')
+# A universal quantifier over seeds or columns, as a claim states it: "in every seed", "in each of
+# five seeds", "on all three pair sets", "in every one of five seeds", "on both columns". Without
+# its preposition the phrase names a procedure ("for each seed it exports"), not a result.
+QUANTIFIER = re.compile(r'(?i)\b(?:in|on|across)\s+(?:every|each|all|both)(?:\s+one)?(?:\s+of)?'
+                        r'(?:\s+the)?(?:\s+[\w-]+)?\s+(?:seeds?|columns?|pair\s+sets?|protocols?)\b')
 SEED_NOUN = re.compile(r'(?i)seeds?\b')
 JUDGED = re.compile(r'<!-- judged( reversed)?: ([^>]*?) -->')
 # A sentence ends at a full stop before a capital, a bullet, or a blank line ("Eq. 5" and
 # "e.g. the" do not end one; "vs. FedPE" does, so a marker sits close to its quantifier).
 SENTENCE_END = re.compile(r'\.\s+(?=[A-Z*(\[])|\n\s*\n|\n\s*- ')
-HOLDS = re.compile(r'holds in (\d+) of (\d+) seeds? \(by ([+-]?\d+\.\d+)(?: to ([+-]?\d+\.\d+))?')
+HOLDS = re.compile(r'(?:holds|ahead) in (\d+) of (\d+) seeds? \(by ([+-]?\d+\.\d+)(?: to ([+-]?\d+\.\d+))?')
 
 
 class Judged(NamedTuple):
