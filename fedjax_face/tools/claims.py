@@ -284,10 +284,12 @@ def judged_lines(page: str) -> dict[str, list[Judged]]:
 
 
 def sentence_at(page: str, index: int) -> tuple[int, int]:
-  """(start, end) of the sentence of `page` holding `index` (`SENTENCE_END`)."""
-  start = max((m.end() for m in SENTENCE_END.finditer(page, 0, index)), default=0)
-  found = SENTENCE_END.search(page, index)
-  return start, found.start() if found else len(page)
+  """(start, end) of the sentence of `page` holding `index` (`SENTENCE_END`; a comment's text,
+  as a marker's 'pers. TAR', ends none)."""
+  text = re.sub(r'<!--.*?-->', lambda m: ' ' * len(m.group(0)), page, flags=re.DOTALL)
+  start = max((m.end() for m in SENTENCE_END.finditer(text, 0, index)), default=0)
+  found = SENTENCE_END.search(text, index)
+  return start, found.start() if found else len(text)
 
 
 def quantifier_failures(path: str, page: str) -> list[str]:
