@@ -173,7 +173,7 @@ def test_check_names_a_wrong_figure_a_false_quantifier_and_a_figure_from_nowhere
   status, lines = check('B is ahead in every seed '
                         '<!-- judged reversed: toy_table1.md: A above B (LFW) -->.', capsys)
   assert (status, lines[0]) == (1, (
-      f'{path}:3: "every seed" is false: toy_table1.md: A above B (LFW) holds in 3 of 3 seeds '
+      f'{path}:3: "in every seed" is false: toy_table1.md: A above B (LFW) holds in 3 of 3 seeds '
       '(by +1.50 to +2.50)'))
   # A quantifier that names no verdict line, a figure from nowhere, a marker without a reason.
   status, lines = check('A leads in each seed by 3.21.\n\n<!-- unchecked: --> 7.7', capsys)
@@ -181,7 +181,7 @@ def test_check_names_a_wrong_figure_a_false_quantifier_and_a_figure_from_nowhere
       f'{path}:3: 3.21 is no value of the archive at its printed rounding (a cell, a per-seed '
       'value, a difference of two rows, a margin); correct it, or put it under '
       '<!-- unchecked: reason -->',
-      f'{path}:3: "each seed" is a quantifier no verdict line backs; name the line it restates '
+      f'{path}:3: "in each seed" is a quantifier no verdict line backs; name the line it restates '
       'in its sentence, <!-- judged: <line> -->, or put it under <!-- unchecked: reason -->',
       f'{path}:5: <!-- unchecked: --> gives no reason; say where its figures come from'])
 
