@@ -175,20 +175,32 @@ def test_a_full_disk_stops_the_run_at_the_first_failed_save_in_one_line(tmp_path
 # same property) in the full tier; more trials: FEDJAX_FACE_TESTS=full FEDJAX_FACE_KILL_TRIALS=20
 # pytest -k kill.
 KILL_TRIALS = int(os.environ.get('FEDJAX_FACE_KILL_TRIALS', '2'))
-KILL_ROUNDS = 5
+# Every interrupted run below is this many rounds of FedGC's runlocal config, so one uninterrupted
+# run serves them all.
+ROUNDS = 8
 
 
-def _kill_config():
+def _config():
   config = load_config('fedgc')
-  config.num_rounds = KILL_ROUNDS
+  config.num_rounds = ROUNDS
   return config
 
 
 @pytest.fixture(scope='module')
-def uninterrupted(tmp_path_factory):
+def uninterrupted_workdir(tmp_path_factory):
+  """The workdir of the run none of the tests interrupt, as `_preempt_command` runs it
+  (checkpoint_every=0: its results.json is the same command's; checkpoint_every and
+  checkpoint_keep change no trained value)."""
   workdir = tmp_path_factory.mktemp('straight')
-  experiment.train_and_evaluate(_kill_config(), str(workdir))
-  return saved_checkpoints.restore(workdir, KILL_ROUNDS)
+  config = _config()
+  config.checkpoint_every = 0
+  experiment.train_and_evaluate(config, str(workdir))
+  return workdir
+
+
+@pytest.fixture(scope='module')
+def uninterrupted(uninterrupted_workdir):
+  return saved_checkpoints.restore(uninterrupted_workdir, ROUNDS)
 
 
 @pytest.mark.parametrize('trial', [t if t == 0 else pytest.param(t, marks=pytest.mark.full)
@@ -198,10 +210,10 @@ def test_kill_9_at_a_random_point_resumes_to_the_uninterrupted_result(tmp_path, 
   rng = np.random.default_rng(trial)
   # The point: after round r's progress line, plus up to 0.4 s (through its checkpoint's write,
   # which runs in the background, or into the next round).
-  after_round, delay = int(rng.integers(1, KILL_ROUNDS)), float(rng.uniform(0, 0.4))
+  after_round, delay = int(rng.integers(1, ROUNDS)), float(rng.uniform(0, 0.4))
   proc = subprocess.Popen(
       [sys.executable, '-m', 'fedjax_face.main', '--config=configs/fedgc/fedgc.py:runlocal',
-       f'--workdir={tmp_path}', f'--config.num_rounds={KILL_ROUNDS}'],
+       f'--workdir={tmp_path}', f'--config.num_rounds={ROUNDS}'],
       cwd=config_files.ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
   try:
     for line in proc.stdout:
@@ -214,14 +226,14 @@ def test_kill_9_at_a_random_point_resumes_to_the_uninterrupted_result(tmp_path, 
     proc.wait(timeout=60)
   assert proc.returncode == -signal.SIGKILL, (after_round, delay, proc.returncode)
   assert not (tmp_path / 'results.json').exists()   # killed before the end
-  experiment.train_and_evaluate(_kill_config(), str(tmp_path))
-  resumed = saved_checkpoints.restore(tmp_path, KILL_ROUNDS)
+  experiment.train_and_evaluate(_config(), str(tmp_path))
+  resumed = saved_checkpoints.restore(tmp_path, ROUNDS)
   jax.tree.map(np.testing.assert_array_equal, resumed, uninterrupted)
 
 
 def test_a_corrupted_checkpoint_falls_back_to_the_newest_good_one(tmp_path, capsys,
                                                                  uninterrupted):
-  config = _kill_config()
+  config = _config()
   config.num_rounds = 4
   config.checkpoint_every = 1
   config.checkpoint_keep = 3   # the checkpoints kept, each with its digests
@@ -230,7 +242,7 @@ def test_a_corrupted_checkpoint_falls_back_to_the_newest_good_one(tmp_path, caps
   assert sorted(os.listdir(tmp_path / 'run' / 'checkpoint_digests')) == ['2.json', '3.json',
                                                                           '4.json']
   _corrupt(tmp_path / 'run' / 'checkpoints' / '4')
-  config.num_rounds = 5
+  config.num_rounds = ROUNDS
   capsys.readouterr()
   experiment.train_and_evaluate(config, str(tmp_path / 'run'))
   # The lines and the rejected directories exactly, and their bound: tests/io/test_checkpoint.py.
@@ -241,18 +253,17 @@ def test_a_corrupted_checkpoint_falls_back_to_the_newest_good_one(tmp_path, caps
   assert len(os.listdir(tmp_path / 'run' / 'checkpoints_rejected')) == 1
   # The resumed run equals one that was never interrupted (checkpoint_every and checkpoint_keep
   # change no trained value).
-  jax.tree.map(np.testing.assert_array_equal, saved_checkpoints.restore(tmp_path / 'run', 5),
+  jax.tree.map(np.testing.assert_array_equal, saved_checkpoints.restore(tmp_path / 'run', ROUNDS),
                uninterrupted)
 
 
 # Preemption (SIGTERM / SIGINT): the round in flight finishes, its state is saved, one line, exit
 # status 75; the rerun of the same command ends where an uninterrupted run ends.
-PREEMPT_ROUNDS = 8
 
 
 def _preempt_command(workdir) -> list[str]:
   return [sys.executable, '-m', 'fedjax_face.main', '--config=configs/fedgc/fedgc.py:runlocal',
-          f'--workdir={workdir}', f'--config.num_rounds={PREEMPT_ROUNDS}',
+          f'--workdir={workdir}', f'--config.num_rounds={ROUNDS}',
           '--config.checkpoint_every=0']
 
 
@@ -265,31 +276,23 @@ def _comparable(workdir) -> dict:
   return results
 
 
-@pytest.fixture(scope='module')
-def uninterrupted_8(tmp_path_factory):
-  workdir = tmp_path_factory.mktemp('straight8')
-  config = load_config('fedgc')
-  config.num_rounds = PREEMPT_ROUNDS
-  config.checkpoint_every = 0
-  experiment.train_and_evaluate(config, str(workdir))
-  return workdir
-
-
-def _signal_after(command, prefix: str, sig) -> tuple[subprocess.Popen, str]:
+def _signal_after(command, prefix: str, sig) -> tuple[subprocess.Popen, str, str]:
   """Runs `command`, sends `sig` once a stdout line starts with `prefix`, and returns the process
-  (ended) and its stderr."""
+  (ended), its stdout and its stderr."""
   proc = subprocess.Popen(command, cwd=config_files.ROOT, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
+  lines = []
   try:
     for line in proc.stdout:
+      lines.append(line)
       if line.startswith(prefix):
         proc.send_signal(sig)
         break
-    _, err = proc.communicate(timeout=120)
+    out, err = proc.communicate(timeout=120)
   finally:
     proc.kill()
     proc.wait(timeout=60)
-  return proc, err
+  return proc, ''.join(lines) + out, err
 
 
 def test_sigint_is_taken_as_sigterm_is():
@@ -302,12 +305,14 @@ def test_sigint_is_taken_as_sigterm_is():
   assert signals.requested(True) == 'SIGINT'
 
 
+# One run stopped twice: mid-round, then its rerun at the final evaluation. Each stop, and the
+# rerun after it, is checked as when each had a run of its own (one process and eight rounds less).
 @pytest.mark.parametrize('sig', [signal.SIGTERM])
-def test_a_signal_mid_round_saves_the_round_reached_and_the_rerun_ends_as_an_uninterrupted_run(
-    tmp_path, uninterrupted_8, sig):
+def test_a_signal_mid_round_then_one_at_the_final_evaluation_and_the_reruns_end_as_uninterrupted(
+    tmp_path, uninterrupted_workdir, uninterrupted, sig):
   # Sent while round 3 trains (round 2's line is printed after it, as round 3 starts): before,
   # the process died at once and, with checkpoint_every=0, every round was lost.
-  proc, err = _signal_after(_preempt_command(tmp_path), 'round 2/', sig)
+  proc, _, err = _signal_after(_preempt_command(tmp_path), 'round 2/', sig)
   assert proc.returncode == 75, err[-3000:]
   line = err.splitlines()[-1]
   match = re.fullmatch(rf'{sig.name}: stopped after round (\d) of 8 \(checkpoint '
@@ -315,32 +320,28 @@ def test_a_signal_mid_round_saves_the_round_reached_and_the_rerun_ends_as_an_uni
                        r'command to resume\.', line)
   assert match and match[1] == match[2], err[-3000:]
   reached = int(match[1])
-  assert 2 <= reached < PREEMPT_ROUNDS
+  assert 2 <= reached < ROUNDS
   assert 'Traceback' not in err
   assert saved_checkpoints.steps(tmp_path) == [reached]
   assert not (tmp_path / 'results.json').exists()
-  rerun = subprocess.run(_preempt_command(tmp_path), cwd=config_files.ROOT, capture_output=True,
-                         text=True, timeout=300)
-  assert rerun.returncode == 0, rerun.stderr[-3000:]
-  assert f'resumed from round {reached} in {tmp_path}' in rerun.stdout
-  assert _comparable(tmp_path) == _comparable(uninterrupted_8)
-  resumed = saved_checkpoints.restore(tmp_path, PREEMPT_ROUNDS)
-  straight = saved_checkpoints.restore(uninterrupted_8, PREEMPT_ROUNDS)
-  jax.tree.map(np.testing.assert_array_equal, resumed, straight)
-
-
-def test_sigterm_at_the_final_evaluation_leaves_no_partial_results_and_the_rerun_evaluates(
-    tmp_path, uninterrupted_8):
-  proc, err = _signal_after(_preempt_command(tmp_path), 'evaluating the model of round 8',
-                            signal.SIGTERM)
+  # The rerun resumes and trains to the end; SIGTERM at its final evaluation leaves no partial
+  # results, the last round's checkpoint (the uninterrupted run's, bit for bit) beside the one
+  # before it (checkpoint_keep=2), and one line.
+  proc, out, err = _signal_after(_preempt_command(tmp_path), 'evaluating the model of round 8',
+                                 signal.SIGTERM)
+  assert f'resumed from round {reached} in {tmp_path}' in out
   assert proc.returncode == 75, err[-3000:]
   assert re.fullmatch(r'SIGTERM: stopped during the final evaluation \(the checkpoint of '
                       r'round 8 is saved; rerun the same command to evaluate it\)\.',
                       err.splitlines()[-1]), err[-3000:]
-  assert saved_checkpoints.steps(tmp_path) == [8]
+  assert saved_checkpoints.steps(tmp_path) == [reached, ROUNDS]
   assert not (tmp_path / 'results.json').exists()
+  jax.tree.map(np.testing.assert_array_equal, saved_checkpoints.restore(tmp_path, ROUNDS),
+               uninterrupted)
+  # The rerun after that evaluates: nothing trained, and the training metrics are those of the
+  # earlier processes' rounds, so results.json is the uninterrupted run's.
   rerun = subprocess.run(_preempt_command(tmp_path), cwd=config_files.ROOT, capture_output=True,
                          text=True, timeout=300)
   assert rerun.returncode == 0, rerun.stderr[-3000:]
-  # Nothing trained on the rerun, and the training metrics are those of the first run's rounds.
-  assert _comparable(tmp_path) == _comparable(uninterrupted_8)
+  assert not [l for l in rerun.stdout.splitlines() if l.startswith('round ')], rerun.stdout
+  assert _comparable(tmp_path) == _comparable(uninterrupted_workdir)
