@@ -185,3 +185,11 @@ def test_check_names_a_wrong_figure_a_false_quantifier_and_a_figure_from_nowhere
       'in its sentence, <!-- judged: <line> -->, or put it under <!-- unchecked: reason -->',
       f'{path}:5: <!-- unchecked: --> gives no reason; say where its figures come from'])
 
+
+
+def test_the_real_pages_pass_the_check(capsys):
+  from fedjax_face import reproduce
+  archive = os.path.join(config_files.ROOT, 'results')
+  status = claims.run(DOCS, True, lambda paper: reproduce.quotable_forms(paper, DOCS, archive))
+  out = capsys.readouterr().out
+  assert status == 0, out
