@@ -104,8 +104,7 @@ def test_ditto_and_apfl_start_from_the_pretraining_and_score_each_clients_model(
                                      step_mode='scan').init(jax.random.PRNGKey(0),
                                                             run_setup.warm_start(config))
   personal = start.clients['personal']
-  personal = personal['model'] if name == 'ditto' else {'params': personal['params'],
-                                                        'batch_stats': personal['batch_stats']}
+  personal = {'params': personal['params']['backbone'], 'batch_stats': personal['batch_stats']}
   for k in range(fed.num_clients):
     jax.tree.map(np.testing.assert_array_equal, jax.tree.map(lambda x: x[k], personal), pre_model)
   results = experiment.train_and_evaluate(config, str(tmp_path / name))

@@ -39,6 +39,13 @@ Readings for face recognition (docs/personalization.md):
   * alpha_i^0 = `apfl.alpha_init` (0.5, FedTorch's default `--fed_personal_alpha`); a fixed
     alpha (0.25 / 0.5 / 0.75, configs/fedfr/apfl.py:alpha=) with `apfl.adaptive_alpha=False`.
     v_i^0 = w^0, the starting model (the pre-trained one under `config.init_from`).
+
+Anti-spoofing (configs/pad/apfl.py): each data center's model is FedPAD's detector, trained on
+FedPAD's loss (`personal_training.detector_model`), mixed as a whole; the whole shared detector
+crosses, the personal detector and alpha stay, and the 'pad' evaluator scores each center's
+held-out subjects with its mixed detector ('in_domain_personal') and the unseen target with the
+shared one. alpha steps at the setting's rate there (configs/pad/apfl.py). The server weights by
+frame counts n_k, where FedPAD averages its data centers uniformly (`fedgpad.weighting`).
 """
 
 import functools
@@ -49,18 +56,16 @@ import ml_collections
 import numpy as np
 import optax
 
-from fedjax_face.algorithms import common, ditto
-from fedjax_face.core import aggregation, checks, class_tables, local
+from fedjax_face.algorithms import common, ditto, personal_training
+from fedjax_face.core import aggregation, checks, class_tables
 from fedjax_face.core.algorithm import (Algorithm, ClientInput, ClientResult, RoundState,
                                         origin_by_key)
-from fedjax_face.data import preprocess
-from fedjax_face.models import heads
 
 ONE_CLIENT = False
 
 
 def config_section() -> ml_collections.ConfigDict:
-  """`config.apfl` (configs/fedfr/apfl.py)."""
+  """`config.apfl` (configs/fedfr/apfl.py, configs/pad/apfl.py)."""
   c = ml_collections.ConfigDict()
   c.alpha_init = 0.5                # alpha_i^0 (FedTorch's default)
   c.adaptive_alpha = True           # the adaptive alpha step; False keeps alpha_i = alpha_init
@@ -69,7 +74,7 @@ def config_section() -> ml_collections.ConfigDict:
 
 
 def check_config(config) -> None:
-  ditto.check_recognition(config, 'apfl')
+  personal_training.check_task(config, 'apfl')
   c = checks.section(config, 'apfl', 'apfl.config_section() (configs/fedfr/apfl.py)')
   checks.check_fraction('apfl.alpha_init', c.alpha_init, closed_below=True)
   checks.check_bool('apfl.adaptive_alpha', c.adaptive_alpha)
@@ -103,10 +108,7 @@ def local_step(loss_fn, w_optimizer: optax.GradientTransformation,
   `carry = (w, w_state, w_opt, v, v_state, v_opt, alpha)`; `batch['lr_scale']` scales the three
   rates (`common.lr_scale_schedule`)."""
 
-  def apply(optimizer, params, opt_state, grads, scale):
-    updates, opt_state = optimizer.update(grads, opt_state, params)
-    updates = jax.tree.map(lambda u: u * scale.astype(u.dtype), updates)
-    return optax.apply_updates(params, updates), opt_state
+  apply = personal_training.apply_update
 
   def step(carry, batch):
     w, w_state, w_opt, v, v_state, v_opt, alpha = carry
@@ -123,89 +125,65 @@ def local_step(loss_fn, w_optimizer: optax.GradientTransformation,
   return step
 
 
-def face_loss(model, head_kwargs: dict, params, batch_stats, batch):
-  """(the client's classification loss (FedGC Eq. 3 and its margins, `head`), new BatchNorm
-  statistics) of `params = {'backbone', 'W'}` on one batch of normalised images."""
-  variables = {'params': params['backbone']}
-  if batch_stats:
-    variables['batch_stats'] = batch_stats
-  features, new_state = model.apply(variables, batch['images'], train=True,
-                                    mutable=['batch_stats'])
-  loss = heads.loss(features, params['W'], batch['labels'], batch['class_mask'], batch['mask'],
-                    **head_kwargs)
-  return loss, new_state.get('batch_stats', {})
-
-
-def _client_update(one_step, optimizers, step_mode, client_input: ClientInput, private, data,
+def _client_update(task, step, optimizers, step_mode, client_input: ClientInput, private, data,
                    rng) -> ClientResult:
   received = client_input.shared['model']
   personal = private['personal']
-  w = {'backbone': received['params'], 'W': private['W']}
-  v = {'backbone': personal['params'], 'W': personal['W']}
-  scale = client_input.shared.get('lr_scale', jnp.ones((), jnp.float32))
   w_optimizer, v_optimizer = optimizers
-  # Both start afresh every round; w's from the very arrays received, so that a federated
-  # block's FedProx / SCAFFOLD term ties to them (core/local_terms.py).
-  carry = (w, received.get('batch_stats', {}), w_optimizer.init(w),
-           v, personal['batch_stats'], v_optimizer.init(v), private['alpha'])
-  num_steps = data['images'].shape[0]
-  xs = {'images': data['images'], 'labels': data['labels'], 'mask': data['mask'],
-        'rng': jax.random.split(rng, num_steps)}
-
-  def step(carry, x):
-    # One sample xi for the three updates (Algorithm 1), flipped as every method's local step.
-    images = preprocess.normalize(preprocess.random_flip(x['rng'], x['images']))
-    batch = {'images': images, 'labels': x['labels'], 'mask': x['mask'],
-             'class_mask': data['class_mask'], 'lr_scale': scale}
-    return one_step(carry, batch)
-
-  (w, w_state, _, v, v_state, _, alpha), (loss_w, loss_v) = local.run_steps(
-      local.skip_if_empty(step), carry, xs, mode=step_mode)
-  active = jnp.any(data['mask'], axis=-1)
-  mean = lambda losses: jnp.sum(losses * active) / jnp.maximum(active.sum(), 1)
-  sent = {'params': w['backbone']}
-  if w_state:
-    sent['batch_stats'] = w_state
-  kept = {'W': w['W'], 'alpha': alpha,
-          'personal': {'params': v['backbone'], 'batch_stats': v_state, 'W': v['W']}}
-  return ClientResult(update={'model': sent}, private=kept,                 # synchronisation
-                      metrics={'train_loss': mean(loss_w), 'personal_loss': mean(loss_v),
+  w = task.pack(received, private.get('W'))
+  # Both optimizers start afresh every round; w's from the very arrays received, so that a
+  # federated block's FedProx / SCAFFOLD term ties to them (core/local_terms.py).
+  carry = (w, received.get('batch_stats', {}), w_optimizer.init(w), personal['params'],
+           personal['batch_stats'], v_optimizer.init(personal['params']), private['alpha'])
+  # One sample xi for the three updates of a step (Algorithm 1): the step's rng draws its flips.
+  (w, w_state, _, v, v_state, _, alpha), (loss_w, loss_v) = personal_training.run_round(
+      step, carry, task.step_inputs(data, rng), client_input.shared.get('lr_scale'), step_mode)
+  kept = {'alpha': alpha, 'personal': {'params': v, 'batch_stats': v_state}}
+  if task.recognition:
+    kept['W'] = w['W']
+  return ClientResult(update={'model': task.variables(w, w_state)},     # synchronisation
+                      private=kept,
+                      metrics={'train_loss': personal_training.mean_over_steps(loss_w,
+                                                                              data['mask']),
+                               'personal_loss': personal_training.mean_over_steps(
+                                   loss_v, data['mask']),
                                'alpha': alpha})
 
 
-def _personalized(apply, state: RoundState):
-  """Client k's mixed model v_bar: alpha_k theta_v + (1 - alpha_k) theta, its own BatchNorm
-  statistics."""
+def _personalized(task, state: RoundState):
+  """Client k's mixed model v_bar = alpha_k v_k + (1 - alpha_k) w, w the averaged model (with
+  the client's own class rows on recognition), and the personal BatchNorm statistics."""
   def for_client(k: int):
     personal = jax.tree.map(lambda x: x[k], state.clients['personal'])
+    rows = state.clients['W'][k] if task.recognition else None
+    w = task.pack(state.server['model'], rows)
     alpha = jnp.asarray(state.clients['alpha'][k], jnp.float32)
-    variables = {'params': mix(personal['params'], state.server['model']['params'], alpha)}
-    if personal['batch_stats']:
-      variables['batch_stats'] = personal['batch_stats']
-    return lambda images: apply(variables, images)
+    variables = task.variables(mix(personal['params'], w, alpha), personal['batch_stats'])
+    return lambda images: task.predict(variables, images)
   return for_client
 
 
 def build(config, model, fed, *, step_mode: str) -> Algorithm:
-  """APFL over the partition `fed` (a `data.federated.FederatedData`)."""
+  """APFL over the partition `fed` (a `data.federated.FederatedData`): a recognition client's
+  backbone and class rows, or a data center's detector."""
   c = config.apfl
+  task = personal_training.local_model(config, model, fed)
   # w's optimizer is the global model's (a block's correction applies to it); v's is not averaged.
   optimizers = (common.make_optimizer(config.optimizer), ditto.uncorrected_optimizer(config))
-  loss_fn = functools.partial(face_loss, model, common.head_kwargs(config))
-  one_step = local_step(loss_fn, *optimizers, float(c.alpha_learning_rate),
-                        bool(c.adaptive_alpha))
+  step = local_step(task.loss, *optimizers, float(c.alpha_learning_rate), bool(c.adaptive_alpha))
   lr_schedule = common.lr_scale_schedule(config)
   identity_table = np.asarray(fed.identity_table)
 
   def init(rng, start=None):
-    variables, w = common.init_federated(config, model, fed, rng)
-    if start is not None:
-      variables, _ = common.start_from(start, variables, method='apfl')
-    stack = lambda x: jnp.broadcast_to(x, (fed.num_clients,) + x.shape)
-    personal = {'params': jax.tree.map(stack, variables['params']),          # v_i^0 = w^0
-                'batch_stats': jax.tree.map(stack, variables.get('batch_stats', {})), 'W': w}
-    clients = {'W': w, 'personal': personal,
-               'alpha': jnp.full((fed.num_clients,), c.alpha_init, jnp.float32)}
+    variables, rows = personal_training.initial(config, model, fed, task, rng, start, 'apfl')
+    num_clients = fed.num_clients
+    personal = {'params': task.pack(personal_training.stacked(variables, num_clients), rows),
+                'batch_stats': personal_training.stacked(variables.get('batch_stats', {}),
+                                                         num_clients)}   # v_i^0 = w^0
+    clients = {'personal': personal,
+               'alpha': jnp.full((num_clients,), c.alpha_init, jnp.float32)}
+    if task.recognition:
+      clients['W'] = rows
     return RoundState(server={'model': variables}, clients=clients,
                       round=jnp.zeros((), jnp.int32))
 
@@ -219,14 +197,14 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     return {'model': aggregation.weighted_mean(updates['model'], weights)}   # synchronisation
 
   def class_embeddings(state: RoundState):
+    if not task.recognition:
+      return None
     return class_tables.to_identity_rows(state.clients['W'], identity_table, fed.num_identities)
 
-  # Jitted once per run: the personalized models are evaluated client by client.
-  apply = jax.jit(lambda variables, x: model.apply(variables, x, train=False))
   return Algorithm(name='apfl', init=init, broadcast=broadcast,
-                   client_update=functools.partial(_client_update, one_step, optimizers,
+                   client_update=functools.partial(_client_update, task, step, optimizers,
                                                    step_mode),
                    server_update=server_update, eval_variables=lambda server: server['model'],
                    class_embeddings=class_embeddings,
-                   personalized=functools.partial(_personalized, apply),
+                   personalized=functools.partial(_personalized, task),
                    update_origin=lambda ci: origin_by_key(ci, ('model',)))

@@ -17,7 +17,7 @@ The server averages what it received (Alg. 1, aggregation) and keeps nothing per
 The comments name Algorithm 1's steps rather than its line or equation numbers, which were not
 checked against the paper's text here.
 
-Readings for face recognition (this package's setting; docs/personalization.md):
+Readings for face recognition (FedFR's setting; docs/personalization.md):
   * A client's model is its backbone with its own class embeddings W_k, which are private in
     every method here (FedPE): w is FedPE's model, the backbone theta averaged, W_k kept. The
     personal model v_k is a whole copy, backbone and class rows (theta_v, W_v), and h_k's
@@ -31,11 +31,17 @@ Readings for face recognition (this package's setting; docs/personalization.md):
     (tests/algorithms/test_ditto_apfl.py checks it by hand on a quadratic).
   * v_k^0: the starting model (the pre-trained one under `config.init_from`), as the authors'
     code starts every personal model from the initial global model (litian96/ditto,
-    flearn/trainers_MTL/ditto.py). The personal steps see the global steps' samples and flips,
-    as that code trains both on one batch.
+    flearn/trainers_MTL/fedbase.py). The personal steps see the global steps' samples and flips,
+    as that code (flearn/trainers_MTL/ditto.py) trains both on one batch.
   * Alg. 1's aggregation averages the updates uniformly over S_t; here by n_k, as every method
     of this package (`aggregation.weighted_mean`). FedFR's setting deals every client the same
     number of images, so the two agree there.
+
+Anti-spoofing (configs/pad/ditto.py): each data center's model is FedPAD's detector, trained on
+FedPAD's loss (`personal_training.detector_model`); the whole detector crosses, the personal
+detector stays, and the 'pad' evaluator scores each center's held-out subjects with its personal
+detector ('in_domain_personal') and the unseen target with the shared one. The server weights by
+frame counts n_k, where FedPAD averages its data centers uniformly (`fedgpad.weighting`).
 """
 
 import functools
@@ -47,17 +53,16 @@ import ml_collections
 import numpy as np
 import optax
 
-from fedjax_face.algorithms import common
+from fedjax_face.algorithms import common, personal_training
 from fedjax_face.core import aggregation, checks, class_tables
 from fedjax_face.core.algorithm import (Algorithm, ClientInput, ClientResult, RoundState,
                                         origin_by_key)
-from fedjax_face.data import sources
 
 ONE_CLIENT = False
 
 
 def config_section() -> ml_collections.ConfigDict:
-  """`config.ditto` (configs/fedfr/ditto.py)."""
+  """`config.ditto` (configs/fedfr/ditto.py, configs/pad/ditto.py)."""
   c = ml_collections.ConfigDict()
   # lambda of h_k: one of the paper's grid {0.01, 0.1, 1, 2}; 0 trains each personal model on
   # its own data alone (from the starting model).
@@ -65,17 +70,8 @@ def config_section() -> ml_collections.ConfigDict:
   return c
 
 
-def check_recognition(config, method: str) -> None:
-  """Refuses an anti-spoofing source in one line: the method trains with the face-recognition
-  heads' losses here."""
-  if sources.task_of(config) != 'recognition':
-    raise ValueError(f'config.data.source={config.data.source!r}; {method} trains a face '
-                     'recognition backbone here: expected a recognition source '
-                     f'{sources.of_task("recognition")}.')
-
-
 def check_config(config) -> None:
-  check_recognition(config, 'ditto')
+  personal_training.check_task(config, 'ditto')
   c = checks.section(config, 'ditto', 'ditto.config_section() (configs/fedfr/ditto.py)')
   checks.check_number('ditto.lam', c.lam, allow_zero=True)
 
@@ -122,49 +118,77 @@ def personal_optimizer(lam: float, base: optax.GradientTransformation):
   return optax.chain(proximal_term(lam), base)
 
 
-def _client_update(train_global, train_personal, client_input: ClientInput, private, data,
+def local_step(loss_fn, w_optimizer: optax.GradientTransformation,
+               v_optimizer: optax.GradientTransformation):
+  """One step of Algorithm 1 on `x` for both models: `step(carry, x) -> (carry, (loss_w,
+  loss_v))`, `carry = (w, w_state, w_opt, v, v_state, v_opt)`; `v_opt` was initialised from
+  w^t (`personal_optimizer`), `x['lr_scale']` scales both rates. `loss_fn(params, state, x) ->
+  (loss, new_state)`."""
+
+  def step(carry, x):
+    w, w_state, w_opt, v, v_state, v_opt = carry
+    (loss_w, w_state), grad_w = jax.value_and_grad(loss_fn, has_aux=True)(w, w_state, x)
+    (loss_v, v_state), grad_v = jax.value_and_grad(loss_fn, has_aux=True)(v, v_state, x)
+    # The global model's local solver: FedAvg's local SGD from w^t.
+    w, w_opt = personal_training.apply_update(w_optimizer, w, w_opt, grad_w, x['lr_scale'])
+    # Alg. 1's personal update: grad F_k(v) + lambda (v - w^t), then the setting's SGD.
+    v, v_opt = personal_training.apply_update(v_optimizer, v, v_opt, grad_v, x['lr_scale'])
+    return (w, w_state, w_opt, v, v_state, v_opt), (loss_w, loss_v)
+
+  return step
+
+
+def _client_update(task, step, optimizers, step_mode, client_input: ClientInput, private, data,
                    rng) -> ClientResult:
   received = client_input.shared['model']
-  lr_scale = client_input.shared.get('lr_scale')
-  # The global model's local solver: FedAvg's local SGD from w^t (FedPE's client).
-  w_model, w_rows, _, metrics = train_global(received, private['W'], data, rng,
-                                             lr_scale=lr_scale)
-  # The anchor w^t = (theta^t, W_k^t): the optimizer is initialised from it (`proximal_term`).
-  anchored = train_personal.init_opt_state(received, private['W'])
+  w_optimizer, v_optimizer = optimizers
+  w = task.pack(received, private.get('W'))
   personal = private['personal']
-  v_model, v_rows, _, personal_metrics = train_personal(personal['model'], personal['W'], data,
-                                                        rng, anchored, lr_scale=lr_scale)
-  return ClientResult(update={'model': w_model},                        # Alg. 1: Delta_k
-                      private={'W': w_rows, 'personal': {'model': v_model, 'W': v_rows}},
-                      metrics={**metrics, 'personal_loss': personal_metrics['train_loss']})
+  # w's optimizer starts from the very arrays received (a block's FedProx / SCAFFOLD term ties
+  # to them, core/local_terms.py); v's from w^t too: that is the proximal term's anchor.
+  carry = (w, received.get('batch_stats', {}), w_optimizer.init(w),
+           personal['params'], personal['batch_stats'], v_optimizer.init(w))
+  (w, w_state, _, v, v_state, _), (loss_w, loss_v) = personal_training.run_round(
+      step, carry, task.step_inputs(data, rng), client_input.shared.get('lr_scale'), step_mode)
+  kept = {'personal': {'params': v, 'batch_stats': v_state}}
+  if task.recognition:
+    kept['W'] = w['W']
+  return ClientResult(update={'model': task.variables(w, w_state)},    # Alg. 1: Delta_k
+                      private=kept,
+                      metrics={'train_loss': personal_training.mean_over_steps(loss_w,
+                                                                              data['mask']),
+                               'personal_loss': personal_training.mean_over_steps(
+                                   loss_v, data['mask'])})
 
 
-def _personalized(apply, state: RoundState):
-  """Client k's personal backbone theta_v (its class rows are not needed to embed)."""
+def _personalized(task, state: RoundState):
+  """Client k's personal model v_k (on recognition its backbone: the class rows do not embed)."""
   def for_client(k: int):
-    variables = jax.tree.map(lambda x: x[k], state.clients['personal']['model'])
-    return lambda images: apply(variables, images)
+    personal = jax.tree.map(lambda x: x[k], state.clients['personal'])
+    variables = task.variables(personal['params'], personal['batch_stats'])
+    return lambda images: task.predict(variables, images)
   return for_client
 
 
 def build(config, model, fed, *, step_mode: str) -> Algorithm:
-  """Ditto over the partition `fed` (a `data.federated.FederatedData`)."""
-  head_kwargs = common.head_kwargs(config)
-  train_global = common.local_trainer(model, head_kwargs=head_kwargs,
-                                      optimizer=common.make_optimizer(config.optimizer),
-                                      step_mode=step_mode)
-  train_personal = common.local_trainer(
-      model, head_kwargs=head_kwargs, step_mode=step_mode,
-      optimizer=personal_optimizer(float(config.ditto.lam), uncorrected_optimizer(config)))
+  """Ditto over the partition `fed` (a `data.federated.FederatedData`): a recognition client's
+  backbone and class rows, or a data center's detector."""
+  task = personal_training.local_model(config, model, fed)
+  optimizers = (common.make_optimizer(config.optimizer),
+                personal_optimizer(float(config.ditto.lam), uncorrected_optimizer(config)))
+  step = local_step(task.loss, *optimizers)
   lr_schedule = common.lr_scale_schedule(config)
 
   def init(rng, start=None):
-    variables, w = common.init_federated(config, model, fed, rng)
-    if start is not None:
-      variables, _ = common.start_from(start, variables, method='ditto')
-    stack = lambda x: jnp.broadcast_to(x, (fed.num_clients,) + x.shape)
-    personal = {'model': jax.tree.map(stack, variables), 'W': w}   # v_k^0 = w^0
-    return RoundState(server={'model': variables}, clients={'W': w, 'personal': personal},
+    variables, rows = personal_training.initial(config, model, fed, task, rng, start, 'ditto')
+    num_clients = fed.num_clients
+    personal = {'params': task.pack(personal_training.stacked(variables, num_clients), rows),
+                'batch_stats': personal_training.stacked(variables.get('batch_stats', {}),
+                                                         num_clients)}   # v_k^0 = w^0
+    clients = {'personal': personal}
+    if task.recognition:
+      clients['W'] = rows
+    return RoundState(server={'model': variables}, clients=clients,
                       round=jnp.zeros((), jnp.int32))
 
   def broadcast(server, client_ids, round_index, rng):
@@ -179,13 +203,14 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
   identity_table = np.asarray(fed.identity_table)
 
   def class_embeddings(state: RoundState):
+    if not task.recognition:
+      return None
     return class_tables.to_identity_rows(state.clients['W'], identity_table, fed.num_identities)
 
-  # Jitted once per run: the personal models are evaluated client by client.
-  apply = jax.jit(lambda variables, x: model.apply(variables, x, train=False))
   return Algorithm(name='ditto', init=init, broadcast=broadcast,
-                   client_update=functools.partial(_client_update, train_global, train_personal),
+                   client_update=functools.partial(_client_update, task, step, optimizers,
+                                                   step_mode),
                    server_update=server_update, eval_variables=lambda server: server['model'],
                    class_embeddings=class_embeddings,
-                   personalized=functools.partial(_personalized, apply),
+                   personalized=functools.partial(_personalized, task),
                    update_origin=lambda ci: origin_by_key(ci, ('model',)))

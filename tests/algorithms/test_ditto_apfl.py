@@ -1,6 +1,7 @@
 """Ditto and APFL: Ditto's personal step and APFL's mixing gradients by hand on quadratics, the
 server step by hand, exactly what crosses to the server (the global model's update alone, never
-v_k or alpha), each client's personalized model, and the config checks' one-line errors.
+v_k or alpha; on anti-spoofing the structures of a data center's detector), each client's
+personalized model, and the config checks' one-line errors.
 
 The client rounds run on a two-layer model (Dense + BatchNorm): the methods are the same for any
 backbone, and it compiles in a fraction of the small CNN's time."""
@@ -12,12 +13,12 @@ import numpy as np
 import optax
 import pytest
 
-from fedjax_face import algorithms, config_lib
-from fedjax_face.algorithms import apfl, ditto
+from fedjax_face import algorithms, config_lib, models
+from fedjax_face.algorithms import apfl, ditto, personal_training
 from fedjax_face.core import aggregation
 from fedjax_face.core.algorithm import RoundState
-from fedjax_face.data import federated, sources
-from tests import engine_cases
+from fedjax_face.data import federated
+from tests import config_files, engine_cases
 
 
 # -- by hand on quadratics -----------------------------------------------------------------------
@@ -118,14 +119,14 @@ def test_only_the_global_models_update_crosses(method):
     moved['alpha'] = jnp.asarray(0.9, jnp.float32)
   other = update(client_input, moved, data, jax.random.PRNGKey(0))
   jax.tree.map(np.testing.assert_array_equal, other.update, result.update)
-  assert not np.array_equal(other.private['personal']['W'], result.private['personal']['W'])
+  assert not np.array_equal(other.private['personal']['params']['W'],
+                            result.private['personal']['params']['W'])
   # The personal model trained, and is not the model sent.
   sent = result.update['model']['params']['Dense_0']['kernel']
-  personal = result.private['personal']
-  kept = (personal['model']['params'] if name == 'ditto' else personal['params'])
-  before = private['personal']['model'] if name == 'ditto' else private['personal']
-  assert not np.array_equal(kept['Dense_0']['kernel'], sent)
-  assert not np.array_equal(kept['Dense_0']['kernel'], before['params']['Dense_0']['kernel'])
+  kept = result.private['personal']['params']['backbone']['Dense_0']['kernel']
+  before = private['personal']['params']['backbone']['Dense_0']['kernel']
+  assert not np.array_equal(kept, sent)
+  assert not np.array_equal(kept, before)
 
 
 @pytest.mark.parametrize('name', ['ditto', 'apfl'])
@@ -143,22 +144,24 @@ def test_server_update_is_the_weighted_mean_by_hand(name):
 
 def test_personalized_models_by_hand():
   # The evaluator's model of client k: Ditto's v_k itself; APFL's
-  # alpha_k theta_v + (1 - alpha_k) theta with client 1: 0.25 * 3 + 0.75 * 1 = 1.5, its own BN
-  # statistics. `apply` here returns the variables it is given.
-  echo = lambda variables, images: variables
-  personal = {'model': {'params': {'k': jnp.array([[1.0], [7.0]])}}}
-  ditto_state = RoundState(server={'model': {'params': {'k': jnp.array([0.0])}}},
-                           clients={'personal': personal}, round=jnp.array(1))
-  assert ditto._personalized(echo, ditto_state)(1)(None) == {'params': {'k': 7.0}}
-  apfl_state = RoundState(
-      server={'model': {'params': {'k': jnp.array([1.0])}, 'batch_stats': {'m': jnp.array(9.)}}},
-      clients={'alpha': jnp.array([0.5, 0.25]),
-               'personal': {'params': {'k': jnp.array([[0.0], [3.0]])},
-                            'batch_stats': {'m': jnp.array([2.0, 4.0])}}},
-      round=jnp.array(1))
-  mixed = apfl._personalized(echo, apfl_state)(1)(None)
-  np.testing.assert_allclose(mixed['params']['k'], [1.5])
-  assert float(mixed['batch_stats']['m']) == 4.0
+  # alpha_k v_k + (1 - alpha_k) w with client 1: 0.25 * 3 + 0.75 * 1 = 1.5. Both with the
+  # client's own BatchNorm statistics. The task's `predict` here returns the variables given.
+  task = personal_training.LocalModel(
+      recognition=False, image_shape=(), pack=lambda variables, rows: variables['params'],
+      variables=lambda params, stats: {'params': params, 'batch_stats': stats}, loss=None,
+      step_inputs=None, predict=lambda variables, images: variables)
+  personal = {'params': {'k': jnp.array([[0.0], [3.0]])},
+              'batch_stats': {'m': jnp.array([2.0, 4.0])}}
+  server = {'model': {'params': {'k': jnp.array([1.0])}, 'batch_stats': {'m': jnp.array(9.0)}}}
+  ditto_state = RoundState(server=server, clients={'personal': personal}, round=jnp.array(1))
+  own = ditto._personalized(task, ditto_state)(1)(None)
+  assert jax.tree.map(np.ndarray.tolist, jax.tree.map(np.asarray, own)) == {
+      'params': {'k': [3.0]}, 'batch_stats': {'m': 4.0}}
+  apfl_state = RoundState(server=server, round=jnp.array(1),
+                          clients={'alpha': jnp.array([0.5, 0.25]), 'personal': personal})
+  mixed = apfl._personalized(task, apfl_state)(1)(None)
+  assert jax.tree.map(np.ndarray.tolist, jax.tree.map(np.asarray, mixed)) == {
+      'params': {'k': [1.5]}, 'batch_stats': {'m': 4.0}}
 
 
 @pytest.mark.parametrize('name, field, value, message', [
@@ -187,13 +190,42 @@ def test_a_config_without_the_section_is_refused_in_one_line(name):
 
 
 @pytest.mark.parametrize('name', ['ditto', 'apfl'])
-def test_an_anti_spoofing_config_is_refused_in_one_line(name):
-  # Both train with the face-recognition heads' losses here; the PAD data centers are not offered.
+def test_an_anti_spoofing_config_needs_fedpads_detector(name):
+  # On anti-spoofing both train FedPAD's detector (personal_training.detector_model).
   config = config_lib.base_config('anti_spoofing')
   config.algorithm = name
   config[name] = algorithms.get(name).config_section()
   with pytest.raises(ValueError) as raised:
     algorithms.get(name).check_config(config)
-  assert str(raised.value) == (f"config.data.source='pad'; {name} trains a face recognition "
-                               'backbone here: expected a recognition source '
-                               f"{sources.of_task('recognition')}.")
+  assert str(raised.value) == (f"config.model.name='small_cnn' with {name} on anti-spoofing; "
+                               "expected one of ('pad_resnet18', 'pad_net') (FedPAD's detector, "
+                               'models/pad.py).')
+
+
+def test_on_anti_spoofing_a_data_center_sends_the_shared_detector_alone():
+  # FedPAD's Table II network at runlocal size; the structures only (jax.eval_shape: traced, not
+  # compiled). The end-to-end runs: tests/test_experiment_pad_ditto_apfl.py (full tier).
+  steps, batch, size = 2, 4, 32
+  data = {'images': jax.ShapeDtypeStruct((steps, batch, size, size, 3), jnp.uint8),
+          'labels': jax.ShapeDtypeStruct((steps, batch), jnp.int32),
+          'mask': jax.ShapeDtypeStruct((steps, batch), jnp.bool_),
+          'targets': {'depth': jax.ShapeDtypeStruct((steps, batch, size, size), jnp.float32)}}
+  shape_of = lambda tree: jax.tree.map(lambda x: (x.shape, x.dtype), tree)
+  for name, kept in (('ditto', {'personal'}), ('apfl', {'personal', 'alpha'})):
+    config = config_files.load_config(f'pad/{name}', 'backbone=pad_net,runlocal')
+    assert config.data.image_size == size
+    algorithm = algorithms.get(name).build(config, models.build_backbone(config.model),
+                                           engine_cases.tiny_problem(3), step_mode='scan')
+    state = jax.eval_shape(algorithm.init, jax.random.PRNGKey(0))
+    client_input = jax.eval_shape(lambda s: algorithm.broadcast(
+        s, jnp.zeros(1, jnp.int32), jnp.zeros((), jnp.int32), jax.random.PRNGKey(1)),
+                                  state.server)
+    private = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), state.clients)
+    result = jax.eval_shape(algorithm.client_update, client_input, private, data,
+                            jax.random.PRNGKey(0))
+    # The whole detector crosses (FedAvg's), its personal copy and alpha stay, no class rows.
+    assert set(result.update) == {'model'} and set(result.private) == kept
+    assert shape_of(result.update['model']) == shape_of(state.server['model'])
+    personal = result.private['personal']
+    assert shape_of({'params': personal['params'], 'batch_stats': personal['batch_stats']}) == (
+        shape_of(state.server['model']))

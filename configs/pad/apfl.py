@@ -1,0 +1,39 @@
+r"""APFL (Deng et al., 2020) on FedPAD's detector: each data center trains the shared detector, a
+personal one and the weight alpha that mixes the two (fedjax_face/algorithms/apfl.py,
+docs/personalization.md). The 'pad' evaluator scores each data center's held-out subjects with
+its mixed detector ('in_domain_personal'), and the unseen target with the shared one.
+
+    python -m fedjax_face.main --config=configs/pad/apfl.py --workdir=/tmp/pad_apfl
+
+FedPAD's setting (configs/pad/fedpad.py: the paper's ResNet-18, Adam, one local step a round);
+alpha steps at the setting's rate (the paper uses one rate for w, v and alpha). Argument (comma
+separated): alpha=A (a fixed alpha: 0.25 | 0.5 | 0.75; default: the adaptive alpha from 0.5),
+protocol=OCI_M|OMI_C|OCM_I|ICM_O, or centers=<letters> and target=<letter>;
+backbone=resnet18|pad_net; paper; runlocal.
+"""
+
+from fedjax_face import config_lib
+from fedjax_face.algorithms import apfl
+from fedjax_face.data.synthetic import pad_benchmark
+from fedjax_face.proj.pad import setting
+
+FIXED_ALPHAS = ('0.25', '0.5', '0.75')
+
+
+def get_config(arg=None):
+  args = config_lib.parse_arg(arg, {'alpha': FIXED_ALPHAS, 'protocol': setting.PROTOCOLS,
+                                    'centers': setting.CENTERS,
+                                    'target': pad_benchmark.DOMAIN_NAMES,
+                                    'backbone': tuple(setting.BACKBONES), 'paper': (True,),
+                                    'runlocal': (True,)})
+  c = setting.pad_config('fedpad', protocol=args.get('protocol', 'OCI_M'),
+                         runlocal=bool(args.get('runlocal')), paper=bool(args.get('paper')),
+                         centers=args.get('centers'), target=args.get('target'),
+                         backbone=args.get('backbone', 'resnet18'))
+  c.algorithm = 'apfl'   # FedPAD's detector and data centers, a personal detector and alpha each
+  c.apfl = apfl.config_section()
+  c.apfl.alpha_learning_rate = c.optimizer.learning_rate
+  if 'alpha' in args:
+    c.apfl.adaptive_alpha = False
+    c.apfl.alpha_init = float(args['alpha'])
+  return c

@@ -1,0 +1,164 @@
+"""What Ditto and APFL share: a client's model on either task, as parameters, BatchNorm statistics
+and a loss of one local step, so that the methods' steps (algorithms/ditto.py, apfl.py) are
+written once over pytrees.
+
+  recognition    params {'backbone': the backbone's parameters, 'W': the client's class rows};
+                 the loss: the client's classification loss over its own classes (FedGC Eq. 3
+                 and its margins, `head`), on the step's images flipped at random and normalised,
+                 as `common.local_step` computes it
+  anti_spoofing  params: FedPAD's detector's parameters (`model.name` 'pad_resnet18' or 'pad_net'
+                 without ES / Dec); the loss: FedPAD's, `pad_losses.total_loss` with the authors'
+                 term weights (`pad_losses.LOSS_WEIGHTS`) on FedGPAD's batches
+                 (`fedgpad.training_batch`: frames and depth flipped together, RGB + HSV)
+
+A step's inputs `xs` carry each step's `mask` (`core.local.skip_if_empty` skips a step without
+a sample) and `rng`; the loss draws its flips from that rng, so that two models trained in one
+step (Ditto's w and v, APFL's w and v_bar) see the same sample.
+"""
+
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from fedjax_face.algorithms import common, fedgpad, pad_losses
+from fedjax_face.core import local
+from fedjax_face.data import preprocess, sources
+from fedjax_face.models import heads
+from fedjax_face.models import pad as pad_model
+
+DETECTORS = fedgpad.MODELS['fedpad']   # FedPAD's detectors (no FedGPAD ES / Dec)
+
+
+class LocalModel(NamedTuple):
+  """A client's model on its task.
+
+  Attributes:
+    recognition: True for face recognition (class rows W_k in the parameters).
+    image_shape: the backbone's input (H, W, C).
+    pack: (backbone variables, class rows or None) -> trained params.
+    variables: (params, batch_stats) -> backbone variables (what is sent, what evaluates).
+    loss: (params, batch_stats, x) -> (loss, new batch_stats), x one step of `step_inputs`.
+    step_inputs: (data, rng) -> xs, a round's steps `[steps, ...]`.
+    predict: (backbone variables, images) -> the task's prediction (an embedding, the live
+      logit), jitted once per run.
+  """
+  recognition: bool
+  image_shape: tuple
+  pack: Callable
+  variables: Callable
+  loss: Callable
+  step_inputs: Callable
+  predict: Callable
+
+
+def check_task(config, method: str) -> None:
+  """On anti-spoofing, FedPAD's detector at the data's size; a ValueError naming the field
+  otherwise."""
+  if sources.task_of(config) == 'recognition':
+    return
+  m = config.model
+  if m.name not in DETECTORS:
+    raise ValueError(f'config.model.name={m.name!r} with {method} on anti-spoofing; expected one '
+                     f"of {DETECTORS} (FedPAD's detector, models/pad.py).")
+  if m.get('disentangle', False):
+    raise ValueError(f"config.model.disentangle=True with {method}: FedGPAD's ES and Dec are "
+                     "FedGPAD's own; expected False.")
+
+
+def _with_stats(params, batch_stats) -> dict:
+  variables = {'params': params}
+  if batch_stats:
+    variables['batch_stats'] = batch_stats
+  return variables
+
+
+def recognition_model(config, model, image_shape) -> LocalModel:
+  """A face-recognition client: the backbone and its own class rows."""
+  head_kwargs = common.head_kwargs(config)
+
+  def loss(params, batch_stats, x):
+    images = preprocess.normalize(preprocess.random_flip(x['rng'], x['images']))
+    features, state = model.apply(_with_stats(params['backbone'], batch_stats), images,
+                                  train=True, mutable=['batch_stats'])
+    value = heads.loss(features, params['W'], x['labels'], x['class_mask'], x['mask'],
+                       **head_kwargs)
+    return value, state.get('batch_stats', {})
+
+  def step_inputs(data, rng):
+    steps = data['images'].shape[0]
+    return {'images': data['images'], 'labels': data['labels'], 'mask': data['mask'],
+            'rng': jax.random.split(rng, steps),
+            'class_mask': jnp.broadcast_to(data['class_mask'], (steps,) + data['class_mask'].shape)}
+
+  apply = jax.jit(lambda variables, x: model.apply(variables, x, train=False))
+  return LocalModel(
+      recognition=True, image_shape=tuple(image_shape),
+      pack=lambda variables, rows: {'backbone': variables['params'], 'W': rows},
+      variables=lambda params, stats: _with_stats(params['backbone'], stats),
+      loss=loss, step_inputs=step_inputs, predict=apply)
+
+
+def detector_model(config, model) -> LocalModel:
+  """An anti-spoofing data center: FedPAD's detector."""
+
+  def loss(params, batch_stats, x):
+    frames = fedgpad.training_batch(x)
+    outputs, state = model.apply(_with_stats(params, batch_stats), frames['inputs'], train=True,
+                                 mutable=['batch_stats'])
+    total, _ = pad_losses.total_loss(outputs, frames, pad_losses.LOSS_WEIGHTS)
+    return total, state.get('batch_stats', {})
+
+  size = config.data.image_size
+  apply = jax.jit(lambda variables, x: model.apply(variables, x, train=False)['logit'])
+  return LocalModel(
+      recognition=False, image_shape=(size, size, pad_model.PAD_CHANNELS),
+      pack=lambda variables, rows: variables['params'], variables=_with_stats, loss=loss,
+      step_inputs=fedgpad.step_inputs, predict=apply)
+
+
+def local_model(config, model, fed) -> LocalModel:
+  """The client's model on the config's task."""
+  if sources.task_of(config) == 'recognition':
+    return recognition_model(config, model, fed.images.shape[1:])
+  return detector_model(config, model)
+
+
+def initial(config, model, fed, local_model_: LocalModel, rng, start, method: str):
+  """(the starting backbone variables, every client's class rows [K, C_max, d] or None): the
+  random draw, or the backbone of `start` (`config.init_from`)."""
+  if local_model_.recognition:
+    variables, rows = common.init_federated(config, model, fed, rng)
+  else:
+    variables = common.init_backbone(model, rng, local_model_.image_shape, train=True)
+    rows = None
+  if start is not None:
+    variables, _ = common.start_from(start, variables, method=method)
+  return variables, rows
+
+
+def stacked(tree, num_clients: int):
+  """`tree` repeated on a leading clients axis (every client starts from the same copy)."""
+  return jax.tree.map(lambda x: jnp.broadcast_to(x, (num_clients,) + x.shape), tree)
+
+
+def apply_update(optimizer: optax.GradientTransformation, params, opt_state, grads, scale):
+  """One optimizer step, its update scaled by the round's learning-rate factor."""
+  updates, opt_state = optimizer.update(grads, opt_state, params)
+  updates = jax.tree.map(lambda u: u * scale.astype(u.dtype), updates)
+  return optax.apply_updates(params, updates), opt_state
+
+
+def run_round(step, carry, xs, lr_scale, step_mode: str):
+  """`step(carry, x) -> (carry, losses)` over a round's steps (padding steps skipped), each x
+  with the round's learning-rate factor."""
+  scale = jnp.ones((), jnp.float32) if lr_scale is None else lr_scale
+  return local.run_steps(local.skip_if_empty(lambda c, x: step(c, {**x, 'lr_scale': scale})),
+                         carry, xs, mode=step_mode)
+
+
+def mean_over_steps(losses, mask):
+  """A round's mean loss over the steps that had a sample (`mask` [steps, batch])."""
+  active = jnp.any(mask, axis=-1)
+  return jnp.sum(losses * active) / jnp.maximum(active.sum(), 1)
