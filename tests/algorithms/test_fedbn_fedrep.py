@@ -50,6 +50,16 @@ def problem():
   return engine_cases.tiny_problem()
 
 
+@pytest.fixture(scope='module')
+def fedbn_start(problem):
+  """(FedBN, its round state) with clients 1 and 2 holding BatchNorm layers of their own (the
+  start's + 0.5 and + 0.25), built once for the module."""
+  _, algorithm = _build('fedbn', problem)
+  state = algorithm.init(jax.random.PRNGKey(0))
+  own_bn = jax.tree.map(lambda x: x.at[1].add(0.5).at[2].add(0.25), state.clients['bn'])
+  return algorithm, state.replace(clients={**state.clients, 'bn': own_bn})
+
+
 def _build(name, fed, **section):
   config = engine_cases.tiny_config(name)
   for key, value in section.items():
@@ -111,12 +121,8 @@ def test_fedper_steps_head_and_body_together():
 
 # -- what crosses, and what a client keeps -------------------------------------------------------
 
-def test_fedbn_sends_no_batch_norm_and_keeps_its_own(problem):
-  _, algorithm = _build('fedbn', problem)
-  state = algorithm.init(jax.random.PRNGKey(0))
-  # Client 1's BatchNorm differs from the start: its round must start from it.
-  own_bn = jax.tree.map(lambda x: x.at[1].add(0.5), state.clients['bn'])
-  state = state.replace(clients={**state.clients, 'bn': own_bn})
+def test_fedbn_sends_no_batch_norm_and_keeps_its_own(problem, fedbn_start):
+  algorithm, state = fedbn_start   # client 1's BatchNorm differs from the start's
   client_input, private, data = _client_inputs(algorithm, problem, state, client=1)
   update = jax.jit(algorithm.client_update)   # compiled once, called twice
   result = update(client_input, private, data, jax.random.PRNGKey(0))
@@ -147,11 +153,8 @@ def test_fedbn_sends_no_batch_norm_and_keeps_its_own(problem):
       partial_sharing.merge(result.update['model'], result.private['bn']))
 
 
-def test_fedbn_personalized_model_has_the_clients_own_batch_norm(problem):
-  _, algorithm = _build('fedbn', problem)
-  state = algorithm.init(jax.random.PRNGKey(0))
-  own_bn = jax.tree.map(lambda x: x.at[2].add(0.5), state.clients['bn'])
-  state = state.replace(clients={**state.clients, 'bn': own_bn})
+def test_fedbn_personalized_model_has_the_clients_own_batch_norm(problem, fedbn_start):
+  algorithm, state = fedbn_start   # client 2's BatchNorm differs from the start's, client 0's not
   images = jnp.asarray(problem.images[:3], jnp.float32) / 127.5 - 1.0
   by_client = [np.asarray(algorithm.personalized(state)(k)(images)) for k in (0, 2)]
   shared = TwoLayers().apply(algorithm.eval_variables(state.server), images, train=False)
