@@ -21,8 +21,9 @@ Readings:
   * The head, anti-spoofing (FedPAD's detector, `pad_training`): the detector's classifier C
     (its 'classifier' part: the paper's ResNet-18's last Dense layer, or the Table II network's
     two); the feature extractor (and the depth head Dep of `pad_net`) is the body.
-  * tau_h and tau. The round's `federated.local_steps` steps are split: the first
-    local_steps - `fedrep.body_steps` update the head, the last `fedrep.body_steps` the body,
+  * tau_h and tau. A client's steps of the round are split: its last `fedrep.body_steps` steps
+    that hold a sample update the body, the ones before them the head (a client with fewer
+    images than `federated.local_steps` batches has empty steps at the end: not counted),
     as FedRep's public code splits its local epochs (lgcollins/FedRep, models/Update.py:
     `head_eps = local_eps - local_rep_ep`, 10 epochs of which 1 for the body by default).
   * A frozen part is frozen whole: its parameters, and its BatchNorm running statistics, which a
@@ -96,21 +97,25 @@ def alternate(loss_fn: Callable, optimizer: optax.GradientTransformation, head: 
   """FedRep's Algorithm 1 on one client: (head, body, losses `[steps]`).
 
   `head` and `body` are parts `{'params': ..., 'stats': ...}`; `loss_fn(trained, frozen, batch)
-  -> (loss, the trained part's new stats)` takes the part a step trains and the other one. The
-  first `len(xs) - body_steps` steps update the head with the received body fixed (tau_h), the
-  last `body_steps` the body with that new head fixed (tau).
+  -> (loss, the trained part's new stats)` takes the part a step trains and the other one. Of the
+  steps with a sample (`xs['mask']` `[steps, batch]`), the last `body_steps` update the body with
+  the new head fixed (tau), the ones before them the head with the received body fixed (tau_h).
   """
-  num_steps = jax.tree.leaves(xs)[0].shape[0]
-  head_xs = jax.tree.map(lambda x: x[:num_steps - body_steps], xs)
-  body_xs = jax.tree.map(lambda x: x[num_steps - body_steps:], xs)
+  # A client's steps past its data are empty (`federated.sample_round` under local epochs):
+  # moved first (where `train_part` skips them), the last steps are the client's last batches.
+  order = jnp.argsort(jnp.any(xs['mask'], axis=-1), stable=True)
+  ordered = jax.tree.map(lambda x: x[order], xs)
+  num_steps = order.shape[0]
+  head_xs = jax.tree.map(lambda x: x[:num_steps - body_steps], ordered)
+  body_xs = jax.tree.map(lambda x: x[num_steps - body_steps:], ordered)
   part_loss = lambda p, s, frozen, batch: loss_fn({'params': p, 'stats': s}, frozen, batch)
   train = functools.partial(partial_sharing.train_part, part_loss, optimizer,
                             step_mode=step_mode, lr_scale=lr_scale)
   h_params, h_stats, head_losses = train(head['params'], head['stats'], body, head_xs)  # tau_h
   head = {'params': h_params, 'stats': h_stats}
   b_params, b_stats, body_losses = train(body['params'], body['stats'], head, body_xs)  # tau
-  return head, {'params': b_params, 'stats': b_stats}, jnp.concatenate([head_losses,
-                                                                        body_losses])
+  losses = jnp.zeros(num_steps).at[order].set(jnp.concatenate([head_losses, body_losses]))
+  return head, {'params': b_params, 'stats': b_stats}, losses   # losses in the steps' order
 
 
 def jointly(loss_fn: Callable, optimizer: optax.GradientTransformation, head: dict, body: dict,
