@@ -28,9 +28,12 @@ stopped sweep's root to the files a commit carries, so that its queue goes on in
 
 `--numbers` reports, per paper page, the figures its prose quotes that the archive does not hold
 at their printed rounding (`quotable_forms`: a table's per-seed values, means, standard
-deviations, differences of two rows, margins; what the generated pages print) and those exempt
-(`tools/claims.py:figures`). It finds figures from nowhere; a figure it finds may still be a
-chance match among the many differences, so it does not judge a figure quoted for another.
+deviations, differences of two rows, margins, the paper's numbers, each run's recorded
+diagnostics; what the generated pages print) and those exempt (`tools/claims.py:figures`).
+`python -m fedjax_face.tools.claims --check` fails on the same figures (and on quantifiers no
+verdict line backs, and a seed's figure quoted as a mean); it looks `quotable_forms` up by name,
+since tools/ sits below this module. A figure found may still be a chance match among the many
+differences, so neither judges a figure quoted for another.
 """
 
 import contextlib
@@ -281,13 +284,18 @@ def side_means(table: spec.Table, labels: tuple[str, ...], column: str, results:
   return out
 
 
-def table_quotables(table: spec.Table, results: dict, seeds: tuple[int, ...]) -> list[float]:
-  """The values prose may quote from one table: per row and column each seed's value, their mean
-  and standard deviation; per column the difference of any two rows in a seed and of their means,
-  and of any two of the paper's numbers; per ordering each seed's margin, their mean and extremes,
-  and its two sides' means per seed and over the seeds; and each run's diagnostics
-  (`run_records`: what the archive records beside the table's columns)."""
-  values = []
+def table_quotables(table: spec.Table, results: dict,
+                    seeds: tuple[int, ...]) -> tuple[list[float], list[float]]:
+  """The values prose may quote from one table, as (over the seeds, of one seed).
+
+  Over the seeds: per row and column the mean and standard deviation; per column the difference
+  of two rows' means, and of any two of the paper's numbers (and the paper's numbers); per
+  ordering its mean margin and its two sides' means; per run the mean over the seeds of each
+  number its results.json records beside the columns (`run_records`). Of one seed: each seed's
+  value, two rows' difference in a seed, an ordering's margin and its sides' means in a seed, and
+  each seed's records. With one seed, a seed's values are the table's cells: they count as both.
+  """
+  over, one = [], []
   for index, column in enumerate(table.columns):
     per_row = {}
     for row in table.rows:
@@ -296,66 +304,77 @@ def table_quotables(table: spec.Table, results: dict, seeds: tuple[int, ...]) ->
       by_seed = {seed: spec.column_value(results.get((row.run, seed)), table, column)
                  for seed in seeds}
       per_row[row.label] = {seed: v for seed, v in by_seed.items() if v is not None}
-      values += per_row[row.label].values()
+      one += per_row[row.label].values()
       if len(per_row[row.label]) > 1:
-        values += [statistics.mean(per_row[row.label].values()),
-                   statistics.stdev(per_row[row.label].values())]
+        over += [statistics.mean(per_row[row.label].values()),
+                 statistics.stdev(per_row[row.label].values())]
     for a, b in itertools.combinations(per_row.values(), 2):
-      values += [a[seed] - b[seed] for seed in a if seed in b]
+      one += [a[seed] - b[seed] for seed in a if seed in b]
       if a and b:
-        values.append(statistics.mean(a.values()) - statistics.mean(b.values()))
+        over.append(statistics.mean(a.values()) - statistics.mean(b.values()))
     papers = [row.paper[index] for row in table.rows
               if index < len(row.paper) and row.paper[index] is not None]
-    values += papers + [a - b for a, b in itertools.combinations(papers, 2)]
+    over += papers + [a - b for a, b in itertools.combinations(papers, 2)]
   for ordering in table.orderings:
     margins = list(verdict_lib.ordering_margins(table, ordering, results, seeds).values())
-    values += margins + ([statistics.mean(margins)] if margins else [])
+    one += margins
+    over += [statistics.mean(margins)] if margins else []
     for labels in (ordering.ahead, ordering.behind):
       means = side_means(table, labels, ordering.column, results, seeds)
-      values += means + ([statistics.mean(means)] if means else [])
-  for result in results.values():
-    values += run_records(result)
-  return values
+      one += means
+      over += [statistics.mean(means)] if means else []
+  by_run = {}
+  for (run, _), result in results.items():
+    records = run_records(result)
+    one += records.values()
+    for key, value in records.items():
+      by_run.setdefault((run, key), []).append(value)
+  over += [statistics.mean(values) for values in by_run.values()]
+  return (over + one, one) if len(seeds) == 1 else (over, one)
 
 
-RECORDED_SECTIONS = ('diagnostics', 'last_logged_round', 'membership')
+RECORDED_SECTIONS = ('diagnostics', 'last_logged_round', 'membership', 'privacy')
 
 
-def run_records(result: dict | None) -> list[float]:
+def run_records(result: dict | None) -> dict[str, float]:
   """The numbers of a run's results.json sections `RECORDED_SECTIONS` (class-embedding norms
   and cosines, the last logged round's training loss, the membership attacks' per-identity
-  scores), which the archive keeps whether or not a
-  table prints them."""
-  out, todo = [], [(result or {}).get(section) or {} for section in RECORDED_SECTIONS]
+  scores, the DP noise multiplier and ε) by their path, which the archive keeps whether or not a table prints them."""
+  out, todo = {}, [(section, (result or {}).get(section) or {}) for section in RECORDED_SECTIONS]
   while todo:
-    for value in todo.pop().values():
+    path, section = todo.pop()
+    for key, value in section.items():
       if isinstance(value, dict):
-        todo.append(value)
+        todo.append((f'{path}/{key}', value))
       elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        out.append(float(value))
+        out[f'{path}/{key}'] = float(value)
   return out
 
 
 GENERATED_LINK = re.compile(r'\]\(([a-z]+_[\w]+\.md)\)')   # [Table 1](privacy_table1.md)
 
 
-def quotable_forms(paper: str, docs_dir: str, archive_dir: str) -> set[str]:
-  """Every printed form (`claims.printed_forms`) of what docs/<paper>.md may quote: each of its
-  tables' `table_quotables`, from the archive as the table's page records it, every figure
-  printed on the paper's generated pages, and on another paper's generated page the page links
-  to (a figure quoted across papers names its source by the link)."""
-  values = []
+def quotable_forms(paper: str, docs_dir: str, archive_dir: str) -> claims.Forms:
+  """Every printed form (`claims.printed_forms`) of what docs/<paper>.md may quote, all of them
+  and those over the seeds: each of its tables' `table_quotables`, from the archive as the
+  table's page records it, and (over the seeds: a page prints means) every figure printed on the
+  paper's generated pages and on another paper's generated page the page links to (a figure
+  quoted across papers names its source by the link)."""
+  over, one = [], []
   for tid in table_ids(paper):
     got = recorded_results(paper, tid, docs_dir, archive_dir)
     if got is not None:
-      values += table_quotables(tables_of(paper)[tid], *got)
+      table_over, table_one = table_quotables(tables_of(paper)[tid], *got)
+      over += table_over
+      one += table_one
   page = os.path.join(docs_dir, f'{paper}.md')
   linked = GENERATED_LINK.findall(files.read_text(page)) if os.path.exists(page) else []
   names = dict.fromkeys(claims.table_files(docs_dir, paper)
                         + [n for n in linked if os.path.exists(os.path.join(docs_dir, n))])
   tokens = [token for name in names
             for token in claims.FIGURE.findall(files.read_text(os.path.join(docs_dir, name)))]
-  return claims.printed_forms(values, tokens)
+  over_seeds = claims.printed_forms(over, tokens)
+  return claims.Forms(over_seeds | claims.printed_forms(one), over_seeds)
 
 
 def numbers_report(docs_dir: str, archive_dir: str) -> list[str]:
@@ -368,7 +387,7 @@ def numbers_report(docs_dir: str, archive_dir: str) -> list[str]:
     if not os.path.exists(path):
       continue
     missing, checked, exempt = claims.unsourced_figures(
-        files.read_text(path), quotable_forms(paper, docs_dir, archive_dir))
+        files.read_text(path), quotable_forms(paper, docs_dir, archive_dir).all)
     where = ', '.join(f'{n} {kind}' for kind, n in sorted(exempt.items())) or 'none'
     lines.append(f'{path}: {checked} figures checked, {len(missing)} not found in the archive; '
                  f'exempt: {where}')
@@ -398,8 +417,8 @@ def define_flags():
   flags.DEFINE_bool('check', False, 'Rebuild every table in --docs from the archive alone '
                     '(--archive/<paper>_tables; nothing is run) and fail on any difference.')
   flags.DEFINE_bool('numbers', False, "Report each figure a paper page's prose quotes that the "
-                    "archive does not hold at its printed rounding (issue 63's checker, first "
-                    'piece: a report, exit 0).')
+                    'archive does not hold at its printed rounding (a report, exit 0; '
+                    '`tools.claims --check` fails on them).')
   flags.DEFINE_string('docs', 'docs', 'The generated tables (--check; and the footnotes of the '
                       "tables of a page not made now, for the page's family of verdicts).")
   flags.DEFINE_string('archive', 'results', 'The run archive (--check; and the runs of the '

@@ -17,7 +17,9 @@ between the two HISTORY markers.
 - every other figure (a decimal number) is a value of the archive at its printed rounding: a
   table's per-seed value, mean, standard deviation, the difference of two rows, an ordering's
   margin (`reproduce.quotable_forms` gathers them from the table specs and results/), or a figure
-  a generated page prints (`figure_failures`). A range "0.13–2.03" is two figures, each checked;
+  a generated page prints (`figure_failures`). A range "0.13–2.03" is two figures, each checked.
+  A figure only one seed's value holds (no mean, std, difference of means or printed cell) needs
+  a sentence that names a seed: a seed's figure is not quoted as if it were the mean;
 - a universal quantifier over seeds or columns ("in every seed", "on all three pair sets",
   `QUANTIFIER`) restates a verdict line, named in its sentence by `<!-- judged: <line> -->`
   (the line's text before its verdict, e.g. `FedGC above FedPE (LFW)`, or an ordering judged on
@@ -199,18 +201,32 @@ def exempt_spans(page: str) -> list[tuple[int, int, str]]:
   return spans
 
 
+def figure_matches(page: str) -> list[tuple[re.Match, str | None]]:
+  """Each figure of `page` with the kind of exemption that holds it (None: checked); the first
+  span holding a figure names its kind."""
+  spans = sorted(exempt_spans(page))
+  return [(match, next((k for start, end, k in spans if start <= match.start() < end), None))
+          for match in FIGURE.finditer(page)]
+
+
 def figures(page: str) -> tuple[list[tuple[int, str]], collections.Counter]:
   """(line number, figure) of every figure in `page` outside `exempt_spans`, and how many figures
-  each kind of exemption held (the first span holding a figure names its kind)."""
-  spans = sorted(exempt_spans(page))
+  each kind of exemption held."""
   checked, exempt = [], collections.Counter()
-  for match in FIGURE.finditer(page):
-    kind = next((k for start, end, k in spans if start <= match.start() < end), None)
+  for match, kind in figure_matches(page):
     if kind:
       exempt[kind] += 1
     else:
       checked.append((page.count('\n', 0, match.start()) + 1, match.group(0)))
   return checked, exempt
+
+
+class Forms(NamedTuple):
+  """What a page may quote, as printed (`printed_forms`): all of it, and what holds over the
+  seeds (means, standard deviations, differences of means, the paper's numbers, what a
+  generated page prints) rather than of one seed."""
+  all: set[str]
+  over_seeds: set[str]
 
 
 def printed_forms(values, tokens=()) -> set[str]:
@@ -338,17 +354,31 @@ def empty_reasons(path: str, page: str) -> list[str]:
           if not m.group(1).strip()]
 
 
-def figure_failures(path: str, page: str, forms: set[str]) -> tuple[list[str], int,
-                                                                    collections.Counter]:
-  """('<path>:<line>: <figure> ...' for each figure of the prose no form holds, how many figures
-  were checked, how many each kind of exemption held)."""
-  missing, checked, exempt = unsourced_figures(page, forms)
-  return ([f'{path}:{line}: {figure} is no value of the archive at its printed rounding (a cell, '
-           'a per-seed value, a difference of two rows, a margin); correct it, or put it under '
-           '<!-- unchecked: reason -->' for line, figure in missing], checked, exempt)
+SEED_WORD = re.compile(r'(?i)\bseeds?\b')
 
 
-def prose_check(docs_dir: str, forms_of: Callable[[str], set[str]]) -> tuple[list[str],
+def figure_failures(path: str, page: str, forms: Forms) -> tuple[list[str], int,
+                                                                 collections.Counter]:
+  """('<path>:<line>: <figure> ...' for each figure of the prose no form holds, and for each
+  that only one seed's value holds in a sentence naming no seed (a seed's figure quoted as if it
+  were the mean); how many figures were checked; how many each kind of exemption held)."""
+  missing, checked, exempt = unsourced_figures(page, forms.all)
+  out = [f'{path}:{line}: {figure} is no value of the archive at its printed rounding (a cell, a '
+         'per-seed value, a difference of two rows, a margin); correct it, or put it under '
+         '<!-- unchecked: reason -->' for line, figure in missing]
+  for match, kind in figure_matches(page):
+    figure = match.group(0)
+    if kind or figure not in forms.all or figure in forms.over_seeds:
+      continue
+    start, end = sentence_at(page, match.start())
+    if not SEED_WORD.search(page[start:end]):
+      out.append(f"{path}:{page.count(chr(10), 0, match.start()) + 1}: {figure} is one seed's "
+                 'value, no mean, in a sentence that names no seed; say which seed, or quote the '
+                 'mean')
+  return out, checked, exempt
+
+
+def prose_check(docs_dir: str, forms_of: Callable[[str], Forms]) -> tuple[list[str],
                                                                                list[str]]:
   """(each failure of the prose of every paper page, one line each; per page how many figures
   were checked and how many each kind of exemption held, then a closing line of the totals).
@@ -402,7 +432,7 @@ def main(argv):
     sys.exit(str(e))
 
 
-def run(docs_dir: str, check: bool, forms_of: Callable[[str], set[str]]) -> int:
+def run(docs_dir: str, check: bool, forms_of: Callable[[str], Forms]) -> int:
   """Rewrites the stale verdict blocks of `docs_dir`, or with `check` prints what is stale (the
   blocks) and each failure of the prose (`prose_check`), then the exemptions per page; returns
   the exit status (1 if anything failed)."""

@@ -160,7 +160,7 @@ def test_check_passes_a_page_whose_figures_and_quantifiers_the_archive_holds(
       "archive's or exempt"])
 
 
-def test_check_names_a_wrong_figure_a_false_quantifier_and_a_figure_from_nowhere(
+def test_check_names_a_wrong_figure_a_false_quantifier_a_seed_as_mean_and_a_figure_from_nowhere(
     tmp_path, monkeypatch, capsys):
   check, path = toy_docs(tmp_path, monkeypatch)
   # 52.30 is no value of either table (A's seeds are 51.50-53.50, its means 52.00 and 52.17).
@@ -175,6 +175,12 @@ def test_check_names_a_wrong_figure_a_false_quantifier_and_a_figure_from_nowhere
   assert (status, lines[0]) == (1, (
       f'{path}:3: "in every seed" is false: toy_table1.md: A above B (LFW) holds in 3 of 3 seeds '
       '(by +1.50 to +2.50)'))
+  # Seed 2's value of A in Table 1 quoted as if it were A's mean (52.00), no seed named.
+  status, lines = check('A reads 52.50 against 50.00.', capsys)
+  assert (status, lines[0]) == (1, (
+      f"{path}:3: 52.50 is one seed's value, no mean, in a sentence that names no seed; say which "
+      'seed, or quote the mean'))
+  assert check('A reads 52.50 at seed 2 against 50.00.', capsys)[0] == 0
   # A quantifier that names no verdict line, a figure from nowhere, a marker without a reason.
   status, lines = check('A leads in each seed by 3.21.\n\n<!-- unchecked: --> 7.7', capsys)
   assert (status, lines[:3]) == (1, [
