@@ -26,7 +26,7 @@ between the two HISTORY markers.
   several columns by its name alone), and that line holds in every seed, on every column it has
   (`quantifier_failures`). A quantifier cannot be checked by matching words, so it names its line.
 A figure or quantifier is exempt only: in code (backticks), a table line, a link target, a
-reference to an equation, table, figure, section or seed ("Eq. 3.2"), the verdict and history
+reference to an equation, table, figure or section ("Eq. 3.2"), the verdict and history
 blocks, and a paragraph holding `<!-- unchecked: reason -->` (the reason is required). The check
 prints, per page, how many figures it checked and how many each kind of exemption held.
 
@@ -175,9 +175,10 @@ def unsourced(docs_dir: str, paper: str) -> list[str]:
 FIGURE = re.compile(r'(?<![\w.])\d+\.\d+(?![\w]|\.\d)')   # 83.18, 0.05; not 1.2.3 or v0.1
 UNCHECKED = re.compile(r'<!-- unchecked:([^>]*)-->')
 # A reference whose number names a place, not a value: "Eq. 3.2", "Table 4.1", "Fig. 2.3",
-# "Section 3.1", "§ 4.2", "Alg. 1.1", "seed 0".
+# "Section 3.1", "§ 4.2", "Alg. 1.1". (A seed or a commit is named by an integer or a hash, which
+# are no figures.)
 REFERENCE = re.compile(r'(?i)(?:\beqs?\.|\bequations?|\btables?|\bfigs?\.|\bfigures?|\bsec\.|'
-                       r'\bsections?|§|\balg\.|\balgorithms?|\bseeds?)\s*\(?(\d+\.\d+)')
+                       r'\bsections?|§|\balg\.|\balgorithms?)\s*(\d+\.\d+)')
 FIGURE_DIGITS = 6   # the most decimals a figure is matched at
 PARAGRAPH_BREAK = re.compile(r'\n[ \t]*\n|\n(?=[ \t]*- )')   # a blank line, or a list item's start
 
