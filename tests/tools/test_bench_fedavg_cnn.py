@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
+import pytest
 
 from fedjax_face.core import engine as engine_lib
 from fedjax_face.tools.bench import common as bench_common
@@ -21,7 +22,9 @@ IMAGE_SIZE = 8
 LEARNING_RATE = 0.1
 
 
+@pytest.fixture(scope='module')
 def setup():
+  """The problem, the algorithm, its first state and round 1's inputs, built once for the module."""
   problem = bench_common.make_problem('tiny', SPEC, IMAGE_SIZE, seed=0)
   model = fedavg_cnn.ClassifierCNN(num_classes=problem.fed.num_identities)
   algorithm = fedavg_cnn.fedavg_classifier(model, np.asarray(problem.fed.identity_table),
@@ -52,25 +55,32 @@ def by_hand(problem, model, params, ids, weights, data):
   return jax.tree.map(lambda *xs: sum(wk * x for wk, x in zip(w, xs)), *finals)
 
 
-def test_round_is_fedavg_of_sgd_clients():
-  problem, model, algorithm, state, ids, weights, data = setup()
+@pytest.fixture(scope='module')
+def one_thread_round(setup):
+  """The round the loop backend runs on one thread (its default), computed once for the module:
+  both the hand-computed FedAvg and the two-thread round are compared with it."""
+  _, _, algorithm, state, ids, weights, data = setup
+  return engine_lib.RoundEngine(algorithm, backend='loop').run_round(
+      state, ids, weights, data, jax.random.PRNGKey(1))[0]
+
+
+def test_round_is_fedavg_of_sgd_clients(setup, one_thread_round):
+  problem, model, _, state, ids, weights, data = setup
   assert np.all(data['mask'])   # every step full: the hand loss needs no empty-batch case
-  new_state, _ = engine_lib.RoundEngine(algorithm, backend='loop').run_round(
-      state, ids, weights, data, jax.random.PRNGKey(1))
   expected = by_hand(problem, model, state.server['params'], ids, weights, data)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6),
-               new_state.server['params'], expected)
+               one_thread_round.server['params'], expected)
 
 
-def test_round_does_not_depend_on_the_loop_threads():
-  _, _, algorithm, state, ids, weights, data = setup()
-  rounds = [engine_lib.RoundEngine(algorithm, backend='loop', loop_threads=t).run_round(
-      state, ids, weights, data, jax.random.PRNGKey(1))[0].server for t in (1, 2)]
-  jax.tree.map(np.testing.assert_array_equal, *rounds)
+def test_round_does_not_depend_on_the_loop_threads(setup, one_thread_round):
+  _, _, algorithm, state, ids, weights, data = setup
+  two_threads = engine_lib.RoundEngine(algorithm, backend='loop', loop_threads=2).run_round(
+      state, ids, weights, data, jax.random.PRNGKey(1))[0]
+  jax.tree.map(np.testing.assert_array_equal, one_thread_round.server, two_threads.server)
 
 
-def test_a_client_sends_its_parameters_only():
-  _, _, algorithm, state, ids, _, data = setup()
+def test_a_client_sends_its_parameters_only(setup):
+  _, _, algorithm, state, ids, _, data = setup
   client_input = algorithm.broadcast(state.server, jnp.asarray(ids), state.round, None)
   one = client_input._replace(per_client=jax.tree.map(lambda x: x[0], client_input.per_client))
   # What is sent, not its values: traced only (run op by op, the update took ~3 s; the round
