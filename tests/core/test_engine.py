@@ -22,6 +22,13 @@ def assert_trees_close(a, b, rtol=2e-4, atol=2e-5):
     np.testing.assert_allclose(x, y, rtol=rtol, atol=atol)
 
 
+# The default cohorts (5 clients, then 3) padded to the first one's 5 rows, for tests whose subject
+# is not the cohort size: one compiled round (vmap) or one set of loop programs for both rounds
+# rather than one per size. The module's reference (`loop_results`) stays unpadded, so each such
+# test also compares a padded round with an unpadded one.
+ONE_SIZE = 5
+
+
 @pytest.fixture(scope='module')
 def loop_results():
   return {name: engine_cases.run_rounds(name, 'loop')[0] for name in ('fedpe', 'fedgc')}
@@ -46,13 +53,14 @@ def assert_the_wire_is_one_client_s(eng, state):
 @pytest.mark.parametrize('backend,map_width', [('vmap', 0),
                                                pytest.param('map', 2, marks=pytest.mark.full)])
 def test_backends_agree(loop_results, algorithm, backend, map_width):
-  state, eng = engine_cases.run_rounds(algorithm, backend, map_width=map_width)
+  state, eng = engine_cases.run_rounds(algorithm, backend, map_width=map_width,
+                                       pad_to=ONE_SIZE)
   assert_trees_close(state, loop_results[algorithm])
   assert_the_wire_is_one_client_s(eng, state)
 
 
 def test_scan_equals_unroll(loop_results):
-  state, eng = engine_cases.run_rounds('fedgc', 'loop', step_mode='unroll')
+  state, eng = engine_cases.run_rounds('fedgc', 'loop', step_mode='unroll', pad_to=ONE_SIZE)
   assert_trees_close(state, loop_results['fedgc'])
   assert 'W (own row)' in communication.wire_bytes(*eng.client_wire)['down']
   assert_the_wire_is_one_client_s(eng, state)
@@ -111,15 +119,15 @@ def test_client_state_on_the_host_gives_the_same_rounds(loop_results, backend, m
     seen.append((len(state.clients['W']), client_ids.tolist(), positions.tolist()))
     return real_run(self, state, client_ids, positions, *args)
   monkeypatch.setattr(engine_lib.RoundEngine, '_run', recording_run)
-  # Cohorts (0..4) and (1, 3, 4), padded with id 5 to multiples of 4: 8 and 4 rows.
-  device, _ = engine_cases.run_rounds('fedpe', backend, pad_to=4)
-  host, eng = engine_cases.run_rounds('fedpe', backend, client_state='host', pad_to=4)
+  # Cohorts (0..4) and (1, 3, 4), padded with id 5 to 8 rows each (one set of programs a run).
+  device, _ = engine_cases.run_rounds('fedpe', backend, pad_to=8)
+  host, eng = engine_cases.run_rounds('fedpe', backend, client_state='host', pad_to=8)
   assert eng.client_state == 'host'
   # Device state: every client's rows go in, read at the ids; host state: the cohort's rows,
   # read at 0..m-1.
-  assert [rows for rows, _, _ in seen] == [5, 5, 8, 4]
+  assert [rows for rows, _, _ in seen] == [5, 5, 8, 8]
   assert seen[0][2] == seen[0][1] == [0, 1, 2, 3, 4, 5, 5, 5]
-  assert seen[3][1] == [1, 3, 4, 5] and seen[3][2] == [0, 1, 2, 3]
+  assert seen[3][1] == [1, 3, 4, 5, 5, 5, 5, 5] and seen[3][2] == list(range(8))
   jax.tree.map(np.testing.assert_array_equal, host, device)
   if backend == 'loop':   # padding changes nothing in the loop
     jax.tree.map(np.testing.assert_array_equal, host, loop_results['fedpe'])
@@ -145,7 +153,7 @@ def test_bad_client_state_is_named():
 
 def test_fedgc_without_regularizer_is_fedpe(loop_results):
   """lambda = 0 removes Alg. 1 lines 13-14: FedGC must then be FedPE exactly."""
-  fedgc, _ = engine_cases.run_rounds('fedgc', 'loop', reg_lambda=0.0)
+  fedgc, _ = engine_cases.run_rounds('fedgc', 'loop', reg_lambda=0.0, pad_to=ONE_SIZE)
   fedpe = loop_results['fedpe']
   jax.tree.map(np.testing.assert_array_equal, fedgc.server['model'], fedpe.server['model'])
   np.testing.assert_array_equal(fedgc.server['W'], fedpe.clients['W'])
@@ -230,8 +238,9 @@ def test_vmap_falls_back_to_chunks_when_the_cohort_does_not_fit(loop_results, mo
   plan = engine_lib.plan_width(algorithm, state, 5, client_data, backend='vmap')
   eng = engine_lib.RoundEngine(algorithm, backend='vmap', map_width=plan.map_width)
   assert (plan.map_width, plan.width, plan.chunks, eng.cohort_multiple()) == (2, 2, 3, 2)
+  # Both cohorts padded to 6 rows (3 chunks of 2): one compiled round for the two.
   for r, cohort in enumerate(((0, 1, 2, 3, 4), (1, 3, 4))):
-    ids = federated.pad_cohort(np.asarray(cohort, np.int32), eng.cohort_multiple(), 5)
+    ids = federated.pad_cohort(np.asarray(cohort, np.int32), 3 * eng.cohort_multiple(), 5)
     weights = np.where(ids < 5, fed.num_examples[np.minimum(ids, 4)], 0).astype(np.float32)
     data = federated.sample_round(fed, ids, round_index=r, seed=0, steps=2, batch_size=4)
     state, _ = eng.run_round(state, ids, weights, data, jax.random.PRNGKey(r + 1))
