@@ -113,7 +113,9 @@ def check_personalized(config, section) -> None:
 
 def make_personalized(config, section, setup) -> Evaluator:
   """FedFR's personalized 1:1 and 1:N protocol (`personalized.py`), per client with its own model,
-  averaged over clients."""
+  averaged over clients; 'spread' holds, per rate, the worst 10 % of the clients, the lowest one and
+  every client's value (`personalized.spread_over_clients`), 'worst_clients' how many clients the
+  worst 10 % averages."""
   fed, benchmark = setup.fed_view, setup.benchmark
   labels = np.asarray(benchmark.train_labels)
   test_indices = np.asarray(fed.test_indices)
@@ -148,9 +150,15 @@ def make_personalized(config, section, setup) -> Evaluator:
         'genuine_pairs': float(np.mean([v['genuine_pairs'] for v in ver])),
         'impostor_pairs': float(np.mean([v['impostor_pairs'] for v in ver])),
         'non_mated_probes': float(np.mean([i['non_mated_probes'] for i in ident])),
+        'spread': {'worst_clients': personalized.worst_count(fed.num_clients),
+                   'tar': personalized.spread_over_clients([v['tar'] for v in ver]),
+                   'tpir': personalized.spread_over_clients([i['tpir'] for i in ident])},
     }
     scalars = {f'{kind}@{rate}': value for kind in ('tar', 'tpir')
                for rate, value in results[kind].items() if value is not None}
+    scalars.update({f'{kind}_worst10@{rate}': value for kind in ('tar', 'tpir')
+                    for rate, value in results['spread'][kind]['worst_10pct'].items()
+                    if value is not None})
     return EvalOutput(results=results, scalars=scalars, figures={}, arrays={},
                       markdown=report.personalized_lines(results))
 

@@ -76,14 +76,26 @@ def identification_lines(ident: dict, name: str) -> list[str]:
 
 def personalized_lines(personal: dict) -> list[str]:
   """The personalized protocol's table (personalized.py): rates by value, '—' where the
-  benchmark's size cannot resolve one."""
+  benchmark's size cannot resolve one; then the spread across clients (the worst 10 % and the
+  lowest client) where the results have it (results written before it existed have none)."""
   cells = lambda d: {float(k): v for k, v in d.items()}
+  row = lambda tar, tpir: ([tar[r] for r in sorted(tar)] + [tpir[r] for r in sorted(tpir)])
   tar, tpir = cells(personal['tar']), cells(personal['tpir'])
   header = ([f'TAR@FAR={r:g}' for r in sorted(tar)] + [f'TPIR@FPIR={r:g}' for r in sorted(tpir)])
-  values = [tar[r] for r in sorted(tar)] + [tpir[r] for r in sorted(tpir)]
-  return [f"Personalized evaluation (FedFR protocol, each client's {personal['model']} model, "
-          f"mean over {personal['clients']} clients; per client "
-          f"{personal['genuine_pairs']:.0f} genuine / {personal['impostor_pairs']:.0f} impostor "
-          f"pairs, {personal['non_mated_probes']:.0f} non-mated probes):", '',
-          '| ' + ' | '.join(header) + ' |', '|' + ' --- |' * len(header),
-          '| ' + ' | '.join(_percent(v) for v in values) + ' |', '']
+  values = row(tar, tpir)
+  lines = [f"Personalized evaluation (FedFR protocol, each client's {personal['model']} model, "
+           f"mean over {personal['clients']} clients; per client "
+           f"{personal['genuine_pairs']:.0f} genuine / {personal['impostor_pairs']:.0f} impostor "
+           f"pairs, {personal['non_mated_probes']:.0f} non-mated probes):", '',
+           '| ' + ' | '.join(header) + ' |', '|' + ' --- |' * len(header),
+           '| ' + ' | '.join(_percent(v) for v in values) + ' |', '']
+  spread = personal.get('spread')
+  if not spread:
+    return lines
+  lines += [f"Spread across the {personal['clients']} clients (worst 10 %: the mean of the lowest "
+            f"{spread['worst_clients']} client(s)' values; min: the lowest client's):", '',
+            '| | ' + ' | '.join(header) + ' |', '|' + ' --- |' * (len(header) + 1)]
+  for label, key in (('worst 10 %', 'worst_10pct'), ('min', 'min')):
+    figures = row(cells(spread['tar'][key]), cells(spread['tpir'][key]))
+    lines.append(f'| {label} | ' + ' | '.join(_percent(v) for v in figures) + ' |')
+  return lines + ['']
