@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -20,6 +21,7 @@ from fedjax_face.data.formats import pad_lists as formats
 from fedjax_face.data.sources import pad as pad_source
 from fedjax_face.data.sources import pad_lists as pad_lists_source
 from fedjax_face.data.synthetic.pad_benchmark import ATTACKS
+from fedjax_face.eval.pad import evaluators as pad_evaluators
 from fedjax_face.tools import export_pad
 from tests.config_files import ROOT, config_path, load_config
 
@@ -426,6 +428,40 @@ def test_depth_ones_gives_all_ones_live_maps(tmp_path):
   assert data.train_images.shape == (24, 32, 32, 3)         # resized to data.image_size
   assert [c.tolist() for c in data.client_identities] == [[0, 1], [2, 3], [4, 5]]
   np.testing.assert_array_equal(data.train_labels, np.repeat([1, 0, 3, 2, 5, 4], 4))
+
+
+def test_each_held_out_frame_carries_its_data_center_and_gets_its_own_models_error(tmp_path):
+  # FLIP's MCIO tree, one root a data set, with CelebA-Spoof's training-only lists between O and
+  # C: the lists name no subject, yet each held-out frame keeps its center's index in `centers`
+  # (C is center 2, not the second held-out set), and each center's in-domain error is its own
+  # personal model's (issue 61 part 5; eval/pad/evaluators.py:personal_in_domain).
+  for center, name in (('O', 'oulu'), ('celeb', 'celeb'), ('C', 'casia'), ('M', 'msu')):
+    _mcio_root(tmp_path / center, name)
+  config = _lists_config(tmp_path, layout='mcio')
+  config.data.pad_lists.update({'centers': ('O', 'celeb', 'C'),
+                                'roots': tuple(str(tmp_path / c) for c in ('O', 'celeb', 'C')),
+                                'layouts': ('mcio',) * 3, 'datasets': ('oulu', 'celeb', 'casia'),
+                                'target_dataset': 'msu', 'depth': 'ones'})
+  config.federated.num_clients = 3
+  data = pad_lists_source.load(config)
+  sets = pad_lists_source.pad_sets(config, data)
+  validation = sets.validation
+  np.testing.assert_array_equal(validation.subject, -1)
+  np.testing.assert_array_equal(validation.center, np.repeat([0, 2], 8))   # 8 frames a set
+  scored_by = []
+
+  def model(k):
+    def live_logits(inputs):
+      scored_by.append((k, len(inputs)))
+      return np.zeros(len(inputs)) if k == 0 else np.linspace(-1.0, 1.0, len(inputs))
+    return live_logits
+  setup = types.SimpleNamespace(fed_view=types.SimpleNamespace(num_clients=3))
+  out = pad_evaluators.personal_in_domain(model, sets, setup, 64, 'video', 'test')
+  got = out['in_domain_personal']
+  assert scored_by == [(0, 8), (2, 8)]
+  assert list(got['centers']) == ['O', 'C'] and got['without_held_out'] == ['celeb']
+  # O's model scores every frame alike: one tie, AUC 1/2 (metrics.pad_metrics).
+  assert got['centers']['O']['auc'] == 0.5
 
 
 # -- the exported embedded benchmark, bit for bit -----------------------------------------------

@@ -5,7 +5,7 @@ test videos and the data centers' held-out ones (`pad_sets`); subject-level memb
 reads each frame's subject (`pad_subjects`)."""
 
 import dataclasses
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 import ml_collections
 import numpy as np
@@ -23,7 +23,8 @@ DATA_FIELDS = ('sources', 'target', 'center_attacks', 'pooled', 'subjects', 'tes
 class PadSets(NamedTuple):
   """What the PAD evaluator scores: the data centers (`sources`), the unseen `target`, each scored
   domain's test frames (`test`: the target first, then `data.pad.extra_targets`) and the data
-  centers' held-out frames (`validation`: the paper's threshold, and the in-domain error)."""
+  centers' held-out frames (`validation`: the paper's threshold, and the in-domain error; a
+  `CenterFrames`, each frame's data center in `validation.center`)."""
   sources: tuple[str, ...]
   target: str
   test: dict[str, PadSet]
@@ -162,21 +163,37 @@ def held_out(frames: PadSet) -> PadSet:
   return frames.take(frames.split == 1)
 
 
-def unique_subjects(sets: list[PadSet]) -> list[np.ndarray]:
-  """Data center k's (`sets[k]`'s) subject s as `k * SUBJECT_STRIDE + s`: a domain numbers its
-  own subjects from 0, so two centers' would otherwise share ids, and the same subject gets the
-  same id in the training frames and in the validation frames; unknown subjects (-1) stay -1."""
+@dataclasses.dataclass(frozen=True)
+class CenterFrames(PadSet):
+  """Several data centers' frames as one set (`concat`: the data centers' held-out 'validation'
+  frames), each frame with its data center: `center` is its index in the source's data centers
+  (`data.pad.sources`, `data.pad_lists.centers`), i.e. the client that holds that center. Every
+  source knows it, whether or not its lists name subjects; `take` keeps it beside the frames."""
+  center: np.ndarray   # int32 [N]
+
+
+def unique_subjects(sets: list[PadSet], centers: Sequence[int] | None = None) -> list[np.ndarray]:
+  """Data center k's subject s as `k * SUBJECT_STRIDE + s`, k = `centers[i]` for `sets[i]`
+  (default: i): a domain numbers its own subjects from 0, so two centers' would otherwise share
+  ids, and the same subject gets the same id in the training frames and in the validation frames;
+  unknown subjects (-1) stay -1."""
+  centers = range(len(sets)) if centers is None else centers
   return [np.where(s.subject >= 0, k * SUBJECT_STRIDE + s.subject, -1).astype(np.int32)
-          for k, s in enumerate(sets)]
+          for k, s in zip(centers, sets)]
 
 
-def concat(sets: list[PadSet], name: str) -> PadSet:
-  """Several domains' frames as one set (video and subject ids made unique across them)."""
+def concat(sets: list[PadSet], name: str, centers: Sequence[int] | None = None) -> CenterFrames:
+  """Several data centers' frames as one set (video and subject ids made unique across them),
+  each frame's data center in `center`: `centers[i]` for the frames of `sets[i]` (default: i; a
+  source whose training-only centers give no held-out frames names the others' indices)."""
+  centers = list(range(len(sets)) if centers is None else centers)
   offsets = np.cumsum([0] + [int(s.video.max()) + 1 for s in sets[:-1]])
   fields = {f.name: np.concatenate([getattr(s, f.name) for s in sets])
             for f in dataclasses.fields(PadSet) if f.name not in ('domain', 'video', 'subject')}
   video = np.concatenate([s.video + o for s, o in zip(sets, offsets)])
-  return PadSet(domain=name, video=video, subject=np.concatenate(unique_subjects(sets)), **fields)
+  center = np.concatenate([np.full(len(s.live), k, np.int32) for s, k in zip(sets, centers)])
+  subject = np.concatenate(unique_subjects(sets, centers))
+  return CenterFrames(domain=name, video=video, subject=subject, center=center, **fields)
 
 
 def load(config):

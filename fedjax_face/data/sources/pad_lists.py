@@ -239,15 +239,18 @@ def load(config):
   frame is read here, so that a bad one stops the run before anything else is made. A
   training-only data set (`formats.TRAIN_ONLY`) gives training frames alone."""
   p = config.data.pad_lists
-  train, validation = [], []
-  for root, layout, k, attack, name in zip(p.roots, p.layouts, _depth_dirs(p), _attack_lists(p),
-                                           _datasets(p)):
+  train, validation, held_out_centers = [], [], []
+  for center, (root, layout, k, attack, name) in enumerate(zip(
+      p.roots, p.layouts, _depth_dirs(p), _attack_lists(p), _datasets(p))):
     train.append(_read(config, root, layout, 'train', k, attack, name))
     if name not in formats.TRAIN_ONLY:
       validation.append(_read(config, root, layout, 'test', name=name))
+      held_out_centers.append(center)
   target = _read(config, p.target_root, p.target_layout, 'test', name=p.target_dataset)
-  return pad_source.benchmark(
-      train, {'test': target, 'validation': pad_source.concat(validation, 'sources')}, p.pooled)
+  # Each held-out frame keeps its data center's index in `centers` (`CenterFrames.center`): the
+  # lists name no subject, and a training-only center before another would shift positions.
+  validation = pad_source.concat(validation, 'sources', held_out_centers)
+  return pad_source.benchmark(train, {'test': target, 'validation': validation}, p.pooled)
 
 
 # The same views as the embedded benchmark's: each data center is one client.

@@ -36,7 +36,6 @@ import numpy as np
 
 from fedjax_face.core import checks
 from fedjax_face.data import preprocess, sources
-from fedjax_face.data.sources import pad as pad_source
 from fedjax_face.data.synthetic import pad_benchmark
 from fedjax_face.eval import EvalOutput, Evaluator, plots
 from fedjax_face.eval.pad import iso, metrics
@@ -130,37 +129,54 @@ def attack_metrics(scored_levels: dict, rule: str, validation_levels: dict | Non
   return out
 
 
+def worst_of(values: list[float], higher_is_worse: bool) -> float:
+  """The worst 10 % of the data centers' values, as the personalized recognition evaluator defines
+  it across clients (eval/recognition/personalized.py: `worst_count`, `spread_over_clients`):
+  the mean of the ceil(K / 10) worst of the K values. Every PAD protocol has K <= 10 data
+  centers (2 to 4), so this is the worst center's value (the highest HTER or EER, the lowest
+  AUC), exactly."""
+  ordered = np.sort(np.asarray(values, np.float64))
+  worst = ordered[::-1] if higher_is_worse else ordered
+  return float(np.mean(worst[:-(-len(values) // 10)]))
+
+
 def personal_in_domain(personal_live_logits, sets, setup, batch_size: int, unit: str,
                        rule: str) -> dict:
   """{'in_domain_personal': ...}: each data center's in-domain error with its own personal model
   (issue 61 part 5), or {} when the method has none or one client holds every center (pooled).
 
   Data center k is client k of `setup.fed_view`: its personal model (`personal_live_logits(k)`, from
-  `Algorithm.personalized`) scores center k's held-out subjects in `unit`, the threshold on
-  those scores by `rule` (the in-domain rule). 'centers': name -> HTER, EER, AUC; 'mean' over the
-  centers, and 'worst' (the highest HTER and EER, the lowest AUC: the spread's far end). A
-  validation frame's center is read from its subject id, which the PAD sources number
-  k * SUBJECT_STRIDE + s for center k (`pad.unique_subjects`); a source whose lists name no
-  subject (-1, `pad_lists`) gives no split: 'centers' is None and 'unavailable' says why.
+  `Algorithm.personalized`) scores center k's held-out frames in `unit`, the threshold on those
+  scores by `rule` (the in-domain rule). A held-out frame's center is its
+  `sources.pad.CenterFrames.center`, which every PAD source fills (the embedded benchmark and
+  `pad_lists`, whose lists name no subject). 'centers': name -> HTER, EER, AUC of each center with
+  held-out frames; 'mean' over them; 'worst', the worst 10 % of them (`worst_of`: with K <= 10
+  centers, the worst one), 'worst_centers' how many that averages; 'without_held_out' names
+  the training-only centers (FLIP's CelebA-Spoof lists), which have none. Validation frames that
+  carry no center (a stand-in set) give 'centers' None and 'unavailable' says why.
   """
   if personal_live_logits is None or setup.fed_view.num_clients != len(sets.sources):
     return {}
-  subjects = np.asarray(sets.validation.subject)
-  if (subjects < 0).any():
+  centers = getattr(sets.validation, 'center', None)
+  if centers is None:
     return {'in_domain_personal': {
-        'centers': None, 'unavailable': "the data source's lists name no subject, so a held-out "
-                                       "frame's data center is unknown"}}
-  centers = subjects // pad_source.SUBJECT_STRIDE
-  by_center = {}
+        'centers': None, 'unavailable': "the validation frames carry no data center "
+                                       "(sources.pad.CenterFrames)"}}
+  by_center, without = {}, []
   for k, name in enumerate(sets.sources):
+    if not (centers == k).any():
+      without.append(name)
+      continue
     own = scored(personal_live_logits(k), sets.validation.take(centers == k), batch_size, unit)
     by_center[name] = {key: value for key, value in metrics.pad_metrics(
         own['scores'], own['labels'], rule=rule).items() if key in METRIC_KEYS}
   column = lambda key: [m[key] for m in by_center.values()]
-  worst = {'hter': max, 'eer': max, 'auc': min}
-  return {'in_domain_personal': {
-      'centers': by_center, 'mean': {k: float(np.mean(column(k))) for k in METRIC_KEYS},
-      'worst': {k: float(worst[k](column(k))) for k in METRIC_KEYS}}}
+  out = {'centers': by_center, 'mean': {k: float(np.mean(column(k))) for k in METRIC_KEYS},
+         'worst': {k: worst_of(column(k), higher_is_worse=k != 'auc') for k in METRIC_KEYS},
+         'worst_centers': -(-len(by_center) // 10)}
+  if without:
+    out['without_held_out'] = without
+  return {'in_domain_personal': out}
 
 
 def make_pad(config, section, setup) -> Evaluator:
