@@ -218,7 +218,8 @@ def test_the_masked_count_decodes_to_the_noised_count_of_the_clients_shares():
 
 def test_three_rounds_under_secure_aggregation_follow_andrew_et_al_by_hand():
   # The loop backend alone: vmap's masked round compiles for 6 s, and the masked sum is the same
-  # unmasking on either (tests/core/test_secure_aggregation.py runs masked rounds on both).
+  # unmasking on either (tests/core/test_secure_aggregation.py runs masked rounds on both, vmap's
+  # in the full tier).
   backend = 'loop'
   spec = privacy.DpSpec(clip_norm=1.0, noise_std=0.0, noise_multiplier=0.8, clip_rule='adaptive',
                         target_quantile=0.5, clip_learning_rate=0.2, count_noise_multiplier=0.5,

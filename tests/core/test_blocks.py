@@ -1,7 +1,8 @@
 """The federated blocks around a method (core/blocks.py): what crosses with each, off means
 unwrapped, the refusals and config errors, and a run with them resumed as the uninterrupted one."""
 
-import json
+import os
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -145,20 +146,24 @@ def test_refused_combinations_say_why():
 
 
 def test_a_run_with_the_blocks_resumes_to_the_uninterrupted_run(tmp_path):
-  def config_for(rounds):
-    config = config_files.load_config('fedgc/fedpe')
-    config.num_rounds = rounds
-    config.checkpoint_every = 1
-    config.optimizer.correction = 'scaffold'
-    config.server_optimizer.name = 'fedadam'
-    config.compression.codec = 'topk'
-    config.federated.participation = 0.5
-    config.federated.straggler_drop = 0.5
-    config.evals = type(config.evals)()   # training state only
-    return config
-  experiment.train_and_evaluate(config_for(1), str(tmp_path / 'a'))
-  resumed = experiment.train_and_evaluate(config_for(2), str(tmp_path / 'a'))
-  straight = experiment.train_and_evaluate(config_for(2), str(tmp_path / 'b'))
+  config = config_files.load_config('fedgc/fedpe')
+  config.num_rounds = 2
+  config.checkpoint_every = 1
+  config.checkpoint_keep = 2
+  config.optimizer.correction = 'scaffold'
+  config.server_optimizer.name = 'fedadam'
+  config.compression.codec = 'topk'
+  config.federated.participation = 0.5
+  config.federated.straggler_drop = 0.5
+  config.evals = type(config.evals)()   # training state only
+  straight = experiment.train_and_evaluate(config, str(tmp_path / 'straight'))
+  # The same run stopped after round 1: its round-2 checkpoint and results removed.
+  shutil.copytree(tmp_path / 'straight', tmp_path / 'cut')
+  shutil.rmtree(tmp_path / 'cut' / 'checkpoints' / '2')
+  os.remove(tmp_path / 'cut' / 'checkpoint_digests' / '2.json')
+  os.remove(tmp_path / 'cut' / 'results.json')
+  resumed = experiment.train_and_evaluate(config, str(tmp_path / 'cut'))
+  assert resumed['timing']['resumed_from_round'] == 1
   assert resumed['last_logged_round'] == straight['last_logged_round']
   assert resumed['communication'] == straight['communication']
   assert resumed['communication']['client_rounds'] == 2   # 2 of 4, one of them dropped, 2 rounds

@@ -83,38 +83,69 @@ def test_epsilon_is_dp_accounting_called_directly(amplified):
   assert privacy.epsilon_curve(num_clients, cohort, 0.0, 3, delta) == [float('inf')] * 3
 
 
-def _replay(engine, cohorts, *, dp=None, noise_secret=None):
-  """`engine_cases.run_rounds`'s rounds again on an engine it built, so its compiled programs
-  serve again, with `noise_secret` as the engine's DP noise secret (an argument of each jitted
-  call, read at every round). `dp` must be the spec the engine was built with."""
-  assert dp == engine.dp
-  engine.noise_secret = None if noise_secret is None else np.asarray(noise_secret, np.uint32)
-  fed = engine_cases.tiny_problem()
-  state = engine.algorithm.init(jax.random.PRNGKey(0))
-  for r, cohort in enumerate(cohorts):
-    ids = federated.pad_cohort(np.asarray(cohort, np.int32), engine.cohort_multiple(),
-                               fed.num_clients)
-    weights = np.where(ids < fed.num_clients,
-                       fed.num_examples[np.minimum(ids, fed.num_clients - 1)], 0).astype(np.float32)
-    data = federated.sample_round(fed, ids, round_index=r, seed=0, steps=2, batch_size=4)
-    state, _ = engine.run_round(state, ids, weights, data, jax.random.PRNGKey(r + 1))
+def mean_of_shifts(dim: int, num_clients: int = 0) -> Algorithm:
+  """Each client sends what it received plus its own vector data['x'], whatever the round; the
+  server takes the (noised) mean. With `num_clients`, each client also gets its own row of the
+  server's table 'W' [num_clients, dim] and sends it back shifted the same way, and the server
+  writes it back: a client row, as FedGC's W_k. A round with nothing to train, so what the engine
+  adds (clip, noise, masks) is all that moves and all that compiles."""
+  rows = ('W',) if num_clients else ()
+
+  def init(rng, start=None):
+    del rng, start
+    server = {'w': jnp.zeros(dim), **({'W': jnp.zeros((num_clients, dim))} if rows else {})}
+    return RoundState(server=server, clients={}, round=jnp.zeros((), jnp.int32))
+
+  def broadcast(server, client_ids, round_index, rng):
+    del round_index, rng
+    return ClientInput(shared={'w': server['w']},
+                       per_client={'W': server['W'][client_ids]} if rows else {})
+
+  def client_update(client_input, private, data, rng):
+    del rng
+    shift = data['x'][0, 0]
+    return ClientResult(update=jax.tree.map(lambda v: v + shift, {**client_input.shared,
+                                                                   **client_input.per_client}),
+                        private=private, metrics={'loss': jnp.float32(0.0)})
+
+  def server_update(server, updates, weights, client_ids, round_index, rng):
+    del round_index, rng
+    new = {'w': jnp.tensordot(weights / jnp.sum(weights), updates['w'], axes=1)}
+    if rows:   # padding clients' ids are past the table: dropped
+      new['W'] = server['W'].at[client_ids].set(updates['W'], mode='drop')
+    return new
+
+  return Algorithm(name='shift', init=init, broadcast=broadcast, client_update=client_update,
+                   server_update=server_update, eval_variables=lambda s: s,
+                   class_embeddings=lambda state: None,
+                   update_origin=lambda ci: {**ci.shared, **ci.per_client}, client_rows=rows)
+
+
+def one_round(algorithm: Algorithm, dim: int, **engine_args):
+  """One round of `algorithm` (`mean_of_shifts` of `dim`) over 5 clients on the loop backend, each
+  client's shift N(0, 0.01²) per coordinate (an update's difference of norm ~0.01·sqrt(2·dim),
+  under the clips of the tests here); the state as numpy."""
+  from fedjax_face.core import engine as engine_lib  # pylint: disable=g-import-not-at-top
+  x = np.random.default_rng(0).normal(0, 0.01, (5, 1, 1, dim)).astype(np.float32)
+  ids, weights = np.arange(5, dtype=np.int32), np.array([3, 1, 2, 5, 4], np.float32)
+  engine = engine_lib.RoundEngine(algorithm, backend='loop', **engine_args)
+  state, _ = engine.run_round(algorithm.init(jax.random.PRNGKey(0)), ids, weights, {'x': x},
+                              jax.random.PRNGKey(1))
   return jax.tree.map(np.asarray, state)
 
 
 def test_dp_off_leaves_the_round_bit_identical():
-  # FedGC: both kinds of update (the averaged backbone, the client's own rows).
+  # Both kinds of update: the averaged 'w' and each client's own row of 'W' (as FedGC's W_k).
   config = engine_cases.tiny_config('fedgc')
   assert privacy.spec_from_config(config, ('W',)) is None     # dp.enabled defaults to False
-  cohorts = ((0, 1, 2, 3, 4),)
-  plain, engine = engine_cases.run_rounds('fedgc', 'loop', cohorts=cohorts)
-  # dp off: the engine's spec is None, as the plain engine's, so the plain engine runs it again
-  # (its compiled programs reused).
-  off = _replay(engine, cohorts, dp=privacy.spec_from_config(config, ('W',)))
+  algorithm = mean_of_shifts(64, num_clients=5)
+  plain = one_round(algorithm, 64)
+  off = one_round(algorithm, 64, dp=privacy.spec_from_config(config, ('W',)))
   jax.tree.map(np.testing.assert_array_equal, plain, off)
   # And dp on does change it (the comparison can fail).
-  on, _ = engine_cases.run_rounds('fedgc', 'loop', cohorts=cohorts,
-                                  dp=privacy.DpSpec(1.0, 1.0, ('W',), noise_multiplier=1.0))
+  on = one_round(algorithm, 64, dp=privacy.DpSpec(1.0, 1.0, ('W',), noise_multiplier=1.0))
   assert not np.array_equal(on.server['W'], plain.server['W'])
+  assert not np.array_equal(on.server['w'], plain.server['w'])
 
 
 def _one_client(name):
@@ -346,30 +377,6 @@ def test_the_ledger_claims_amplification_only_for_a_cohort_smaller_than_the_popu
     assert priv['epsilon'] == privacy.epsilon(4, 4, 1.0, 3, 1e-5, amplified=False)
 
 
-def _mean_of_shifts(dim: int) -> Algorithm:
-  """Each client sends what it received plus its own vector data['x'], whatever the round; the
-  server takes the (noised) mean. A round with nothing to train, so what the engine adds (clip,
-  noise, masks) is all that moves and all that compiles."""
-  def init(rng, start=None):
-    del rng, start
-    return RoundState(server={'w': jnp.zeros(dim)}, clients={}, round=jnp.zeros((), jnp.int32))
-
-  def client_update(client_input, private, data, rng):
-    del rng
-    return ClientResult(update={'w': client_input.shared['w'] + data['x'][0, 0]}, private=private,
-                        metrics={'loss': jnp.float32(0.0)})
-
-  def server_update(server, updates, weights, client_ids, round_index, rng):
-    del client_ids, round_index, rng
-    return {'w': jnp.tensordot(weights / jnp.sum(weights), updates['w'], axes=1)}
-
-  return Algorithm(name='shift', init=init,
-                   broadcast=lambda server, *_: ClientInput(shared=server, per_client={}),
-                   client_update=client_update, server_update=server_update,
-                   eval_variables=lambda s: s, class_embeddings=lambda state: None,
-                   update_origin=lambda ci: {'w': ci.shared['w']})
-
-
 @pytest.mark.parametrize('secure', [False, True])
 def test_noise_from_the_os_is_the_seed_s_noise_xor_a_secret(secure):
   """`dp.noise_seed='os'`: the engine XORs a secret into every noise key, and nothing else moves:
@@ -377,20 +384,11 @@ def test_noise_from_the_os_is_the_seed_s_noise_xor_a_secret(secure):
   spread. Under secure aggregation the clients' shares change with it too. (The engine's noise
   keys do not depend on the method: a method with no training keeps the compiles small.)"""
   from fedjax_face.core import secure_aggregation  # pylint: disable=g-import-not-at-top
-  from fedjax_face.core import engine as engine_lib  # pylint: disable=g-import-not-at-top
   spec = privacy.DpSpec(clip_norm=0.5, noise_std=0.5, client_rows=(), class_rows='private',
                         noise_multiplier=1.0, secure=secure)
-  algorithm = _mean_of_shifts(256)
-  # 5 clients, each update's difference of norm ~0.16 (under the clip).
-  x = np.random.default_rng(0).normal(0, 0.01, (5, 1, 1, 256)).astype(np.float32)
-  ids, weights = np.arange(5, dtype=np.int32), np.array([3, 1, 2, 5, 4], np.float32)
-
-  def run(secret):
-    engine = engine_lib.RoundEngine(algorithm, backend='loop', dp=spec, noise_secret=secret,
-                                    secure=secure_aggregation.Spec() if secure else None)
-    state, _ = engine.run_round(algorithm.init(jax.random.PRNGKey(0)), ids, weights, {'x': x},
-                                jax.random.PRNGKey(1))
-    return jax.tree.map(np.asarray, state)
+  algorithm = mean_of_shifts(256)
+  run = lambda secret: one_round(algorithm, 256, dp=spec, noise_secret=secret,
+                                 secure=secure_aggregation.Spec() if secure else None)
   seeded, zero, other = (run(None), run(np.zeros(2, np.uint32)),
                          run(np.array([0x1234, 0xABCD], np.uint32)))
   jax.tree.map(np.testing.assert_array_equal, zero, seeded)
