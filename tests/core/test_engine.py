@@ -134,9 +134,10 @@ def test_client_state_on_the_host_gives_the_same_rounds(loop_results, backend, m
 
 
 def test_host_client_state_is_written_in_place_and_padding_rows_are_dropped():
+  # Ids 4, 1 and six padding 5s: the 8 rows of the test above, whose programs this reuses.
   state, _ = engine_cases.run_rounds('fedpe', 'loop', client_state='host',
-                                     cohorts=((4, 1),), pad_to=4)   # ids 4, 1, 5, 5
-  fresh, _ = engine_cases.run_rounds('fedpe', 'loop', cohorts=((4, 1),), pad_to=4)
+                                     cohorts=((4, 1),), pad_to=8)
+  fresh, _ = engine_cases.run_rounds('fedpe', 'loop', cohorts=((4, 1),), pad_to=8)
   assert isinstance(state.clients['W'], np.ndarray) and state.clients['W'].shape[0] == 5
   np.testing.assert_array_equal(state.clients['W'], fresh.clients['W'])
 
