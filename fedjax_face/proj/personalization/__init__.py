@@ -1,0 +1,1 @@
+"""The personalization baselines against FedFR (docs/personalization.md): their table."""
