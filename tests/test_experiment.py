@@ -131,7 +131,7 @@ def test_client_state_on_the_host_trains_checkpoints_and_resumes_as_on_the_devic
 
 @pytest.mark.parametrize('field,value,match', [
     ('algorithm', 'fedavgx',
-     r"algorithm='fedavgx' is unknown; expected one of \['centralized', 'fedaws', 'fedface', 'fedfr', 'fedfv', 'fedgc', 'fedgpad', 'fedma', 'fedpad', 'fedpe', 'feduv'\]"),
+     r"algorithm='fedavgx' is unknown; expected one of \['apfl', 'centralized', 'ditto', 'fedaws', 'fedbn', 'fedface', 'fedfr', 'fedfv', 'fedgc', 'fedgpad', 'fedma', 'fedpad', 'fedpe', 'fedrep', 'feduv'\]"),
     ('head.loss', 'sphereface', r"head.loss='sphereface'; expected one of \('softmax', 'cosface', 'arcface', "
      r"'positive_cosine', 'positive_dot'\)"),
     ('engine.backend', 'pmap', r"engine.backend='pmap'; expected one of"),
@@ -178,7 +178,7 @@ def test_sections_are_checked_by_their_owner(tmp_path):
   with pytest.raises(ValueError, match=r"config.evals.pca is not an evaluator type; expected one "
                                        r"of \['diagnostics', 'identification', 'ijb', 'inversion', "
                                        r"'leakage', 'membership', 'pad', 'personalized', "
-                                       r"'verification'\]"):
+                                       r"'rfw', 'tinyface', 'verification'\]"):
     experiment.validate(config)
   config = load_config('fedpe')
   config.evals.verification.pair_sets = ()

@@ -88,7 +88,7 @@ def test_fedgc_server_update_scatters_then_corrects_all_clients():
 
 
 def test_unknown_algorithm_lists_valid_names():
-  with pytest.raises(ValueError, match=r"algorithm='fedx' is unknown; expected one of \['centralized', 'fedaws', 'fedface', 'fedfr', 'fedfv', 'fedgc', 'fedgpad', 'fedma', 'fedpad', 'fedpe', 'feduv'\]"):
+  with pytest.raises(ValueError, match=r"algorithm='fedx' is unknown; expected one of \['apfl', 'centralized', 'ditto', 'fedaws', 'fedbn', 'fedface', 'fedfr', 'fedfv', 'fedgc', 'fedgpad', 'fedma', 'fedpad', 'fedpe', 'fedrep', 'feduv'\]"):
     algorithms.get('fedx')
 
 
