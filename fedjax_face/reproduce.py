@@ -56,7 +56,8 @@ from fedjax_face.tools.tables import run as table_runs
 from fedjax_face.tools.tables import spec
 from fedjax_face.tools.tables import verdict as verdict_lib
 
-PAPERS = ('fedgc', 'fedfv', 'fedfr', 'pad', 'privacy', 'blocks')   # fedjax_face/proj/<paper>/reproduce.py
+PAPERS = ('fedgc', 'fedfv', 'fedfr', 'pad', 'privacy', 'blocks',
+          'personalization')   # fedjax_face/proj/<paper>/reproduce.py
 
 
 def paper_module(paper: str):

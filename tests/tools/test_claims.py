@@ -26,7 +26,8 @@ Made by `cmd`; ours: x.
 
 
 def test_every_paper_page_copies_its_tables_verdicts():
-  assert claims.papers_with_blocks(DOCS) == ['blocks', 'fedfr', 'fedfv', 'fedgc', 'pad']
+  assert claims.papers_with_blocks(DOCS) == ['blocks', 'fedfr', 'fedfv', 'fedgc', 'pad',
+                                            'personalization']
   assert claims.stale(DOCS) == []
 
 
@@ -55,7 +56,7 @@ def test_a_page_without_both_markers_is_named():
 
 def test_every_mean_a_paper_page_quotes_is_a_cell_of_its_tables():
   assert claims.papers_with_tables(DOCS) == ['blocks', 'fedfr', 'fedfv', 'fedgc', 'pad',
-                                             'privacy']
+                                             'personalization', 'privacy']
   assert [line for paper in claims.papers_with_tables(DOCS)
           for line in claims.unsourced(DOCS, paper)] == []
 
