@@ -72,7 +72,7 @@ FULL=("fedgc12 0,1,2,3,4" "fedgc1 0,1,2" "fedgc2 0,1,2" "fedgc3 0,1,2" "fedgc4 0
       "pad3 0,1,2,3,4" "pad1 0,1,2" "pad8 0,1,2" "pad9 0,1,2" "pad10 0,1,2"
       "pad_all_batch_norm 0" "pad_terms 0,1" "pad5 0,1,2" "pad6 0,1,2" "pad7 0,1,2"
       "pad_fedma 0,1,2"
-      "privacy1 0" "privacy2 0" "blocks2 0,1,2" "blocks1 0,1,2")
+      "privacy1 0" "privacy2 0" "blocks2 0,1,2" "blocks1 0,1,2" "personalization1 0,1,2")
 
 case $mode in
   spot)
