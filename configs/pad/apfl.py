@@ -12,25 +12,15 @@ protocol=OCI_M|OMI_C|OCM_I|ICM_O, or centers=<letters> and target=<letter>;
 backbone=resnet18|pad_net; paper; runlocal.
 """
 
-from fedjax_face import config_lib
 from fedjax_face.algorithms import apfl
-from fedjax_face.data.synthetic import pad_benchmark
 from fedjax_face.proj.pad import setting
 
 FIXED_ALPHAS = ('0.25', '0.5', '0.75')
 
 
 def get_config(arg=None):
-  args = config_lib.parse_arg(arg, {'alpha': FIXED_ALPHAS, 'protocol': setting.PROTOCOLS,
-                                    'centers': setting.CENTERS,
-                                    'target': pad_benchmark.DOMAIN_NAMES,
-                                    'backbone': tuple(setting.BACKBONES), 'paper': (True,),
-                                    'runlocal': (True,)})
-  c = setting.pad_config('fedpad', protocol=args.get('protocol', 'OCI_M'),
-                         runlocal=bool(args.get('runlocal')), paper=bool(args.get('paper')),
-                         centers=args.get('centers'), target=args.get('target'),
-                         backbone=args.get('backbone', 'resnet18'))
-  c.algorithm = 'apfl'   # FedPAD's detector and data centers, a personal detector and alpha each
+  # A personal detector and alpha each.
+  c, args = setting.personalization_config('apfl', arg, {'alpha': FIXED_ALPHAS})
   c.apfl = apfl.config_section()
   c.apfl.alpha_learning_rate = c.optimizer.learning_rate
   if 'alpha' in args:

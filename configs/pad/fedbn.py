@@ -10,19 +10,9 @@ Argument (comma separated): protocol=OCI_M|OMI_C|OCM_I|ICM_O, or centers=<letter
 target=<letter>; backbone=resnet18|pad_net; paper; runlocal.
 """
 
-from fedjax_face import config_lib
-from fedjax_face.data.synthetic import pad_benchmark
 from fedjax_face.proj.pad import setting
 
 
 def get_config(arg=None):
-  args = config_lib.parse_arg(arg, {'protocol': setting.PROTOCOLS, 'centers': setting.CENTERS,
-                                    'target': pad_benchmark.DOMAIN_NAMES,
-                                    'backbone': tuple(setting.BACKBONES), 'paper': (True,),
-                                    'runlocal': (True,)})
-  c = setting.pad_config('fedpad', protocol=args.get('protocol', 'OCI_M'),
-                         runlocal=bool(args.get('runlocal')), paper=bool(args.get('paper')),
-                         centers=args.get('centers'), target=args.get('target'),
-                         backbone=args.get('backbone', 'resnet18'))
-  c.algorithm = 'fedbn'   # FedPAD's detector and data centers, the BatchNorm layers kept
+  c, _ = setting.personalization_config('fedbn', arg)   # the BatchNorm layers kept
   return c

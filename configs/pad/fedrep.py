@@ -11,23 +11,12 @@ trained together), protocol=OCI_M|OMI_C|OCM_I|ICM_O, or centers=<letters> and ta
 backbone=resnet18|pad_net; paper; runlocal.
 """
 
-from fedjax_face import config_lib
 from fedjax_face.algorithms import fedrep
-from fedjax_face.data.synthetic import pad_benchmark
 from fedjax_face.proj.pad import setting
 
 
 def get_config(arg=None):
-  args = config_lib.parse_arg(arg, {'fedper': (True,), 'protocol': setting.PROTOCOLS,
-                                    'centers': setting.CENTERS,
-                                    'target': pad_benchmark.DOMAIN_NAMES,
-                                    'backbone': tuple(setting.BACKBONES), 'paper': (True,),
-                                    'runlocal': (True,)})
-  c = setting.pad_config('fedpad', protocol=args.get('protocol', 'OCI_M'),
-                         runlocal=bool(args.get('runlocal')), paper=bool(args.get('paper')),
-                         centers=args.get('centers'), target=args.get('target'),
-                         backbone=args.get('backbone', 'resnet18'))
-  c.algorithm = 'fedrep'   # FedPAD's detector and data centers, the classifier kept
+  c, args = setting.personalization_config('fedrep', arg, {'fedper': (True,)})   # C kept
   c.federated.local_steps = 2   # tau_h = 1 head step, then tau = 1 body step
   c.fedrep = fedrep.config_section()
   c.fedrep.alternate = not args.get('fedper')

@@ -115,6 +115,24 @@ def fedma_config(arg: str | None) -> ml_collections.ConfigDict:
   return c
 
 
+def personalization_config(algorithm: str, arg: str | None,
+                           own_args: dict | None = None) -> tuple[ml_collections.ConfigDict, dict]:
+  """configs/pad/{fedbn,fedrep,ditto,apfl}.py: FedPAD's detector and data centers (`protocol=`,
+  or `centers=` and `target=`, `backbone=`, `paper`, `runlocal`) trained by the personalization
+  method `algorithm`, whose section the caller adds. `own_args`: the method's own arguments.
+  Returns the config and the parsed arguments."""
+  args = config_lib.parse_arg(arg, {**(own_args or {}), 'protocol': PROTOCOLS, 'centers': CENTERS,
+                                    'target': pad_benchmark.DOMAIN_NAMES,
+                                    'backbone': tuple(BACKBONES), 'paper': (True,),
+                                    'runlocal': (True,)})
+  c = pad_config('fedpad', protocol=args.get('protocol', 'OCI_M'),
+                 runlocal=bool(args.get('runlocal')), paper=bool(args.get('paper')),
+                 centers=args.get('centers'), target=args.get('target'),
+                 backbone=args.get('backbone', 'resnet18'))
+  c.algorithm = algorithm
+  return c, args
+
+
 def method_config(algorithm: str, arg: str | None) -> ml_collections.ConfigDict:
   """configs/pad/fedgpad.py and fedpad.py: `protocol=`, or `centers=` and `target=`,
   `attacks=`, `paper`, `runlocal`, and FedPAD's `backbone=`; the method's section added."""
