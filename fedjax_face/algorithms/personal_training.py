@@ -22,14 +22,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fedjax_face.algorithms import common, fedgpad, pad_losses
+from fedjax_face.algorithms import common, fedgpad, pad_losses, pad_training
 from fedjax_face.core import local
 from fedjax_face.data import preprocess, sources
 from fedjax_face.models import heads
-from fedjax_face.models import pad as pad_model
-
-DETECTORS = fedgpad.MODELS['fedpad']   # FedPAD's detectors (no FedGPAD ES / Dec)
-
 
 class LocalModel(NamedTuple):
   """A client's model on its task.
@@ -54,17 +50,10 @@ class LocalModel(NamedTuple):
 
 
 def check_task(config, method: str) -> None:
-  """On anti-spoofing, FedPAD's detector at the data's size; a ValueError naming the field
-  otherwise."""
-  if sources.task_of(config) == 'recognition':
-    return
-  m = config.model
-  if m.name not in DETECTORS:
-    raise ValueError(f'config.model.name={m.name!r} with {method} on anti-spoofing; expected one '
-                     f"of {DETECTORS} (FedPAD's detector, models/pad.py).")
-  if m.get('disentangle', False):
-    raise ValueError(f"config.model.disentangle=True with {method}: FedGPAD's ES and Dec are "
-                     "FedGPAD's own; expected False.")
+  """On anti-spoofing, FedPAD's detector at the data's size (`pad_training.check_detector`); a
+  ValueError naming the field otherwise."""
+  if sources.task_of(config) != 'recognition':
+    pad_training.check_detector(config, method)
 
 
 def _with_stats(params, batch_stats) -> dict:
@@ -110,10 +99,9 @@ def detector_model(config, model) -> LocalModel:
     total, _ = pad_losses.total_loss(outputs, frames, pad_losses.LOSS_WEIGHTS)
     return total, state.get('batch_stats', {})
 
-  size = config.data.image_size
   apply = jax.jit(lambda variables, x: model.apply(variables, x, train=False)['logit'])
   return LocalModel(
-      recognition=False, image_shape=(size, size, pad_model.PAD_CHANNELS),
+      recognition=False, image_shape=pad_training.image_shape(config),
       pack=lambda variables, rows: variables['params'], variables=_with_stats, loss=loss,
       step_inputs=fedgpad.step_inputs, predict=apply)
 
