@@ -30,6 +30,7 @@ layer of it. Readings:
 """
 
 import functools
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -61,6 +62,28 @@ def check_task(config, method: str) -> None:
     raise ValueError(f'config.model.name={config.model.name!r} has no BatchNorm (GroupNorm); '
                      'FedBN keeps each client\'s BatchNorm layers: expected a backbone with '
                      "BatchNorm ('small_cnn', an 'iresnet').")
+
+
+def initial_state(config, model, fed, shape, is_kept: Callable, kept: str, rng,
+                  start=None) -> RoundState:
+  """The round state FedBN and FedRep start from: the backbone (and on recognition each client's
+  class rows 'W') from `rng` or the warm start, split by `is_kept` into the server's shared
+  'model' and the kept layers, which every client starts from (`clients[kept]`) and the server
+  keeps as they began (`server['start_' + kept]`: the shared model's own, for evaluation)."""
+  recognition = sources.task_of(config) == 'recognition'
+  if recognition:
+    variables, w = common.init_federated(config, model, fed, rng)
+  else:
+    variables, w = common.init_backbone(model, rng, shape, train=True), None
+  if start is not None:
+    variables, _ = common.start_from(start, variables, method=config.algorithm)
+  shared, kept_layers = partial_sharing.split(variables, is_kept)
+  stack = lambda x: jnp.broadcast_to(x, (fed.num_clients,) + x.shape)
+  clients = {kept: jax.tree.map(stack, kept_layers)}
+  if recognition:
+    clients['W'] = w
+  return RoundState(server={'model': shared, f'start_{kept}': kept_layers}, clients=clients,
+                    round=jnp.zeros((), jnp.int32))
 
 
 def check_config(config) -> None:
@@ -141,19 +164,7 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
   is_kept = partial_sharing.in_layers(batch_norm_layers(config, model, shape))
 
   def init(rng, start=None):
-    if recognition:
-      variables, w = common.init_federated(config, model, fed, rng)
-    else:
-      variables, w = common.init_backbone(model, rng, shape, train=True), None
-    if start is not None:
-      variables, _ = common.start_from(start, variables, method='fedbn')
-    shared, bn = partial_sharing.split(variables, is_kept)
-    stack = lambda x: jnp.broadcast_to(x, (fed.num_clients,) + x.shape)
-    clients = {'bn': jax.tree.map(stack, bn)}
-    if recognition:
-      clients['W'] = w
-    return RoundState(server={'model': shared, 'start_bn': bn}, clients=clients,
-                      round=jnp.zeros((), jnp.int32))
+    return initial_state(config, model, fed, shape, is_kept, 'bn', rng, start)
 
   def broadcast(server, client_ids, round_index, rng):
     del client_ids, rng   # every client receives the same averaged layers, never a BatchNorm

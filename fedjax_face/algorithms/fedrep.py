@@ -170,19 +170,7 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
   shape = fedbn.image_shape(config, fed)
 
   def init(rng, start=None):
-    if recognition:
-      variables, w = common.init_federated(config, model, fed, rng)
-    else:
-      variables, w = common.init_backbone(model, rng, shape, train=True), None
-    if start is not None:
-      variables, _ = common.start_from(start, variables, method=config.algorithm)
-    body, head = partial_sharing.split(variables, is_head)
-    stack = lambda x: jnp.broadcast_to(x, (fed.num_clients,) + x.shape)
-    clients = {'head': jax.tree.map(stack, head)}
-    if recognition:
-      clients['W'] = w
-    return RoundState(server={'model': body, 'start_head': head}, clients=clients,
-                      round=jnp.zeros((), jnp.int32))
+    return fedbn.initial_state(config, model, fed, shape, is_head, 'head', rng, start)
 
   def broadcast(server, client_ids, round_index, rng):
     del client_ids, rng   # every client receives the same body, never a head
