@@ -53,13 +53,11 @@ import functools
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 import optax
 
 from fedjax_face.algorithms import common, ditto, personal_training
-from fedjax_face.core import aggregation, checks, class_tables
-from fedjax_face.core.algorithm import (Algorithm, ClientInput, ClientResult, RoundState,
-                                        origin_by_key)
+from fedjax_face.core import checks
+from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, RoundState
 
 ONE_CLIENT = False
 
@@ -172,39 +170,16 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
   optimizers = (common.make_optimizer(config.optimizer), ditto.uncorrected_optimizer(config))
   step = local_step(task.loss, *optimizers, float(c.alpha_learning_rate), bool(c.adaptive_alpha))
   lr_schedule = common.lr_scale_schedule(config)
-  identity_table = np.asarray(fed.identity_table)
 
   def init(rng, start=None):
     variables, rows = personal_training.initial(config, model, fed, task, rng, start, 'apfl')
-    num_clients = fed.num_clients
-    personal = {'params': task.pack(personal_training.stacked(variables, num_clients), rows),
-                'batch_stats': personal_training.stacked(variables.get('batch_stats', {}),
-                                                         num_clients)}   # v_i^0 = w^0
-    clients = {'personal': personal,
-               'alpha': jnp.full((num_clients,), c.alpha_init, jnp.float32)}
-    if task.recognition:
-      clients['W'] = rows
-    return RoundState(server={'model': variables}, clients=clients,
-                      round=jnp.zeros((), jnp.int32))
+    personal = personal_training.personal_start(task, variables, rows, fed.num_clients)
+    alpha = jnp.full((fed.num_clients,), c.alpha_init, jnp.float32)
+    return personal_training.initial_state(variables, rows,
+                                           {'personal': personal, 'alpha': alpha}, task)
 
-  def broadcast(server, client_ids, round_index, rng):
-    del client_ids, rng  # every client receives w
-    return ClientInput(shared=common.with_lr_scale({'model': server['model']}, lr_schedule,
-                                                   round_index), per_client={})
-
-  def server_update(server, updates, weights, client_ids, round_index, rng):
-    del server, client_ids, round_index, rng
-    return {'model': aggregation.weighted_mean(updates['model'], weights)}   # synchronisation
-
-  def class_embeddings(state: RoundState):
-    if not task.recognition:
-      return None
-    return class_tables.to_identity_rows(state.clients['W'], identity_table, fed.num_identities)
-
-  return Algorithm(name='apfl', init=init, broadcast=broadcast,
-                   client_update=functools.partial(_client_update, task, step, optimizers,
-                                                   step_mode),
-                   server_update=server_update, eval_variables=lambda server: server['model'],
-                   class_embeddings=class_embeddings,
-                   personalized=functools.partial(_personalized, task),
-                   update_origin=lambda ci: origin_by_key(ci, ('model',)))
+  # The server's step is the synchronisation of w (`personal_training.global_model_algorithm`).
+  return personal_training.global_model_algorithm(
+      'apfl', task, fed, lr_schedule, init,
+      functools.partial(_client_update, task, step, optimizers, step_mode),
+      functools.partial(_personalized, task))

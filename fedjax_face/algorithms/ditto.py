@@ -48,15 +48,12 @@ import functools
 from typing import NamedTuple
 
 import jax
-import jax.numpy as jnp
 import ml_collections
-import numpy as np
 import optax
 
 from fedjax_face.algorithms import common, personal_training
-from fedjax_face.core import aggregation, checks, class_tables
-from fedjax_face.core.algorithm import (Algorithm, ClientInput, ClientResult, RoundState,
-                                        origin_by_key)
+from fedjax_face.core import checks
+from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, RoundState
 
 ONE_CLIENT = False
 
@@ -181,36 +178,11 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
 
   def init(rng, start=None):
     variables, rows = personal_training.initial(config, model, fed, task, rng, start, 'ditto')
-    num_clients = fed.num_clients
-    personal = {'params': task.pack(personal_training.stacked(variables, num_clients), rows),
-                'batch_stats': personal_training.stacked(variables.get('batch_stats', {}),
-                                                         num_clients)}   # v_k^0 = w^0
-    clients = {'personal': personal}
-    if task.recognition:
-      clients['W'] = rows
-    return RoundState(server={'model': variables}, clients=clients,
-                      round=jnp.zeros((), jnp.int32))
+    personal = personal_training.personal_start(task, variables, rows, fed.num_clients)
+    return personal_training.initial_state(variables, rows, {'personal': personal}, task)
 
-  def broadcast(server, client_ids, round_index, rng):
-    del client_ids, rng  # every client receives w^t
-    return ClientInput(shared=common.with_lr_scale({'model': server['model']}, lr_schedule,
-                                                   round_index), per_client={})
-
-  def server_update(server, updates, weights, client_ids, round_index, rng):
-    del server, client_ids, round_index, rng
-    return {'model': aggregation.weighted_mean(updates['model'], weights)}   # Alg. 1: aggregation
-
-  identity_table = np.asarray(fed.identity_table)
-
-  def class_embeddings(state: RoundState):
-    if not task.recognition:
-      return None
-    return class_tables.to_identity_rows(state.clients['W'], identity_table, fed.num_identities)
-
-  return Algorithm(name='ditto', init=init, broadcast=broadcast,
-                   client_update=functools.partial(_client_update, task, step, optimizers,
-                                                   step_mode),
-                   server_update=server_update, eval_variables=lambda server: server['model'],
-                   class_embeddings=class_embeddings,
-                   personalized=functools.partial(_personalized, task),
-                   update_origin=lambda ci: origin_by_key(ci, ('model',)))
+  # The server's step is Alg. 1's aggregation of w (`personal_training.global_model_algorithm`).
+  return personal_training.global_model_algorithm(
+      'ditto', task, fed, lr_schedule, init,
+      functools.partial(_client_update, task, step, optimizers, step_mode),
+      functools.partial(_personalized, task))

@@ -20,10 +20,12 @@ from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from fedjax_face.algorithms import common, fedgpad, pad_losses, pad_training
-from fedjax_face.core import local
+from fedjax_face.core import aggregation, class_tables, local
+from fedjax_face.core.algorithm import Algorithm, ClientInput, RoundState, origin_by_key
 from fedjax_face.data import preprocess, sources
 from fedjax_face.models import heads
 
@@ -150,3 +152,46 @@ def mean_over_steps(losses, mask):
   """A round's mean loss over the steps that had a sample (`mask` [steps, batch])."""
   active = jnp.any(mask, axis=-1)
   return jnp.sum(losses * active) / jnp.maximum(active.sum(), 1)
+
+
+def personal_start(task: LocalModel, variables, rows, num_clients: int) -> dict:
+  """Every client's personal model at round 0, the global one: v_k^0 = w^0 (params and
+  BatchNorm statistics, stacked over the clients)."""
+  return {'params': task.pack(stacked(variables, num_clients), rows),
+          'batch_stats': stacked(variables.get('batch_stats', {}), num_clients)}
+
+
+def initial_state(variables, rows, clients: dict, task: LocalModel) -> RoundState:
+  """Round 0: the server holds the global model w; the clients their personal state and, on
+  recognition, their class rows W_k."""
+  if task.recognition:
+    clients = dict(clients, W=rows)
+  return RoundState(server={'model': variables}, clients=clients, round=jnp.zeros((), jnp.int32))
+
+
+def global_model_algorithm(name: str, task: LocalModel, fed, lr_schedule, init: Callable,
+                           client_update: Callable, personalized: Callable) -> Algorithm:
+  """Ditto's and APFL's `Algorithm` around their own round 0, client update and personal models:
+  every client receives the global model w with the round's learning-rate scale; the server's
+  step is the weighted mean of the clients' w (the only thing that crosses); on recognition the
+  class embeddings are the clients' rows."""
+  identity_table = np.asarray(fed.identity_table)
+
+  def broadcast(server, client_ids, round_index, rng):
+    del client_ids, rng   # every client receives w^t
+    return ClientInput(shared=common.with_lr_scale({'model': server['model']}, lr_schedule,
+                                                   round_index), per_client={})
+
+  def server_update(server, updates, weights, client_ids, round_index, rng):
+    del server, client_ids, round_index, rng
+    return {'model': aggregation.weighted_mean(updates['model'], weights)}
+
+  def class_embeddings(state: RoundState):
+    if not task.recognition:
+      return None
+    return class_tables.to_identity_rows(state.clients['W'], identity_table, fed.num_identities)
+
+  return Algorithm(name=name, init=init, broadcast=broadcast, client_update=client_update,
+                   server_update=server_update, eval_variables=lambda server: server['model'],
+                   class_embeddings=class_embeddings, personalized=personalized,
+                   update_origin=lambda ci: origin_by_key(ci, ('model',)))
