@@ -141,13 +141,18 @@ def worst_of(values: list[float], higher_is_worse: bool) -> float:
 
 
 def personal_in_domain(personal_live_logits, sets, setup, batch_size: int, unit: str,
-                       rule: str) -> dict:
+                       rule: str, shared_live_logits=None) -> dict:
   """{'in_domain_personal': ...}: each data center's in-domain error with its own personal model
-  (issue 61 part 5), or {} when the method has none or one client holds every center (pooled).
+  (issue 61 part 5), or {} when one client holds every center (pooled), or when the method has
+  no personal model and no `shared_live_logits` is given.
 
   Data center k is client k of `setup.fed_view`: its personal model (`personal_live_logits(k)`, from
   `Algorithm.personalized`) scores center k's held-out frames in `unit`, the threshold on those
-  scores by `rule` (the in-domain rule). A held-out frame's center is its
+  scores by `rule` (the in-domain rule). A method without personal models (FedPAD, FedGPAD) has
+  every center scored by its shared model, `shared_live_logits`, as the personalized recognition
+  protocol scores such a method's clients with its global model: the same figures, center by
+  center, so that a personalization method's row has a row to stand against. 'model' says which:
+  'personal' or 'shared'. A held-out frame's center is its
   `sources.pad.CenterFrames.center`, which every PAD source fills (the embedded benchmark and
   `pad_lists`, whose lists name no subject). 'centers': name -> HTER, EER, AUC of each center with
   held-out frames; 'mean' over them; 'worst', the worst 10 % of them (`worst_of`: with K <= 10
@@ -155,12 +160,15 @@ def personal_in_domain(personal_live_logits, sets, setup, batch_size: int, unit:
   the training-only centers (FLIP's CelebA-Spoof lists), which have none. Validation frames that
   carry no center (a stand-in set) give 'centers' None and 'unavailable' says why.
   """
+  model = 'personal' if personal_live_logits is not None else 'shared'
+  if personal_live_logits is None and shared_live_logits is not None:
+    personal_live_logits = lambda k: shared_live_logits
   if personal_live_logits is None or setup.fed_view.num_clients != len(sets.sources):
     return {}
   centers = getattr(sets.validation, 'center', None)
   if centers is None:
     return {'in_domain_personal': {
-        'centers': None, 'unavailable': "the validation frames carry no data center "
+        'model': model, 'centers': None, 'unavailable': "the validation frames carry no data center "
                                        "(sources.pad.CenterFrames)"}}
   by_center, without = {}, []
   for k, name in enumerate(sets.sources):
@@ -171,7 +179,7 @@ def personal_in_domain(personal_live_logits, sets, setup, batch_size: int, unit:
     by_center[name] = {key: value for key, value in metrics.pad_metrics(
         own['scores'], own['labels'], rule=rule).items() if key in METRIC_KEYS}
   column = lambda key: [m[key] for m in by_center.values()]
-  out = {'centers': by_center, 'mean': {k: float(np.mean(column(k))) for k in METRIC_KEYS},
+  out = {'model': model, 'centers': by_center, 'mean': {k: float(np.mean(column(k))) for k in METRIC_KEYS},
          'worst': {k: worst_of(column(k), higher_is_worse=k != 'auc') for k in METRIC_KEYS},
          'worst_centers': -(-len(by_center) // 10)}
   if without:
@@ -222,7 +230,7 @@ def make_pad(config, section, setup) -> Evaluator:
     res['domains'] = {d: {k: m[k] for k in METRIC_KEYS} for d, m in domains.items()}
     # (getattr: inputs made before the field existed, as the tests' stand-ins, have none.)
     res.update(personal_in_domain(getattr(inputs, 'personal_live_logits', None), sets, setup,
-                                  batch, unit, in_domain_rule))
+                                  batch, unit, in_domain_rule, inputs.live_logits))
     res['iso'] = {'in_domain': attack_metrics(val_levels, in_domain_rule), 'domains': by_species}
     scalars = {k: res[k] for k in METRIC_KEYS}
     scalars.update({f'in_domain/{k}': res['in_domain'][k] for k in METRIC_KEYS})
@@ -271,8 +279,27 @@ def markdown(pad: dict) -> list[str]:
            *(f'| {name} | ' + ' | '.join(_percent(m[k]) for k in ('hter', 'eer', 'auc')) + ' |'
              for name, m in [(f"in-domain ({' & '.join(pad['sources'])})", pad['in_domain']),
                              *pad['domains'].items()]), '']
+  # Results written before each center was scored on its own have no 'in_domain_personal'.
+  lines += personal_markdown(pad.get('in_domain_personal') or {}, in_domain)
   # Results written before the ISO error rates existed have no 'iso'.
   return lines + (iso_markdown(pad) if 'iso' in pad else [])
+
+
+def personal_markdown(personal: dict, threshold: str) -> list[str]:
+  """Each data center's held-out subjects scored by its own model (or, for a method without
+  personal models, the shared one): a row per center, their mean and the worst 10 %.
+  `threshold`: how the in-domain threshold is picked, in words."""
+  if not personal.get('centers'):
+    return []
+  whose = ("its own personal model" if personal['model'] == 'personal'
+           else 'the shared model (the method keeps no personal model)')
+  rows = [*personal['centers'].items(), ('mean', personal['mean']),
+          (f"worst 10 % ({personal['worst_centers']} of {len(personal['centers'])})",
+           personal['worst'])]
+  return [f"Each data center's held-out subjects, scored by {whose}, {threshold}:",
+          '', '| data center | HTER (%) | EER (%) | AUC (%) |', '| --- | --- | --- | --- |',
+          *(f'| {name} | ' + ' | '.join(_percent(m[k]) for k in ('hter', 'eer', 'auc')) + ' |'
+            for name, m in rows), '']
 
 
 def iso_markdown(pad: dict) -> list[str]:

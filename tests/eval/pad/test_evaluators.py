@@ -16,6 +16,11 @@ from fedjax_face.eval.pad import evaluators, iso, metrics
 from tests.config_files import load_config
 
 
+def _setup(bench):
+  """The run's setup as the evaluator reads it: the data and one client (Single's one center)."""
+  return types.SimpleNamespace(benchmark=bench, fed_view=types.SimpleNamespace(num_clients=1))
+
+
 def _live_logits(images):
   # A fixed detector: the logit is the mean of the first HSV channel minus a constant.
   return np.asarray(images, np.float64)[..., 3].mean(axis=(1, 2)) - 0.5
@@ -25,7 +30,7 @@ def test_target_in_domain_and_extra_domains_are_each_measured_on_their_own_video
   config = load_config('pad/single', 'center=I,runlocal')
   bench = pad_source.load(config)
   evaluator = evaluators.make_pad(config, config.evals.pad,
-                                  types.SimpleNamespace(benchmark=bench))
+                                  _setup(bench))
   out = evaluator.evaluate(types.SimpleNamespace(live_logits=_live_logits))
   batch = config.eval.batch_size
 
@@ -128,7 +133,7 @@ def _evaluate(threshold_rule='test', scoring_unit='video'):
   config.evals.pad.scoring_unit = scoring_unit
   bench = pad_source.load(config)
   evaluator = evaluators.make_pad(config, config.evals.pad,
-                                  types.SimpleNamespace(benchmark=bench))
+                                  _setup(bench))
   return config, bench, evaluator.evaluate(types.SimpleNamespace(live_logits=_live_logits))
 
 

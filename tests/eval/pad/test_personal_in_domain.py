@@ -102,17 +102,52 @@ def test_worst_of_is_the_mean_of_the_worst_tenth_of_the_centers_by_hand():
   assert evaluators.worst_of(values, higher_is_worse=False) == 0.0625 / 2
 
 
-def test_nothing_without_personal_models_or_with_one_pooled_client():
+def test_nothing_without_any_model_or_with_one_pooled_client():
   sets = types.SimpleNamespace(sources=('O', 'C'), validation=held_out_frames(np.zeros(8)))
   assert evaluators.personal_in_domain(None, sets, clients(2), 3, 'video', 'test') == {}
   assert evaluators.personal_in_domain(lambda k: None, sets, clients(1), 3, 'video', 'test') == {}
+  assert evaluators.personal_in_domain(None, sets, clients(1), 3, 'video', 'test',
+                                       center_model(0, [])) == {}
+
+
+def test_without_personal_models_every_center_is_scored_by_the_shared_model():
+  # FedPAD's case: center 1's own model would be inverted (AUC 0); the shared model is center
+  # 0's, right on both centers, and it scores every frame of both.
+  seen = []
+  sets = types.SimpleNamespace(sources=('O', 'C'), validation=held_out_frames(np.zeros(8)))
+  shared = center_model(0, seen)
+  out = evaluators.personal_in_domain(None, sets, clients(2), 3, 'video', 'test', shared)
+  got = out['in_domain_personal']
+  assert got['model'] == 'shared' and sorted(set(seen)) == [(0, 0), (0, 1)] and len(seen) == 16
+  assert {name: m['auc'] for name, m in got['centers'].items()} == {'O': 1.0, 'C': 1.0}
+  assert {name: m['hter'] for name, m in got['centers'].items()} == {'O': 0.0, 'C': 0.0}
+  # Personal models given: they are used, whatever the shared model is.
+  personal = evaluators.personal_in_domain(lambda k: center_model(k, []), sets, clients(2), 3,
+                                           'video', 'test', shared)['in_domain_personal']
+  assert personal['model'] == 'personal' and personal['centers']['C']['auc'] == 0.0
+
+
+def test_the_report_shows_each_center_its_mean_and_worst():
+  personal = {'model': 'shared', 'worst_centers': 1,
+              'centers': {'O': {'hter': 0.125, 'eer': 0.25, 'auc': 0.9375},
+                          'C': {'hter': 0.375, 'eer': 0.5, 'auc': 0.5}},
+              'mean': {'hter': 0.25, 'eer': 0.375, 'auc': 0.71875},
+              'worst': {'hter': 0.375, 'eer': 0.5, 'auc': 0.5}}
+  assert evaluators.personal_markdown(personal, 'threshold on their scores') == [
+      "Each data center's held-out subjects, scored by the shared model (the method keeps no "
+      'personal model), threshold on their scores:', '',
+      '| data center | HTER (%) | EER (%) | AUC (%) |', '| --- | --- | --- | --- |',
+      '| O | 12.50 | 25.00 | 93.75 |', '| C | 37.50 | 50.00 | 50.00 |',
+      '| mean | 25.00 | 37.50 | 71.88 |', '| worst 10 % (1 of 2) | 37.50 | 50.00 | 50.00 |', '']
+  assert evaluators.personal_markdown({'centers': None, 'unavailable': 'x'}, '') == []
+  assert evaluators.personal_markdown({}, '') == []
 
 
 def test_frames_without_centers_say_so_in_one_line():
   plain = one_center(0, np.zeros(8))             # a PadSet, not joined by `concat`
   sets = types.SimpleNamespace(sources=('O', 'C'), validation=plain)
   assert evaluators.personal_in_domain(lambda k: None, sets, clients(2), 3, 'video', 'test') == {
-      'in_domain_personal': {'centers': None,
+      'in_domain_personal': {'model': 'personal', 'centers': None,
                              'unavailable': 'the validation frames carry no data center '
                                             '(sources.pad.CenterFrames)'}}
 

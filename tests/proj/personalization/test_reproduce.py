@@ -38,3 +38,44 @@ def test_fedfr_is_judged_against_each_baseline_on_every_personalized_column():
   assert [(o.ahead, o.behind, o.column) for o in table.orderings] == [
       (('FedFR',), (baseline,), column)
       for baseline in ('FedBN', 'FedRep', 'FedPer', 'Ditto', 'APFL') for column in personalized]
+
+
+def test_the_anti_spoofing_table_stands_each_baseline_against_fedpad_and_fedgpad():
+  table = reproduce.PENDING[2]
+  for row in table.rows:
+    experiment.validate(config_files.run_config(row.run))
+  algorithms = {row.label: config_files.load_config(row.run.config, row.run.arg)
+                for row in table.rows}
+  assert {label: (c.algorithm, c.data.pad.target) for label, c in algorithms.items()} == {
+      'FedPAD': ('fedpad', 'M'), 'FedGPAD': ('fedgpad', 'M'), 'FedBN': ('fedbn', 'M'),
+      'FedRep': ('fedrep', 'M'), 'FedPer': ('fedrep', 'M'), 'Ditto': ('ditto', 'M'),
+      'APFL': ('apfl', 'M')}
+  assert table.columns == ('pad/in_domain_personal/mean/hter',
+                           'pad/in_domain_personal/worst/hter',
+                           'pad/in_domain_personal/mean/auc', 'pad/hter', 'pad/auc')
+  baselines = ('FedBN', 'FedRep', 'FedPer', 'Ditto', 'APFL')
+  assert [(o.ahead, o.behind, o.column, o.lower_is_better) for o in table.orderings] == [
+      ((b,), ('FedPAD',), column, True) for b in baselines
+      for column in table.columns[:2] + ('pad/hter',)] + [
+      (('FedGPAD',), (b,), 'pad/hter', True) for b in baselines]
+
+
+def test_the_schedule_table_varies_only_the_step_and_the_local_epochs():
+  table = reproduce.PENDING[3]
+  assert table.orderings == () and table.columns == reproduce.TABLES[1].columns
+  runs = [row.run for row in table.rows]
+  assert runs[0] == fedfr_tables.PRETRAIN and len(runs) == 1 + 5 * 4
+  # Table 1's baseline runs are this table's cells at the setting's values, by name.
+  assert runs[1::4] == [run for _, run in reproduce.BASELINES]
+  base = config_files.run_config(reproduce.BASELINES[4][1])      # APFL at the setting's values
+  assert (base.optimizer.learning_rate, base.federated.local_epochs,
+          base.federated.local_steps, base.apfl.alpha_learning_rate) == (0.001, 1.0, 4, 0.001)
+  for label, run in zip([row.label for row in table.rows][1:], runs[1:]):
+    c = config_files.run_config(run)
+    experiment.validate(c)
+    fast, long = 'lr 0.01' in label, 'E = 4' in label
+    assert c.optimizer.learning_rate == (0.01 if fast else 0.001), label
+    assert (c.federated.local_epochs, c.federated.local_steps) == ((4.0, 15) if long
+                                                                   else (1.0, 4)), label
+    if c.algorithm == 'apfl':     # one eta for w, v and alpha, as the paper's
+      assert c.apfl.alpha_learning_rate == c.optimizer.learning_rate, label
