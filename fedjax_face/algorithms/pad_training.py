@@ -36,17 +36,22 @@ def image_shape(config) -> tuple[int, int, int]:
   return (size, size, pad_model.PAD_CHANNELS)
 
 
+def detector_loss(model, variables, batch) -> tuple[jnp.ndarray, dict]:
+  """(FedPAD's loss on one step's frames, the detector's new BatchNorm statistics): FedGPAD's
+  batch of `batch`, `pad_losses.total_loss` with the authors' term weights."""
+  frames = fedgpad.training_batch(batch)
+  outputs, state = model.apply(variables, frames['inputs'], train=True, mutable=['batch_stats'])
+  total, _ = pad_losses.total_loss(outputs, frames, pad_losses.LOSS_WEIGHTS)
+  return total, state.get('batch_stats', {})
+
+
 def loss(model):
   """`loss_fn(trained, frozen, batch) -> (loss, the trained part's new statistics)` of
   `partial_sharing.train_part`: the detector's loss on one step's frames, the model being both
   parts together."""
   def loss_fn(trained, frozen, batch):
-    frames = fedgpad.training_batch(batch)
-    variables = partial_sharing.as_variables(trained, frozen)
-    outputs, state = model.apply(variables, frames['inputs'], train=True,
-                                 mutable=['batch_stats'])
-    total, _ = pad_losses.total_loss(outputs, frames, pad_losses.LOSS_WEIGHTS)
-    return total, partial_sharing.at_paths_of(state.get('batch_stats', {}), trained['stats'])
+    total, stats = detector_loss(model, partial_sharing.as_variables(trained, frozen), batch)
+    return total, partial_sharing.at_paths_of(stats, trained['stats'])
   return loss_fn
 
 

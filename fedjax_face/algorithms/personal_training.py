@@ -7,9 +7,9 @@ written once over pytrees.
                  and its margins, `head`), on the step's images flipped at random and normalised,
                  as `common.local_step` computes it
   anti_spoofing  params: FedPAD's detector's parameters (`model.name` 'pad_resnet18' or 'pad_net'
-                 without ES / Dec); the loss: FedPAD's, `pad_losses.total_loss` with the authors'
-                 term weights (`pad_losses.LOSS_WEIGHTS`) on FedGPAD's batches
-                 (`fedgpad.training_batch`: frames and depth flipped together, RGB + HSV)
+                 without ES / Dec); the loss: FedPAD's, `pad_training.detector_loss` (the
+                 authors' term weights on FedGPAD's batches: frames and depth flipped together,
+                 RGB + HSV), as FedBN and FedRep train it
 
 A step's inputs `xs` carry each step's `mask` (`core.local.skip_if_empty` skips a step without
 a sample) and `rng`; the loss draws its flips from that rng, so that two models trained in one
@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedjax_face.algorithms import common, fedgpad, pad_losses, pad_training
+from fedjax_face.algorithms import common, fedgpad, pad_training
 from fedjax_face.core import aggregation, class_tables, local
 from fedjax_face.core.algorithm import Algorithm, ClientInput, RoundState, origin_by_key
 from fedjax_face.data import preprocess, sources
@@ -95,13 +95,10 @@ def detector_model(config, model) -> LocalModel:
   """An anti-spoofing data center: FedPAD's detector."""
 
   def loss(params, batch_stats, x):
-    frames = fedgpad.training_batch(x)
-    outputs, state = model.apply(_with_stats(params, batch_stats), frames['inputs'], train=True,
-                                 mutable=['batch_stats'])
-    total, _ = pad_losses.total_loss(outputs, frames, pad_losses.LOSS_WEIGHTS)
-    return total, state.get('batch_stats', {})
+    return pad_training.detector_loss(model, _with_stats(params, batch_stats), x)
 
-  apply = jax.jit(lambda variables, x: model.apply(variables, x, train=False)['logit'])
+  apply = jax.jit(lambda variables, x: pad_training.live_logit(
+      model.apply(variables, x, train=False)))
   return LocalModel(
       recognition=False, image_shape=pad_training.image_shape(config),
       pack=lambda variables, rows: variables['params'], variables=_with_stats, loss=loss,
