@@ -9,13 +9,14 @@ backbone, and it compiles in a fraction of the small CNN's time."""
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import optax
 import pytest
 
 from fedjax_face import algorithms, config_lib, models
-from fedjax_face.algorithms import apfl, ditto, personal_training
-from fedjax_face.core import aggregation
+from fedjax_face.algorithms import apfl, common, ditto, personal_training
+from fedjax_face.core import aggregation, local_terms
 from fedjax_face.core.algorithm import RoundState
 from fedjax_face.data import federated
 from tests import config_files, engine_cases
@@ -40,6 +41,32 @@ def test_ditto_personal_step_by_hand_on_a_quadratic():
     v = optax.apply_updates(v, updates)
     seen.append((float(v['a']), float(v['b'])))
   np.testing.assert_allclose(seen, [(1.5, -0.8), (1.175, -0.61)], rtol=1e-6)
+
+
+def test_a_blocks_fedprox_term_acts_on_the_global_model_alone():
+  # Ditto's and APFL's pair of optimizers (`build`: common.make_optimizer for w,
+  # ditto.uncorrected_optimizer for v) under a federated block's FedProx, mu = 1, on the first
+  # leaf received (core/local_terms.applied), eta = 0.1, F = 3/2 (u - 0.5)^2, w^t = 1:
+  #   w: step 1: 1 - 0.1 (1.5 + 1 (1 - 1)) = 0.85; step 2: 0.85 - 0.1 (1.05 + (0.85 - 1)) = 0.76
+  #   v (Ditto, lambda = 0.5, from 2): 1.5, 1.175, as without the block: FedProx is not on it.
+  config = ml_collections.ConfigDict({'optimizer': dict(
+      name='sgd', learning_rate=0.1, momentum=0.0, weight_decay=0.0, correction='fedprox')})
+  grad_f = lambda u: {'a': 3.0 * (u['a'] - 0.5), 'b': jnp.zeros_like(u['b'])}
+  w = {'a': jnp.array(1.0), 'b': jnp.array(3.0)}
+  v = {'a': jnp.array(2.0), 'b': jnp.array(-1.0)}
+  with local_terms.applied([w['a']], None, mu=1.0) as tied:
+    w_optimizer = common.make_optimizer(config.optimizer)
+    v_optimizer = ditto.personal_optimizer(0.5, ditto.uncorrected_optimizer(config))
+    w_state, v_state = w_optimizer.init(w), v_optimizer.init(w)
+  assert tied == {0}
+  seen = []
+  for _ in range(2):
+    updates, w_state = w_optimizer.update(grad_f(w), w_state, w)
+    w = optax.apply_updates(w, updates)
+    updates, v_state = v_optimizer.update(grad_f(v), v_state, v)
+    v = optax.apply_updates(v, updates)
+    seen.append((float(w['a']), float(w['b']), float(v['a'])))
+  np.testing.assert_allclose(seen, [(0.85, 3.0, 1.5), (0.76, 3.0, 1.175)], rtol=1e-6)
 
 
 def _quadratic(a, c):
