@@ -25,7 +25,8 @@ def test_table_names_and_selection():
                    + ['privacy1', 'privacy2', 'privacy3', 'privacy4', 'privacy6'] + ['blocks1', 'blocks2']
                    + ['personalization1'])
   pending = set(reproduce.table_names(pending=True)) - set(names)
-  assert pending == {'privacy5', 'privacy7', 'personalization2', 'personalization3'}   # their
+  assert pending == {'privacy5', 'privacy7', 'personalization2', 'personalization3', 'fedgc_scale',
+                     'fedgc_scale_5seeds'}   # their
   # sweeps have not finished
   assert reproduce.select('fedgc4') == [('fedgc', 4)]
   assert reproduce.select('fedfv') == [('fedfv', 1), ('fedfv', 2), ('fedfv', 3), ('fedfv', 4)]
