@@ -6,8 +6,15 @@ Every FedFR run starts from this run's final model and public class matrix
 (`--config.init_from=/tmp/fedfr_pretrain`); evaluated as it is, it is Table 1's first row.
 
 Argument (comma separated): ids=N (Fig. 4's scenario of N identities per client: the same
-training identities as the federated runs of that scenario), paper (the paper's sizes), runlocal.
+training identities as the federated runs of that scenario), paper (the paper's sizes), runlocal,
+partial_fc=R (Partial FC: each step trains a share R of the public class centers, the batch's
+classes always among them, arcface_torch's `sample_rate`; models/partial_fc.py. For a public set
+of 100k-1M identities; any centralized config takes `--config.head.sample_rate=R` the same way).
 """
+
+# arcface_torch's configs use 0.1 (its README's tables), 0.2 and 0.3; 0.5 samples at runlocal's
+# sizes (8 public classes, batch 4: rate 0.1 would keep every center).
+PARTIAL_FC_RATES = ('0.1', '0.2', '0.3', '0.5')
 
 from fedjax_face import config_lib
 from fedjax_face.proj.fedfr import setting
@@ -15,10 +22,12 @@ from fedjax_face.proj.fedfr import setting
 
 def get_config(arg=None):
   args = config_lib.parse_arg(arg, {'ids': setting.IDS_PER_CLIENT, 'paper': (True,),
-                                    'runlocal': (True,)})
+                                    'runlocal': (True,), 'partial_fc': PARTIAL_FC_RATES})
   runlocal = bool(args.get('runlocal'))
   c = setting.pretraining_config(runlocal=runlocal, paper=bool(args.get('paper')))
   if 'ids' in args:
     setting.set_identities_per_client(c, int(args['ids']), runlocal,
                                       paper=bool(args.get('paper')))
+  if 'partial_fc' in args:
+    c.head.sample_rate = float(args['partial_fc'])
   return c

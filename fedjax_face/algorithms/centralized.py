@@ -5,6 +5,11 @@ matrix over every identity, a softmax over the global class space ("global optim
 FedGC paper). It runs through the same round engine as a single client holding all the data, so a
 "round" is `federated.local_steps` optimizer steps; the optimizer's momentum is carried across
 rounds (it is one continuous SGD run), unlike the federated clients'.
+
+`head.sample_rate` < 1 trains the class matrix with Partial FC (models/partial_fc.py): each step
+the batch's classes and a uniform sample of the others, the rest of W and of its momentum left as
+they were; the server state is the same (W and its optimizer state whole), so a run resumes,
+evaluates and starts FedFR the same way (configs/fedfr/pretrain.py:partial_fc=0.1).
 """
 
 import jax
@@ -36,7 +41,8 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     raise ValueError(f'centralized training expects all data on one client, got {fed.num_clients}.')
   train = common.local_trainer(model, head_kwargs=common.head_kwargs(config),
                                optimizer=common.make_optimizer(config.optimizer),
-                               step_mode=step_mode)
+                               step_mode=step_mode,
+                               sample_rate=config.head.get('sample_rate', 1.0))
   lr_schedule = common.lr_scale_schedule(config)
   image_shape = fed.images.shape[1:]
 

@@ -11,6 +11,7 @@ from fedjax_face.core import arrays, local, local_terms
 from fedjax_face.data import preprocess
 from fedjax_face.models import starts
 from fedjax_face.models import heads
+from fedjax_face.models import partial_fc
 
 
 def make_optimizer(config) -> optax.GradientTransformation:
@@ -71,7 +72,7 @@ def init_backbone(model, rng: jax.Array, image_shape: tuple[int, ...], train: bo
 
 def local_step(model, *, head_kwargs: dict, optimizer: optax.GradientTransformation,
                train_class_embeddings: bool = True,
-               class_rows: Callable | None = None) -> Callable:
+               class_rows: Callable | None = None, sample_rate: float = 1.0) -> Callable:
   """One local SGD step: `step(carry, batch, class_mask, class_embeddings, fixed_classes=None,
   lr_scale=None, row_input=None) -> (carry, loss)`.
 
@@ -87,6 +88,12 @@ def local_step(model, *, head_kwargs: dict, optimizer: optax.GradientTransformat
   (FedUV: W is the shared projection W', `row_input` the client's codeword, rows W'^T v / ||v||^2).
   `local_trainer` runs it over a client's steps; the bench drives it from a Python loop, the way
   sequential simulators run clients.
+
+  `sample_rate` < 1 is Partial FC (models/partial_fc.py): each step draws its class centers (the
+  batch's classes and uniform others) from a key folded out of `batch['rng']`, the loss runs over
+  those rows of W, and the optimizer steps on those rows and their optimizer state only
+  (`partial_fc.take_rows` / `put_rows`): every other row of W and of its momentum stays bit for
+  bit as it was. It needs W trained as itself (no `class_rows`, no `fixed_classes`).
   """
 
   def loss_fn(params, batch_stats, class_embeddings, fixed_classes, row_input, images, labels,
@@ -104,27 +111,53 @@ def local_step(model, *, head_kwargs: dict, optimizer: optax.GradientTransformat
     loss = heads.loss(features, w, labels, class_mask, sample_mask, **head_kwargs)
     return loss, new_state.get('batch_stats', {})
 
+  if sample_rate < 1.0 and (not train_class_embeddings or class_rows is not None):
+    raise ValueError('local_step: sample_rate < 1 (Partial FC) samples the rows of a trained W; '
+                     'expected train_class_embeddings=True and no class_rows.')
+
   def step(carry, batch, class_mask, class_embeddings=None, fixed_classes=None, lr_scale=None,
            row_input=None):
     params, batch_stats, opt_state = carry
     images = preprocess.normalize(preprocess.random_flip(batch['rng'], batch['images']))
+    labels, sampled = batch['labels'], sampled_classes(params, batch)
+    if sampled is not None:
+      if fixed_classes is not None:
+        raise ValueError('local_step: Partial FC takes no fixed_classes (FedFV equivalents).')
+      full_params, full_opt_state = params, opt_state
+      params = partial_fc.take_rows(params, sampled)
+      opt_state = partial_fc.take_rows(opt_state, sampled)
+      labels, class_mask = partial_fc.remap_labels(sampled, labels), class_mask[sampled]
     (loss, batch_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        params, batch_stats, class_embeddings, fixed_classes, row_input, images, batch['labels'],
+        params, batch_stats, class_embeddings, fixed_classes, row_input, images, labels,
         batch['mask'], class_mask)
     updates, opt_state = optimizer.update(grads, opt_state, params)
     if lr_scale is not None:
       updates = jax.tree.map(lambda u: u * lr_scale.astype(u.dtype), updates)
-    return (optax.apply_updates(params, updates), batch_stats, opt_state), loss
+    params = optax.apply_updates(params, updates)
+    if sampled is not None:
+      params = partial_fc.put_rows(full_params, params, sampled)
+      opt_state = partial_fc.put_rows(full_opt_state, opt_state, sampled)
+    return (params, batch_stats, opt_state), loss
+
+  def sampled_classes(params, batch):
+    """This step's Partial FC classes (`partial_fc.sample_classes`), or None for the full head
+    (rate 1, or a head too small for the rate to leave any row out)."""
+    num_classes, batch_size = params['W'].shape[0], batch['labels'].shape[0]
+    if sample_rate >= 1.0 or not partial_fc.samples(num_classes, sample_rate, batch_size):
+      return None
+    rng = jax.random.fold_in(batch['rng'], partial_fc.SAMPLING_STREAM)
+    return partial_fc.sample_classes(rng, batch['labels'], batch['mask'], num_classes,
+                                     sample_rate)
 
   return step
 
 
 def local_trainer(model, *, head_kwargs: dict, optimizer: optax.GradientTransformation,
                   step_mode: str, train_class_embeddings: bool = True,
-                  class_rows: Callable | None = None) -> Callable:
+                  class_rows: Callable | None = None, sample_rate: float = 1.0) -> Callable:
   """Builds `train(variables, W, data, rng, opt_state=None, *, fixed_classes=None,
-  lr_scale=None, row_input=None) -> (variables, W, opt_state, metrics)` (the keywords and
-  `class_rows`: `local_step`).
+  lr_scale=None, row_input=None) -> (variables, W, opt_state, metrics)` (the keywords,
+  `class_rows` and `sample_rate`: `local_step`).
 
   Runs `local_step` over the client's steps (`data` leaves have a leading steps axis; padded
   steps are skipped). Without `opt_state` the momentum is created afresh at the start of the
@@ -133,7 +166,8 @@ def local_trainer(model, *, head_kwargs: dict, optimizer: optax.GradientTransfor
   `train_class_embeddings=False` W is held fixed (FedPE+Fixed).
   """
   one_step = local_step(model, head_kwargs=head_kwargs, optimizer=optimizer,
-                        train_class_embeddings=train_class_embeddings, class_rows=class_rows)
+                        train_class_embeddings=train_class_embeddings, class_rows=class_rows,
+                        sample_rate=sample_rate)
 
   def params_of(variables, class_embeddings):
     params = {'backbone': variables['params']}

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from fedjax_face.core import arrays
-from fedjax_face.core.checks import check_choice, check_number
+from fedjax_face.core.checks import UsageError, check_choice, check_fraction, check_number
 
 CLASSIFIER_HEADS = ('softmax', 'cosface', 'arcface')     # logits over classes
 POSITIVE_HEADS = ('positive_cosine', 'positive_dot')     # one class per client, no negatives
@@ -72,6 +72,9 @@ def config_section() -> ml_collections.ConfigDict:
   c.margin = -1.0                 # < 0: the paper's margin (CosFace 0.35, ArcFace 0.5)
   c.arcface_fallback = 'classic'  # 'classic' | 'easy' | 'none' (ARCFACE_FALLBACKS)
   c.init_std = 0.01               # class embeddings ~ N(0, std^2) (arcface_torch's init)
+  # Partial FC (models/partial_fc.py): the share of class centers each step trains, positives
+  # always in (arcface_torch's `sample_rate`); 1.0 = the full head, every center every step.
+  c.sample_rate = 1.0
   return c
 
 
@@ -80,6 +83,37 @@ def check_config(config) -> None:
   check_choice('head.loss', config.head.loss, HEADS)
   check_choice('head.arcface_fallback', config.head.arcface_fallback, ARCFACE_FALLBACKS)
   check_number('head.init_std', config.head.init_std)
+  _check_sample_rate(config)
+
+
+# The methods whose head is one softmax over every class in one place, where Partial FC applies.
+# A federated client's head holds its own classes only (tens to hundreds of rows: nothing to save),
+# and a server step over the class matrix (FedGC's regularizer, FedAwS's spreadout, FedFV's
+# equivalents) reads every row.
+SAMPLED_HEAD_ALGORITHMS = ('centralized',)
+
+
+def _check_sample_rate(config) -> None:
+  """`head.sample_rate` in (0, 1]; below 1 only for a classifier head of a method in
+  `SAMPLED_HEAD_ALGORITHMS` (one line naming the fields otherwise)."""
+  rate = config.head.get('sample_rate', 1.0)
+  check_fraction('head.sample_rate', rate)
+  if rate == 1.0:
+    return
+  if config.head.loss not in CLASSIFIER_HEADS:
+    raise UsageError(f'config.head.sample_rate={rate!r} with head.loss={config.head.loss!r}: a '
+                     'positive-only loss has no negative centers to sample; expected '
+                     'head.sample_rate=1.0.')
+  algorithm = config.get('algorithm')
+  if algorithm == 'fedgc':
+    raise UsageError(f"config.head.sample_rate={rate!r} with algorithm='fedgc': FedGC's server "
+                     'regularizer needs every class center each round; expected '
+                     'head.sample_rate=1.0.')
+  if algorithm not in SAMPLED_HEAD_ALGORITHMS:
+    raise UsageError(f'config.head.sample_rate={rate!r} with algorithm={algorithm!r}: Partial FC '
+                     'samples the centers of one head over every class, which only '
+                     f'{SAMPLED_HEAD_ALGORITHMS} trains (a client head holds its own classes); '
+                     'expected head.sample_rate=1.0.')
 
 
 def _check_kind(kind: str) -> None:

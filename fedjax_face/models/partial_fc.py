@@ -1,0 +1,159 @@
+"""Partial FC: a classification head trained on a sampled subset of its class centers per step.
+
+The public source is arcface_torch (deepinsight/insightface, `recognition/arcface_torch/
+partial_fc_v2.py`, class `PartialFC_V2`, and the README's Partial FC tables; An et al., "Killing
+Two Birds with One Stone: Efficient and Robust Training of Face Recognition CNNs by Partial FC",
+CVPR 2022, arXiv:2203.15565). Its rule, per shard of the class matrix:
+
+- the C classes are split over `world_size` shards as contiguous slices: shard r holds
+  `num_local = C // world + (r < C % world)` rows from `class_start = C // world * r +
+  min(r, C % world)` (`shard_slices`);
+- `num_sample = int(sample_rate * num_local)` centers are kept per step (`sample_sizes`);
+- every positive (a class of the step's global batch that falls in the shard's slice) is kept, the
+  rest are negatives drawn uniformly without replacement: a uniform draw per row, 2.0 written over
+  the positives' draws, the `num_sample` largest kept, in ascending class order
+  (`torch.topk(perm, k=num_sample)` then `sort`; `sample_classes`);
+- the labels are remapped into the sampled index space (`torch.searchsorted(index, labels)`;
+  `remap_labels`), and the margin softmax runs over the sampled centers only;
+- at `sample_rate == 1` nothing is sampled: the full head.
+
+Where this module differs, and why:
+- **Static sample size.** Under jit a shape cannot depend on the batch. arcface_torch keeps
+  exactly the positives when they outnumber `num_sample` (a tiny head or a large batch); here
+  the size is `max(num_sample, min(batch, num_local))`, which always has room for every positive
+  (a batch of B labels has at most B distinct ones) and equals arcface_torch's `num_sample`
+  whenever `num_sample >= batch` (every 100k+ class head at arcface_torch's batch sizes).
+  When `min(batch, num_local)` is larger, the sample is the positives plus uniform negatives up
+  to that size instead of the positives alone.
+- **Unsampled centers are frozen, optimizer state included.** In PartialFC_V2 the whole class
+  matrix is one torch Parameter, so PyTorch's SGD still decays and moves an unsampled row through
+  its momentum and weight decay (its gradient alone is zero). Here the optimizer steps on the
+  sampled rows only (`take_rows` / `put_rows`): an unsampled row and its momentum stay bit for
+  bit the same, as in arcface_torch's first Partial FC (`partial_fc.py`, which kept a sampled
+  sub-weight and its momentum and wrote both back). With Adam, the step counter is shared by all
+  rows (optax keeps one), so a row's bias correction counts steps it was not sampled in.
+- **Padding samples** (`sample_mask` False) are not positives: they never force a class in.
+- **The draw** is `jax.random.uniform` from the step's key, shard r's from `fold_in(key, r)`, so
+  a run (and a resumed run) samples the same centers; torch draws from its global generator.
+
+The sharded execution (each device holding its slice of W and sampling from it, the softmax's
+max and sum all-reduced as arcface_torch's `DistCrossEntropy` does) is not built here:
+`sample_classes(num_shards=S)` draws the same per-shard sample a sharded step would, on one
+device (docs/partial_fc.md says what the sharded step still needs).
+"""
+
+from typing import Any, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+
+from fedjax_face.models import heads
+
+# `fold_in` constant deriving the sampling key from a local step's key: the step's own key keeps
+# drawing the image flips exactly as before, so switching Partial FC on changes nothing else.
+SAMPLING_STREAM = 0x5046_4301   # 'PFC' 1
+
+# The leaf of the trained parameters (and of every optimizer-state tree mirroring them) that holds
+# the class centers, one row per class (algorithms/common.py: `params = {'backbone', 'W'}`).
+CLASS_LEAF = 'W'
+
+# The positives' draw: above every uniform draw in [0, 1), so top-k always keeps them
+# (arcface_torch: `perm[positive] = 2.0`).
+_POSITIVE_DRAW = 2.0
+
+
+def shard_slices(num_classes: int, num_shards: int) -> list[tuple[int, int]]:
+  """`[(class_start, num_local)]` per shard: arcface_torch's contiguous split of the classes
+  (PartialFC_V2.__init__: the first `C % world` shards hold one row more)."""
+  base, extra = divmod(num_classes, num_shards)
+  return [(base * r + min(r, extra), base + int(r < extra)) for r in range(num_shards)]
+
+
+def sample_sizes(num_classes: int, sample_rate: float, batch_size: int,
+                 num_shards: int = 1) -> list[int]:
+  """Centers kept per shard: `int(sample_rate * num_local)` (PartialFC_V2's `num_sample`), raised
+  to `min(batch_size, num_local)` so every positive fits (module docstring, "Static sample
+  size"); `num_local` itself at `sample_rate == 1`."""
+  sizes = []
+  for _, num_local in shard_slices(num_classes, num_shards):
+    if sample_rate >= 1.0:
+      sizes.append(num_local)
+    else:
+      sizes.append(max(int(sample_rate * num_local), min(batch_size, num_local)))
+  return sizes
+
+
+def samples(num_classes: int, sample_rate: float, batch_size: int, num_shards: int = 1) -> bool:
+  """Whether a step at these sizes samples at all (some shard keeps fewer rows than it holds)."""
+  sizes = sample_sizes(num_classes, sample_rate, batch_size, num_shards)
+  return any(k < n for k, (_, n) in zip(sizes, shard_slices(num_classes, num_shards)))
+
+
+def sample_classes(rng: jax.Array, labels: jax.Array, sample_mask: Optional[jax.Array],
+                   num_classes: int, sample_rate: float, num_shards: int = 1) -> jax.Array:
+  """The sampled classes, `[sum(sample_sizes)]` int32 in ascending order: per shard, its
+  positives and uniform negatives without replacement (PartialFC_V2.sample).
+
+  Args:
+    rng: the step's sampling key (shard r draws from `fold_in(rng, r)`).
+    labels: `[B]` int classes of the batch (global ids in [0, num_classes)).
+    sample_mask: `[B]` bool, False for padding samples (never forced in); None: all real.
+    num_classes: C, the rows of the class matrix.
+    sample_rate: in (0, 1]; a Python float (the sizes are static).
+    num_shards: the shards C is split over (`shard_slices`); each samples its own slice.
+  """
+  valid = jnp.ones(labels.shape, bool) if sample_mask is None else sample_mask
+  sizes = sample_sizes(num_classes, sample_rate, labels.shape[0], num_shards)
+  picked = []
+  for r, ((start, num_local), size) in enumerate(zip(shard_slices(num_classes, num_shards),
+                                                       sizes)):
+    draws = jax.random.uniform(jax.random.fold_in(rng, r), (num_local,), jnp.float32)
+    local = labels - start
+    positive = valid & (local >= 0) & (local < num_local)
+    # `max` with 0 leaves a draw in [0, 1) as it is: labels outside the slice (clipped onto a row
+    # of it) and padding samples write nothing.
+    draws = draws.at[jnp.clip(local, 0, num_local - 1)].max(
+        jnp.where(positive, _POSITIVE_DRAW, 0.0))
+    _, index = jax.lax.top_k(draws, size)
+    picked.append(jnp.sort(index).astype(jnp.int32) + start)
+  return jnp.concatenate(picked)
+
+
+def remap_labels(index: jax.Array, labels: jax.Array) -> jax.Array:
+  """Each label's column among the sampled classes `index` (ascending): `searchsorted`, as
+  PartialFC_V2 remaps its positives. A label not sampled (only a padding sample's) is clipped
+  onto a valid column; its loss is masked out."""
+  return jnp.clip(jnp.searchsorted(index, labels), 0, index.shape[0] - 1).astype(labels.dtype)
+
+
+def sampled_loss(features: jax.Array, class_embeddings: jax.Array, labels: jax.Array,
+                 class_mask: Optional[jax.Array], sample_mask: Optional[jax.Array],
+                 index: jax.Array, **head_kwargs: Any) -> jax.Array:
+  """`heads.loss` over the sampled centers `class_embeddings[index]` only, the labels remapped.
+
+  Its gradient with respect to the full `class_embeddings` is zero on every row outside `index`
+  (the gather's transpose scatters into those rows nothing)."""
+  mask = None if class_mask is None else class_mask[index]
+  return heads.loss(features, class_embeddings[index], remap_labels(index, labels), mask,
+                    sample_mask, **head_kwargs)
+
+
+def _is_class_leaf(path: Sequence[Any]) -> bool:
+  return bool(path) and isinstance(path[-1], jax.tree_util.DictKey) and path[-1].key == CLASS_LEAF
+
+
+def take_rows(tree: Any, index: jax.Array) -> Any:
+  """`tree` with each class-center leaf (a leaf keyed `CLASS_LEAF`: the parameters' W and the
+  optimizer state's mirrors of it, momentum or Adam's moments) cut to its rows `index`."""
+  return jax.tree_util.tree_map_with_path(
+      lambda path, leaf: leaf[index] if _is_class_leaf(path) else leaf, tree)
+
+
+def put_rows(full: Any, sampled: Any, index: jax.Array) -> Any:
+  """The inverse of `take_rows` after a step: `sampled`'s class-center rows written back into
+  `full`'s at `index` (every other row of `full` as it was, bit for bit); every other leaf is
+  `sampled`'s (the backbone, the step counters)."""
+  return jax.tree_util.tree_map_with_path(
+      lambda path, whole, part: (jnp.asarray(whole).at[index].set(part) if _is_class_leaf(path)
+                                 else part),
+      full, sampled)

@@ -1,0 +1,307 @@
+"""Partial FC (models/partial_fc.py, algorithms/common.local_step's `sample_rate`): arcface_torch's
+sizes and shard split; every positive sampled and the rest the top of the same uniform draws;
+the sampled loss and its gradients exactly those of a dense head built by hand over the sampled
+centers; the full sample and rate 1.0 bit for bit the full head; unsampled rows of W and of its
+momentum unchanged to the bit under SGD with momentum and weight decay; the one-line refusals;
+configs/fedfr/pretrain.py:partial_fc end to end."""
+
+import functools
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+import pytest
+
+from fedjax_face import config_lib, experiment
+from fedjax_face.algorithms import common
+from fedjax_face.core.checks import UsageError
+from fedjax_face.data import preprocess
+from fedjax_face.models import heads, partial_fc
+from tests import config_files, saved_checkpoints
+
+NUM_CLASSES, DIM, BATCH = 200, 8, 8
+
+
+class TinyBackbone(nn.Module):
+  """A dense layer over the flattened image: the step's contract (`train`, no batch_stats)."""
+
+  @nn.compact
+  def __call__(self, images, train: bool = False):
+    del train
+    return nn.Dense(DIM)(images.reshape(images.shape[0], -1))
+
+
+def test_sizes_and_shards_are_arcface_torch_s():
+  # PartialFC_V2: num_local = C // world + (rank < C % world), class_start after the shards
+  # before; num_sample = int(rate * num_local).
+  assert partial_fc.shard_slices(10, 3) == [(0, 4), (4, 3), (7, 3)]
+  assert partial_fc.shard_slices(100_003, 4) == [(0, 25_001), (25_001, 25_001), (50_002, 25_001),
+                                                 (75_003, 25_000)]
+  assert partial_fc.sample_sizes(100_003, 0.1, 128, 4) == [2500, 2500, 2500, 2500]
+  assert partial_fc.sample_sizes(1_000_000, 0.1, 128) == [100_000]
+  # Raised to min(batch, num_local) where int(rate * num_local) could not hold every positive.
+  assert partial_fc.sample_sizes(200, 0.1, 32) == [32]
+  assert partial_fc.sample_sizes(10, 0.1, 32, 3) == [4, 3, 3]
+  assert partial_fc.sample_sizes(200, 1.0, 8) == [200]
+  assert partial_fc.samples(200, 0.1, 8) and not partial_fc.samples(10, 0.1, 32, 3)
+  assert not partial_fc.samples(200, 1.0, 8)
+
+
+def _batch_labels(seed: int):
+  rng = np.random.default_rng(seed)
+  labels = rng.integers(0, NUM_CLASSES, BATCH)
+  mask = np.arange(BATCH) < BATCH - 2           # the last two are padding samples
+  return labels, mask
+
+
+def test_positives_are_always_in_and_the_rest_is_the_top_of_the_same_uniform_draws():
+  # Three shards (the unsharded draw is shard 0 of one: the same code, S = 1 below).
+  num_shards = 3
+  labels, mask = _batch_labels(0)
+  keys = jax.random.split(jax.random.PRNGKey(0), 32)
+  sampled = np.asarray(jax.jit(jax.vmap(lambda key: partial_fc.sample_classes(
+      key, jnp.asarray(labels), jnp.asarray(mask), NUM_CLASSES, 0.1, num_shards)))(keys))
+  sizes = partial_fc.sample_sizes(NUM_CLASSES, 0.1, BATCH, num_shards)
+  assert sampled.shape == (32, sum(sizes))
+  slices = partial_fc.shard_slices(NUM_CLASSES, num_shards)
+  # By hand: shard r's uniform draws, 2.0 over its real samples' classes, the `size` largest.
+  draws = [np.array(jax.vmap(lambda key, r=r, n=n: jax.random.uniform(
+      jax.random.fold_in(key, r), (n,)))(keys)) for r, (_, n) in enumerate(slices)]
+  for k, index in enumerate(sampled):
+    expected = []
+    for (start, num_local), size, shard_draws in zip(slices, sizes, draws):
+      row = shard_draws[k].copy()
+      for label in labels[mask]:
+        if start <= label < start + num_local:
+          row[label - start] = 2.0
+      expected.append(np.sort(np.argsort(-row, kind='stable')[:size]) + start)
+    np.testing.assert_array_equal(index, np.concatenate(expected))
+    assert set(labels[mask]) <= set(index)
+    np.testing.assert_array_equal(index[np.asarray(partial_fc.remap_labels(
+        jnp.asarray(index), jnp.asarray(labels[mask])))], labels[mask])
+  # Different keys draw different negatives.
+  assert len({tuple(index) for index in sampled}) == 32
+
+
+def _head_problem(kind: str):
+  rng = np.random.default_rng(1)
+  features = jnp.asarray(rng.normal(size=(BATCH, DIM)).astype(np.float32))
+  w = jnp.asarray(rng.normal(size=(NUM_CLASSES, DIM)).astype(np.float32))
+  class_mask = jnp.asarray(np.arange(NUM_CLASSES) < NUM_CLASSES - 5)   # 5 padded classes
+  labels, mask = _batch_labels(2)
+  head = heads.head_kwargs_from_config({'loss': kind})
+  return features, w, jnp.asarray(labels), class_mask, jnp.asarray(mask), head
+
+
+@pytest.mark.parametrize('kind', ['softmax', 'arcface'])
+def test_sampled_loss_and_gradients_are_a_dense_head_over_the_sampled_centers(kind):
+  features, w, labels, class_mask, mask, head = _head_problem(kind)
+  index = partial_fc.sample_classes(jax.random.PRNGKey(3), labels, mask, NUM_CLASSES, 0.1)
+  rows = np.asarray(index)
+  column = {c: i for i, c in enumerate(rows)}
+  # By hand: the real samples' labels as columns of the gathered matrix (padding samples' any).
+  dense_labels = jnp.asarray([column.get(int(c), 0) for c in labels])
+
+  def dense(features, sub_w):
+    return heads.loss(features, sub_w, dense_labels, class_mask[rows], mask, **head)
+
+  def sampled(features, w):
+    return partial_fc.sampled_loss(features, w, labels, class_mask, mask, index, **head)
+
+  # Op by op (not jitted): two jitted programs may fuse the two orders of the same sums apart.
+  dense_value, (dense_df, dense_dw) = jax.value_and_grad(dense, (0, 1))(features, w[rows])
+  value, (df, dw) = jax.value_and_grad(sampled, (0, 1))(features, w)
+  assert np.asarray(value) == np.asarray(dense_value)
+  np.testing.assert_array_equal(df, dense_df)
+  np.testing.assert_array_equal(np.asarray(dw)[rows], dense_dw)
+  unsampled = np.setdiff1d(np.arange(NUM_CLASSES), rows)
+  assert unsampled.size == NUM_CLASSES - 20   # int(0.1 * 200) >= batch 8
+  np.testing.assert_array_equal(np.asarray(dw)[unsampled], 0.0)
+
+
+@pytest.mark.parametrize('kind', ['cosface'])
+def test_the_full_sample_is_the_full_head_bit_for_bit(kind):
+  features, w, labels, class_mask, mask, head = _head_problem(kind)
+  index = partial_fc.sample_classes(jax.random.PRNGKey(3), labels, mask, NUM_CLASSES, 1.0)
+  np.testing.assert_array_equal(index, np.arange(NUM_CLASSES))
+  full = jax.value_and_grad(
+      lambda f, w: heads.loss(f, w, labels, class_mask, mask, **head), (0, 1))(features, w)
+  sampled = jax.value_and_grad(
+      lambda f, w: partial_fc.sampled_loss(f, w, labels, class_mask, mask, index, **head),
+      (0, 1))(features, w)
+  jax.tree.map(np.testing.assert_array_equal, sampled, full)
+
+
+HEAD = {'kind': 'cosface', 'scale': 8.0, 'margin': 0.2}
+# SGD with momentum and coupled weight decay (common.make_optimizer: the FedGC / insightface recipe).
+OPTIMIZER = common.make_optimizer(ml_collections.ConfigDict(dict(
+    name='sgd', learning_rate=0.1, momentum=0.9, weight_decay=5e-4)))
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled_step(sample_rate: float):
+  """The jitted local step at `sample_rate` (1.0: the step without the argument), compiled once
+  for the module."""
+  if sample_rate == 1.0:
+    return jax.jit(common.local_step(TinyBackbone(), head_kwargs=HEAD, optimizer=OPTIMIZER))
+  return jax.jit(common.local_step(TinyBackbone(), head_kwargs=HEAD, optimizer=OPTIMIZER,
+                                   sample_rate=sample_rate))
+
+
+def _batch(seed: int):
+  labels, mask = _batch_labels(seed)
+  images = np.random.default_rng(seed).integers(0, 256, (BATCH, 2, 2, 3), dtype=np.uint8)
+  return {'images': jnp.asarray(images), 'labels': jnp.asarray(labels),
+          'mask': jnp.asarray(mask), 'rng': jax.random.PRNGKey(seed)}
+
+
+def _steps(sample_rate: float, carry, seeds):
+  """`carry` after the steps on `_batch(seed)` for each seed, with the batches and losses."""
+  batches, losses = [], []
+  for seed in seeds:
+    batches.append(_batch(seed))
+    carry, loss = _compiled_step(sample_rate)(carry, batches[-1], jnp.ones(NUM_CLASSES, bool))
+    losses.append(loss)
+  return carry, batches, losses
+
+
+def _start():
+  variables = TinyBackbone().init(jax.random.PRNGKey(0), jnp.zeros((1, 2, 2, 3)))
+  params = {'backbone': variables['params'],
+            'W': 0.1 * jax.random.normal(jax.random.PRNGKey(1), (NUM_CLASSES, DIM))}
+  return params, {}, OPTIMIZER.init(params)
+
+
+def _momentum_of_w(opt_state) -> np.ndarray:
+  leaves = [leaf for path, leaf in jax.tree_util.tree_flatten_with_path(opt_state)[0]
+            if path[-1] == jax.tree_util.DictKey('W')]
+  assert len(leaves) == 1   # SGD's trace; add_decayed_weights keeps no state
+  return np.asarray(leaves[0])
+
+
+def test_rate_one_steps_are_the_full_head_s_bit_for_bit():
+  # The step at rate 1.0 is the step without the argument as a program (its jaxpr, sampling
+  # nothing), so its loss, gradients and every optimizer step are the full head's to the bit.
+  default_step = common.local_step(TinyBackbone(), head_kwargs=HEAD, optimizer=OPTIMIZER)
+  rate_one = common.local_step(TinyBackbone(), head_kwargs=HEAD, optimizer=OPTIMIZER,
+                               sample_rate=1.0)
+  sampled = common.local_step(TinyBackbone(), head_kwargs=HEAD, optimizer=OPTIMIZER,
+                              sample_rate=0.1)
+  args = (_start(), _batch(10), jnp.ones(NUM_CLASSES, bool))
+  assert str(jax.make_jaxpr(rate_one)(*args)) == str(jax.make_jaxpr(default_step)(*args))
+  assert str(jax.make_jaxpr(sampled)(*args)) != str(jax.make_jaxpr(default_step)(*args))
+  # A head too small for the rate to leave a row out (8 rows, batch 8: all kept) samples nothing.
+  small = _start()[0] | {'W': jnp.zeros((8, DIM))}
+  small = (small, {}, OPTIMIZER.init(small))
+  small_batch = _batch(10) | {'labels': jnp.arange(BATCH)}
+  assert str(jax.make_jaxpr(sampled)(small, small_batch, jnp.ones(8, bool))) == str(
+      jax.make_jaxpr(default_step)(small, small_batch, jnp.ones(8, bool)))
+
+
+def test_unsampled_rows_and_their_momentum_stay_bit_for_bit_under_momentum_and_decay():
+  # Two full steps first, so that every row's momentum is nonzero and would move.
+  warm, _, _ = _steps(1.0, _start(), (20, 21))
+  after, batches, _ = _steps(0.1, warm, (10, 11, 12))
+  sampled = set()
+  for batch in batches:
+    index = partial_fc.sample_classes(
+        jax.random.fold_in(batch['rng'], partial_fc.SAMPLING_STREAM), batch['labels'],
+        batch['mask'], NUM_CLASSES, 0.1)
+    assert index.shape == (20,)    # int(0.1 * 200) = 20 >= batch 8
+    sampled |= set(np.asarray(index).tolist())
+  rows = sorted(sampled)
+  unsampled = np.setdiff1d(np.arange(NUM_CLASSES), rows)
+  assert 20 <= len(rows) <= 60 and unsampled.size == NUM_CLASSES - len(rows)
+  (w0, _, state0), (w1, _, state1) = warm, after
+  np.testing.assert_array_equal(np.asarray(w1['W'])[unsampled], np.asarray(w0['W'])[unsampled])
+  np.testing.assert_array_equal(_momentum_of_w(state1)[unsampled],
+                                _momentum_of_w(state0)[unsampled])
+  assert np.all(np.any(np.asarray(w1['W'])[rows] != np.asarray(w0['W'])[rows], axis=1))
+  assert np.all(np.any(_momentum_of_w(state1)[rows] != _momentum_of_w(state0)[rows], axis=1))
+  assert not np.array_equal(w1['backbone']['Dense_0']['kernel'],
+                            w0['backbone']['Dense_0']['kernel'])
+  # The same steps on the full head move every row (weight decay, momentum): the check can fail.
+  dense, _, _ = _steps(1.0, warm, (10, 11, 12))
+  assert np.all(np.any(np.asarray(dense[0]['W'])[unsampled] != np.asarray(w0['W'])[unsampled],
+                       axis=1))
+
+
+def test_take_rows_and_put_rows_cut_and_write_only_the_class_rows():
+  # SGD's momentum and Adam's two moments mirror W; the backbone and Adam's count do not.
+  params = {'backbone': {'Dense_0': {'kernel': np.arange(6.0).reshape(3, 2)}},
+            'W': np.arange(10.0).reshape(5, 2)}
+  index = np.array([1, 4])
+  for optimizer, mirrors in ((optax.sgd(0.1, momentum=0.9), 1), (optax.adam(0.1), 2)):
+    state = jax.tree.map(lambda x: x + 100.0, optimizer.init(params))
+    taken = partial_fc.take_rows((params, state), index)
+    w_leaves = [leaf for path, leaf in jax.tree_util.tree_flatten_with_path(taken)[0]
+                if path[-1] == jax.tree_util.DictKey('W')]
+    assert [leaf.shape for leaf in w_leaves] == [(2, 2)] * (1 + mirrors)
+    np.testing.assert_array_equal(taken[0]['W'], [[2.0, 3.0], [8.0, 9.0]])
+    np.testing.assert_array_equal(taken[0]['backbone']['Dense_0']['kernel'],
+                                  params['backbone']['Dense_0']['kernel'])
+    stepped = jax.tree.map(lambda x: -x, taken)
+    written = partial_fc.put_rows((params, state), stepped, index)
+    np.testing.assert_array_equal(written[0]['W'], [[0, 1], [-2, -3], [4, 5], [6, 7], [-8, -9]])
+    np.testing.assert_array_equal(written[0]['backbone']['Dense_0']['kernel'],
+                                  -params['backbone']['Dense_0']['kernel'])
+    for (path, full), (_, new) in zip(jax.tree_util.tree_flatten_with_path(state)[0],
+                                      jax.tree_util.tree_flatten_with_path(written[1])[0]):
+      if path[-1] == jax.tree_util.DictKey('W'):
+        np.testing.assert_array_equal(np.delete(new, index, 0), np.delete(full, index, 0))
+        np.testing.assert_array_equal(new[index], -full[index])
+      else:
+        np.testing.assert_array_equal(new, -full)
+
+
+@pytest.mark.parametrize('config_name, changes, message', [
+    ('fedgc', {'head.sample_rate': 0.1},
+     "config.head.sample_rate=0.1 with algorithm='fedgc': FedGC's server regularizer needs every "
+     'class center each round; expected head.sample_rate=1.0.'),
+    ('fedgc/fedpe', {'head.sample_rate': 0.1},
+     "config.head.sample_rate=0.1 with algorithm='fedpe': Partial FC samples the centers of one "
+     "head over every class, which only ('centralized',) trains (a client head holds its own "
+     'classes); expected head.sample_rate=1.0.'),
+    ('pretrain', {'head.sample_rate': 0.1, 'head.loss': 'positive_cosine'},
+     "config.head.sample_rate=0.1 with head.loss='positive_cosine': a positive-only loss has no "
+     'negative centers to sample; expected head.sample_rate=1.0.'),
+    ('pretrain', {'head.sample_rate': 0.0},
+     'config.head.sample_rate=0.0; expected a fraction in (0, 1].'),
+    ('pretrain', {'head.sample_rate': 1.5},
+     'config.head.sample_rate=1.5; expected a fraction in (0, 1].'),
+])
+def test_refusals_name_the_fields_in_one_line(config_name, changes, message):
+  config = config_files.load_config(config_name)
+  for field, value in changes.items():
+    section, name = field.split('.')
+    config[section][name] = value
+  with pytest.raises(ValueError) as raised:
+    heads.check_config(config)
+  assert str(raised.value) == message
+  if 'fedgc' in config_name:
+    assert isinstance(raised.value, UsageError)
+    with pytest.raises(UsageError, match='^config.head.sample_rate=0.1 with algorithm='):
+      config_lib.validate(config)   # refused when the config is checked, before any file
+
+
+def test_default_configs_keep_the_full_head():
+  assert config_lib.base_config().head.sample_rate == 1.0
+  assert config_files.load_config('pretrain').head.sample_rate == 1.0
+  assert config_files.load_config('pretrain', 'runlocal,partial_fc=0.1').head.sample_rate == 0.1
+
+
+def test_pretraining_with_partial_fc_runs_end_to_end(tmp_path):
+  # runlocal: 8 public classes, batch 4, so rate 0.5 keeps 4 centers a step (0.1 would keep 4
+  # too: raised to the batch); one round of 2 steps.
+  config = config_files.load_config('pretrain', 'runlocal,partial_fc=0.5')
+  config.num_rounds = 1
+  config.evals = ml_collections.ConfigDict()   # the training path alone (~10 s of CPU as it is)
+  assert partial_fc.sample_sizes(8, 0.5, config.federated.batch_size) == [4]
+  results = experiment.train_and_evaluate(config, str(tmp_path / 'pfc'))
+  assert results['rounds'] == 1
+  state = saved_checkpoints.restore(str(tmp_path / 'pfc'), config.num_rounds)
+  assert np.asarray(state['server']['W']).shape == (8, config.model.embedding_dim)
+  assert np.all(np.isfinite(np.asarray(state['server']['W'])))
