@@ -192,6 +192,16 @@ def get_config(arg=None):
   b.federation.config = 'configs/fedgc/fedpe.py:runlocal'
   b.federation.num_clients = 2
   b.federation.rounds = 4
+  # (p) Partial FC (tools/bench/partial_fc.py): one local step of the experiment's backbone with
+  # a `classes`-row head at each sample rate, arcface_torch's batch of 128 a device and its
+  # 0.1. Not among the default sections (a 100k-class step takes seconds on CPU); name it in
+  # bench.sections. Add 1,000,000 to `classes` for the 1M-class rows (~3 GiB of arguments at
+  # d = 128 beside the logits: opt-in, minutes on a 2-core CPU).
+  b.partial_fc = ml_collections.ConfigDict()
+  b.partial_fc.classes = (100_000,)
+  b.partial_fc.sample_rates = (1.0, 0.1)
+  b.partial_fc.batch_size = 128
+  b.partial_fc.loss = 'cosface'
 
   if args.get('runlocal'):
     runlocal(c)
@@ -254,6 +264,7 @@ def runlocal(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   n = b.membership
   n.samples, n.classes, n.pad_frames, n.rate_images = (16,), 16, (100,), 16
   n.pad_model.width, n.pad_model.image_size = 2, 16
+  b.partial_fc.classes, b.partial_fc.batch_size = (400,), 8
   return c
 
 
@@ -269,4 +280,5 @@ def full(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   b.ijb.batch_size = 256                 # embedding batches as large as an accelerator takes
   b.ijb.crops = 16384                    # four chunks of 16 batches of 256
   b.backbone_training.batch_size = 128   # arcface_torch's batch per GPU
+  b.partial_fc.classes = (100_000, 1_000_000)
   return c

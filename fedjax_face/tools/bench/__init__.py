@@ -40,6 +40,8 @@ Sections (keys of bench.json; `bench.sections` picks them):
                Flower messages (protobuf, holders, server) and over real processes on loopback
                (transport: the difference) (`federation`). Run only when named: it starts real
                processes; skipped without flwr.
+  partial_fc   (p) a 100k-class (and, opt-in, 1M-class) head's step with and without Partial FC:
+               images/s and XLA's memory analysis (`partial_fc`). Run only when named.
 
 How figures are taken (`timing.measure`): each call's result is blocked on (`jax.block_until_ready`);
 `warmup` untimed calls come first, the first of them traces and compiles; then up to `repeats`
@@ -55,7 +57,7 @@ Sizes and what is skipped live in `configs/bench.py`; skipped combinations appea
 Modules: `common` (names, checks, the synthetic problem), `rounds` (a-c), `server_step` (d),
 `evaluation` (e), `scaling` (f), `one_per_client` (g), `fedavg_cnn` (h), `ijb` (i),
 `backbone_training` (j), `fedma_matching` (k), `inversion` (l), `attacks` (m, n),
-`federation` (o), `torch_reference` (the PyTorch rows' models and processes), `report` (the
+`federation` (o), `partial_fc` (p), `torch_reference` (the PyTorch rows' models and processes), `report` (the
 tables), `pipeline` (the real-data input pipeline, its own command); `run` below runs the
 configured sections.
 """
@@ -76,6 +78,7 @@ from fedjax_face.tools.bench.fedma_matching import bench_fedma_matching
 from fedjax_face.tools.bench.inversion import bench_inversion
 from fedjax_face.tools.bench.ijb import bench_ijb
 from fedjax_face.tools.bench.one_per_client import bench_one_per_client
+from fedjax_face.tools.bench.partial_fc import bench_partial_fc
 from fedjax_face.tools.bench.report import markdown
 from fedjax_face.tools.bench.rounds import bench_cohort
 from fedjax_face.tools.bench.scaling import bench_scaling, best_parallel_combination
@@ -135,6 +138,8 @@ def run(config, out_dir: str, log=print) -> dict:
     results['membership'] = bench_membership(config, model, log)
   if 'federation' in b.sections:
     results['federation'] = bench_federation(config, log)
+  if 'partial_fc' in b.sections:
+    results['partial_fc'] = bench_partial_fc(config, log)
   results['total_s'] = time.perf_counter() - t_start
   results['platform']['load_average_1min_end'] = os.getloadavg()[0] if hasattr(
       os, 'getloadavg') else None

@@ -19,11 +19,12 @@ from fedjax_face.data import federated
 from fedjax_face.data import stores
 from fedjax_face.eval.recognition import ijb
 from fedjax_face.models import conv as conv_lib
+from fedjax_face.models import heads
 
 
 SECTIONS = ('rounds', 'regularizer', 'eval', 'scaling', 'one_per_client', 'fedavg_cnn', 'ijb',
             'backbone_training', 'fedma_matching', 'inversion', 'leakage', 'membership',
-            'federation')
+            'federation', 'partial_fc')
 
 
 COHORT_FIELDS = ('num_clients', 'cohort_size', 'identities_per_client', 'images_per_identity',
@@ -283,6 +284,7 @@ def validate(config, num_devices: int | None = None) -> None:
   if m.cap_width < m.client_width:
     raise ValueError(f'config.bench.fedma_matching.cap_width={m.cap_width} < its client_width='
                      f'{m.client_width}; expected the cap at least the width.')
+  _check_partial_fc(b.partial_fc)
   o = b.one_per_client
   if isinstance(o.rounds, bool) or not isinstance(o.rounds, int) or o.rounds < 2:
     raise ValueError(f'config.bench.one_per_client.rounds={o.rounds!r}; expected an integer of at '
@@ -316,6 +318,18 @@ def validate(config, num_devices: int | None = None) -> None:
         raise ValueError(f'config.bench.scaling.device_counts has {n}, which does not divide the '
                          f'map width {width} of bench.scaling.combination={s.combination!r}: each '
                          'group of clients must split evenly over the devices.')
+
+
+def _check_partial_fc(p) -> None:
+  """Section (p)'s fields: head sizes, sample rates in (0, 1], a batch, a classifier loss."""
+  _tuple_of('bench.partial_fc.classes', p.classes)
+  for n in p.classes:
+    _positive_int('bench.partial_fc.classes[...]', n)
+  _tuple_of('bench.partial_fc.sample_rates', p.sample_rates)
+  for rate in p.sample_rates:
+    config_lib.check_fraction('bench.partial_fc.sample_rates[...]', rate)
+  _positive_int('bench.partial_fc.batch_size', p.batch_size)
+  config_lib.check_choice('bench.partial_fc.loss', p.loss, heads.CLASSIFIER_HEADS)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,6 +5,7 @@ from fedjax_face.tools.bench import backbone_training as bench_backbone_training
 from fedjax_face.tools.bench import federation as bench_federation
 from fedjax_face.tools.bench import fedma_matching as bench_fedma_matching
 from fedjax_face.tools.bench import ijb as bench_ijb
+from fedjax_face.tools.bench import partial_fc as bench_partial_fc
 from fedjax_face.tools.bench import inversion as bench_inversion
 from fedjax_face.tools.bench import attacks as bench_attacks
 from fedjax_face.tools.bench import regularizer as bench_regularizer
@@ -142,5 +143,7 @@ def markdown(results: dict) -> str:
   if 'federation' in results:
     parts += ['## (o) a federation over Flower', bench_federation.markdown_table(
         results['federation'])]
+  if 'partial_fc' in results:
+    parts += bench_partial_fc.markdown_lines(results['partial_fc'])
   parts.append(f"\ntotal {results['total_s']:.1f} s")
   return '\n'.join(parts)

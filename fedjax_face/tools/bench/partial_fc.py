@@ -1,0 +1,112 @@
+"""Section `partial_fc` (p): memory and images/s of a huge classification head with and without
+Partial FC (models/partial_fc.py), issue 62: the experiment's backbone (the small CNN by default),
+one jitted local step (`algorithms.common.local_step`: forward, backward, SGD with momentum and
+weight decay) of a `classes`-row head at each `sample_rate`.
+
+Memory is what XLA's `compiled.memory_analysis()` reports for that step, compiled with the state
+donated as a run's step is (`run/simulation.py`): `argument_bytes` (the backbone, W and their
+optimizer state, the batch), `temp_bytes` (the step's live buffers: logits, gradients, the
+sampled rows), `peak_bytes` = arguments + outputs − donated aliases + temporaries (what the step
+needs at once, an upper bound: XLA may free arguments early). `head_state_bytes` is W and its
+optimizer state alone (the same at every rate: Partial FC keeps every center). Timing is
+`timing.measure` on steps chained through their donated state.
+
+Not among the default sections: a 100k-class step takes seconds on a 2-core CPU; name it in
+`bench.sections`. The 1M-class rows are opt-in (`bench.partial_fc.classes`); see configs/bench.py.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_face import models
+from fedjax_face.algorithms import common
+from fedjax_face.models import heads, partial_fc
+from fedjax_face.tools.bench.common import measured
+from fedjax_face.tools.timing import measure
+
+
+def _head_state_bytes(params, opt_state) -> int:
+  """Bytes of W and of every optimizer-state leaf that mirrors it (momentum)."""
+  total = 0
+  for path, leaf in jax.tree_util.tree_flatten_with_path((params, opt_state))[0]:
+    if path and path[-1] == jax.tree_util.DictKey(partial_fc.CLASS_LEAF):
+      total += leaf.size * leaf.dtype.itemsize
+  return int(total)
+
+
+def bench_row(config, num_classes: int, sample_rate: float, timing: dict) -> dict:
+  """One row: the compiled step's memory and its steady images/s at `num_classes` and
+  `sample_rate`."""
+  s = config.bench.partial_fc
+  model = models.build_backbone(config.model)
+  size = config.data.image_size
+  optimizer = common.make_optimizer(config.optimizer)
+  head = heads.head_kwargs_from_config({'loss': s.loss})
+  step = common.local_step(model, head_kwargs=head, optimizer=optimizer, sample_rate=sample_rate)
+  variables = common.init_backbone(model, jax.random.PRNGKey(config.seed), (size, size, 3))
+  w = heads.init_class_embeddings(jax.random.PRNGKey(config.seed + 1), num_classes,
+                                  config.model.embedding_dim, s.loss)
+  params = {'backbone': variables['params'], 'W': w}
+  opt_state = optimizer.init(params)
+  rng = np.random.default_rng(config.seed)
+  batch = {'images': jnp.asarray(rng.integers(0, 256, (s.batch_size, size, size, 3), np.uint8)),
+           'labels': jnp.asarray(rng.integers(0, num_classes, s.batch_size)),
+           'mask': jnp.ones(s.batch_size, bool), 'rng': jax.random.PRNGKey(config.seed + 2)}
+  class_mask = jnp.ones(num_classes, bool)
+  carry = (params, variables.get('batch_stats', {}), opt_state)
+  compiled = jax.jit(step, donate_argnums=0).lower(carry, batch, class_mask).compile()
+  memory = compiled.memory_analysis()
+  head_bytes = _head_state_bytes(params, opt_state)
+  state = {'carry': carry}
+
+  def one_step():
+    state['carry'], loss = compiled(state['carry'], batch, class_mask)
+    return loss
+
+  timed = measure(one_step, **timing)
+  sampled = (sum(partial_fc.sample_sizes(num_classes, sample_rate, s.batch_size))
+             if partial_fc.samples(num_classes, sample_rate, s.batch_size) else num_classes)
+  row = {'name': f'{num_classes:,} classes, sample_rate {sample_rate:g}',
+         'classes': num_classes, 'sample_rate': sample_rate, 'sampled_centers': sampled,
+         'head_state_bytes': head_bytes}
+  if memory is not None:   # None where the backend reports no analysis
+    row.update(argument_bytes=int(memory.argument_size_in_bytes),
+               temp_bytes=int(memory.temp_size_in_bytes),
+               peak_bytes=int(memory.argument_size_in_bytes + memory.output_size_in_bytes
+                              - memory.alias_size_in_bytes + memory.temp_size_in_bytes))
+  return measured(row, s.batch_size, timed)
+
+
+def bench_partial_fc(config, log=print) -> dict:
+  s = config.bench.partial_fc
+  timing = dict(warmup=config.bench.warmup, repeats=config.bench.repeats,
+                budget_s=config.bench.max_timed_s)
+  rows = []
+  for num_classes in s.classes:
+    for rate in s.sample_rates:
+      row = bench_row(config, num_classes, rate, timing)
+      rows.append(row)
+      log(f"partial_fc: {row['name']}: {row['images_per_s']:,.1f} images/s, peak "
+          f"{row.get('peak_bytes', 0) / 2**20:,.0f} MiB")
+  return {'model': (f'{config.model.name} w={config.model.width} d={config.model.embedding_dim} '
+                    f'{config.data.image_size}x{config.data.image_size}'),
+          'batch_size': s.batch_size, 'loss': s.loss, 'rows': rows}
+
+
+def _mib(x) -> str:
+  return '—' if x is None else f'{x / 2**20:,.1f}'
+
+
+def markdown_lines(r: dict) -> list[str]:
+  lines = [f"## (p) Partial FC: {r['model']}, batch {r['batch_size']}, {r['loss']}, SGD with "
+           'momentum and weight decay',
+           '| classes | sample_rate | centers a step | images/s | compile s | W + its optimizer '
+           'state MiB | arguments MiB | temporaries MiB | peak MiB |',
+           '| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |']
+  for row in r['rows']:
+    lines.append(f"| {row['classes']:,} | {row['sample_rate']:g} | {row['sampled_centers']:,} | "
+                 f"{row['images_per_s']:,.1f} | {row['compile_s']:.1f} | "
+                 f"{_mib(row['head_state_bytes'])} | {_mib(row.get('argument_bytes'))} | "
+                 f"{_mib(row.get('temp_bytes'))} | {_mib(row.get('peak_bytes'))} |")
+  return lines
