@@ -2,7 +2,10 @@
 
 Every backbone follows one contract: `module.apply(variables, x, train=..., mutable=...)` maps
 float32 images `[B, H, W, C]` in [-1, 1] to float32 embeddings `[B, embedding_dim]` (not
-normalised). Variables are `{'params', 'batch_stats'}`; in train mode pass
+normalised). Under a compute dtype other than float32 (`core/precision.py`) convolutions and
+matmuls run in it, while parameters, BatchNorm statistics and the embedding layer with its
+features BatchNorm stay float32 (arcface_torch runs its fc and features outside autocast:
+`recognition/arcface_torch/backbones/iresnet.py`, deepinsight/insightface). Variables are `{'params', 'batch_stats'}`; in train mode pass
 `mutable=['batch_stats']`. Backbones are pure, so they can be `jax.vmap`ed over a clients axis.
 
 `build_backbone(config)` turns a model ConfigDict into a module; `BACKBONES` lists the names.
@@ -11,8 +14,8 @@ normalised). Variables are `{'params', 'batch_stats'}`; in train mode pass
 from typing import Any, Callable, Dict
 
 import flax.linen as nn
-import jax.numpy as jnp
 
+from fedjax_face.core import precision
 from fedjax_face.models import conv as conv_lib
 from fedjax_face.models import heads
 from fedjax_face.models.gn_cnn import GroupNormCNN
@@ -36,8 +39,6 @@ BACKBONES: Dict[str, Callable[..., nn.Module]] = {
     'iresnet100': iresnet100,    # (models/arcface_torch.py)
 }
 
-_DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
-
 
 def _get(config: Any, field: str, default: Any) -> Any:
   """`config.field`, or `default` when the field is absent or None (optional config fields)."""
@@ -50,8 +51,8 @@ def build_backbone(config: Any, conv_gradient: str = 'xla') -> nn.Module:
 
   Args:
     config: an `ml_collections.ConfigDict` (or anything with the same fields) with
-      `name` (a key of `BACKBONES`), `embedding_dim`, `dtype` ('float32' | 'bfloat16', default
-      float32) and, for 'small_cnn' and 'gn_cnn', `width` (and optionally `num_stages`; 'gn_cnn'
+      `name` (a key of `BACKBONES`), `embedding_dim`, `dtype` (the compute dtype, one of
+      `core.precision.CHOICES`, 'auto' resolved on this process's device; default float32) and, for 'small_cnn' and 'gn_cnn', `width` (and optionally `num_stages`; 'gn_cnn'
       also `scaling` and `scaling_init`). IResNets ignore `width` and accept an optional
       `dropout`.
     conv_gradient: how convolutions are differentiated, 'xla' or 'canonical' (`models/conv.py`;
@@ -64,23 +65,24 @@ def build_backbone(config: Any, conv_gradient: str = 'xla') -> nn.Module:
     ValueError: unknown backbone name, dtype or conv gradient.
   """
   name = config.name
+  dtype_name = _get(config, 'dtype', 'float32')
+  if dtype_name not in precision.CHOICES:
+    raise ValueError(f'Unknown dtype {dtype_name!r}; valid dtypes: {precision.CHOICES}')
+  dtype = precision.compute_dtype(dtype_name)
   if name == 'pad_resnet18':   # FedPAD's detector as the paper has it (models/pad.py)
     return PadResNet18(width=config.width, image_size=config.image_size,
-                       dtype=_DTYPES[_get(config, 'dtype', 'float32')], conv_gradient=conv_gradient,
+                       dtype=dtype, conv_gradient=conv_gradient,
                        batch_norm_groups=_get(config, 'batch_norm_groups', 1))
   if name == 'pad_net':   # PAD: a detector, not an embedding backbone (models/pad.py)
     return PadNet(width=config.width, image_size=config.image_size,
-                  disentangle=config.disentangle, dtype=_DTYPES[_get(config, 'dtype', 'float32')],
+                  disentangle=config.disentangle, dtype=dtype,
                   conv_gradient=conv_gradient,
                   batch_norm_groups=_get(config, 'batch_norm_groups', 1))
   if name not in BACKBONES:
     raise ValueError(f'Unknown backbone {name!r}; valid names: {sorted(BACKBONES)}')
   if conv_gradient not in conv_lib.CONV_GRADIENTS:
     raise ValueError(f'Unknown conv gradient {conv_gradient!r}; valid: {conv_lib.CONV_GRADIENTS}')
-  dtype_name = _get(config, 'dtype', 'float32')
-  if dtype_name not in _DTYPES:
-    raise ValueError(f'Unknown dtype {dtype_name!r}; valid dtypes: {sorted(_DTYPES)}')
-  kwargs = {'embedding_dim': config.embedding_dim, 'dtype': _DTYPES[dtype_name],
+  kwargs = {'embedding_dim': config.embedding_dim, 'dtype': dtype,
             'conv_gradient': conv_gradient}
   if name in ('small_cnn', 'gn_cnn'):
     module = BACKBONES[name]

@@ -57,7 +57,9 @@ class GroupNormCNN(nn.Module):
     num_stages: blocks; each halves the spatial size, so inputs need at least 2**num_stages pixels.
     scaling: end with a `Scaling` layer (FedUV).
     scaling_init: its initial scale.
-    dtype: compute dtype; parameters and the returned embeddings are float32.
+    dtype: compute dtype of the convs and GroupNorms (`core/precision.py`); parameters, the
+      GroupNorm statistics (flax reduces in float32), the embedding layer and the returned
+      embeddings are float32.
     conv_gradient: 'xla' or 'canonical' (`models/conv.py`).
   """
   width: int = 16
@@ -84,9 +86,11 @@ class GroupNormCNN(nn.Module):
       x = nn.relu(x)
       x = pooling.max_pool(x, 2)   # nn.max_pool's values and gradients, faster on CPU
       x = nn.GroupNorm(num_groups=num_groups(channels), dtype=self.dtype, name=f'gn{stage}')(x)
-    x = x.reshape((x.shape[0], -1))
-    x = nn.Dense(self.embedding_dim, kernel_init=initializers.lecun_normal, dtype=self.dtype,
+    # The embedding layer in float32 whatever the compute dtype (as `SmallCNN`'s, arcface_torch's
+    # fc outside autocast). Identical when dtype is float32.
+    x = x.reshape((x.shape[0], -1)).astype(jnp.float32)
+    x = nn.Dense(self.embedding_dim, kernel_init=initializers.lecun_normal, dtype=jnp.float32,
                  name='fc')(x)
     if self.scaling:
       x = Scaling(self.scaling_init, name='scaling')(x)
-    return x.astype(jnp.float32)
+    return x

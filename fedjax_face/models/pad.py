@@ -78,20 +78,23 @@ class _ConvBN(nn.Module):
   features: int
   conv_gradient: str = 'xla'
   batch_norm_groups: int = 1
+  dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, x, train: bool):
     x = nn.Conv(self.features, (3, 3), padding='SAME', use_bias=False,
-                kernel_init=initializers.he_normal_fan_out,
+                kernel_init=initializers.he_normal_fan_out, dtype=self.dtype,
                 conv_general_dilated=conv_lib.conv_function(self.conv_gradient))(x)
-    return nn.relu(_batch_norm(x, train, self.batch_norm_groups))
+    return nn.relu(_batch_norm(x, train, self.batch_norm_groups, dtype=self.dtype))
 
 
-def _batch_norm(x, train: bool, groups: int, name: str | None = None):
-  """BatchNorm over the batch (`groups` 1) or per data-center slice (`GroupedBatchNorm`)."""
+def _batch_norm(x, train: bool, groups: int, name: str | None = None, dtype: Any = jnp.float32):
+  """BatchNorm over the batch (`groups` 1) or per data-center slice (`GroupedBatchNorm`). Both
+  keep their statistics in float32 and reduce in float32 (flax's `force_float32_reductions`);
+  the output is in `dtype`."""
   if groups == 1:
     return nn.BatchNorm(use_running_average=not train, momentum=BN_MOMENTUM, epsilon=BN_EPSILON,
-                        name=name)(x)
+                        dtype=dtype, name=name)(x)
   return GroupedBatchNorm(groups, name=name or 'BatchNorm_0')(x, not train)
 
 
@@ -104,12 +107,13 @@ class Extractor(nn.Module):
   width: int
   conv_gradient: str = 'xla'
   batch_norm_groups: int = 1
+  dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, x, train: bool):
     w = self.width
     conv_bn = functools.partial(_ConvBN, conv_gradient=self.conv_gradient,
-                                batch_norm_groups=self.batch_norm_groups)
+                                batch_norm_groups=self.batch_norm_groups, dtype=self.dtype)
     x = conv_bn(w)(x, train)
     blocks = []
     for _ in range(3):
@@ -123,45 +127,49 @@ class Extractor(nn.Module):
 
 
 class Classifier(nn.Module):
+  """C, in float32 whatever the compute dtype: the live logit the losses and the PAD metrics
+  read, as a backbone's embedding layer (`models/__init__.py`)."""
   width: int
 
   @nn.compact
   def __call__(self, z):
-    dense = functools.partial(nn.Dense, kernel_init=initializers.lecun_normal)
-    return dense(1)(nn.relu(dense(8 * self.width)(z)))[:, 0]
+    dense = functools.partial(nn.Dense, kernel_init=initializers.lecun_normal, dtype=jnp.float32)
+    return dense(1)(nn.relu(dense(8 * self.width)(z.astype(jnp.float32))))[:, 0]
 
 
 class DepthEstimator(nn.Module):
   width: int
   conv_gradient: str = 'xla'
   batch_norm_groups: int = 1
+  dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, blocks, train: bool):
     size = blocks[-1].shape[1:3]
     x = jnp.concatenate([jax.image.resize(b, b.shape[:1] + size + b.shape[3:], 'linear')
                          for b in blocks], axis=-1)
-    x = _ConvBN(2 * self.width, self.conv_gradient, self.batch_norm_groups)(x, train)
-    x = _ConvBN(self.width, self.conv_gradient, self.batch_norm_groups)(x, train)
+    x = _ConvBN(2 * self.width, self.conv_gradient, self.batch_norm_groups, self.dtype)(x, train)
+    x = _ConvBN(self.width, self.conv_gradient, self.batch_norm_groups, self.dtype)(x, train)
     return nn.Conv(1, (3, 3), padding='SAME', kernel_init=initializers.lecun_normal,
-                   conv_general_dilated=conv_lib.conv_function(self.conv_gradient))(x)[..., 0]
+                   dtype=self.dtype, conv_general_dilated=conv_lib.conv_function(self.conv_gradient))(x)[..., 0]
 
 
 class Decoder(nn.Module):
   width: int
   image_size: int
+  dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, z):
     w = self.width
-    x = nn.Dense(8 * w * 16, kernel_init=initializers.lecun_normal)(z)
+    x = nn.Dense(8 * w * 16, kernel_init=initializers.lecun_normal, dtype=self.dtype)(z)
     x = x.reshape(z.shape[0], 4, 4, 8 * w)
     size, channels = 4, 8 * w
     while size < self.image_size:
       size *= 2
       channels = PAD_CHANNELS if size >= self.image_size else max(channels // 2, w // 2, 1)
       x = nn.ConvTranspose(channels, (4, 4), strides=(2, 2), padding='SAME',
-                           kernel_init=initializers.lecun_normal)(x)
+                           kernel_init=initializers.lecun_normal, dtype=self.dtype)(x)
       if size < self.image_size:
         x = nn.relu(x)
     return x
@@ -174,12 +182,14 @@ class _BasicBlock(nn.Module):
   strides: int = 1
   conv_gradient: str = 'xla'
   batch_norm_groups: int = 1
+  dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, x, train: bool):
     conv = functools.partial(nn.Conv, use_bias=False, kernel_init=initializers.he_normal_fan_out,
+                             dtype=self.dtype,
                              conv_general_dilated=conv_lib.conv_function(self.conv_gradient))
-    norm = lambda y, name: _batch_norm(y, train, self.batch_norm_groups, name)
+    norm = lambda y, name: _batch_norm(y, train, self.batch_norm_groups, name, self.dtype)
     s = (self.strides, self.strides)
     y = nn.relu(norm(conv(self.features, (3, 3), s, padding=1, name='conv1')(x), 'bn1'))
     y = norm(conv(self.features, (3, 3), padding=1, name='conv2')(y), 'bn2')
@@ -196,18 +206,19 @@ class ResNet18Trunk(nn.Module):
   width: int = 64
   conv_gradient: str = 'xla'
   batch_norm_groups: int = 1
+  dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, x, train: bool):
     x = nn.Conv(self.width, (7, 7), (2, 2), padding=3, use_bias=False,
-                kernel_init=initializers.he_normal_fan_out,
+                kernel_init=initializers.he_normal_fan_out, dtype=self.dtype,
                 conv_general_dilated=conv_lib.conv_function(self.conv_gradient), name='conv1')(x)
-    x = nn.relu(_batch_norm(x, train, self.batch_norm_groups, 'bn1'))
+    x = nn.relu(_batch_norm(x, train, self.batch_norm_groups, 'bn1', self.dtype))
     x = nn.max_pool(x, (3, 3), (2, 2), padding=((1, 1), (1, 1)))
     for stage in range(4):
       for block in range(2):
         x = _BasicBlock(self.width * 2**stage, 2 if (stage and not block) else 1,
-                        self.conv_gradient, self.batch_norm_groups,
+                        self.conv_gradient, self.batch_norm_groups, self.dtype,
                         name=f'layer{stage + 1}_{block}')(x, train)
     return jnp.mean(x, axis=(1, 2))
 
@@ -231,9 +242,11 @@ class PadResNet18(nn.Module):
     if x.shape[1] != self.image_size or x.shape[-1] != PAD_CHANNELS:
       raise ValueError(f'PadResNet18 expects [B, {self.image_size}, {self.image_size}, '
                        f'{PAD_CHANNELS}] (RGB + HSV at model.image_size), got {x.shape}.')
-    z = ResNet18Trunk(self.width, self.conv_gradient, self.batch_norm_groups,
+    z = ResNet18Trunk(self.width, self.conv_gradient, self.batch_norm_groups, self.dtype,
                       name='invariant')(x.astype(self.dtype), train)
-    logit = nn.Dense(1, kernel_init=initializers.lecun_normal, name='classifier')(z)
+    # The live logit in float32 whatever the compute dtype (as PadNet's `Classifier`).
+    logit = nn.Dense(1, kernel_init=initializers.lecun_normal, dtype=jnp.float32,
+                     name='classifier')(z.astype(jnp.float32))
     return {'logit': logit[:, 0].astype(jnp.float32)}
 
 
@@ -244,7 +257,10 @@ class PadNet(nn.Module):
   aggregated parts alone (FedGPAD's global model) score images. `conv_gradient`: 'xla' or
   'canonical' (`models/conv.py`: the same gradients, fast inside `lax.scan` on XLA CPU); the
   decoder's transposed convs keep XLA's own. `batch_norm_groups` > 1: training statistics per
-  data-center slice of a pooled batch (`GroupedBatchNorm`; the 'All' baseline's switch)."""
+  data-center slice of a pooled batch (`GroupedBatchNorm`; the 'All' baseline's switch).
+  `dtype`: the compute dtype of every conv, transposed conv and BatchNorm output
+  (`core/precision.py`); parameters, BatchNorm statistics and the classifier stay float32, and
+  every output is float32."""
   width: int = 8
   image_size: int = 64
   disentangle: bool = True
@@ -254,12 +270,12 @@ class PadNet(nn.Module):
 
   def setup(self):
     groups = self.batch_norm_groups
-    self.invariant = Extractor(self.width, self.conv_gradient, groups)
+    self.invariant = Extractor(self.width, self.conv_gradient, groups, self.dtype)
     self.classifier = Classifier(self.width)
-    self.depth = DepthEstimator(self.width, self.conv_gradient, groups)
+    self.depth = DepthEstimator(self.width, self.conv_gradient, groups, self.dtype)
     if self.disentangle:
-      self.specific = Extractor(self.width, self.conv_gradient, groups)
-      self.decoder = Decoder(self.width, self.image_size)
+      self.specific = Extractor(self.width, self.conv_gradient, groups, self.dtype)
+      self.decoder = Decoder(self.width, self.image_size, self.dtype)
 
   def __call__(self, x, train: bool, disentangled: bool | None = None):
     if x.shape[1] != self.image_size or x.shape[-1] != PAD_CHANNELS:

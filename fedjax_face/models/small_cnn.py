@@ -39,8 +39,9 @@ class SmallCNN(nn.Module):
     num_stages: number of conv/pool stages; each halves the spatial size (floor), so the input must
       be at least `2**num_stages` pixels on each side. Any such size works (32, 64, 112, ...): the
       dense layer's input size is inferred at init.
-    dtype: compute dtype of convs / dense / BN (e.g. `jnp.bfloat16`); parameters stay float32 and
-      the returned embeddings are always float32.
+    dtype: compute dtype of the convs and their BNs (e.g. `jnp.bfloat16`, `core/precision.py`);
+      parameters and BN statistics stay float32, and the embedding layer with its features BN
+      runs in float32, so the returned embeddings are float32.
     conv_gradient: 'xla' or 'canonical' (`models/conv.py`: the same gradients, fast inside
       `lax.scan` on XLA CPU).
   """
@@ -64,13 +65,16 @@ class SmallCNN(nn.Module):
           dtype=self.dtype, name=f'bn{stage}')(x)
       x = nn.relu(x)
       x = pooling.max_pool(x, 2)   # nn.max_pool's values and gradients, faster on CPU
-    x = x.reshape((x.shape[0], -1))
+    # The embedding layer and its BN run in float32 whatever the compute dtype, as arcface_torch
+    # runs its fc and features outside autocast (backbones/iresnet.py): the heads' cosines and
+    # margins read the embedding at float32 precision. Identical when dtype is float32.
+    x = x.reshape((x.shape[0], -1)).astype(jnp.float32)
     # No dense bias: the BN right after subtracts the batch mean, which cancels any bias exactly.
     x = nn.Dense(self.embedding_dim, use_bias=False, kernel_init=initializers.lecun_normal,
-                 dtype=self.dtype, name='fc')(x)
+                 dtype=jnp.float32, name='fc')(x)
     # insightface's "features" BN: learnable shift but the scale is frozen at 1 (use_scale=False),
     # so the embedding norm is not driven by a free per-dimension gain.
     x = nn.BatchNorm(
         use_running_average=not train, momentum=BN_MOMENTUM, epsilon=BN_EPSILON, use_scale=False,
-        dtype=self.dtype, name='features')(x)
-    return x.astype(jnp.float32)
+        dtype=jnp.float32, name='features')(x)
+    return x

@@ -161,6 +161,6 @@ def test_build_backbone_errors():
       {'name': 'resnet50', 'embedding_dim': 64, 'width': 8, 'dtype': 'float32'})
   with pytest.raises(ValueError, match=r"'resnet50'.*iresnet18.*iresnet34.*small_cnn"):
     models.build_backbone(cfg)
-  cfg.name, cfg.dtype = 'small_cnn', 'float16'
+  cfg.name, cfg.dtype = 'small_cnn', 'float64'
   with pytest.raises(ValueError, match='bfloat16'):
     models.build_backbone(cfg)
