@@ -17,8 +17,15 @@ load_config = config_files.load_config
 # FedGPAD's own rounds are tests/algorithms/test_fedgpad.py's.
 # The per-center case trains the Table II network (its BatchNorms group per data center as the
 # ResNet-18's do), which compiles in a fraction of the ResNet-18's time.
-@pytest.mark.parametrize('name, arg', [('all', 'runlocal'),
-                                       ('all', 'backbone=pad_net,batch_norm=per_center,runlocal')])
+# FEDJAX_FACE_TESTS=full: the per-center case, configs/pad/all.py end to end with an option (the
+# suite runs the config in the `[all-runlocal]` case; `GroupedBatchNorm` against `nn.BatchNorm` on
+# each slice is tests/models/test_pad.py's
+# test_grouped_batch_norm_normalizes_each_slice_and_averages_the_running_statistics and
+# test_per_center_batch_norm_keeps_the_network_s_variables; the option's refusal outside a pooled,
+# balanced client is test_pad_config_errors_name_the_field below).
+@pytest.mark.parametrize('name, arg', [
+    ('all', 'runlocal'),
+    pytest.param('all', 'backbone=pad_net,batch_norm=per_center,runlocal', marks=pytest.mark.full)])
 def test_pad_configs_run_end_to_end(tmp_path, name, arg):
   # The data centers train on their own domains (all: pooled in one client); the detector is
   # scored on the unseen target.

@@ -20,11 +20,14 @@ def data():
   return fed   # the same frames for both methods (the data section is shared)
 
 
-def _built(name, arg, data):
+def _built(name, arg, data, shapes_only=False):
+  """The runlocal config, algorithm and start of `name`; with `shapes_only`, the start's shapes
+  alone (`jax.eval_shape`: traced, nothing compiled or run)."""
   config = load_config(f'pad/{name}', ','.join(filter(None, (arg, 'runlocal'))))
   model = models.build_backbone(config.model)
   algorithm = algorithms.get(config.algorithm).build(config, model, data, step_mode='scan')
-  return config, algorithm, algorithm.init(jax.random.PRNGKey(0))
+  init = jax.eval_shape if shapes_only else lambda f, *args: f(*args)
+  return config, algorithm, init(algorithm.init, jax.random.PRNGKey(0))
 
 
 @pytest.fixture(scope='module')
@@ -33,12 +36,14 @@ def fedgpad_start(data):
   return _built('fedgpad', '', data)
 
 
-# FedGPAD; FedPAD on its default ResNet-18 and on the Table II network without ES and Dec.
+# FedGPAD; FedPAD on its default ResNet-18 and on the Table II network without ES and Dec. FedPAD's
+# tests below need its start's structure alone: its shapes (no init compiled, ~8 s of the suite for
+# the ResNet-18).
 @pytest.fixture(scope='module', params=['fedgpad', 'fedpad', 'fedpad,backbone=pad_net'])
 def setup(request, data):
   name, _, arg = request.param.partition(',')
   config, algorithm, state = (request.getfixturevalue('fedgpad_start') if name == 'fedgpad'
-                              else _built(name, arg, data))
+                              else _built(name, arg, data, shapes_only=True))
   return request.param, config, data, algorithm, state
 
 
@@ -46,8 +51,9 @@ def _client(algorithm, state, fed, config, k, trace_only=False):
   """Data center k's batch, its private state and its client update; with `trace_only`, the
   update's shapes alone (`jax.eval_shape`: traced, nothing runs)."""
   from fedjax_face.data import federated
-  client_input = algorithm.broadcast(state.server, jnp.array([k]), state.round,
-                                     jax.random.PRNGKey(1))
+  shapes = jax.eval_shape if trace_only else lambda f, *args: f(*args)
+  client_input = shapes(algorithm.broadcast, state.server, jnp.array([k]), state.round,
+                        jax.random.PRNGKey(1))
   data = federated.sample_round(fed, np.array([k]), round_index=0, seed=0,
                                 steps=config.federated.local_steps,
                                 batch_size=config.federated.batch_size, balanced=True)
@@ -94,18 +100,27 @@ def test_privacy_only_ei_c_and_dep_cross_to_the_server(setup):
   assert int((data['labels'] == 1).sum()) == int((data['labels'] == 0).sum())
 
 
+# The server step is one function for both methods (fedgpad.build's server_update); FedPAD's
+# ResNet-18 tree is a third case of the same mean (FEDJAX_FACE_TESTS=full; the suite keeps
+# `[fedgpad]` and FedPAD's Table II network, `[fedpad,backbone=pad_net]`).
+@pytest.mark.parametrize('setup', ['fedgpad', pytest.param('fedpad', marks=pytest.mark.full),
+                                   'fedpad,backbone=pad_net'], indirect=True)
 def test_server_takes_the_data_centers_plain_mean(setup):
   _, config, _, algorithm, state = setup
+  # FedPAD's start is its shapes: any values serve (each leaf a ramp, so no two entries agree).
+  ramp = lambda s: np.linspace(-1.0, 1.0, int(np.prod(s.shape))).reshape(s.shape).astype(s.dtype)
+  start = jax.tree.map(lambda x: ramp(x) if isinstance(x, jax.ShapeDtypeStruct) else x,
+                       state.server)
 
   @jax.jit   # one program: op by op, every leaf shape compiled its own (~2 s of the test)
   def server_step(server):
     stacked = jax.tree.map(lambda x: jnp.stack([x, x + 3.0, x + 30.0]), server)
     return algorithm.server_update(server, stacked, jnp.array([10.0, 50.0, 0.0]),
                                    jnp.array([0, 1, 3]), jnp.int32(0), jax.random.PRNGKey(0))
-  out = server_step(state.server)
+  out = server_step(start)
   # Two real data centers (the third is padding): (x + x + 3) / 2, whatever their frame counts.
   jax.tree.map(lambda o, x: np.testing.assert_allclose(o, x + 1.5, rtol=1e-6, atol=1e-6),
-               out, state.server)
+               out, start)
 
 
 @pytest.mark.parametrize('field, value, match', [
