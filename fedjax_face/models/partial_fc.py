@@ -36,10 +36,14 @@ Where this module differs, and why:
 - **The draw** is `jax.random.uniform` from the step's key, shard r's from `fold_in(key, r)`, so
   a run (and a resumed run) samples the same centers; torch draws from its global generator.
 
-The sharded execution (each device holding its slice of W and sampling from it, the softmax's
-max and sum all-reduced as arcface_torch's `DistCrossEntropy` does) is not built here:
-`sample_classes(num_shards=S)` draws the same per-shard sample a sharded step would, on one
-device (docs/partial_fc.md says what the sharded step still needs).
+Sharded (`sharded_loss`, inside `jax.shard_map` over a mesh axis that splits W's rows): each
+device holds its slice of W, samples from it with its own key `fold_in(key, r)` (so it draws
+exactly `sample_classes(num_shards=S)`'s shard r), computes the logits of its sampled centers
+for the whole (replicated, arcface_torch: all-gathered) batch, and the softmax's max, sum and
+target logit are all-reduced across the axis as arcface_torch's `DistCrossEntropyFunc` does; JAX
+differentiates through the all-reduces. It takes equal slices (C divisible by the axis size,
+which shard_map needs) and no padded classes; the run path (`algorithms/centralized.py`) trains
+on one device, its W unsharded (docs/partial_fc.md says what a sharded run still needs).
 """
 
 from typing import Any, Optional, Sequence
@@ -157,3 +161,56 @@ def put_rows(full: Any, sampled: Any, index: jax.Array) -> Any:
       lambda path, whole, part: (jnp.asarray(whole).at[index].set(part) if _is_class_leaf(path)
                                  else part),
       full, sampled)
+
+
+def _sample_local(rng: jax.Array, labels: jax.Array, valid: jax.Array, start: jax.Array,
+                  num_local: int, size: int) -> tuple[jax.Array, jax.Array]:
+  """One shard's sampled rows (local ids, ascending) and each label's column among them (-1 for
+  a label outside the shard or a padding sample): `sample_classes`'s per-shard rule with a traced
+  `start`."""
+  local = labels - start
+  positive = valid & (local >= 0) & (local < num_local)
+  draws = jax.random.uniform(rng, (num_local,), jnp.float32)
+  draws = draws.at[jnp.clip(local, 0, num_local - 1)].max(jnp.where(positive, _POSITIVE_DRAW,
+                                                                     0.0))
+  index = jnp.sort(jax.lax.top_k(draws, size)[1]).astype(jnp.int32)
+  column = jnp.clip(jnp.searchsorted(index, local), 0, size - 1)
+  return index, jnp.where(positive, column, -1)
+
+
+def sharded_loss(features: jax.Array, local_embeddings: jax.Array, labels: jax.Array,
+                 sample_mask: Optional[jax.Array], rng: jax.Array, *, num_classes: int,
+                 sample_rate: float, axis_name: str, **head_kwargs: Any) -> jax.Array:
+  """Partial FC's loss with W's rows split over `axis_name`; call it inside `jax.shard_map`.
+
+  Args:
+    features: `[B, d]` the whole batch on every device (replicated).
+    local_embeddings: `[C / S, d]` this device's slice of W (rows `r C / S` on).
+    labels: `[B]` global class ids; sample_mask: `[B]` bool or None.
+    rng: the step's sampling key, the same on every device.
+    num_classes: C; sample_rate: as `sample_classes`; axis_name: the mesh axis W is split over.
+    head_kwargs: `heads.logits`'s (`kind`, `scale`, `margin`, ...).
+
+  Returns:
+    The mean cross-entropy over valid samples, the same on every device: per sample
+    `log sum_j exp(z_j - m) + m - z_y` with `m`, the sum and `z_y` all-reduced
+    (DistCrossEntropyFunc.forward).
+  """
+  num_shards = jax.lax.axis_size(axis_name)
+  if num_classes % num_shards:
+    raise ValueError(f'sharded_loss: {num_classes} classes do not split evenly over '
+                     f'{num_shards} shards of axis {axis_name!r}.')
+  num_local = num_classes // num_shards
+  (size,) = set(sample_sizes(num_classes, sample_rate, labels.shape[0], num_shards))
+  shard = jax.lax.axis_index(axis_name)
+  valid = jnp.ones(labels.shape, bool) if sample_mask is None else sample_mask
+  index, column = _sample_local(jax.random.fold_in(rng, shard), labels, valid,
+                                shard * num_local, num_local, size)
+  # A label of another shard gets column -1: its one-hot row is all False, so no margin here.
+  logits = heads.logits(features, local_embeddings[index], column, None, **head_kwargs)
+  top = jax.lax.pmax(jax.lax.stop_gradient(jnp.max(logits, axis=1)), axis_name)
+  total = jax.lax.psum(jnp.sum(jnp.exp(logits - top[:, None]), axis=1), axis_name)
+  own = column >= 0
+  target = jnp.take_along_axis(logits, jnp.maximum(column, 0)[:, None], axis=1)[:, 0]
+  target = jax.lax.psum(jnp.where(own, target, 0.0), axis_name)
+  return heads.masked_mean(jnp.log(total) + top - target, sample_mask)

@@ -3,7 +3,8 @@ sizes and shard split; every positive sampled and the rest the top of the same u
 the sampled loss and its gradients exactly those of a dense head built by hand over the sampled
 centers; the full sample and rate 1.0 bit for bit the full head; unsampled rows of W and of its
 momentum unchanged to the bit under SGD with momentum and weight decay; the one-line refusals;
-configs/fedfr/pretrain.py:partial_fc end to end."""
+configs/fedfr/pretrain.py:partial_fc end to end; the sharded loss (4 forced CPU devices) equal to
+the one-device loss over the same per-shard sample."""
 
 import functools
 
@@ -20,7 +21,7 @@ from fedjax_face.algorithms import common
 from fedjax_face.core.checks import UsageError
 from fedjax_face.data import preprocess
 from fedjax_face.models import heads, partial_fc
-from tests import config_files, saved_checkpoints
+from tests import config_files, forced_devices, saved_checkpoints
 
 NUM_CLASSES, DIM, BATCH = 200, 8, 8
 
@@ -58,8 +59,8 @@ def _batch_labels(seed: int):
 
 
 def test_positives_are_always_in_and_the_rest_is_the_top_of_the_same_uniform_draws():
-  # Three shards (the unsharded draw is shard 0 of one: the same code, S = 1 below).
-  num_shards = 3
+  # Two shards (the unsharded draw is shard 0 of one: the same code, S = 1 in the step tests).
+  num_shards = 2
   labels, mask = _batch_labels(0)
   keys = jax.random.split(jax.random.PRNGKey(0), 32)
   sampled = np.asarray(jax.jit(jax.vmap(lambda key: partial_fc.sample_classes(
@@ -96,7 +97,7 @@ def _head_problem(kind: str):
   return features, w, jnp.asarray(labels), class_mask, jnp.asarray(mask), head
 
 
-@pytest.mark.parametrize('kind', ['softmax', 'arcface'])
+@pytest.mark.parametrize('kind', [pytest.param('softmax', marks=pytest.mark.full), 'arcface'])
 def test_sampled_loss_and_gradients_are_a_dense_head_over_the_sampled_centers(kind):
   features, w, labels, class_mask, mask, head = _head_problem(kind)
   index = partial_fc.sample_classes(jax.random.PRNGKey(3), labels, mask, NUM_CLASSES, 0.1)
@@ -122,16 +123,17 @@ def test_sampled_loss_and_gradients_are_a_dense_head_over_the_sampled_centers(ki
   np.testing.assert_array_equal(np.asarray(dw)[unsampled], 0.0)
 
 
+@pytest.mark.full   # the dense-head property above with every row sampled
 @pytest.mark.parametrize('kind', ['cosface'])
 def test_the_full_sample_is_the_full_head_bit_for_bit(kind):
   features, w, labels, class_mask, mask, head = _head_problem(kind)
   index = partial_fc.sample_classes(jax.random.PRNGKey(3), labels, mask, NUM_CLASSES, 1.0)
   np.testing.assert_array_equal(index, np.arange(NUM_CLASSES))
-  full = jax.value_and_grad(
-      lambda f, w: heads.loss(f, w, labels, class_mask, mask, **head), (0, 1))(features, w)
-  sampled = jax.value_and_grad(
+  full = jax.jit(jax.value_and_grad(
+      lambda f, w: heads.loss(f, w, labels, class_mask, mask, **head), (0, 1)))(features, w)
+  sampled = jax.jit(jax.value_and_grad(
       lambda f, w: partial_fc.sampled_loss(f, w, labels, class_mask, mask, index, **head),
-      (0, 1))(features, w)
+      (0, 1)))(features, w)
   jax.tree.map(np.testing.assert_array_equal, sampled, full)
 
 
@@ -305,3 +307,42 @@ def test_pretraining_with_partial_fc_runs_end_to_end(tmp_path):
   state = saved_checkpoints.restore(str(tmp_path / 'pfc'), config.num_rounds)
   assert np.asarray(state['server']['W']).shape == (8, config.model.embedding_dim)
   assert np.all(np.isfinite(np.asarray(state['server']['W'])))
+
+
+_SHARDED = """
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, PartitionSpec as P
+from fedjax_face.models import heads, partial_fc
+C, S, B, D = 400, 4, 8, 8
+rng = np.random.default_rng(4)
+features = jnp.asarray(rng.normal(size=(B, D)).astype(np.float32))
+w = jnp.asarray(rng.normal(size=(C, D)).astype(np.float32))
+labels = jnp.asarray(rng.integers(0, C, B))
+mask = jnp.asarray(np.arange(B) < B - 1)
+key = jax.random.PRNGKey(5)
+mesh = Mesh(np.array(jax.devices()[:S]), ('classes',))
+for kind in ('arcface',):   # the margin on the owner shard only; cosface's is the same path
+  head = heads.head_kwargs_from_config({'loss': kind})
+  sharded = jax.shard_map(
+      lambda f, w, y, m, k: partial_fc.sharded_loss(f, w, y, m, k, num_classes=C,
+                                                    sample_rate=0.1, axis_name='classes', **head),
+      mesh=mesh, in_specs=(P(), P('classes'), P(), P(), P()), out_specs=P())
+  value, (df, dw) = jax.jit(jax.value_and_grad(sharded, (0, 1)))(features, w, labels, mask, key)
+  # One device: the same sample (shard r draws from fold_in(key, r)), one dense softmax over it.
+  index = partial_fc.sample_classes(key, labels, mask, C, 0.1, num_shards=S)
+  assert index.shape == (40,), index.shape   # int(0.1 * 100) = 10 a shard
+  expected, (ef, ew) = jax.value_and_grad(
+      lambda f, w: partial_fc.sampled_loss(f, w, labels, None, mask, index, **head),
+      (0, 1))(features, w)
+  np.testing.assert_allclose(value, expected, rtol=1e-5)
+  np.testing.assert_allclose(df, ef, rtol=1e-4, atol=2e-5)   # s = 64 amplifies float32 sums
+  np.testing.assert_allclose(dw, ew, rtol=1e-4, atol=2e-5)
+  unsampled = np.setdiff1d(np.arange(C), np.asarray(index))
+  np.testing.assert_array_equal(np.asarray(dw)[unsampled], 0.0)
+  print(kind, 'ok')
+"""
+
+
+def test_the_sharded_loss_is_the_one_device_loss_over_the_same_per_shard_sample():
+  # Four forced CPU devices split W's 400 rows as arcface_torch splits them over 4 ranks.
+  assert forced_devices.run(_SHARDED, num_devices=4).split() == ['arcface', 'ok']
