@@ -142,8 +142,10 @@ def local_step(model, *, head_kwargs: dict, optimizer: optax.GradientTransformat
   def sampled_classes(params, batch):
     """This step's Partial FC classes (`partial_fc.sample_classes`), or None for the full head
     (rate 1, or a head too small for the rate to leave any row out)."""
+    if sample_rate >= 1.0:   # before reading W: FedPE+Fixed's params have none
+      return None
     num_classes, batch_size = params['W'].shape[0], batch['labels'].shape[0]
-    if sample_rate >= 1.0 or not partial_fc.samples(num_classes, sample_rate, batch_size):
+    if not partial_fc.samples(num_classes, sample_rate, batch_size):
       return None
     rng = jax.random.fold_in(batch['rng'], partial_fc.SAMPLING_STREAM)
     return partial_fc.sample_classes(rng, batch['labels'], batch['mask'], num_classes,

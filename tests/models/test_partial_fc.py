@@ -203,6 +203,20 @@ def test_rate_one_steps_are_the_full_head_s_bit_for_bit():
       jax.make_jaxpr(default_step)(small, small_batch, jnp.ones(8, bool)))
 
 
+def test_a_fixed_head_without_w_still_traces_and_sampling_it_is_refused():
+  # FedPE+Fixed trains no W: its params have none, and the default rate never looks for one.
+  params = {'backbone': _start()[0]['backbone']}
+  fixed = common.local_step(TinyBackbone(), head_kwargs=HEAD, optimizer=OPTIMIZER,
+                            train_class_embeddings=False)
+  jax.make_jaxpr(fixed)((params, {}, OPTIMIZER.init(params)), _batch(10),
+                        jnp.ones(NUM_CLASSES, bool), jnp.zeros((NUM_CLASSES, DIM)))
+  with pytest.raises(ValueError, match='^local_step: sample_rate < 1 .Partial FC. samples the '
+                                       'rows of a trained W; expected train_class_embeddings=True '
+                                       'and no class_rows.$'):
+    common.local_step(TinyBackbone(), head_kwargs=HEAD, optimizer=OPTIMIZER,
+                      train_class_embeddings=False, sample_rate=0.1)
+
+
 def test_unsampled_rows_and_their_momentum_stay_bit_for_bit_under_momentum_and_decay():
   # Two full steps first, so that every row's momentum is nonzero and would move.
   warm, _, _ = _steps(1.0, _start(), (20, 21))
