@@ -118,6 +118,11 @@ def _permuted(variables, perms, cap_width):
   return out
 
 
+# One program for every layer and data center of both cases (the producer is a traced index), as
+# in a run's compiled round; run op by op, its one-hots and einsums compiled ~100 small programs.
+_permute_inputs = jax.jit(layers.permute_inputs, static_argnums=3)
+
+
 @pytest.mark.parametrize('estimate', matching.ESTIMATES)
 def test_permuted_copies_of_one_network_are_matched_back_to_it(estimate):
   """Data center 0 holds the network, 1 and 2 copies with every hidden layer's channels (and
@@ -149,7 +154,7 @@ def test_permuted_copies_of_one_network_are_matched_back_to_it(estimate):
                    {k: v for k, v in layer.items() if k != 'stats'},
                    {k: v for k, v in original.items() if k != 'stats'})
       jax.tree.map(np.testing.assert_array_equal, layer.get('stats'), original.get('stats'))
-    clients = [jax.tree.map(np.asarray, layers.permute_inputs(
+    clients = [jax.tree.map(np.asarray, _permute_inputs(
         layers.with_layer(c, index, layer), jnp.int32(index), jnp.asarray(assign[j]), cap_width))
         for j, c in enumerate(clients)]
   # After the last matched layer every data center's consumers read the network's order.
@@ -179,16 +184,17 @@ def _round_data(config, fed, r):
 
 @pytest.fixture(scope='module')
 def run(setup):
-  """A whole runlocal schedule on the vmap engine: the engine, the state before every round, and
-  the client update jitted once for the tests that look inside a round."""
+  """A whole runlocal schedule on the loop engine (the CPU default): the engine and the state
+  before every round. The tests that look inside a round call the engine's own compiled pieces
+  (`_client`), so the client update compiles once for the module."""
   config, fed, algorithm = setup
-  eng = engine_lib.RoundEngine(algorithm, backend='vmap')
+  eng = engine_lib.RoundEngine(algorithm, backend='loop')
   states = [algorithm.init(jax.random.PRNGKey(0))]
   for r in range(config.num_rounds):
     ids, data = _round_data(config, fed, r)
     weights = fed.num_examples[ids].astype(np.float32)
     states.append(eng.run_round(states[-1], ids, weights, data, jax.random.PRNGKey(r + 1))[0])
-  return eng, states, jax.jit(algorithm.client_update)
+  return eng, states
 
 
 def _inactive_is_zero(variables, out_masks):
@@ -206,15 +212,19 @@ def _inactive_is_zero(variables, out_masks):
       assert np.all(np.asarray(stats['var'])[out == 0] == 1.0), layer.name
 
 
-def _client(algorithm, client_update, state, config, fed, k, r):
+def _client(eng, state, config, fed, k, r):
+  """Data center k's update in round r from `state`, through the engine's compiled round pieces
+  (`_prepare`, then `_client` on row k, as `RoundEngine._run` calls them on the loop backend):
+  (its private state before, its ClientResult)."""
   ids, data = _round_data(config, fed, r)
-  client_input = algorithm.broadcast(state.server, jnp.asarray(ids), jnp.int32(r),
-                                     jax.random.PRNGKey(1))
-  one = lambda x: x[k]
-  ci = client_input._replace(per_client=jax.tree.map(one, client_input.per_client))
-  private = jax.tree.map(one, state.clients)
-  result = client_update(ci, private, jax.tree.map(one, data), jax.random.PRNGKey(2))
-  return ci, private, result
+  rng = jax.random.PRNGKey(1)
+  client_input, private = eng._prepare(state, ids, ids, rng)   # pylint: disable=protected-access
+  shares = np.asarray(engine_lib.aggregation_shares(
+      fed.num_examples[ids].astype(np.float32), None), np.float32)
+  result = eng._client(client_input.shared, client_input.per_client, private,   # pylint: disable=protected-access
+                       jax.tree.map(lambda x: x[k], data), np.int32(k), ids[k], rng,
+                       np.int32(k), shares, None, None)
+  return jax.tree.map(lambda x: x[k], state.clients), result
 
 
 def _layer_is_zero(tree, index):
@@ -224,10 +234,10 @@ def _layer_is_zero(tree, index):
 
 @pytest.mark.parametrize('r', [0, 3, layers.NUM_MATCHED, layers.NUM_MATCHED + 1])
 def test_what_crosses_is_the_layer_being_matched_and_the_layers_after_it(setup, run, r):
-  config, fed, algorithm = setup
-  _, states, client_update = run
+  config, fed, _ = setup
+  eng, states = run
   state = states[r]
-  _, private, result = _client(algorithm, client_update, state, config, fed, 1, r)
+  private, result = _client(eng, state, config, fed, 1, r)
   assert set(result.update) == {'params', 'batch_stats'} and set(result.private) == {'model'}
   assert jax.tree.structure(result.update) == jax.tree.structure(private['model'])
   fedavg = r > layers.NUM_MATCHED
@@ -242,8 +252,8 @@ def test_what_crosses_is_the_layer_being_matched_and_the_layers_after_it(setup, 
 
 
 def test_masked_channels_stay_exactly_zero_and_widths_stay_under_the_cap(setup, run):
-  config, fed, algorithm = setup
-  _, states, client_update = run
+  config, fed, _ = setup
+  eng, states = run
   r = 6   # six layers matched: the first six global, the rest the data center's own width
   state = states[r]
   caps = [l.channels(config.model.width) for l in layers.MATCHED]
@@ -252,7 +262,7 @@ def test_masked_channels_stay_exactly_zero_and_widths_stay_under_the_cap(setup, 
   assert all(o <= w <= c for o, w, c in zip(own, widths[:r], caps))
   assert widths[r:] == own[r:]
   _inactive_is_zero(state.server['model'], state.server['masks'])
-  _, private, result = _client(algorithm, client_update, state, config, fed, 0, r)
+  private, result = _client(eng, state, config, fed, 0, r)
   out_masks = list(state.server['masks'][:r]) + [np.arange(c) < o for c, o in
                                                  zip(caps[r:], own[r:])]
   _inactive_is_zero(result.private['model'], out_masks)
@@ -264,10 +274,12 @@ def test_masked_channels_stay_exactly_zero_and_widths_stay_under_the_cap(setup, 
 
 
 def test_a_whole_run_compiles_its_round_once(setup, run):
-  """Every stage (16 matched layers, the output layers, a FedAvg round) runs one program."""
+  """Every stage (16 matched layers, the output layers, a FedAvg round) runs one set of programs
+  (the loop backend's: the broadcast, the client, the server step)."""
   config, _, algorithm = setup
-  eng, states, _ = run
-  assert set(eng.traces) == {'round'} and eng.trace_count == 1, dict(eng.traces)
+  eng, states = run
+  assert set(eng.traces) == {'prepare', 'client', 'finish'} and eng.trace_count == 1, dict(
+      eng.traces)
   assert int(states[-1].round) == config.num_rounds == layers.NUM_MATCHED + 2
   _inactive_is_zero(states[-1].server['model'], states[-1].server['masks'])
   widths = [[int(np.asarray(m).sum()) for m in s.server['masks']] for s in states]
