@@ -3,6 +3,9 @@ r"""The FedGC paper's tables, scaled down to the embedded benchmark, with the pa
     python -m fedjax_face.reproduce --table=fedgc1 --out=docs/fedgc_table1.md
     python -m fedjax_face.reproduce --table=fedgc --seeds=0,1,2 --out_dir=docs
 
+    python -m fedjax_face.reproduce --table=fedgc_scale --seeds=0,1,2          # pending: the scale
+    python -m fedjax_face.reproduce --table=fedgc_scale_5seeds --seeds=0,1,2,3,4   # study (scale.py)
+
 `--seeds=0,1,2` repeats every run with `--config.seed=S` (which redraws the benchmark and the
 training randomness) and reports mean ± standard deviation over the seeds: single runs differ by a
 few points from seed to seed on the embedded benchmark (docs/fedgc.md), so a gap smaller than that

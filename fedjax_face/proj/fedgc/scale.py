@@ -1,6 +1,6 @@
 r"""FedGC's claim where its mechanism should matter: FedGC − FedPE as clients hold more identities
-and as there are more clients (issue 63 part 4; the tables are `reproduce.PENDING['_scale']` and
-`['_scale_largest']`, the figure `scale_figure`).
+and as there are more clients (issue 63 part 4; the tables are proj/fedgc/reproduce.py's
+`PENDING['_scale']` and `['_scale_5seeds']`, the picture its `scale_figure`, drawn by `figure`).
 
 FedGC corrects the gradient of the class embeddings a client never sees. docs/fedgc.md reads the
 effect as growing with (C_k − 1)/d, the share of the d embedding dimensions a client's softmax
@@ -40,7 +40,7 @@ LOCAL_EPOCHS = 0.16        # the default's 2 steps x 32 over 10 x 40 images
 DEFAULT_CELL = (36, 10)    # (clients, identities per client) of the default config
 IDENTITY_SWEEP = ((36, 10), (36, 30), (36, 74))   # 36 clients, more identities each
 CLIENT_SWEEP = ((36, 10), (72, 10), (144, 10))    # 10 identities each, more clients
-LARGEST = (36, 74)         # the paper's (C_k − 1)/d; 5 seeds (its own table)
+LARGEST = (36, 74)         # the paper's (C_k − 1)/d; 5 seeds, with the default cell
 PAPER_FRACTION = 293 / 512   # (C_k − 1)/d of the paper: 10,575 / 36 = ~294 IDs a client, d = 512
 CELLS = tuple(dict.fromkeys(IDENTITY_SWEEP + CLIENT_SWEEP))
 # The default config's values of the fields a cell sets (tests/proj/fedgc/test_scale.py reads them

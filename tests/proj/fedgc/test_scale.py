@@ -89,7 +89,10 @@ def test_each_cell_s_gap_is_judged_once_on_the_six_pair_sets():
   assert (grows.ahead, grows.behind, grows.column) == (
       ('FedGC, 36 clients x 74 IDs', 'FedPE, 36 clients x 10 IDs'),
       ('FedPE, 36 clients x 74 IDs', 'FedGC, 36 clients x 10 IDs'), 'verification/lfw/accuracy')
-  assert reproduce.EXTRAS == {}   # the picture joins EXTRAS with its table, once archived
+  # The picture is an extra page of the 5-seed table, written and checked once it is in docs.
+  in_docs = '_scale_5seeds' in reproduce.TABLES
+  assert reproduce.EXTRAS == ({'_scale_5seeds': ('fedgc_scale_figure.md', reproduce.scale_figure)}
+                              if in_docs else {})
 
 
 def _write(root, run, seed, lfw, cross_mean, cross_p99=0.75):
@@ -128,4 +131,6 @@ def test_the_figure_s_gaps_and_cosines_by_hand_on_fixture_runs(tmp_path):
   assert '| clients | 72 | 10 | 9/128 | — | — | — | — | — | — | 0 |' in lines
   assert lines.count('| clients | 36 | 10 | 9/128 | 0: +6.25, 1: -1.56 | +2.34 | 0.188 ± 0.088 | '
                      '0.250 ± 0.000 | 0.625 ± 0.177 | 0.750 ± 0.000 | 2 |') == 1
-  assert not list(tmp_path.glob('*.png'))
+  # Drawn with cells that have no runs (the figure's pixels are not compared).
+  reproduce.scale_figure(str(tmp_path), (), (0, 1, 2), str(tmp_path / 'docs'))
+  assert (tmp_path / 'docs' / 'fedgc_scale.png').read_bytes()[:4] == b'\x89PNG'
