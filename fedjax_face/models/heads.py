@@ -112,7 +112,8 @@ def _check_sample_rate(config) -> None:
   if algorithm not in SAMPLED_HEAD_ALGORITHMS:
     raise UsageError(f'config.head.sample_rate={rate!r} with algorithm={algorithm!r}: Partial FC '
                      'samples the centers of one head over every class, which only '
-                     f'{SAMPLED_HEAD_ALGORITHMS} trains (a client head holds its own classes); '
+                     f"{' / '.join(map(repr, SAMPLED_HEAD_ALGORITHMS))} trains (a client head "
+                     'holds its own classes); '
                      'expected head.sample_rate=1.0.')
 
 

@@ -279,7 +279,7 @@ def test_take_rows_and_put_rows_cut_and_write_only_the_class_rows():
      'class center each round; expected head.sample_rate=1.0.'),
     ('fedgc/fedpe', {'head.sample_rate': 0.1},
      "config.head.sample_rate=0.1 with algorithm='fedpe': Partial FC samples the centers of one "
-     "head over every class, which only ('centralized',) trains (a client head holds its own "
+     "head over every class, which only 'centralized' trains (a client head holds its own "
      'classes); expected head.sample_rate=1.0.'),
     ('pretrain', {'head.sample_rate': 0.1, 'head.loss': 'positive_cosine'},
      "config.head.sample_rate=0.1 with head.loss='positive_cosine': a positive-only loss has no "
