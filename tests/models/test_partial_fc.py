@@ -138,7 +138,7 @@ def test_the_full_sample_is_the_full_head_bit_for_bit(kind):
 
 
 HEAD = {'kind': 'cosface', 'scale': 8.0, 'margin': 0.2}
-# SGD with momentum and coupled weight decay (common.make_optimizer: the FedGC / insightface recipe).
+# SGD with momentum and coupled weight decay (common.make_optimizer: FedGC / insightface recipe).
 OPTIMIZER = common.make_optimizer(ml_collections.ConfigDict(dict(
     name='sgd', learning_rate=0.1, momentum=0.9, weight_decay=5e-4)))
 
@@ -343,11 +343,11 @@ for kind in ('arcface',):   # the margin on the owner shard only; cosface's is t
       mesh=mesh, in_specs=(P(), P('classes'), P(), P(), P()), out_specs=P())
   value, (df, dw) = jax.jit(jax.value_and_grad(sharded, (0, 1)))(features, w, labels, mask, key)
   # One device: the same sample (shard r draws from fold_in(key, r)), one dense softmax over it.
-  index = partial_fc.sample_classes(key, labels, mask, C, 0.1, num_shards=S)
+  index = jax.jit(lambda k: partial_fc.sample_classes(k, labels, mask, C, 0.1, num_shards=S))(key)
   assert index.shape == (40,), index.shape   # int(0.1 * 100) = 10 a shard
-  expected, (ef, ew) = jax.value_and_grad(
+  expected, (ef, ew) = jax.jit(jax.value_and_grad(
       lambda f, w: partial_fc.sampled_loss(f, w, labels, None, mask, index, **head),
-      (0, 1))(features, w)
+      (0, 1)))(features, w)
   np.testing.assert_allclose(value, expected, rtol=1e-5)
   np.testing.assert_allclose(df, ef, rtol=1e-4, atol=2e-5)   # s = 64 amplifies float32 sums
   np.testing.assert_allclose(dw, ew, rtol=1e-4, atol=2e-5)
