@@ -47,7 +47,7 @@ def test_an_unknown_mode_or_distribution_is_named():
     initializers.variance_scaling(1.0, 'fan_in', 'uniform')
 
 
-def _model(name: str) -> tuple[nn.Module, tuple[int, ...]]:
+def _model(name: str, disentangle: bool = True) -> tuple[nn.Module, tuple[int, ...]]:
   if name == 'iresnet':
     # IResNet-18's every layer kind (the stem, basic blocks, the stride-2 projection, the fc) at
     # widths that compile in seconds; IResNet-18 itself differs in depth and width only (the
@@ -56,7 +56,7 @@ def _model(name: str) -> tuple[nn.Module, tuple[int, ...]]:
                            embedding_dim=8), (2, 16, 16, 3)
   c = ml_collections.ConfigDict(dict(name=name, embedding_dim=8, width=4, num_stages=2))
   if name in ('pad_net', 'pad_resnet18'):
-    c.update(width=2, image_size=16, disentangle=True)
+    c.update(width=2, image_size=16, disentangle=disentangle)
     return models.build_backbone(c), (2, 16, 16, 6)
   return models.build_backbone(c), (2, 16, 16, 3)
 
@@ -105,8 +105,13 @@ def test_every_kernel_takes_the_initializer_it_always_had(name, monkeypatch):
 
 
 # PadResNet18's trunk repeats layer kinds the others have (IResNet's basic blocks and stride-2
-# projection, PadNet's training-mode BatchNorm): it runs in the full tier.
-@pytest.mark.parametrize('name', ['small_cnn', 'gn_cnn', 'iresnet', 'pad_net',
+# projection, PadNet's training-mode BatchNorm): it runs in the full tier. So does the whole
+# disentangled PadNet (its eager init, op by op, was the file's longest test): the suite's
+# 'pad_net/shared' is PadNet without the domain-specific half, whose extractor is a second
+# `Extractor` and whose decoder's transposed-conv kernels are the LeCun draws the dense layers
+# take (test_every_kernel_takes_the_initializer_it_always_had[pad_net] tags them).
+@pytest.mark.parametrize('name', ['small_cnn', 'gn_cnn', 'iresnet', 'pad_net/shared',
+                                  pytest.param('pad_net', marks=pytest.mark.full),
                                   pytest.param('pad_resnet18', marks=pytest.mark.full)])
 def test_the_compiled_init_gives_the_eager_parameters_bit_for_bit(name):
   """`common.init_backbone` compiles `init` as one program; every variable equals the eager
@@ -114,7 +119,7 @@ def test_the_compiled_init_gives_the_eager_parameters_bit_for_bit(name):
   in training mode). Without the initializers' optimization barrier, XLA moved the last bits
   of thousands of weights in each of these networks at their default sizes."""
   from fedjax_face.algorithms import common  # pylint: disable=g-import-not-at-top
-  model, shape = _model(name)
+  model, shape = _model(name.split('/')[0], disentangle=not name.endswith('/shared'))
   train = name.startswith('pad_')
   eager = model.init(jax.random.PRNGKey(5), jnp.zeros((1,) + shape[1:]), train=train)
   compiled = common.init_backbone(model, jax.random.PRNGKey(5), shape[1:], train=train)
