@@ -211,7 +211,7 @@ def test_es_starts_as_a_copy_of_ei_with_the_authors_init(data, fedgpad_start):
                own.clients['params']['decoder'])
 
 
-def test_fedgpad_keeps_the_optimizer_state_of_its_own_es_and_dec():
+def test_fedgpad_keeps_the_optimizer_state_of_its_own_es_and_dec(data):
   """With 'keep', FedGPAD's data-center state holds Adam's state over every trained parameter,
   the shared EI, classifier and depth estimator and its own ES and Dec, and the round hands it
   back as private, never in the update (shapes only: `jax.eval_shape` traces, nothing runs)."""
@@ -219,7 +219,7 @@ def test_fedgpad_keeps_the_optimizer_state_of_its_own_es_and_dec():
   config = load_config('pad/fedgpad')
   config.federated.client_optimizer_state = 'keep'
   config.federated.local_steps = 2
-  data = sources.training_views(config, sources.load(config), one_client=False)[0]
+  # The module's frames: neither field changes the data section.
   algorithm = algorithms.get('fedgpad').build(config, models.build_backbone(config.model), data,
                                               step_mode='scan')
   state = jax.eval_shape(algorithm.init, jax.random.PRNGKey(0))
