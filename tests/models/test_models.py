@@ -66,7 +66,8 @@ def _check_backbone(model, image_size, embedding_dim, batch=2):
   return variables
 
 
-@pytest.mark.parametrize('image_size', [32, 64])
+# 64 px is the same network code at another size (the full tier); the suite keeps [32].
+@pytest.mark.parametrize('image_size', [32, pytest.param(64, marks=pytest.mark.full)])
 def test_small_cnn_shapes_and_batch_stats(image_size):
   _check_backbone(models.SmallCNN(width=4, embedding_dim=8), image_size, 8)
 
@@ -88,12 +89,40 @@ def test_small_cnn_bfloat16_compute():
   assert out.dtype == jnp.float32 and out.shape == (2, 16)
 
 
-def test_iresnet18_at_112():
-  variables = _check_backbone(models.iresnet18(), 112, 512)
+def _assert_iresnet18_layout(variables):
   # insightface iresnet18 has ~24.0M parameters, half of them in the 7*7*512 -> 512 fc (with
   # its bias, arcface_torch's layout).
   assert 23_500_000 < _num_params(variables) < 24_500_000
   assert variables['params']['fc']['bias'].shape == (512,)
+  assert variables['params']['prelu']['negative_slope'].shape == (64,)
+
+
+def test_iresnet18_layout_at_112_and_an_iresnet_s_batch_stats():
+  """IResNet-18 at 112 px by shapes (eval_shape: nothing compiles), and IResNet's every layer
+  kind (the stem, basic blocks, the stride-2 projection, PReLU, the fc) run in train and eval
+  mode at widths that compile in seconds: the same code, IResNet-18 differing in depth and width
+  only. IResNet-18 itself through the same checks is the full tier (~11 s of CPU: its init and
+  forward at 112 px)."""
+  model = models.iresnet18()
+  variables = jax.eval_shape(lambda r: model.init(r, jnp.zeros((1, 112, 112, 3)), train=False),
+                             jax.random.key(0))
+  _assert_iresnet18_layout(variables)
+  out = jax.eval_shape(lambda v: model.apply(v, jnp.zeros((2, 112, 112, 3)), train=False),
+                       variables)
+  assert out.shape == (2, 512) and out.dtype == jnp.float32
+  narrow = iresnet.IResNet(stage_sizes=(2, 1), stage_widths=(8, 16), stem_width=8,
+                           embedding_dim=16)
+  variables = _check_backbone(narrow, 32, 16)
+  slopes = variables['params']['prelu']['negative_slope']
+  np.testing.assert_array_equal(slopes, np.full((8,), 0.25, np.float32))
+
+
+# The full tier: test_iresnet18_layout_at_112_and_an_iresnet_s_batch_stats keeps IResNet-18's
+# layout (by shapes) and IResNet's forward, batch statistics and PReLU init (a narrow IResNet).
+@pytest.mark.full
+def test_iresnet18_at_112():
+  variables = _check_backbone(models.iresnet18(), 112, 512)
+  _assert_iresnet18_layout(variables)
   slopes = variables['params']['prelu']['negative_slope']
   np.testing.assert_array_equal(slopes, np.full((64,), 0.25, np.float32))
 
