@@ -3,7 +3,8 @@
 outputs float32 under bfloat16 and float16 (shapes and dtypes by `jax.eval_shape`); the lowered
 program of the backbone's gradient (StableHLO of `jax.jit(jax.grad(loss)).lower`) with every
 convolution in the compute dtype and float32 matmuls only in the named float32 output layers;
-DP-SGD's and client-level DP's clipping and noise in float32 on a bfloat16 backbone's gradients;
+DP-SGD's and client-level DP's clipping and noise in float32 on a bfloat16 backbone's gradients,
+FedGC's regularizer in float32 on the class embeddings;
 and a few SGD steps in bfloat16 whose losses stay within 2 % of float32's. The IResNets, the PAD
 models and the second dtype of each backbone are the full tier (the same layers as the suite's
 cases, more of them)."""
@@ -20,6 +21,8 @@ import pytest
 
 from fedjax_face import config_lib
 from fedjax_face import models
+from fedjax_face.algorithms import common
+from fedjax_face.algorithms.fedgc import regularizer
 from fedjax_face.core import dp_sgd
 from fedjax_face.core import precision
 from fedjax_face.core import privacy
@@ -166,6 +169,16 @@ def test_dp_clipping_and_noise_are_float32_on_a_bfloat16_backbone():
   assert _dtypes(jax.eval_shape(dp_sgd_step, variables['params'],
                                         variables['batch_stats'], x)) == float32
   assert _dtypes(jax.eval_shape(client_level, variables['params'])) == float32
+
+
+def test_fedgcs_regularizer_is_float32_on_the_class_embeddings_of_a_bfloat16_run():
+  # W is a parameter (float32 master weight) whatever model.dtype, so Eq. 5 sums in float32.
+  class_mask = np.ones((2, 3), bool)
+  w = jax.eval_shape(lambda: common.init_client_class_embeddings(
+      jax.random.PRNGKey(0), class_mask, 8, 'arcface'))
+  value, grad = jax.eval_shape(jax.value_and_grad(
+      lambda w: regularizer.softmax_regularizer(w, class_mask, form='arcface')), w)
+  assert _dtypes((w, value, grad)) == {np.dtype(np.float32)}
 
 
 def _sgd_losses(dtype: str, steps: int = 3) -> list[float]:
