@@ -218,12 +218,13 @@ def _client(eng, state, config, fed, k, r):
   (its private state before, its ClientResult)."""
   ids, data = _round_data(config, fed, r)
   rng = jax.random.PRNGKey(1)
-  client_input, private = eng._prepare(state, ids, ids, rng)   # pylint: disable=protected-access
+  prepare, client = eng._prepare, eng._client   # pylint: disable=protected-access
+  client_input, private = prepare(state, ids, ids, rng)
   shares = np.asarray(engine_lib.aggregation_shares(
       fed.num_examples[ids].astype(np.float32), None), np.float32)
-  result = eng._client(client_input.shared, client_input.per_client, private,   # pylint: disable=protected-access
-                       jax.tree.map(lambda x: x[k], data), np.int32(k), ids[k], rng,
-                       np.int32(k), shares, None, None)
+  result = client(client_input.shared, client_input.per_client, private,
+                  jax.tree.map(lambda x: x[k], data), np.int32(k), ids[k], rng, np.int32(k),
+                  shares, None, None)
   return jax.tree.map(lambda x: x[k], state.clients), result
 
 
