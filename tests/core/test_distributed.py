@@ -72,8 +72,11 @@ def share_compiled_programs() -> None:
   for another until it times out: the hang seen when the flag alone was tried. Hashing the
   devices instead (JAX's own fallback, `_hash_devices`) gives both processes one key. Process 1
   then runs process 0's compilation of the same program and options; the tests below compare
-  every result with the one-process run."""
+  every result with the one-process run. A JAX without these private names compiles in both
+  processes, as before (the flag without one key would hang)."""
   from jax._src import cache_key   # pylint: disable=g-import-not-at-top
+  if not all(hasattr(cache_key, name) for name in ('_hash_accelerator_config', '_hash_devices')):
+    return
   cache_key._hash_accelerator_config = cache_key._hash_devices   # pylint: disable=protected-access
   jax.config.update('jax_share_binary_between_hosts', True)
 
