@@ -3,7 +3,8 @@
 The public source is arcface_torch (deepinsight/insightface, `recognition/arcface_torch/
 partial_fc_v2.py`, class `PartialFC_V2`, and the README's Partial FC tables; An et al., "Killing
 Two Birds with One Stone: Efficient and Robust Training of Face Recognition CNNs by Partial FC",
-CVPR 2022, arXiv:2203.15565). Its rule, per shard of the class matrix:
+CVPR 2022, arXiv:2203.15565; docs/references.md, partial-fc). Its rule, per shard of the class
+matrix:
 
 - the C classes are split over `world_size` shards as contiguous slices: shard r holds
   `num_local = C // world + (r < C % world)` rows from `class_start = C // world * r +
