@@ -29,18 +29,18 @@ from fedjax_face.tools.bench.common import measured, parse_engines
 from fedjax_face.tools.timing import measure
 
 
-def engine_row(s, seed: int, timing: dict, conv_gradient: str) -> dict:
-  """The backbone's jitted training step (forward, backward, SGD with momentum), its convolutions'
-  gradients as `conv_gradient` (models/conv.py) gives them."""
+def training_problem(s, seed: int, conv_gradient: str, dtype: str = 'float32'):
+  """(params, batch_stats, optimizer, loss_fn(params, stats) -> (loss, updated variables)): the
+  backbone in `dtype` with a float32 linear classifier on one fixed batch of random images and
+  labels, SGD with momentum; its convolutions' gradients as `conv_gradient` (models/conv.py)."""
   model = models.build_backbone(ml_collections.ConfigDict(dict(
-      name=s.model, embedding_dim=s.dim, dtype='float32', width=s.width)),
+      name=s.model, embedding_dim=s.dim, dtype=dtype, width=s.width)),
                                 conv_gradient=conv_gradient)
   head = nn.Dense(s.classes)
   size = s.image_size
   variables = common.init_backbone(model, jax.random.PRNGKey(seed), (size, size, 3))
   head_params = head.init(jax.random.PRNGKey(seed + 1), jnp.zeros((1, s.dim)))
   params = {'backbone': variables['params'], 'head': head_params}
-  opt = optax.sgd(0.1, momentum=0.9)
   rng = np.random.default_rng(seed)
   images = jnp.asarray(rng.uniform(-1, 1, (s.batch_size, size, size, 3)).astype(np.float32))
   labels = jnp.asarray(rng.integers(0, s.classes, s.batch_size))
@@ -51,13 +51,21 @@ def engine_row(s, seed: int, timing: dict, conv_gradient: str) -> dict:
     logits = head.apply(params['head'], emb)
     return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean(), updated
 
+  return params, variables['batch_stats'], optax.sgd(0.1, momentum=0.9), loss_fn
+
+
+def engine_row(s, seed: int, timing: dict, conv_gradient: str) -> dict:
+  """The backbone's jitted training step (forward, backward, SGD with momentum), its convolutions'
+  gradients as `conv_gradient` (models/conv.py) gives them."""
+  params, batch_stats, opt, loss_fn = training_problem(s, seed, conv_gradient)
+
   @jax.jit
   def step(params, stats, opt_state):
     (loss, updated), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, stats)
     updates, opt_state = opt.update(grads, opt_state, params)
     return optax.apply_updates(params, updates), updated['batch_stats'], opt_state, loss
 
-  timed = measure(step, params, variables['batch_stats'], opt.init(params), **timing)
+  timed = measure(step, params, batch_stats, opt.init(params), **timing)
   library = xla_flags.cpu_convolutions_in_effect() if jax.default_backend() == 'cpu' else None
   return measured({'name': f'engine (one jitted step), {library or "XLA"} convolutions, '
                            f'{conv_gradient} conv gradient',

@@ -15,21 +15,17 @@ GradScaler row does. Prints one markdown table.
 
 import argparse
 
-import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
 
-from fedjax_face import models
-from fedjax_face.algorithms import common
 from fedjax_face.core import loss_scale
 from fedjax_face.core import policy
 from fedjax_face.core import precision
 from fedjax_face.core import xla_flags
 from fedjax_face.models import arcface_torch
-from fedjax_face.tools.bench import torch_reference
+from fedjax_face.tools.bench import backbone_training, torch_reference
 from fedjax_face.tools.bench.common import measured
 from fedjax_face.tools.timing import measure
 
@@ -46,25 +42,8 @@ def conv_gradient_here(model: str) -> str:
 def training_step(s, dtype: str, seed: int):
   """(jitted step, its arguments): one SGD step of the backbone in `dtype` plus a float32 linear
   classifier; under float16 the loss is scaled and an overflowed step skipped."""
-  model = models.build_backbone(ml_collections.ConfigDict(dict(
-      name=s.model, embedding_dim=s.dim, dtype=dtype, width=s.width)),
-                                conv_gradient=conv_gradient_here(s.model))
-  head = nn.Dense(s.classes)
-  size = s.image_size
-  variables = common.init_backbone(model, jax.random.PRNGKey(seed), (size, size, 3))
-  params = {'backbone': variables['params'],
-            'head': head.init(jax.random.PRNGKey(seed + 1), jnp.zeros((1, s.dim)))}
-  opt = optax.sgd(0.1, momentum=0.9)
-  rng = np.random.default_rng(seed)
-  images = jnp.asarray(rng.uniform(-1, 1, (s.batch_size, size, size, 3)).astype(np.float32))
-  labels = jnp.asarray(rng.integers(0, s.classes, s.batch_size))
-
-  def loss_fn(params, stats):
-    emb, updated = model.apply({'params': params['backbone'], 'batch_stats': stats}, images,
-                               train=True, mutable=['batch_stats'])
-    logits = head.apply(params['head'], emb)
-    return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean(), updated
-
+  params, batch_stats, opt, loss_fn = backbone_training.training_problem(
+      s, seed, conv_gradient_here(s.model), dtype)
   scaled = loss_scale.value_and_grad(loss_fn, has_aux=True)
 
   @jax.jit
@@ -79,7 +58,7 @@ def training_step(s, dtype: str, seed: int):
       params = optax.apply_updates(params, updates)
     return params, updated['batch_stats'], opt_state, scale_state, loss
 
-  return step, (params, variables['batch_stats'], opt.init(params), loss_scale.init())
+  return step, (params, batch_stats, opt.init(params), loss_scale.init())
 
 
 def engine_rows(s, seed: int, timing: dict) -> list[dict]:
