@@ -1,6 +1,7 @@
 """A small federated problem shared by the engine tests (also run in a subprocess with 8 devices)."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from fedjax_face import algorithms, config_lib, models
@@ -28,6 +29,18 @@ def tiny_problem(num_clients: int = 5, seed: int = 0):
   images = rng.integers(0, 256, size=(len(labels), 8, 8, 3), dtype=np.uint8)
   ids = np.array_split(rng.permutation(num_identities), num_clients)   # uneven: one has 3
   return federated.build(images, labels, [np.sort(i).astype(np.int32) for i in ids])
+
+
+def traced_client_update(algorithm, data):
+  """(round state, one client's `ClientResult`) by shapes alone (`jax.eval_shape`: traced, not
+  compiled): the method's round 0, its broadcast to client 0, a client's own private state and
+  its update on `data`."""
+  state = jax.eval_shape(algorithm.init, jax.random.PRNGKey(0))
+  client_input = jax.eval_shape(lambda s: algorithm.broadcast(
+      s, jnp.zeros(1, jnp.int32), jnp.zeros((), jnp.int32), jax.random.PRNGKey(1)), state.server)
+  private = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), state.clients)
+  return state, jax.eval_shape(algorithm.client_update, client_input, private, data,
+                               jax.random.PRNGKey(0))
 
 
 def set_fields(**fields):

@@ -243,13 +243,7 @@ def test_on_anti_spoofing_a_data_center_sends_the_shared_detector_alone():
     assert config.data.image_size == size
     algorithm = algorithms.get(name).build(config, models.build_backbone(config.model),
                                            engine_cases.tiny_problem(3), step_mode='scan')
-    state = jax.eval_shape(algorithm.init, jax.random.PRNGKey(0))
-    client_input = jax.eval_shape(lambda s: algorithm.broadcast(
-        s, jnp.zeros(1, jnp.int32), jnp.zeros((), jnp.int32), jax.random.PRNGKey(1)),
-                                  state.server)
-    private = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), state.clients)
-    result = jax.eval_shape(algorithm.client_update, client_input, private, data,
-                            jax.random.PRNGKey(0))
+    state, result = engine_cases.traced_client_update(algorithm, data)
     # The whole detector crosses (FedAvg's), its personal copy and alpha stay, no class rows.
     assert set(result.update) == {'model'} and set(result.private) == kept
     assert shape_of(result.update['model']) == shape_of(state.server['model'])

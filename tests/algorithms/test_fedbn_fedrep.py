@@ -16,7 +16,7 @@ import optax
 import pytest
 
 from fedjax_face import algorithms, config_lib
-from fedjax_face.algorithms import common, fedbn, fedrep, partial_sharing
+from fedjax_face.algorithms import fedrep, partial_sharing
 from fedjax_face.core import aggregation
 from fedjax_face.data import federated
 from tests import engine_cases
@@ -247,13 +247,7 @@ def test_on_anti_spoofing_a_data_center_sends_no_batch_norm_or_no_classifier():
     assert config.data.image_size == size
     algorithm = algorithms.get(name).build(config, models.build_backbone(config.model), fed,
                                            step_mode='scan')
-    state = jax.eval_shape(algorithm.init, jax.random.PRNGKey(0))
-    client_input = jax.eval_shape(lambda s: algorithm.broadcast(
-        s, jnp.zeros(1, jnp.int32), jnp.zeros((), jnp.int32), jax.random.PRNGKey(1)),
-                                  state.server)
-    private = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), state.clients)
-    result = jax.eval_shape(algorithm.client_update, client_input, private, data,
-                            jax.random.PRNGKey(0))
+    state, result = engine_cases.traced_client_update(algorithm, data)
     assert set(result.update) == {'model'} and set(result.private) == {kept}
     sent, own = _flat(result.update['model']), _flat(result.private[kept])
     assert sent and own and not any(is_kept(p) for p in sent) and all(is_kept(p) for p in own)
