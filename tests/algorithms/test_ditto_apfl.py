@@ -231,7 +231,7 @@ def test_an_anti_spoofing_config_needs_fedpads_detector(name):
 
 def test_on_anti_spoofing_a_data_center_sends_the_shared_detector_alone():
   # FedPAD's Table II network at runlocal size; the structures only (jax.eval_shape: traced, not
-  # compiled). The end-to-end runs: tests/test_experiment_pad_ditto_apfl.py (full tier).
+  # compiled). The end-to-end runs: tests/test_experiment_pad_personal.py (full tier).
   steps, batch, size = 2, 4, 32
   data = {'images': jax.ShapeDtypeStruct((steps, batch, size, size, 3), jnp.uint8),
           'labels': jax.ShapeDtypeStruct((steps, batch), jnp.int32),
