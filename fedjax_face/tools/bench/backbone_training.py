@@ -91,16 +91,28 @@ def engine_rows(s, seed: int, timing: dict) -> list[dict]:
   return [engine_row_on(library, s, seed, timing, gradient) for library, gradient in engines]
 
 
+# arcface_torch's IResNet name -> its stage depths.
+TORCH_DEPTHS = {name: sizes for sizes, name in arcface_torch.DEPTHS.items()}
+
+
+def torch_skipped(name: str, model: str) -> list[dict] | None:
+  """The skipped row `name` saying why PyTorch cannot run `model` here (torch not installed, or
+  no arcface_torch IResNet), or None when it can."""
+  if not torch_reference.available():
+    return [{'name': name, 'status': 'skipped',
+             'reason': 'torch is not installed (optional: pip install torch)'}]
+  if model not in TORCH_DEPTHS:
+    return [{'name': name, 'status': 'skipped', 'reason': f'{model} is no arcface_torch IResNet'}]
+  return None
+
+
+
 def torch_rows(s, seed: int, timing: dict) -> list[dict]:
   """PyTorch's IResNet on the hardware the engine ran on: on CUDA when JAX runs on a GPU and
   torch sees one; on CPU, 1 and all usable threads here, then one process per core."""
-  if not torch_reference.available():
-    return [{'name': 'pytorch', 'status': 'skipped',
-             'reason': 'torch is not installed (optional: pip install torch)'}]
-  names = {name: sizes for sizes, name in arcface_torch.DEPTHS.items()}
-  if s.model not in names:
-    return [{'name': 'pytorch', 'status': 'skipped',
-             'reason': f'{s.model} is no arcface_torch IResNet'}]
+  if (skipped := torch_skipped('pytorch', s.model)) is not None:
+    return skipped
+  names = TORCH_DEPTHS
   import torch   # pylint: disable=g-import-not-at-top
   args = (names[s.model], s.image_size, s.batch_size, s.classes, seed)
   if jax.default_backend() == 'gpu':

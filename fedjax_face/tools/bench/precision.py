@@ -24,7 +24,6 @@ from fedjax_face.core import loss_scale
 from fedjax_face.core import policy
 from fedjax_face.core import precision
 from fedjax_face.core import xla_flags
-from fedjax_face.models import arcface_torch
 from fedjax_face.tools.bench import backbone_training, torch_reference
 from fedjax_face.tools.bench.common import measured
 from fedjax_face.tools.timing import measure
@@ -76,17 +75,13 @@ def torch_amp_rows(s, seed: int, timing: dict) -> list[dict]:
   """PyTorch's IResNet in float32, under autocast float16 with a GradScaler (arcface_torch's
   `GradScaler(growth_interval=100)`, train_v2.py) and under autocast bfloat16, on CUDA; a
   skipped row saying why where that cannot run."""
-  if not torch_reference.available():
-    return [{'name': 'pytorch AMP', 'status': 'skipped',
-             'reason': 'torch is not installed (optional: pip install torch)'}]
+  if (skipped := backbone_training.torch_skipped('pytorch AMP', s.model)) is not None:
+    return skipped
   import torch   # pylint: disable=g-import-not-at-top
   if jax.default_backend() != 'gpu' or not torch.cuda.is_available():
     return [{'name': 'pytorch AMP', 'status': 'skipped',
              'reason': 'AMP rows are measured on CUDA only (the engine and torch on one GPU)'}]
-  names = {name: sizes for sizes, name in arcface_torch.DEPTHS.items()}
-  if s.model not in names:
-    return [{'name': 'pytorch AMP', 'status': 'skipped',
-             'reason': f'{s.model} is no arcface_torch IResNet'}]
+  names = backbone_training.TORCH_DEPTHS
   rows = []
   for dtype in s.dtypes:
     train = amp_steps(names[s.model], s.image_size, s.batch_size, s.classes, seed, dtype)
