@@ -13,8 +13,8 @@ the module that uses them and checked from there.
 import ml_collections
 
 from fedjax_face import eval as eval_lib
-from fedjax_face.core import (checks, compression, distributed, engine, local, local_terms,
-                              precision, privacy, server_optimizers, xla_flags)
+from fedjax_face.core import (compression, distributed, engine, local, local_terms, precision,
+                              privacy, server_optimizers, xla_flags)
 from fedjax_face.core.checks import (check_bool, check_choice, check_fraction, check_int,  # pylint: disable=unused-import
                                      check_number, section)
 from fedjax_face.data import participation, partition, sources, splits
@@ -89,9 +89,9 @@ def base_config(task: str = 'recognition') -> ml_collections.ConfigDict:
   c.model.name = 'small_cnn'           # or 'iresnet18' / 'iresnet34' (112x112, accelerators)
   c.model.width = 16
   c.model.embedding_dim = 128
-  # The compute dtype (core/precision.py): 'float32' | 'bfloat16' | 'auto' (float32 on CPU,
-  # bfloat16 on TPU and on GPUs with bfloat16 tensor cores). Parameters, optimizer state and
-  # BatchNorm statistics stay float32 under any of them.
+  # The compute dtype (core/precision.py): 'float32' | 'bfloat16' | 'float16' (with dynamic loss
+  # scaling, core/loss_scale.py) | 'auto' (float32 on CPU, bfloat16 on TPU and on GPUs with
+  # bfloat16 tensor cores). Parameters, optimizer state and BatchNorm statistics stay float32.
   c.model.dtype = 'float32'
 
   c.optimizer = ml_collections.ConfigDict()
@@ -271,14 +271,10 @@ def _check_model_and_head(c: ml_collections.ConfigDict) -> None:
 
 
 def check_compute_dtype(name) -> None:
-  """`model.dtype` is one of `core.precision.CHOICES`, and not 'float16' while no local step
-  applies dynamic loss scaling (core/loss_scale.py, issue 62): unscaled, float16 gradients below
-  6e-5 flush to zero and training silently stalls."""
+  """`model.dtype` is one of `core.precision.CHOICES`. float16 trains under dynamic loss scaling
+  in every method's local step (core/loss_scale.py); with subject-level DP-SGD it is refused by
+  `algorithms.pad_dp_sgd.check_config`."""
   check_choice('model.dtype', name, precision.CHOICES)
-  if precision.needs_loss_scaling(name):
-    raise checks.UsageError(
-        f'config.model.dtype={name!r} needs dynamic loss scaling, which the local steps do not '
-        "apply yet (core/loss_scale.py); use 'bfloat16', which needs none.")
 
 
 def _check_optimizer(c: ml_collections.ConfigDict) -> None:

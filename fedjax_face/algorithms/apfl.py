@@ -56,7 +56,7 @@ import ml_collections
 import optax
 
 from fedjax_face.algorithms import common, ditto, personal_training
-from fedjax_face.core import checks
+from fedjax_face.core import checks, loss_scale
 from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, RoundState
 
 ONE_CLIENT = False
@@ -90,13 +90,17 @@ def mix(v, w, alpha):
   return jax.tree.map(lambda a, b: (alpha * a + (1.0 - alpha) * b).astype(a.dtype), v, w)
 
 
-def mixing_gradients(loss_fn, v, w, alpha, state, batch):
+def mixing_gradients(loss_fn, v, w, alpha, state, batch, v_opt_state=None):
   """((loss, new_state), (grad_v, grad_alpha)) of f(alpha v + (1 - alpha) w) with w held fixed:
   grad_v = alpha grad f(v_bar), grad_alpha = <v - w, grad f(v_bar)> (the v step, adaptive alpha).
-  `loss_fn(params, state, batch) -> (loss, new_state)`."""
+  `loss_fn(params, state, batch) -> (loss, new_state)`. Under loss scaling (`v_opt_state` a
+  `loss_scale.scaled_optimizer`'s) both gradients come from one backward pass at v's scale."""
   def mixed_loss(v, alpha):
     return loss_fn(mix(v, jax.lax.stop_gradient(w), alpha), state, batch)
-  return jax.value_and_grad(mixed_loss, argnums=(0, 1), has_aux=True)(v, alpha)
+  if not loss_scale.is_scaled(v_opt_state):
+    return jax.value_and_grad(mixed_loss, argnums=(0, 1), has_aux=True)(v, alpha)
+  return loss_scale.value_and_grad_of(lambda va: mixed_loss(*va), has_aux=True)(
+      v_opt_state, (v, alpha))
 
 
 def local_step(loss_fn, w_optimizer: optax.GradientTransformation,
@@ -111,14 +115,22 @@ def local_step(loss_fn, w_optimizer: optax.GradientTransformation,
   def step(carry, batch):
     w, w_state, w_opt, v, v_state, v_opt, alpha = carry
     scale = batch['lr_scale']
-    (loss_w, new_w_state), grad_w = jax.value_and_grad(loss_fn, has_aux=True)(w, w_state, batch)
+    (loss_w, new_w_state), grad_w = personal_training.value_and_grad(loss_fn, w_opt, w, w_state,
+                                                                     batch)
     (loss_v, new_v_state), (grad_v, grad_alpha) = mixing_gradients(loss_fn, v, w, alpha, v_state,
-                                                                    batch)
-    new_w, w_opt = apply(w_optimizer, w, w_opt, grad_w, scale)         # w step
-    new_v, v_opt = apply(v_optimizer, v, v_opt, grad_v, scale)         # v step
+                                                                    batch, v_opt)
+    new_w, new_w_opt = apply(w_optimizer, w, w_opt, grad_w, scale)     # w step
+    new_v, new_v_opt = apply(v_optimizer, v, v_opt, grad_v, scale)     # v step
+    new_alpha = alpha
     if adaptive:                                                       # adaptive alpha, projected
-      alpha = jnp.clip(alpha - alpha_learning_rate * scale * grad_alpha, 0.0, 1.0)
-    return (new_w, new_w_state, w_opt, new_v, new_v_state, v_opt, alpha), (loss_w, loss_v)
+      new_alpha = jnp.clip(alpha - alpha_learning_rate * scale * grad_alpha, 0.0, 1.0)
+    # Under loss scaling an overflowed step keeps its model's statistics (and, for v, alpha,
+    # whose gradient came from the same backward pass) as they were (core/loss_scale.py).
+    new_w_state = loss_scale.undo_if_skipped(new_w_opt, w_opt, new_w_state, w_state)
+    new_v_state, new_alpha = loss_scale.undo_if_skipped(new_v_opt, v_opt,
+                                                        (new_v_state, new_alpha),
+                                                        (v_state, alpha))
+    return (new_w, new_w_state, new_w_opt, new_v, new_v_state, new_v_opt, new_alpha), (loss_w, loss_v)
 
   return step
 
@@ -131,10 +143,11 @@ def _client_update(task, step, optimizers, step_mode, client_input: ClientInput,
   w = task.pack(received, private.get('W'))
   # Both optimizers start afresh every round; w's from the very arrays received, so that a
   # federated block's FedProx / SCAFFOLD term ties to them (core/local_terms.py).
-  carry = (w, received.get('batch_stats', {}), w_optimizer.init(w), personal['params'],
-           personal['batch_stats'], v_optimizer.init(personal['params']), private['alpha'])
+  start_w_opt, start_v_opt = w_optimizer.init(w), v_optimizer.init(personal['params'])
+  carry = (w, received.get('batch_stats', {}), start_w_opt, personal['params'],
+           personal['batch_stats'], start_v_opt, private['alpha'])
   # One sample xi for the three updates of a step (Algorithm 1): the step's rng draws its flips.
-  (w, w_state, _, v, v_state, _, alpha), (loss_w, loss_v) = personal_training.run_round(
+  (w, w_state, w_opt, v, v_state, v_opt, alpha), (loss_w, loss_v) = personal_training.run_round(
       step, carry, task.step_inputs(data, rng), client_input.shared.get('lr_scale'), step_mode)
   kept = {'alpha': alpha, 'personal': {'params': v, 'batch_stats': v_state}}
   if task.recognition:
@@ -145,7 +158,10 @@ def _client_update(task, step, optimizers, step_mode, client_input: ClientInput,
                                                                               data['mask']),
                                'personal_loss': personal_training.mean_over_steps(
                                    loss_v, data['mask']),
-                               'alpha': alpha})
+                               'alpha': alpha,
+                               **personal_training.scaling_metrics(start_w_opt, w_opt),
+                               **personal_training.scaling_metrics(start_v_opt, v_opt,
+                                                                   'personal_')})
 
 
 def _personalized(task, state: RoundState):
@@ -167,7 +183,8 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
   c = config.apfl
   task = personal_training.local_model(config, model, fed)
   # w's optimizer is the global model's (a block's correction applies to it); v's is not averaged.
-  optimizers = (common.make_optimizer(config.optimizer), ditto.uncorrected_optimizer(config))
+  optimizers = personal_training.scaled_optimizers(
+      model, (common.make_optimizer(config.optimizer), ditto.uncorrected_optimizer(config)))
   step = local_step(task.loss, *optimizers, float(c.alpha_learning_rate), bool(c.adaptive_alpha))
   lr_schedule = common.lr_scale_schedule(config)
 

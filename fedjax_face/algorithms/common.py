@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedjax_face.core import arrays, local, local_terms
+from fedjax_face.core import arrays, local, local_terms, loss_scale, precision
 from fedjax_face.data import preprocess
 from fedjax_face.models import starts
 from fedjax_face.models import heads
@@ -86,6 +86,9 @@ def local_step(model, *, head_kwargs: dict, optimizer: optax.GradientTransformat
   the update (`lr_scale_schedule`). `class_rows(W, row_input) -> [C, d]`, when given, makes the
   class embeddings a function of the trained parameter W and of a per-client input held fixed
   (FedUV: W is the shared projection W', `row_input` the client's codeword, rows W'^T v / ||v||^2).
+  `optimizer` is the setting's; a float16 `model` wraps it in dynamic loss scaling
+  (`loss_scale.scaled_optimizer`; `opt_state` then holds the scale, and an overflowed step leaves
+  the carry as it was but for the scale).
   `local_trainer` runs it over a client's steps; the bench drives it from a Python loop, the way
   sequential simulators run clients.
 
@@ -111,6 +114,7 @@ def local_step(model, *, head_kwargs: dict, optimizer: optax.GradientTransformat
     loss = heads.loss(features, w, labels, class_mask, sample_mask, **head_kwargs)
     return loss, new_state.get('batch_stats', {})
 
+  optimizer = scaled_for(model, optimizer)
   if sample_rate < 1.0 and (not train_class_embeddings or class_rows is not None):
     raise ValueError('local_step: sample_rate < 1 (Partial FC) samples the rows of a trained W; '
                      'expected train_class_embeddings=True and no class_rows.')
@@ -127,13 +131,16 @@ def local_step(model, *, head_kwargs: dict, optimizer: optax.GradientTransformat
       params = partial_fc.take_rows(params, sampled)
       opt_state = partial_fc.take_rows(opt_state, sampled)
       labels, class_mask = partial_fc.remap_labels(sampled, labels), class_mask[sampled]
-    (loss, batch_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        params, batch_stats, class_embeddings, fixed_classes, row_input, images, labels,
-        batch['mask'], class_mask)
-    updates, opt_state = optimizer.update(grads, opt_state, params)
+    (loss, new_stats), grads = loss_scale.value_and_grad_of(loss_fn, has_aux=True)(
+        opt_state, params, batch_stats, class_embeddings, fixed_classes, row_input, images,
+        labels, batch['mask'], class_mask)
+    updates, new_opt_state = optimizer.update(grads, opt_state, params)
     if lr_scale is not None:
       updates = jax.tree.map(lambda u: u * lr_scale.astype(u.dtype), updates)
-    params = optax.apply_updates(params, updates)
+    params, batch_stats = loss_scale.undo_if_skipped(
+        new_opt_state, opt_state, (optax.apply_updates(params, updates), new_stats),
+        (params, batch_stats))
+    opt_state = new_opt_state
     if sampled is not None:
       params = partial_fc.put_rows(full_params, params, sampled)
       opt_state = partial_fc.put_rows(full_opt_state, opt_state, sampled)
@@ -154,6 +161,12 @@ def local_step(model, *, head_kwargs: dict, optimizer: optax.GradientTransformat
   return step
 
 
+def scaled_for(model, optimizer: optax.GradientTransformation) -> optax.GradientTransformation:
+  """`optimizer` under dynamic loss scaling when `model` computes in float16, else itself
+  (core/loss_scale.py: the scale lives in the optimizer's state)."""
+  return loss_scale.scaled_optimizer(optimizer, precision.model_needs_loss_scaling(model))
+
+
 def local_trainer(model, *, head_kwargs: dict, optimizer: optax.GradientTransformation,
                   step_mode: str, train_class_embeddings: bool = True,
                   class_rows: Callable | None = None, sample_rate: float = 1.0) -> Callable:
@@ -170,6 +183,7 @@ def local_trainer(model, *, head_kwargs: dict, optimizer: optax.GradientTransfor
   one_step = local_step(model, head_kwargs=head_kwargs, optimizer=optimizer,
                         train_class_embeddings=train_class_embeddings, class_rows=class_rows,
                         sample_rate=sample_rate)
+  optimizer = scaled_for(model, optimizer)   # the state `local_step`'s optimizer steps
 
   def params_of(variables, class_embeddings):
     params = {'backbone': variables['params']}
@@ -194,10 +208,12 @@ def local_trainer(model, *, head_kwargs: dict, optimizer: optax.GradientTransfor
       return one_step(carry, batch, data['class_mask'], class_embeddings, fixed_classes,
                       lr_scale, row_input)
 
+    start_opt_state = opt_state
     (params, batch_stats, opt_state), losses = local.run_steps(
         local.skip_if_empty(step), carry, xs, mode=step_mode)
     active = jnp.any(data['mask'], axis=-1)
-    metrics = {'train_loss': jnp.sum(losses * active) / jnp.maximum(active.sum(), 1)}
+    metrics = {'train_loss': jnp.sum(losses * active) / jnp.maximum(active.sum(), 1),
+               **loss_scale.round_metrics(start_opt_state, opt_state)}
     new_variables = {'params': params['backbone']}
     if batch_stats:
       new_variables['batch_stats'] = batch_stats

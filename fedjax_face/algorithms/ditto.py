@@ -52,7 +52,7 @@ import ml_collections
 import optax
 
 from fedjax_face.algorithms import common, personal_training
-from fedjax_face.core import checks
+from fedjax_face.core import checks, loss_scale
 from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, RoundState
 
 ONE_CLIENT = False
@@ -124,13 +124,20 @@ def local_step(loss_fn, w_optimizer: optax.GradientTransformation,
 
   def step(carry, x):
     w, w_state, w_opt, v, v_state, v_opt = carry
-    (loss_w, w_state), grad_w = jax.value_and_grad(loss_fn, has_aux=True)(w, w_state, x)
-    (loss_v, v_state), grad_v = jax.value_and_grad(loss_fn, has_aux=True)(v, v_state, x)
+    (loss_w, new_w_state), grad_w = personal_training.value_and_grad(loss_fn, w_opt, w, w_state,
+                                                                     x)
+    (loss_v, new_v_state), grad_v = personal_training.value_and_grad(loss_fn, v_opt, v, v_state,
+                                                                     x)
     # The global model's local solver: FedAvg's local SGD from w^t.
-    w, w_opt = personal_training.apply_update(w_optimizer, w, w_opt, grad_w, x['lr_scale'])
+    new_w, new_w_opt = personal_training.apply_update(w_optimizer, w, w_opt, grad_w,
+                                                      x['lr_scale'])
     # Alg. 1's personal update: grad F_k(v) + lambda (v - w^t), then the setting's SGD.
-    v, v_opt = personal_training.apply_update(v_optimizer, v, v_opt, grad_v, x['lr_scale'])
-    return (w, w_state, w_opt, v, v_state, v_opt), (loss_w, loss_v)
+    new_v, new_v_opt = personal_training.apply_update(v_optimizer, v, v_opt, grad_v,
+                                                      x['lr_scale'])
+    # Under loss scaling an overflowed model's step keeps its statistics too (core/loss_scale.py).
+    new_w_state = loss_scale.undo_if_skipped(new_w_opt, w_opt, new_w_state, w_state)
+    new_v_state = loss_scale.undo_if_skipped(new_v_opt, v_opt, new_v_state, v_state)
+    return (new_w, new_w_state, new_w_opt, new_v, new_v_state, new_v_opt), (loss_w, loss_v)
 
   return step
 
@@ -143,9 +150,10 @@ def _client_update(task, step, optimizers, step_mode, client_input: ClientInput,
   personal = private['personal']
   # w's optimizer starts from the very arrays received (a block's FedProx / SCAFFOLD term ties
   # to them, core/local_terms.py); v's from w^t too: that is the proximal term's anchor.
-  carry = (w, received.get('batch_stats', {}), w_optimizer.init(w),
-           personal['params'], personal['batch_stats'], v_optimizer.init(w))
-  (w, w_state, _, v, v_state, _), (loss_w, loss_v) = personal_training.run_round(
+  start_w_opt, start_v_opt = w_optimizer.init(w), v_optimizer.init(w)
+  carry = (w, received.get('batch_stats', {}), start_w_opt,
+           personal['params'], personal['batch_stats'], start_v_opt)
+  (w, w_state, w_opt, v, v_state, v_opt), (loss_w, loss_v) = personal_training.run_round(
       step, carry, task.step_inputs(data, rng), client_input.shared.get('lr_scale'), step_mode)
   kept = {'personal': {'params': v, 'batch_stats': v_state}}
   if task.recognition:
@@ -155,7 +163,10 @@ def _client_update(task, step, optimizers, step_mode, client_input: ClientInput,
                       metrics={'train_loss': personal_training.mean_over_steps(loss_w,
                                                                               data['mask']),
                                'personal_loss': personal_training.mean_over_steps(
-                                   loss_v, data['mask'])})
+                                   loss_v, data['mask']),
+                               **personal_training.scaling_metrics(start_w_opt, w_opt),
+                               **personal_training.scaling_metrics(
+                                   start_v_opt, v_opt, 'personal_')})
 
 
 def _personalized(task, state: RoundState):
@@ -171,8 +182,9 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
   """Ditto over the partition `fed` (a `data.federated.FederatedData`): a recognition client's
   backbone and class rows, or a data center's detector."""
   task = personal_training.local_model(config, model, fed)
-  optimizers = (common.make_optimizer(config.optimizer),
-                personal_optimizer(float(config.ditto.lam), uncorrected_optimizer(config)))
+  optimizers = personal_training.scaled_optimizers(model, (
+      common.make_optimizer(config.optimizer),
+      personal_optimizer(float(config.ditto.lam), uncorrected_optimizer(config))))
   step = local_step(task.loss, *optimizers)
   lr_schedule = common.lr_scale_schedule(config)
 

@@ -39,7 +39,7 @@ import ml_collections
 import optax
 
 from fedjax_face.algorithms import common, pad_dp_sgd, pad_losses
-from fedjax_face.core import aggregation, checks, local
+from fedjax_face.core import aggregation, checks, local, loss_scale
 from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, RoundState
 from fedjax_face.data import preprocess, sources
 from fedjax_face.models import pad as pad_model
@@ -161,7 +161,9 @@ def loss_metrics(terms: dict, mask, weights: dict) -> dict:
 def build(config, model, fed, *, step_mode: str) -> Algorithm:
   """FedGPAD (`model.disentangle`) or FedPAD over the data centers `fed` (clients)."""
   weights = dict(config.fedgpad.loss_weights)
-  optimizer = common.make_optimizer(config.optimizer)
+  # Under float16 the loss scale lives in the optimizer's state: fresh each round, or the data
+  # center's own with its kept Adam state (core/loss_scale.py). DP-SGD refuses float16.
+  optimizer = common.scaled_for(model, common.make_optimizer(config.optimizer))
   lr_schedule = common.lr_scale_schedule(config)
   private_parts = PRIVATE_PARTS if model.disentangle else ()
   keep_opt_state = common.keeps_client_optimizer(config)
@@ -201,12 +203,15 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
   def step(carry, batch):
     params, batch_stats, opt_state = carry
     # Eq. 9: each part's partial derivative of Eq. 8.
-    (_, (batch_stats, terms)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        params, batch_stats, training_batch(batch))
-    updates, opt_state = optimizer.update(grads, opt_state, params)
+    (_, (new_stats, terms)), grads = loss_scale.value_and_grad_of(loss_fn, has_aux=True)(
+        opt_state, params, batch_stats, training_batch(batch))
+    updates, new_opt_state = optimizer.update(grads, opt_state, params)
     if batch.get('lr_scale') is not None:
       updates = jax.tree.map(lambda u: u * batch['lr_scale'], updates)
-    return (optax.apply_updates(params, updates), batch_stats, opt_state), terms
+    params, batch_stats = loss_scale.undo_if_skipped(
+        new_opt_state, opt_state, (optax.apply_updates(params, updates), new_stats),
+        (params, batch_stats))
+    return (params, batch_stats, new_opt_state), terms
 
   def dp_step(carry, batch):
     """One DP-SGD step (core/dp_sgd.py, Alg. 1) on Eq. 8, each subject's loss on its own frames,
@@ -232,7 +237,7 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     params, batch_stats = variables['params'], variables.get('batch_stats', {})
     # A fresh optimizer every round (the authors' code), or the data center's own kept one.
     opt_state = private['opt_state'] if keep_opt_state else optimizer.init(params)
-    carry = (params, batch_stats, opt_state)
+    carry, start_opt_state = (params, batch_stats, opt_state), opt_state
     xs = step_inputs(data, rng)
     lr_scale = client_input.shared.get('lr_scale')
     one_step = dp_step if dp else step
@@ -240,7 +245,8 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     (params, batch_stats, opt_state), terms = local.run_steps(local.skip_if_empty(run), carry, xs,
                                                               mode=step_mode)
     trained = {'params': params, 'batch_stats': batch_stats}
-    metrics = loss_metrics(terms, data['mask'], weights)
+    metrics = {**loss_metrics(terms, data['mask'], weights),
+               **loss_scale.round_metrics(start_opt_state, opt_state)}
     kept = _parts(trained, private_parts) if private_parts else {}
     if keep_opt_state:
       kept['opt_state'] = opt_state

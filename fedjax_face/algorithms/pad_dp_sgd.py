@@ -114,6 +114,13 @@ def check_config(config) -> None:
   if config.algorithm not in METHODS:
     raise ValueError(refusal_line(config))
   checks.check_choice('fedgpad.dp_sgd.clip_unit', d.clip_unit, CLIP_UNITS)
+  if config.model.get('dtype', 'float32') == 'float16':
+    # Loss scaling skips a step whose gradients overflow. One subject's gradient can decide that,
+    # unclipped and unnoised, so the skip would release what Alg. 1's accountant does not count.
+    raise checks.UsageError(
+        "config.model.dtype='float16' with fedgpad.dp_sgd.enabled: a step skipped for one "
+        "subject's overflowed gradient is outside the accountant's epsilon; expected 'float32' "
+        "or 'bfloat16' (no loss scaling).")
   if d.batch_norm not in BATCH_NORMS:
     raise ValueError(f'config.fedgpad.dp_sgd.batch_norm={d.batch_norm!r}: per-subject gradients '
                      'are ill-defined under train-mode BatchNorm (its statistics mix subjects, '

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import optax
 from flax import traverse_util
 
-from fedjax_face.core import local
+from fedjax_face.core import local, loss_scale, precision
 
 Path = tuple[str, ...]
 
@@ -96,14 +96,26 @@ def train_part(loss_fn: Callable, optimizer: optax.GradientTransformation, param
   are what the forward pass updates without a gradient (the trained part's BatchNorm running
   statistics). The optimizer starts afresh over `params`. A step without a valid sample
   (`batch['mask']`) leaves everything as it was.
+
+  A loss whose backbone computes in float16 (`precision.computes_in_float16`, read from its
+  program: this function is handed a loss, not a model) trains under dynamic loss scaling
+  (core/loss_scale.py), its scale fresh with the optimizer.
   """
+  first = jax.tree.map(lambda x: x[0], xs)
+  optimizer = loss_scale.scaled_optimizer(
+      optimizer, precision.computes_in_float16(loss_fn, params, stats, frozen, first))
+
   def step(carry, batch):
     params, stats, opt_state = carry
-    (loss, stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, stats, frozen, batch)
-    updates, opt_state = optimizer.update(grads, opt_state, params)
+    (loss, new_stats), grads = loss_scale.value_and_grad_of(loss_fn, has_aux=True)(
+        opt_state, params, stats, frozen, batch)
+    updates, new_opt_state = optimizer.update(grads, opt_state, params)
     if lr_scale is not None:
       updates = jax.tree.map(lambda u: u * lr_scale.astype(u.dtype), updates)
-    return (optax.apply_updates(params, updates), stats, opt_state), loss
+    params, stats = loss_scale.undo_if_skipped(
+        new_opt_state, opt_state, (optax.apply_updates(params, updates), new_stats),
+        (params, stats))
+    return (params, stats, new_opt_state), loss
 
   carry = (params, stats, optimizer.init(params))
   (params, stats, _), losses = local.run_steps(local.skip_if_empty(step), carry, xs,

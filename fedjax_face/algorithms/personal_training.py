@@ -24,7 +24,7 @@ import numpy as np
 import optax
 
 from fedjax_face.algorithms import common, fedgpad, pad_training
-from fedjax_face.core import aggregation, class_tables, local
+from fedjax_face.core import aggregation, class_tables, local, loss_scale
 from fedjax_face.core.algorithm import Algorithm, ClientInput, RoundState, origin_by_key
 from fedjax_face.data import preprocess, sources
 from fedjax_face.models import heads
@@ -130,11 +130,26 @@ def stacked(tree, num_clients: int):
   return jax.tree.map(lambda x: jnp.broadcast_to(x, (num_clients,) + x.shape), tree)
 
 
+def value_and_grad(loss_fn, opt_state, params, state, x):
+  """((loss, new_state), grads) of `loss_fn(params, state, x)`, under the loss scale `opt_state`
+  holds when its optimizer is `loss_scale.scaled_optimizer`'s (`jax.value_and_grad` otherwise)."""
+  return loss_scale.value_and_grad_of(loss_fn, has_aux=True)(opt_state, params, state, x)
+
+
 def apply_update(optimizer: optax.GradientTransformation, params, opt_state, grads, scale):
-  """One optimizer step, its update scaled by the round's learning-rate factor."""
-  updates, opt_state = optimizer.update(grads, opt_state, params)
+  """One optimizer step, its update scaled by the round's learning-rate factor; under loss
+  scaling a step whose gradients overflowed leaves `params` bit for bit."""
+  updates, new_opt_state = optimizer.update(grads, opt_state, params)
   updates = jax.tree.map(lambda u: u * scale.astype(u.dtype), updates)
-  return optax.apply_updates(params, updates), opt_state
+  new_params = loss_scale.undo_if_skipped(new_opt_state, opt_state,
+                                          optax.apply_updates(params, updates), params)
+  return new_params, new_opt_state
+
+
+def scaled_optimizers(model, optimizers) -> tuple:
+  """Each of `optimizers` under dynamic loss scaling when `model` computes in float16
+  (`common.scaled_for`): each model a step trains keeps its own scale."""
+  return tuple(common.scaled_for(model, opt) for opt in optimizers)
 
 
 def run_round(step, carry, xs, lr_scale, step_mode: str):
@@ -143,6 +158,13 @@ def run_round(step, carry, xs, lr_scale, step_mode: str):
   scale = jnp.ones((), jnp.float32) if lr_scale is None else lr_scale
   return local.run_steps(local.skip_if_empty(lambda c, x: step(c, {**x, 'lr_scale': scale})),
                          carry, xs, mode=step_mode)
+
+
+def scaling_metrics(start_opt_state, end_opt_state, prefix: str = '') -> dict:
+  """A model's loss-scaling metrics over the round (`loss_scale.round_metrics`; none without
+  loss scaling), named 'loss_scale/<prefix>...' (the personal model's: prefix 'personal_')."""
+  return {name.replace('loss_scale/', 'loss_scale/' + prefix): value
+          for name, value in loss_scale.round_metrics(start_opt_state, end_opt_state).items()}
 
 
 def mean_over_steps(losses, mask):

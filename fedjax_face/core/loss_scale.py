@@ -22,12 +22,49 @@ The state is `LossScaleState(scale, good_steps)`: float32 and int32 scalars, a p
 state, so a resumed run continues from the same scale. Powers of two scale and unscale float
 values exactly (barring overflow and underflow), so scaling alone changes no finite gradient.
 
-Wiring into a local step (`value_and_grad`, then `apply_if_finite`):
+A step that holds its own loss-scale state (tools/bench/precision.py) calls `value_and_grad`,
+then `apply_if_finite`:
 
   loss, grads, finite = loss_scale.value_and_grad(loss_fn)(ls_state, params, batch)
   params, opt_state, ls_state = loss_scale.apply_if_finite(
       optimizer, grads, finite, params, opt_state, ls_state)
-  metrics.update(loss_scale.metrics(ls_state, finite))
+
+The methods' local steps hold it in the optimizer's state instead (`scaled_optimizer`, below).
+
+Where the scale lives across rounds: in the client's optimizer state. PyTorch saves a
+GradScaler's `state_dict` beside its optimizer's, and the scale is a property of that training
+loop's recent gradients, as momentum is. So the scale lives as long as the optimizer state does,
+and goes where it goes:
+  * `federated.client_optimizer_state='reset'` (the default; FedFR, FedMA, Ditto, APFL, FedBN /
+    FedRep also start their optimizers afresh each round): every client starts every round at
+    INITIAL_SCALE, and the first steps of a round are skipped until the scale fits (their
+    number is logged; BUILD_NOTES.md measures it on runlocal).
+  * 'keep', and FedGPAD's kept Adam state: the scale is the client's private state, kept with
+    its momentum in `RoundState.clients` (never sent; a client never sampled starts at
+    INITIAL_SCALE) and checkpointed with it, so a resumed run continues bit for bit.
+  * centralized training: the server's optimizer state, as GradScaler in one training loop.
+Nothing new crosses to the server but the round's training metrics ('loss_scale/skipped_steps',
+'loss_scale/scale': averaged over the cohort like the loss, outside any DP accounting like it).
+A server-held scale that each client sent back would leak one scalar per client (whether it
+overflowed), and under secure aggregation the server could not take the minimum of masked
+values; a private per-client scale under 'reset' would keep momentum's lifetime apart from the
+scale's, which no PyTorch training loop does.
+
+Wiring into a method's local step, three calls around the optimizer it already has:
+
+  optimizer = loss_scale.scaled_optimizer(optimizer, precision.needs_loss_scaling_for(model))
+  (loss, aux), grads = loss_scale.value_and_grad_of(loss_fn, has_aux=True)(opt_state, params, x)
+  updates, new_opt_state = optimizer.update(grads, opt_state, params)
+  new_params = optax.apply_updates(params, updates)
+  new_params, new_aux = loss_scale.undo_if_skipped(new_opt_state, opt_state,
+                                                   (new_params, new_aux), (params, aux))
+
+Without loss scaling (float32, bfloat16) `scaled_optimizer` returns the optimizer itself and the
+other two are `jax.value_and_grad` and the identity: the traced program is today's, op for op.
+An overflowed step is undone whole: parameters, optimizer state and the BatchNorm statistics of
+its forward pass (PyTorch's GradScaler skips `optimizer.step()` only, keeping the statistics; a
+forward pass that overflowed would leave inf in them here), as `core.local.skip_if_empty` undoes
+a padding step.
 """
 
 from typing import Any, Callable
@@ -133,3 +170,81 @@ def metrics(state: LossScaleState, finite: jax.Array) -> dict[str, jax.Array]:
   """A step's loss-scaling metrics: 'skipped_steps' (1 when the step overflowed and was skipped;
   summed over a client's steps it counts them) and 'loss_scale' (S after the step)."""
   return {'skipped_steps': 1.0 - finite.astype(jnp.float32), 'loss_scale': state.scale}
+
+
+@flax.struct.dataclass
+class ScaledOptState:
+  """An optimizer's state under loss scaling (`scaled_optimizer`): `inner` the optimizer's own,
+  `loss_scale` the scale's, `skipped_steps` the overflowed steps this state has seen (int32; a
+  round's count is the difference over the round, `round_metrics`)."""
+  inner: Any
+  loss_scale: LossScaleState
+  skipped_steps: jax.Array
+
+
+def scaled_optimizer(optimizer: optax.GradientTransformation, enabled: bool,
+                     initial_scale: float = INITIAL_SCALE,
+                     **next_state_kwargs: Any) -> optax.GradientTransformation:
+  """`optimizer` with the loss scale in its state (`ScaledOptState`), or `optimizer` itself when
+  not `enabled`. Its `update` takes gradients already divided by S (`value_and_grad_of`): where
+  any is not finite, the updates are zero, the inner state is kept bit for bit and S backs off;
+  otherwise it is `optimizer.update`'s, and S follows `next_state`."""
+  if not enabled:
+    return optimizer
+
+  def init_fn(params):
+    return ScaledOptState(inner=optimizer.init(params), loss_scale=init(initial_scale),
+                          skipped_steps=jnp.zeros((), jnp.int32))
+
+  def update_fn(grads, state, params=None):
+    finite = all_finite(grads)
+    updates, inner = optimizer.update(grads, state.inner, params)
+    updates = jax.tree.map(lambda u: jnp.where(finite, u, jnp.zeros_like(u)), updates)
+    return updates, ScaledOptState(
+        inner=keep_if_finite(finite, inner, state.inner),
+        loss_scale=next_state(state.loss_scale, finite, **next_state_kwargs),
+        skipped_steps=state.skipped_steps + (~finite).astype(jnp.int32))
+
+  return optax.GradientTransformation(init_fn, update_fn)
+
+
+def is_scaled(opt_state: Any) -> bool:
+  """Whether `opt_state` is a `scaled_optimizer`'s (decided when tracing: a Python bool)."""
+  return isinstance(opt_state, ScaledOptState)
+
+
+def value_and_grad_of(loss_fn: Callable[..., Any], has_aux: bool = False) -> Callable[..., Any]:
+  """`f(opt_state, params, *args) -> (value, grads)`: `jax.value_and_grad(loss_fn, has_aux)(params,
+  *args)` itself when `opt_state` is not scaled; otherwise `value_and_grad` at the state's S (the
+  gradients divided by S, float32; a non-finite one is left for the optimizer to find)."""
+
+  def wrapped(opt_state, params, *args):
+    if not is_scaled(opt_state):
+      return jax.value_and_grad(loss_fn, has_aux=has_aux)(params, *args)
+    value, grads, _ = value_and_grad(loss_fn, has_aux)(opt_state.loss_scale, params, *args)
+    return value, grads
+
+  return wrapped
+
+
+def step_skipped(new_opt_state: Any, old_opt_state: Any) -> jax.Array:
+  """Whether the step from `old_opt_state` to `new_opt_state` overflowed (a bool scalar)."""
+  return new_opt_state.skipped_steps != old_opt_state.skipped_steps
+
+
+def undo_if_skipped(new_opt_state: Any, old_opt_state: Any, new: Any, old: Any) -> Any:
+  """`old` where the step overflowed, else `new` (the step's parameters, BatchNorm statistics:
+  whatever the step moved besides the optimizer state); `new` itself when not scaled."""
+  if not is_scaled(new_opt_state):
+    return new
+  return keep_if_finite(~step_skipped(new_opt_state, old_opt_state), new, old)
+
+
+def round_metrics(start_opt_state: Any, end_opt_state: Any) -> dict[str, jax.Array]:
+  """A client's round under loss scaling: 'loss_scale/skipped_steps' (its overflowed steps) and
+  'loss_scale/scale' (S at the end); {} when not scaled."""
+  if not is_scaled(end_opt_state):
+    return {}
+  skipped = end_opt_state.skipped_steps - start_opt_state.skipped_steps
+  return {'loss_scale/skipped_steps': skipped.astype(jnp.float32),
+          'loss_scale/scale': end_opt_state.loss_scale.scale}

@@ -64,3 +64,29 @@ def needs_loss_scaling(name: str) -> bool:
   """Whether training in `name` (resolved) needs dynamic loss scaling: float16 only, whose
   smallest normal number (6.1e-5) is where small gradients underflow."""
   return name == 'float16'
+
+
+def model_needs_loss_scaling(model) -> bool:
+  """Whether a built backbone (a flax module with a `dtype` field, `models.build_backbone`)
+  computes in float16, and so trains under dynamic loss scaling (core/loss_scale.py). The local
+  steps read it from the model they are given, so no method passes `model.dtype` along."""
+  return jnp.dtype(getattr(model, 'dtype', jnp.float32)) == jnp.float16
+
+
+def computes_in_float16(fn, *args) -> bool:
+  """Whether `fn(*args)` computes any value in float16, read from its traced program (`jax.make_jaxpr`,
+  the calls and custom-gradient bodies inside it too). For a step handed a loss function and
+  no model (`algorithms.partial_sharing.train_part`): the backbone inside the loss decides."""
+  return _has_float16(jax.make_jaxpr(fn)(*args).jaxpr)
+
+
+def _has_float16(jaxpr) -> bool:
+  for eqn in jaxpr.eqns:
+    if any(getattr(var.aval, 'dtype', None) == jnp.float16 for var in eqn.outvars):
+      return True
+    for param in eqn.params.values():
+      for value in param if isinstance(param, (tuple, list)) else (param,):
+        inner = getattr(value, 'jaxpr', value)   # a ClosedJaxpr's Jaxpr
+        if hasattr(inner, 'eqns') and _has_float16(inner):
+          return True
+  return False

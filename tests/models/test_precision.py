@@ -1,5 +1,7 @@
 """The compute-dtype policy (core/precision.py, `model.dtype`) on every backbone, without training:
-'auto' per platform; the config's refusals in one line; parameters, BatchNorm statistics and
+'auto' per platform; the config's refusals in one line (an unknown dtype; float16 with
+subject-level DP-SGD); whether a loss computes in float16, read from its program; parameters,
+BatchNorm statistics and
 outputs float32 under bfloat16 and float16 (shapes and dtypes by `jax.eval_shape`); the lowered
 program of the backbone's gradient (StableHLO of `jax.jit(jax.grad(loss)).lower`) with every
 convolution in the compute dtype and float32 matmuls only in the named float32 output layers;
@@ -22,10 +24,13 @@ import pytest
 from fedjax_face import config_lib
 from fedjax_face import models
 from fedjax_face.algorithms import common
+from fedjax_face.algorithms import pad_dp_sgd
 from fedjax_face.algorithms.fedgc import regularizer
+from fedjax_face.core import checks
 from fedjax_face.core import dp_sgd
 from fedjax_face.core import precision
 from fedjax_face.core import privacy
+from tests import config_files
 
 _TINY = {
     'small_cnn': (dict(width=4, embedding_dim=8, num_stages=2), (2, 8, 8, 3)),
@@ -66,21 +71,41 @@ def test_auto_is_float32_on_this_cpu():
   assert jax.default_backend() != 'cpu' or precision.compute_dtype('auto') == jnp.float32
 
 
-@pytest.mark.parametrize('dtype,message', [
-    ('half', "config.model.dtype='half'; expected one of ('float32', 'bfloat16', 'float16', "
-             "'auto')."),
-    ('float16', "config.model.dtype='float16' needs dynamic loss scaling, which the local steps "
-                "do not apply yet (core/loss_scale.py); use 'bfloat16', which needs none."),
-])
-def test_the_config_refuses_in_one_line(dtype, message):
+def test_the_config_refuses_an_unknown_dtype_in_one_line():
   with pytest.raises(ValueError) as error:
-    config_lib.check_compute_dtype(dtype)
-  assert str(error.value) == message
+    config_lib.check_compute_dtype('half')
+  assert str(error.value) == ("config.model.dtype='half'; expected one of ('float32', 'bfloat16', "
+                              "'float16', 'auto').")
 
 
-@pytest.mark.parametrize('dtype', ['float32', 'bfloat16', 'auto'])
+@pytest.mark.parametrize('dtype', ['float32', 'bfloat16', 'float16', 'auto'])
 def test_the_config_accepts(dtype):
   config_lib.check_compute_dtype(dtype)
+
+
+def test_float16_with_subject_level_dp_sgd_is_refused_in_one_line():
+  config = config_files.load_config('pad/dp_sgd')
+  config.model.dtype = 'float16'
+  with pytest.raises(checks.UsageError) as error:
+    pad_dp_sgd.check_config(config)
+  assert str(error.value) == (
+      "config.model.dtype='float16' with fedgpad.dp_sgd.enabled: a step skipped for one "
+      "subject's overflowed gradient is outside the accountant's epsilon; expected 'float32' "
+      "or 'bfloat16' (no loss scaling).")
+  config.model.dtype = 'bfloat16'
+  pad_dp_sgd.check_config(config)
+
+
+@pytest.mark.parametrize('dtype,expected', [('float32', False), ('bfloat16', False),
+                                            ('float16', True)])
+def test_a_loss_is_read_as_float16_from_its_program(dtype, expected):
+  # partial_sharing.train_part is handed a loss, not a model: the program decides.
+  model, shape = _model('small_cnn', dtype)
+  x = jax.ShapeDtypeStruct(shape, jnp.float32)
+  variables = jax.eval_shape(lambda x: model.init(jax.random.PRNGKey(0), x, train=True), x)
+  assert precision.model_needs_loss_scaling(model) is expected
+  assert precision.computes_in_float16(_loss(model), variables['params'],
+                                       variables['batch_stats'], x) is expected
 
 
 def _model(name: str, dtype: str):

@@ -20,7 +20,7 @@ from fedjax_face.algorithms import common
 from fedjax_face.algorithms.fedfr import losses
 from fedjax_face.algorithms.fedfr.hard_negatives import (epoch_order, hard_negative_mask,
                                                          kept_public)
-from fedjax_face.core import arrays, local
+from fedjax_face.core import arrays, local, loss_scale
 from fedjax_face.core.algorithm import ClientInput, ClientResult
 from fedjax_face.data import preprocess
 from fedjax_face.models import heads
@@ -214,17 +214,22 @@ def _local_epochs(setup: Setup, shared: dict, fixed: dict, class_mask, gather: C
   Steps past the valid samples are skipped (`lax.cond`: skipped at run time by the loop backend
   on CPU; computed and discarded under vmap), their terms zero.
   """
-  loss_and_grad = jax.value_and_grad(functools.partial(objective, setup), has_aux=True)
+  loss_and_grad = loss_scale.value_and_grad_of(functools.partial(objective, setup),
+                                               has_aux=True)
+  optimizer = client_optimizer(setup)
 
   def step(carry, xs):
     params, batch_stats, opt_state = carry
     batch = {**gather(xs['positions'], xs['valid']), 'rng': xs['rng']}
-    (_, (batch_stats, terms)), grads = loss_and_grad(params, batch_stats, fixed, batch,
-                                                     class_mask)
-    updates, opt_state = setup.optimizer.update(grads, opt_state, params)
+    (_, (new_stats, terms)), grads = loss_and_grad(opt_state, params, batch_stats, fixed, batch,
+                                                   class_mask)
+    updates, new_opt_state = optimizer.update(grads, opt_state, params)
     if 'lr_scale' in shared:
       updates = jax.tree.map(lambda u: u * shared['lr_scale'].astype(u.dtype), updates)
-    return (optax.apply_updates(params, updates), batch_stats, opt_state), terms
+    params, batch_stats = loss_scale.undo_if_skipped(
+        new_opt_state, opt_state, (optax.apply_updates(params, updates), new_stats),
+        (params, batch_stats))
+    return (params, batch_stats, new_opt_state), terms
 
   def step_or_skip(carry, xs):
     zero_terms = jax.eval_shape(lambda: step(carry, xs)[1])
@@ -235,6 +240,12 @@ def _local_epochs(setup: Setup, shared: dict, fixed: dict, class_mask, gather: C
   xs = {'positions': positions, 'valid': valid,
         'rng': jax.random.split(rng, positions.shape[0])}
   return local.run_steps(step_or_skip, carry, xs, mode=setup.step_mode)
+
+
+def client_optimizer(setup: Setup) -> optax.GradientTransformation:
+  """The clients' optimizer, under dynamic loss scaling when the backbone computes in float16
+  (its scale fresh every round with the optimizer's state, core/loss_scale.py)."""
+  return common.scaled_for(setup.model, setup.optimizer)
 
 
 def _round_metrics(setup: Setup, shared: dict, terms: dict, valid, hard) -> dict:
@@ -287,8 +298,11 @@ def client_update(setup: Setup, client_input: ClientInput, private: dict, data: 
   positions, valid = epoch_order(order_rng, local_mask, chosen_valid, setup.copies, batch_size)
   gather = functools.partial(_gather, setup, shared, local_images, local_labels, chosen)
 
-  carry = (params, global_vars.get('batch_stats', {}), setup.optimizer.init(params))
-  (params, batch_stats, _), terms = _local_epochs(setup, shared, fixed, class_mask, gather, carry,
-                                                  positions, valid, step_rng)
-  metrics = _round_metrics(setup, shared, terms, valid, hard)
+  start_opt_state = client_optimizer(setup).init(params)
+  carry = (params, global_vars.get('batch_stats', {}), start_opt_state)
+  (params, batch_stats, opt_state), terms = _local_epochs(setup, shared, fixed, class_mask,
+                                                          gather, carry, positions, valid,
+                                                          step_rng)
+  metrics = {**_round_metrics(setup, shared, terms, valid, hard),
+             **loss_scale.round_metrics(start_opt_state, opt_state)}
   return _result(setup, params, batch_stats, metrics)

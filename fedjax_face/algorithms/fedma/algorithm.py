@@ -49,7 +49,7 @@ import optax
 
 from fedjax_face.algorithms import common, fedgpad, pad_losses
 from fedjax_face.algorithms.fedma import layers, matching
-from fedjax_face.core import aggregation, checks, local
+from fedjax_face.core import aggregation, checks, local, loss_scale
 from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, RoundState
 from fedjax_face.data import sources
 from fedjax_face.models import pad as pad_model
@@ -150,7 +150,9 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
   """FedMA over the data centers `fed` (every one in every round)."""
   c = config.fedma
   weights = dict(pad_losses.LOSS_WEIGHTS)
-  optimizer = common.make_optimizer(config.optimizer)
+  # Under float16 the loss scale lives in the optimizer's state, fresh each round as the
+  # optimizer is (core/loss_scale.py).
+  optimizer = common.scaled_for(model, common.make_optimizer(config.optimizer))
   cap_width, client_width = config.model.width, c.client_width
   own_masks = tuple(jnp.asarray(m, jnp.float32)
                     for m in layers.client_masks(client_width, cap_width))
@@ -204,24 +206,29 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     zeros = jax.tree.map(jnp.zeros_like, start)
 
     def step(carry, batch):
-      params, batch_stats, opt_state = carry
-      (_, (batch_stats, terms)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-          params, batch_stats, fedgpad.training_batch(batch))
+      params, old_stats, opt_state = carry
+      (_, (batch_stats, terms)), grads = loss_scale.value_and_grad_of(loss_fn, has_aux=True)(
+          opt_state, params, old_stats, fedgpad.training_batch(batch))
       # Held layers get no gradient (a fresh Adam then never moves them).
       grads = layers.select_layers(trainable, {'params': grads, 'batch_stats': batch_stats},
                                    {'params': jax.tree.map(jnp.zeros_like, grads),
                                     'batch_stats': batch_stats})['params']
-      updates, opt_state = optimizer.update(grads, opt_state, params)
+      updates, new_opt_state = optimizer.update(grads, opt_state, params)
       masked = layers.apply_masks({'params': optax.apply_updates(params, updates),
                                    'batch_stats': batch_stats}, out_masks)
-      return (masked['params'], masked['batch_stats'], opt_state), terms
+      new = loss_scale.undo_if_skipped(new_opt_state, opt_state,
+                                       (masked['params'], masked['batch_stats']),
+                                       (params, old_stats))
+      return (*new, new_opt_state), terms
 
-    carry = (start['params'], start['batch_stats'], optimizer.init(start['params']))
-    (params, batch_stats, _), terms = local.run_steps(
+    start_opt_state = optimizer.init(start['params'])
+    carry = (start['params'], start['batch_stats'], start_opt_state)
+    (params, batch_stats, opt_state), terms = local.run_steps(
         local.skip_if_empty(step), carry, fedgpad.step_inputs(data, rng), mode=step_mode)
     # The held layers' running statistics stay the server's.
     trained = layers.select_layers(held, start, {'params': params, 'batch_stats': batch_stats})
-    metrics = fedgpad.loss_metrics(terms, data['mask'], weights)
+    metrics = {**fedgpad.loss_metrics(terms, data['mask'], weights),
+               **loss_scale.round_metrics(start_opt_state, opt_state)}
     # What crosses: every layer the server does not already hold.
     return ClientResult(update=layers.select_layers(held, zeros, trained),
                         private={'model': trained}, metrics=metrics)

@@ -1,0 +1,155 @@
+"""float16 training in the methods' local steps (core/loss_scale.py's `scaled_optimizer`,
+`value_and_grad_of`, `undo_if_skipped`), on FedPE's local trainer (`common.local_trainer`, the
+step of FedPE, FedGC, FedFV, FedAwS, FedFace, FedUV, centralized):
+
+- under float32 and bfloat16 the trainer's program is today's: its jaxpr equals the one traced
+  with the three loss-scaling calls replaced by `jax.value_and_grad`, the optimizer and the
+  identity;
+- an overflow injected by an initial scale of 2**20 is skipped step after step, each leaving the
+  parameters, BatchNorm statistics and optimizer state bit for bit, the scale halving and the
+  metrics counting the steps; training then recovers: the run equals, bit for bit, the run whose
+  skipped steps were padding steps and whose scale started where the first run's settled;
+- what crosses under float16: the update and its shapes as under float32; the loss scale stays
+  in the client's optimizer state, private under `client_optimizer_state='keep'` and absent from
+  the round state under 'reset'; two metrics more.
+The float16 runs through the driver: tests/test_experiment_float16.py."""
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+import pytest
+
+from fedjax_face import algorithms, models
+from fedjax_face.algorithms import common
+from fedjax_face.core import loss_scale
+from tests import engine_cases
+
+_STEPS = 24
+_INJECTED_SCALE = 2.0**20   # this float16 model and head overflow from 2**12 up
+
+
+def _model(dtype: str):
+  return models.build_backbone(ml_collections.ConfigDict(dict(
+      name='small_cnn', width=4, embedding_dim=8, num_stages=2, dtype=dtype)))
+
+
+def _trainer(model):
+  optimizer = optax.chain(optax.add_decayed_weights(5e-4), optax.sgd(0.1, momentum=0.9))
+  return common.local_trainer(model, head_kwargs={'kind': 'cosface', 'scale': 64.0,
+                                                  'margin': 0.35},
+                              optimizer=optimizer, step_mode='scan')
+
+
+def _problem(model, steps: int = _STEPS):
+  """(variables, class embeddings [C, d], a client's round data with `steps` steps)."""
+  rng = np.random.default_rng(0)
+  labels = rng.integers(0, 4, size=(steps, 4)).astype(np.int32)
+  data = {'images': rng.integers(0, 256, size=(steps, 4, 8, 8, 3), dtype=np.uint8),
+          'labels': labels, 'mask': np.ones((steps, 4), bool), 'class_mask': np.ones(4, bool)}
+  variables = common.init_backbone(model, jax.random.PRNGKey(0), (8, 8, 3), train=True)
+  w = jax.random.normal(jax.random.PRNGKey(1), (4, 8), jnp.float32)
+  return variables, w, data
+
+
+def _bits(tree):
+  return [np.asarray(leaf).tobytes() for leaf in jax.tree.leaves(tree)]
+
+
+def _at_scale(opt_state, scale: float):
+  return opt_state.replace(loss_scale=loss_scale.init(scale))
+
+
+@pytest.mark.parametrize('dtype', ['float32', pytest.param('bfloat16', marks=pytest.mark.full)])
+def test_the_program_without_float16_is_todays(dtype, monkeypatch):
+  model = _model(dtype)
+  variables, w, data = _problem(model, steps=2)
+  train = _trainer(model)
+  args = (variables, w, data, jax.random.PRNGKey(2))
+  traced = str(jax.make_jaxpr(train)(*args))
+  monkeypatch.setattr(loss_scale, 'scaled_optimizer', lambda optimizer, enabled: optimizer)
+  monkeypatch.setattr(loss_scale, 'value_and_grad_of', lambda f, has_aux=False: (
+      lambda opt_state, params, *a: jax.value_and_grad(f, has_aux=has_aux)(params, *a)))
+  monkeypatch.setattr(loss_scale, 'undo_if_skipped', lambda new_opt, old_opt, new, old: new)
+  monkeypatch.setattr(loss_scale, 'round_metrics', lambda start, end: {})
+  assert str(jax.make_jaxpr(_trainer(model))(*args)) == traced
+
+
+@pytest.fixture(scope='module')
+def float16_runs():
+  """FedPE's local trainer in float16 from the injected scale (run A), then from the scale A
+  settled at with A's skipped steps as padding (run B), and A's first step alone."""
+  model = _model('float16')
+  variables, w, data = _problem(model)
+  trainer = _trainer(model)
+  train = jax.jit(trainer)
+  rng = jax.random.PRNGKey(2)
+  start = _at_scale(trainer.init_opt_state(variables, w), _INJECTED_SCALE)
+  run_a = train(variables, w, data, rng, start)
+  skipped = int(run_a[3]['loss_scale/skipped_steps'])
+  padded = dict(data, mask=data['mask'] & (np.arange(_STEPS) >= skipped)[:, None])
+  run_b = train(variables, w, padded, rng, _at_scale(start, _INJECTED_SCALE / 2**skipped))
+  only_first = dict(data, mask=data['mask'] & (np.arange(_STEPS) == 0)[:, None])
+  first = train(variables, w, only_first, rng, start)   # the others padding: one compile
+  return (variables, w, start), run_a, run_b, first, skipped
+
+
+def test_an_injected_overflow_is_skipped_bit_for_bit(float16_runs):
+  (variables, w, start), _, _, (new_vars, new_w, opt_state, metrics), _ = float16_runs
+  assert _bits((new_vars, new_w, opt_state.inner)) == _bits((variables, w, start.inner))
+  assert float(opt_state.loss_scale.scale) == _INJECTED_SCALE / 2
+  assert int(opt_state.skipped_steps) == 1
+  assert (float(metrics['loss_scale/skipped_steps']), float(metrics['loss_scale/scale'])) == (
+      1.0, _INJECTED_SCALE / 2)
+
+
+def test_training_recovers_as_if_the_skipped_steps_were_never_taken(float16_runs):
+  (variables, w, _), run_a, run_b, _, skipped = float16_runs
+  assert 1 <= skipped <= _STEPS - 4   # the injected overflow, then steps that train
+  (vars_a, w_a, opt_a, metrics_a), (vars_b, w_b, opt_b, metrics_b) = run_a, run_b
+  assert _bits((vars_a, w_a, opt_a.inner, opt_a.loss_scale)) == _bits(
+      (vars_b, w_b, opt_b.inner, opt_b.loss_scale))
+  assert float(metrics_a['loss_scale/scale']) == _INJECTED_SCALE / 2**skipped
+  assert float(metrics_b['loss_scale/skipped_steps']) == 0.0
+  assert _bits(vars_a['params']) != _bits(variables['params'])
+  assert np.isfinite(float(metrics_a['train_loss']))
+
+
+def _client_update(dtype: str, client_optimizer_state: str):
+  config = engine_cases.tiny_config('fedpe')
+  config.model.dtype = dtype
+  config.federated.client_optimizer_state = client_optimizer_state
+  fed = engine_cases.tiny_problem()
+  model = models.build_backbone(config.model)
+  algorithm = algorithms.get('fedpe').build(config, model, fed, step_mode='scan')
+  data = {'images': jax.ShapeDtypeStruct((2, 4, 8, 8, 3), jnp.uint8),
+          'labels': jax.ShapeDtypeStruct((2, 4), jnp.int32),
+          'mask': jax.ShapeDtypeStruct((2, 4), jnp.bool_),
+          'class_mask': jax.ShapeDtypeStruct((fed.max_classes,), jnp.bool_)}
+  return engine_cases.traced_client_update(algorithm, data)
+
+
+def _shapes(tree):
+  return jax.tree.map(lambda x: (x.shape, x.dtype), tree)
+
+
+@pytest.mark.parametrize('client_optimizer_state', ['reset', 'keep'])
+def test_what_crosses_under_float16(client_optimizer_state):
+  state32, result32 = _client_update('float32', client_optimizer_state)
+  state16, result16 = _client_update('float16', client_optimizer_state)
+  # The update, what reaches the server, is float32's: nothing about the scale crosses.
+  assert _shapes(result16.update) == _shapes(result32.update)
+  assert set(result16.metrics) == set(result32.metrics) | {'loss_scale/skipped_steps',
+                                                           'loss_scale/scale'}
+  if client_optimizer_state == 'reset':   # the scale lives and ends with the round's optimizer
+    assert _shapes(result16.private) == _shapes(result32.private)
+    assert _shapes(state16.clients) == _shapes(state32.clients)
+    return
+  # 'keep': the client's own optimizer state holds it, beside its momentum, never sent.
+  kept = result16.private['opt_state']
+  assert isinstance(kept, loss_scale.ScaledOptState)
+  assert _shapes(kept.inner) == _shapes(result32.private['opt_state'])
+  assert _shapes((kept.loss_scale, kept.skipped_steps)) == (
+      loss_scale.LossScaleState(((), jnp.float32), ((), jnp.int32)), ((), jnp.int32))
+  assert isinstance(state16.clients['opt_state'], loss_scale.ScaledOptState)
