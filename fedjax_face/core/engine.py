@@ -101,11 +101,17 @@ def host_clients(clients):
 
 
 def local_copy(tree):
-  """Each leaf's copy on this process's first device holding it (the state is replicated).
+  """Each replicated leaf's copy on this process's first device holding it.
 
   Computations on the result run in this process alone, which is what evaluation, logging and
-  the loop backend's clients need in a multi-process run.
+  the loop backend's clients need in a multi-process run. A tree holding a leaf split over
+  devices (a centralized run's class rows over the `classes` mesh: algorithms/sharded_classes.py,
+  one process) is returned as it is: its shards are not copies, and its replicated leaves stay
+  on the same devices so that one program takes them together.
   """
+  arrays_ = [x for x in jax.tree.leaves(tree) if isinstance(x, jax.Array)]
+  if any(not x.is_fully_replicated for x in arrays_):
+    return tree
   return jax.tree.map(lambda x: x.addressable_data(0) if isinstance(x, jax.Array) else x, tree)
 
 

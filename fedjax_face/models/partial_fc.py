@@ -143,7 +143,8 @@ def sampled_loss(features: jax.Array, class_embeddings: jax.Array, labels: jax.A
                     sample_mask, **head_kwargs)
 
 
-def _is_class_leaf(path: Sequence[Any]) -> bool:
+def is_class_leaf(path: Sequence[Any]) -> bool:
+  """Whether the leaf at `path` (a `tree_flatten_with_path` path) holds class-center rows."""
   return bool(path) and isinstance(path[-1], jax.tree_util.DictKey) and path[-1].key == CLASS_LEAF
 
 
@@ -151,7 +152,7 @@ def take_rows(tree: Any, index: jax.Array) -> Any:
   """`tree` with each class-center leaf (a leaf keyed `CLASS_LEAF`: the parameters' W and the
   optimizer state's mirrors of it, momentum or Adam's moments) cut to its rows `index`."""
   return jax.tree_util.tree_map_with_path(
-      lambda path, leaf: leaf[index] if _is_class_leaf(path) else leaf, tree)
+      lambda path, leaf: leaf[index] if is_class_leaf(path) else leaf, tree)
 
 
 def put_rows(full: Any, sampled: Any, index: jax.Array) -> Any:
@@ -159,7 +160,7 @@ def put_rows(full: Any, sampled: Any, index: jax.Array) -> Any:
   `full`'s at `index` (every other row of `full` as it was, bit for bit); every other leaf is
   `sampled`'s (the backbone, the step counters)."""
   return jax.tree_util.tree_map_with_path(
-      lambda path, whole, part: (jnp.asarray(whole).at[index].set(part) if _is_class_leaf(path)
+      lambda path, whole, part: (jnp.asarray(whole).at[index].set(part) if is_class_leaf(path)
                                  else part),
       full, sampled)
 
@@ -168,9 +169,11 @@ def _sample_local(rng: jax.Array, labels: jax.Array, valid: jax.Array, start: ja
                   num_local: int, size: int) -> tuple[jax.Array, jax.Array]:
   """One shard's sampled rows (local ids, ascending) and each label's column among them (-1 for
   a label outside the shard or a padding sample): `sample_classes`'s per-shard rule with a traced
-  `start`."""
+  `start`. At `size == num_local` every row is kept (no draw: the shard's full head)."""
   local = labels - start
   positive = valid & (local >= 0) & (local < num_local)
+  if size == num_local:
+    return jnp.arange(num_local, dtype=jnp.int32), jnp.where(positive, local, -1)
   draws = jax.random.uniform(rng, (num_local,), jnp.float32)
   draws = draws.at[jnp.clip(local, 0, num_local - 1)].max(jnp.where(positive, _POSITIVE_DRAW,
                                                                      0.0))
@@ -179,10 +182,47 @@ def _sample_local(rng: jax.Array, labels: jax.Array, valid: jax.Array, start: ja
   return index, jnp.where(positive, column, -1)
 
 
+def device_samples(rng: jax.Array, labels: jax.Array, sample_mask: Optional[jax.Array], *,
+                   first_shard: jax.Array, shards_here: int, num_local: int,
+                   size: int) -> tuple[jax.Array, jax.Array]:
+  """The sampled rows of a device holding `shards_here` consecutive shards of `num_local` rows
+  each, the first being global shard `first_shard`: `([shards_here * size]` row ids into the
+  device's `[shards_here * num_local]` rows, ascending; `[shards_here, B]` each label's column
+  among its shard's `size` sampled rows, -1 outside the shard). Shard r draws from
+  `fold_in(rng, r)`, so the sample is `sample_classes(num_shards=S)`'s whichever device holds r
+  (the device count changes nothing)."""
+  valid = jnp.ones(labels.shape, bool) if sample_mask is None else sample_mask
+  index, columns = [], []
+  for local_shard in range(shards_here):
+    shard = first_shard + local_shard
+    rows, column = _sample_local(jax.random.fold_in(rng, shard), labels, valid,
+                                 shard * num_local, num_local, size)
+    index.append(rows + local_shard * num_local)
+    columns.append(column)
+  return jnp.concatenate(index), jnp.stack(columns)
+
+
+def shard_cross_entropy(logits: jax.Array, columns: jax.Array, sample_mask: Optional[jax.Array],
+                        axis_name: str) -> jax.Array:
+  """The mean cross-entropy over valid samples of logits split over shards: `logits`
+  `[shards_here, B, k]` this device's shards' (each sample's target in at most one shard of the
+  whole axis, at `columns` `[shards_here, B]`, -1 elsewhere). Per sample `log sum_j exp(z_j - m)
+  + m - z_y` with the max `m`, the sum and `z_y` all-reduced over `axis_name`
+  (DistCrossEntropyFunc.forward: `all_reduce(max)`, `all_reduce(sum)` of the exps, the target
+  logit all-reduced); the same value on every device."""
+  top = jax.lax.pmax(jax.lax.stop_gradient(jnp.max(logits, axis=(0, 2))), axis_name)
+  total = jax.lax.psum(jnp.sum(jnp.exp(logits - top[None, :, None]), axis=(0, 2)), axis_name)
+  own = columns >= 0
+  target = jnp.take_along_axis(logits, jnp.maximum(columns, 0)[:, :, None], axis=2)[:, :, 0]
+  target = jax.lax.psum(jnp.sum(jnp.where(own, target, 0.0), axis=0), axis_name)
+  return heads.masked_mean(jnp.log(total) + top - target, sample_mask)
+
+
 def sharded_loss(features: jax.Array, local_embeddings: jax.Array, labels: jax.Array,
                  sample_mask: Optional[jax.Array], rng: jax.Array, *, num_classes: int,
                  sample_rate: float, axis_name: str, **head_kwargs: Any) -> jax.Array:
-  """Partial FC's loss with W's rows split over `axis_name`; call it inside `jax.shard_map`.
+  """Partial FC's loss with W's rows split over `axis_name`, one shard a device; call it inside
+  `jax.shard_map` (a run's step, several shards a device: algorithms/sharded_classes.py).
 
   Args:
     features: `[B, d]` the whole batch on every device (replicated).
@@ -193,9 +233,7 @@ def sharded_loss(features: jax.Array, local_embeddings: jax.Array, labels: jax.A
     head_kwargs: `heads.logits`'s (`kind`, `scale`, `margin`, ...).
 
   Returns:
-    The mean cross-entropy over valid samples, the same on every device: per sample
-    `log sum_j exp(z_j - m) + m - z_y` with `m`, the sum and `z_y` all-reduced
-    (DistCrossEntropyFunc.forward).
+    `shard_cross_entropy` over this device's sampled logits: the same on every device.
   """
   num_shards = jax.lax.axis_size(axis_name)
   if num_classes % num_shards:
@@ -203,15 +241,9 @@ def sharded_loss(features: jax.Array, local_embeddings: jax.Array, labels: jax.A
                      f'{num_shards} shards of axis {axis_name!r}.')
   num_local = num_classes // num_shards
   (size,) = set(sample_sizes(num_classes, sample_rate, labels.shape[0], num_shards))
-  shard = jax.lax.axis_index(axis_name)
-  valid = jnp.ones(labels.shape, bool) if sample_mask is None else sample_mask
-  index, column = _sample_local(jax.random.fold_in(rng, shard), labels, valid,
-                                shard * num_local, num_local, size)
+  index, columns = device_samples(rng, labels, sample_mask,
+                                  first_shard=jax.lax.axis_index(axis_name), shards_here=1,
+                                  num_local=num_local, size=size)
   # A label of another shard gets column -1: its one-hot row is all False, so no margin here.
-  logits = heads.logits(features, local_embeddings[index], column, None, **head_kwargs)
-  top = jax.lax.pmax(jax.lax.stop_gradient(jnp.max(logits, axis=1)), axis_name)
-  total = jax.lax.psum(jnp.sum(jnp.exp(logits - top[:, None]), axis=1), axis_name)
-  own = column >= 0
-  target = jnp.take_along_axis(logits, jnp.maximum(column, 0)[:, None], axis=1)[:, 0]
-  target = jax.lax.psum(jnp.where(own, target, 0.0), axis_name)
-  return heads.masked_mean(jnp.log(total) + top - target, sample_mask)
+  logits = heads.logits(features, local_embeddings[index], columns[0], None, **head_kwargs)
+  return shard_cross_entropy(logits[None], columns, sample_mask, axis_name)

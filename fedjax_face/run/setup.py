@@ -150,6 +150,18 @@ def init_state(config, algorithm, start):
     return algorithm.init(rng, start)
 
 
+def placed_like(template, restored):
+  """`restored` (a checkpoint's host arrays) put where `template`'s leaves are when a leaf spans
+  several devices (a centralized run's class rows split over its `classes` mesh and the state
+  replicated beside them: algorithms/sharded_classes.py); every other leaf as it was read (the
+  engine places it)."""
+  def put(like, x):
+    if isinstance(like, jax.Array) and len(like.sharding.device_set) > 1:
+      return jax.device_put(x, like.sharding)
+    return x
+  return jax.tree.map(put, template, restored)
+
+
 def restored_state(config, algorithm, start, ckpt):
   """(the round state to train from, the run record of the checkpoint it came from, or None):
   process 0 (`ckpt` not None) restores the newest checkpoint that verifies and broadcasts it;
@@ -157,7 +169,7 @@ def restored_state(config, algorithm, start, ckpt):
   chief = ckpt is not None
   state, record = init_state(config, algorithm, start), None
   if chief and ckpt.latest_round() is not None:
-    state = ckpt.restore(state)
+    state = placed_like(state, ckpt.restore(state))
     record = ckpt.run_record
   state = distributed.process_zero_value(state, chief)   # only process 0 reads the workdir
   record = distributed.shared_json(record, chief)

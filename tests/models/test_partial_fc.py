@@ -309,6 +309,7 @@ def test_default_configs_keep_the_full_head():
   assert config_files.load_config('pretrain', 'runlocal,partial_fc=0.1').head.sample_rate == 0.1
 
 
+@pytest.mark.full   # the sharded run below is the default suite's Partial FC run end to end
 def test_pretraining_with_partial_fc_runs_end_to_end(tmp_path):
   # runlocal: 8 public classes, batch 4, so rate 0.5 keeps 4 centers a step (0.1 would keep 4
   # too: raised to the batch); one round of 2 steps.
@@ -324,9 +325,18 @@ def test_pretraining_with_partial_fc_runs_end_to_end(tmp_path):
 
 
 _SHARDED = """
-import jax, jax.numpy as jnp, numpy as np
+import os, sys
+import flax.linen as nn, jax, jax.numpy as jnp, ml_collections, numpy as np
+from flax import serialization
 from jax.sharding import Mesh, PartitionSpec as P
+from fedjax_face import algorithms, experiment
+from fedjax_face.algorithms import common, sharded_classes
+from fedjax_face.io import checkpoint
 from fedjax_face.models import heads, partial_fc
+from fedjax_face.run import setup
+from tests import config_files, saved_checkpoints
+
+# 1. The loss: W's 400 rows over 4 devices as arcface_torch splits them over 4 ranks.
 C, S, B, D = 400, 4, 8, 8
 rng = np.random.default_rng(4)
 features = jnp.asarray(rng.normal(size=(B, D)).astype(np.float32))
@@ -335,28 +345,127 @@ labels = jnp.asarray(rng.integers(0, C, B))
 mask = jnp.asarray(np.arange(B) < B - 1)
 key = jax.random.PRNGKey(5)
 mesh = Mesh(np.array(jax.devices()[:S]), ('classes',))
-for kind in ('arcface',):   # the margin on the owner shard only; cosface's is the same path
-  head = heads.head_kwargs_from_config({'loss': kind})
-  sharded = jax.shard_map(
-      lambda f, w, y, m, k: partial_fc.sharded_loss(f, w, y, m, k, num_classes=C,
-                                                    sample_rate=0.1, axis_name='classes', **head),
-      mesh=mesh, in_specs=(P(), P('classes'), P(), P(), P()), out_specs=P())
-  value, (df, dw) = jax.jit(jax.value_and_grad(sharded, (0, 1)))(features, w, labels, mask, key)
-  # One device: the same sample (shard r draws from fold_in(key, r)), one dense softmax over it.
-  index = jax.jit(lambda k: partial_fc.sample_classes(k, labels, mask, C, 0.1, num_shards=S))(key)
-  assert index.shape == (40,), index.shape   # int(0.1 * 100) = 10 a shard
-  expected, (ef, ew) = jax.jit(jax.value_and_grad(
-      lambda f, w: partial_fc.sampled_loss(f, w, labels, None, mask, index, **head),
-      (0, 1)))(features, w)
-  np.testing.assert_allclose(value, expected, rtol=1e-5)
-  np.testing.assert_allclose(df, ef, rtol=1e-4, atol=2e-5)   # s = 64 amplifies float32 sums
-  np.testing.assert_allclose(dw, ew, rtol=1e-4, atol=2e-5)
-  unsampled = np.setdiff1d(np.arange(C), np.asarray(index))
-  np.testing.assert_array_equal(np.asarray(dw)[unsampled], 0.0)
-  print(kind, 'ok')
+head = heads.head_kwargs_from_config({'loss': 'arcface'})   # the margin on the owner shard only
+sharded = jax.shard_map(
+    lambda f, w, y, m, k: partial_fc.sharded_loss(f, w, y, m, k, num_classes=C, sample_rate=0.1,
+                                                  axis_name='classes', **head),
+    mesh=mesh, in_specs=(P(), P('classes'), P(), P(), P()), out_specs=P())
+value, (df, dw) = jax.jit(jax.value_and_grad(sharded, (0, 1)))(features, w, labels, mask, key)
+# One device: the same sample (shard r draws from fold_in(key, r)), one dense softmax over it.
+index = jax.jit(lambda k: partial_fc.sample_classes(k, labels, mask, C, 0.1, num_shards=S))(key)
+assert index.shape == (40,), index.shape   # int(0.1 * 100) = 10 a shard
+expected, (ef, ew) = jax.jit(jax.value_and_grad(
+    lambda f, w: partial_fc.sampled_loss(f, w, labels, None, mask, index, **head),
+    (0, 1)))(features, w)
+np.testing.assert_allclose(value, expected, rtol=1e-5)
+np.testing.assert_allclose(df, ef, rtol=1e-4, atol=2e-5)   # s = 64 amplifies float32 sums
+np.testing.assert_allclose(dw, ew, rtol=1e-4, atol=2e-5)
+np.testing.assert_array_equal(np.asarray(dw)[np.setdiff1d(np.arange(C), np.asarray(index))], 0.0)
+print('loss ok')
+
+# 2. The sharded local step (algorithms/sharded_classes.py): S = 4 shards of W on 4 devices
+# and on 1 device (4 shards there) draw the same centers and train the same model to float32
+# rounding (the softmax's sums over shards and the features' gradient are all-reduced across
+# devices instead of summed on one: not bit for bit).
+C, S, DIM, B, RATE = 64, 4, 8, 8, 0.25   # 16 rows a shard, 8 sampled (the batch)
+class Tiny(nn.Module):
+  @nn.compact
+  def __call__(self, images, train=False):
+    return nn.Dense(DIM)(images.reshape(images.shape[0], -1))
+head = {'kind': 'cosface', 'scale': 8.0, 'margin': 0.2}
+opt = common.make_optimizer(ml_collections.ConfigDict(dict(
+    name='sgd', learning_rate=0.1, momentum=0.9, weight_decay=5e-4)))
+rng = np.random.default_rng(0)
+data = {'images': rng.integers(0, 256, (1, B, 2, 2, 3), dtype=np.uint8),
+        'labels': rng.integers(0, C, (1, B)).astype(np.int32),
+        'mask': np.arange(B)[None] < B - 1, 'class_mask': np.ones(C, bool)}
+variables = dict(Tiny().init(jax.random.PRNGKey(0), jnp.zeros((1, 2, 2, 3))))
+w = 0.1 * jax.random.normal(jax.random.PRNGKey(1), (C, DIM))
+
+def trained(num_devices):
+  mesh = Mesh(np.array(jax.devices()[:num_devices]), ('classes',))
+  train = sharded_classes.sharded_trainer(
+      Tiny(), head_kwargs=head, optimizer=opt, step_mode='unroll', mesh=mesh, num_classes=C,
+      num_shards=S, sample_rate=RATE, batch_size=B)
+  server = sharded_classes.place(
+      {'model': variables, 'W': w, 'opt_state': train.init_opt_state(variables, w)}, mesh)
+  return jax.jit(lambda s, k: train(s['model'], s['W'], data, k, s['opt_state']))(
+      server, jax.random.PRNGKey(7))
+
+out4, out1 = trained(4), trained(1)
+assert out4[1].sharding.spec == P('classes') and len(out4[1].sharding.device_set) == 4
+jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-6, atol=1e-6), out4, out1)
+print('steps ok')
+
+# 3. The run: configs/fedfr/pretrain.py:partial_fc=0.5,class_shards=4, 32 public classes over 4
+# devices (8 rows a shard, 4 sampled), one round of one step through the driver.
+config = config_files.load_config('pretrain', 'runlocal,partial_fc=0.5,class_shards=4')
+config.data.public_identities, config.data.synthetic.num_identities = 32, 40
+config.num_rounds, config.federated.local_steps = 1, 1
+config.evals = ml_collections.ConfigDict()   # the training path alone
+assert partial_fc.sample_sizes(32, 0.5, config.federated.batch_size, 4) == [4] * 4
+workdir = os.path.join(sys.argv[1], 'run')
+assert experiment.train_and_evaluate(config, workdir)['rounds'] == 1
+# Read back as the driver resumes: onto the mesh, the class rows split, the rest replicated.
+method = algorithms.get('centralized')
+built = setup.set_up(config, method, None)
+ckpt = checkpoint.Checkpointer(workdir)
+state, _ = setup.restored_state(config, built.algorithm, None, ckpt)
+ckpt.close()
+start = built.algorithm.init(jax.random.fold_in(jax.random.PRNGKey(config.seed), 0)).server
+saved = saved_checkpoints.restore(workdir, 1)['server']
+jax.tree.map(np.testing.assert_array_equal, serialization.to_state_dict(state.server), saved)
+assert state.server['W'].sharding.spec == P('classes')
+assert len(state.server['W'].sharding.device_set) == 4
+assert state.server['model']['params']['fc']['kernel'].sharding.spec == P()
+# One step: each shard trained exactly its 4 sampled rows; the other 4 rows of W and their
+# momentum (0 at the start) are as they were, bit for bit.
+moved = np.any(np.asarray(saved['W']) != np.asarray(start['W']), axis=1)
+momentum = np.asarray(saved['opt_state']['1']['0']['trace']['W'])
+assert moved.reshape(4, 8).sum(axis=1).tolist() == [4] * 4, moved
+np.testing.assert_array_equal(np.any(momentum != 0.0, axis=1), moved)
+print('run ok')
 """
 
 
-def test_the_sharded_loss_is_the_one_device_loss_over_the_same_per_shard_sample():
-  # Four forced CPU devices split W's 400 rows as arcface_torch splits them over 4 ranks.
-  assert forced_devices.run(_SHARDED, num_devices=4).split() == ['arcface', 'ok']
+def test_the_sharded_head_is_the_one_device_head_and_a_sharded_run_trains(tmp_path):
+  # One process of four forced CPU devices: the loss, the sharded steps and a run (the script).
+  out = forced_devices.run(_SHARDED, num_devices=4, args=(str(tmp_path),))
+  assert [line for line in out.splitlines() if line.endswith(' ok')] == [
+      'loss ok', 'steps ok', 'run ok']
+
+
+_SHARDED_RUNS = """
+import os, sys
+import jax, ml_collections, numpy as np
+from fedjax_face import experiment
+from tests import config_files, saved_checkpoints
+
+def run(name, rounds, num_devices):
+  config = config_files.load_config('pretrain', 'runlocal,partial_fc=0.5,class_shards=4')
+  config.data.public_identities, config.data.synthetic.num_identities = 32, 40
+  config.num_rounds, config.engine.num_devices = rounds, num_devices
+  config.evals = ml_collections.ConfigDict()
+  workdir = os.path.join(sys.argv[1], name)
+  experiment.train_and_evaluate(config, workdir)
+  return saved_checkpoints.restore(workdir, rounds)
+
+whole = run('whole', 2, 4)
+run('resumed', 1, 4)
+resumed = run('resumed', 2, 4)   # the same workdir extended: restored from round 1's checkpoint
+one_device = run('one_device', 2, 1)
+jax.tree.map(np.testing.assert_array_equal, resumed, whole)
+# Four rounds of steps on one device (4 shards there) against four devices: float32 rounding.
+jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4), one_device,
+             whole)
+assert not np.array_equal(one_device['server']['W'], whole['server']['W'])
+print('runs ok')
+"""
+
+
+@pytest.mark.full   # the runs behind the sharded step's and checkpoint's properties above
+def test_a_resumed_sharded_run_is_the_whole_run_and_one_device_is_four_to_rounding(tmp_path):
+  # Two rounds of two steps; the resumed run bit for bit, one device to a tolerance (the order
+  # of the all-reduced sums: test_the_sharded_head_is_the_one_device_head...).
+  out = forced_devices.run(_SHARDED_RUNS, num_devices=4, args=(str(tmp_path),))
+  assert [line for line in out.splitlines() if line.endswith(' ok')] == ['runs ok']
