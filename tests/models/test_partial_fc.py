@@ -17,10 +17,11 @@ import optax
 import pytest
 
 from fedjax_face import config_lib, experiment
-from fedjax_face.algorithms import common
+from fedjax_face.algorithms import common, sharded_classes
 from fedjax_face.core.checks import UsageError
 from fedjax_face.data import preprocess
 from fedjax_face.models import heads, partial_fc
+from fedjax_face.run import setup
 from tests import config_files, forced_devices, saved_checkpoints
 
 NUM_CLASSES, DIM, BATCH = 200, 8, 8
@@ -303,10 +304,46 @@ def test_refusals_name_the_fields_in_one_line(config_name, changes, message):
       config_lib.validate(config)   # refused when the config is checked, before any file
 
 
+@pytest.mark.parametrize('changes, message', [
+    ({'centralized.class_shards': -1},
+     'config.centralized.class_shards=-1; expected a non-negative integer (0 = W whole on one '
+     'device).'),
+    ({'engine.backend': 'vmap'},
+     "config.centralized.class_shards=4 with engine.backend='vmap': the one client's program "
+     "spans the classes mesh; expected engine.backend='loop'."),
+])
+def test_class_shard_refusals_name_the_fields_in_one_line(changes, message):
+  config = config_files.load_config('pretrain', 'runlocal,class_shards=4')
+  for field, value in changes.items():
+    section, name = field.split('.')
+    config[section][name] = value
+  with pytest.raises(UsageError) as raised:
+    setup.validate(config)
+  assert str(raised.value) == message
+
+
+def test_shards_that_do_not_split_the_classes_or_the_devices_are_refused_before_any_file(
+    tmp_path):
+  with pytest.raises(UsageError) as raised:
+    sharded_classes.class_mesh(4, 3)   # this process sees one device
+  assert str(raised.value) == ('config.centralized.class_shards=4 over engine.num_devices=3 '
+                               '(1 visible); expected a device count dividing 4, at most 1.')
+  # runlocal's 8 public classes in 16 shards (all 16 on this process's one device).
+  config = config_files.load_config('pretrain', 'runlocal,class_shards=16')
+  with pytest.raises(UsageError) as raised:
+    experiment.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert str(raised.value) == ('config.centralized.class_shards=16 but the training view has 8 '
+                               'classes; expected a shard count dividing 8 (equal shards of W).')
+  assert not (tmp_path / 'run').exists()
+
+
 def test_default_configs_keep_the_full_head():
   assert config_lib.base_config().head.sample_rate == 1.0
   assert config_files.load_config('pretrain').head.sample_rate == 1.0
   assert config_files.load_config('pretrain', 'runlocal,partial_fc=0.1').head.sample_rate == 0.1
+  assert 'centralized' not in config_files.load_config('pretrain')   # W whole, as before
+  sharded = config_files.load_config('pretrain', 'partial_fc=0.1,class_shards=8')
+  assert (sharded.centralized.class_shards, sharded.engine.backend) == (8, 'loop')
 
 
 @pytest.mark.full   # the sharded run below is the default suite's Partial FC run end to end
