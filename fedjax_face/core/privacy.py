@@ -400,21 +400,42 @@ def dp_event(num_clients: int, cohort_size: int, noise_multiplier: float, rounds
   return dp_accounting.SelfComposedDpEvent(one_round, rounds)
 
 
-@functools.lru_cache(maxsize=256)
-def _one_round_rdp(num_clients: int, cohort_size: int, noise_multiplier: float,
-                   amplified: bool, count_noise: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
-  """(orders, RDP at each order) of one round, from dp-accounting's accountant; rounds compose by
-  adding it (RDP is additive). Kept per sigma: dp-accounting's RDP of sampling without
-  replacement is slow (BUILD_NOTES.md, "The test suite"), and the bisection of
-  `noise_for_epsilon` and each round's TensorBoard value would otherwise recompute the same
-  rounds again. Read-only."""
+def _default_orders() -> np.ndarray:
+  """dp-accounting's default RDP orders as its accountant holds them (float64)."""
+  from dp_accounting import rdp  # pylint: disable=g-import-not-at-top
+  return np.array(rdp.RdpAccountant().orders)
+
+
+@functools.lru_cache(maxsize=1 << 15)
+def _one_order_rdp(num_clients: int, cohort_size: int, noise_multiplier: float,
+                   amplified: bool, count_noise: float, order: float) -> float:
+  """One round's RDP at one order, from dp-accounting's accountant built on that order alone. Its
+  RDP of a sampled Gaussian is a separate computation per order (rdp_privacy_accountant.py,
+  `_compute_rdp_sample_wor_gaussian`: one scalar function per order; an accountant's RDP is 0 +
+  count x those values), so this is the same float as that order's entry of an accountant over
+  every order (tests/core/test_privacy.py checks it bit for bit). Kept per (sigma, order):
+  dp-accounting's RDP of sampling without replacement is slow (~0.5 s of CPU for all its orders;
+  BUILD_NOTES.md, "The test suite"), and `noise_for_epsilon` reads only the orders it needs."""
   import dp_accounting  # pylint: disable=g-import-not-at-top
   from dp_accounting import rdp  # pylint: disable=g-import-not-at-top
   accountant = rdp.RdpAccountant(
-      neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+      orders=[order], neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
   accountant.compose(dp_event(num_clients, cohort_size, noise_multiplier, 1, amplified,
                               count_noise))
-  orders, one_round = np.array(accountant.orders), np.array(accountant.rdp)
+  return float(accountant.rdp[0])
+
+
+@functools.lru_cache(maxsize=256)
+def _one_round_rdp(num_clients: int, cohort_size: int, noise_multiplier: float,
+                   amplified: bool, count_noise: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+  """(orders, RDP at each order) of one round, dp-accounting's default orders, each from
+  `_one_order_rdp`; rounds compose by adding it (RDP is additive). Kept per sigma, as the
+  bisection of `noise_for_epsilon` and each round's TensorBoard value read the same rounds again.
+  Read-only."""
+  orders = _default_orders()
+  one_round = np.array([_one_order_rdp(num_clients, cohort_size, float(noise_multiplier),
+                                       bool(amplified), float(count_noise), float(order))
+                        for order in orders])
   orders.setflags(write=False)
   one_round.setflags(write=False)
   return orders, one_round
@@ -529,22 +550,59 @@ def history_epsilon_pld(num_clients: int, cohort_size: int, history, delta: floa
   return float(accountant.get_epsilon(delta))
 
 
+def _order_epsilon(num_clients: int, cohort_size: int, segments, delta: float, amplified: bool,
+                   order: np.float64) -> float:
+  """ε at `delta` of the noise history `segments` [(rounds, sigma > 0), ...] at one RDP order:
+  dp-accounting's `compute_epsilon` on that order alone, max(0, ε_order). Its RDP is added up
+  segment by segment with the float64 operations `history_epsilon` applies to each entry of its
+  arrays, so it is the same float as that order's term there."""
+  from dp_accounting.rdp import rdp_privacy_accountant  # pylint: disable=g-import-not-at-top
+  total = np.float64(0.0)
+  for rounds, sigma in segments:
+    total = total + rounds * np.float64(
+        _one_order_rdp(num_clients, cohort_size, sigma, bool(amplified), 0.0, float(order)))
+  return float(rdp_privacy_accountant.compute_epsilon([order], [total], delta)[0])
+
+
 def noise_for_epsilon(target: float, num_clients: int, cohort_size: int, rounds: int,
                       delta: float, amplified: bool = True, history=()) -> float:
   """The noise multiplier whose `rounds` rounds after `history` (the rounds already run, each
   at its own sigma) bring ε to `target` (to 0.1 %, by bisection on the accountant; ε falls as σ
-  grows)."""
-  eps = lambda sigma: history_epsilon(num_clients, cohort_size, list(history) + [(rounds, sigma)],
-                                      delta, amplified)
+  grows).
+
+  Each step asks only whether ε(σ) = `history_epsilon` of the history and the new rounds is above
+  `target`. dp-accounting's ε is the least over its orders of max(0, ε_order) (`compute_epsilon`),
+  so one order at or below `target` answers no; yes needs every order. The order that was least
+  at the last full answer is tried first, and it nearly always answers no by itself, which halves
+  the accountant's work; every answer, hence the σ returned, is the one the whole accountant
+  gives (tests/core/test_privacy.py checks both)."""
+  before = [(int(n), float(s)) for n, s in history if int(n) > 0]
+  orders = _default_orders()
+  first = [0]   # the index of the order to try first: the least at the last full answer
+
+  def above(sigma: float) -> bool:
+    segments = before + ([(int(rounds), float(sigma))] if int(rounds) > 0 else [])
+    if not segments or any(s <= 0 for _, s in segments) or delta <= 0:
+      # history_epsilon's own cases (0, inf), and compute_epsilon's delta = 0 rule, which reads
+      # every order together.
+      return history_epsilon(num_clients, cohort_size, segments, delta, amplified) > target
+    eps_at = lambda i: _order_epsilon(num_clients, cohort_size, segments, delta, amplified,
+                                      orders[i])
+    if eps_at(first[0]) <= target:
+      return False
+    eps = [eps_at(i) for i in range(len(orders))]
+    first[0] = int(np.argmin(eps))
+    return min(eps) > target
+
   low, high = 1e-3, 1.0
-  while eps(high) > target:
+  while above(high):
     low, high = high, high * 2
     if high > 1e6:
       raise ValueError(f'dp.target_epsilon={target}: not reached with a noise multiplier up to '
                        '1e6; expected a larger epsilon.')
   while high - low > 1e-3 * high:
     mid = (low + high) / 2
-    if eps(mid) > target:
+    if above(mid):
       low = mid
     else:
       high = mid
