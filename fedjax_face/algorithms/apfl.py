@@ -143,13 +143,15 @@ def _client_update(task, step, optimizers, step_mode, client_input: ClientInput,
   w = task.pack(received, private.get('W'))
   # Both optimizers start afresh every round; w's from the very arrays received, so that a
   # federated block's FedProx / SCAFFOLD term ties to them (core/local_terms.py).
-  start_w_opt, start_v_opt = w_optimizer.init(w), v_optimizer.init(personal['params'])
+  start_w_opt, start_v_opt = personal_training.start_scales(
+      private, w_optimizer.init(w), v_optimizer.init(personal['params']))
   carry = (w, received.get('batch_stats', {}), start_w_opt, personal['params'],
            personal['batch_stats'], start_v_opt, private['alpha'])
   # One sample xi for the three updates of a step (Algorithm 1): the step's rng draws its flips.
   (w, w_state, w_opt, v, v_state, v_opt, alpha), (loss_w, loss_v) = personal_training.run_round(
       step, carry, task.step_inputs(data, rng), client_input.shared.get('lr_scale'), step_mode)
-  kept = {'alpha': alpha, 'personal': {'params': v, 'batch_stats': v_state}}
+  kept = {'alpha': alpha, 'personal': {'params': v, 'batch_stats': v_state},
+          **personal_training.end_scales(w_opt, v_opt)}
   if task.recognition:
     kept['W'] = w['W']
   return ClientResult(update={'model': task.variables(w, w_state)},     # synchronisation
@@ -192,8 +194,9 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     variables, rows = personal_training.initial(config, model, fed, task, rng, start, 'apfl')
     personal = personal_training.personal_start(task, variables, rows, fed.num_clients)
     alpha = jnp.full((fed.num_clients,), c.alpha_init, jnp.float32)
-    return personal_training.initial_state(variables, rows,
-                                           {'personal': personal, 'alpha': alpha}, task)
+    clients = {'personal': personal, 'alpha': alpha,
+               **personal_training.initial_scales(model, fed.num_clients)}
+    return personal_training.initial_state(variables, rows, clients, task)
 
   # The server's step is the synchronisation of w (`personal_training.global_model_algorithm`).
   return personal_training.global_model_algorithm(

@@ -171,11 +171,13 @@ def local_trainer(model, *, head_kwargs: dict, optimizer: optax.GradientTransfor
                   step_mode: str, train_class_embeddings: bool = True,
                   class_rows: Callable | None = None, sample_rate: float = 1.0) -> Callable:
   """Builds `train(variables, W, data, rng, opt_state=None, *, fixed_classes=None,
-  lr_scale=None, row_input=None) -> (variables, W, opt_state, metrics)` (the keywords,
+  lr_scale=None, row_input=None, loss_scale_state=None) -> (variables, W, opt_state, metrics)` (the keywords,
   `class_rows` and `sample_rate`: `local_step`).
 
   Runs `local_step` over the client's steps (`data` leaves have a leading steps axis; padded
-  steps are skipped). Without `opt_state` the momentum is created afresh at the start of the
+  steps are skipped). Under float16 the returned `opt_state` carries the loss scale
+  (`loss_scale.ScaledOptState`); `loss_scale_state`, a client's kept one, starts the round's
+  optimizer from it (core/loss_scale.py: where the scale lives). Without `opt_state` the momentum is created afresh at the start of the
   round (`federated.client_optimizer_state='reset'`); clients that keep theirs
   (`client_opt_states`) and centralized training pass it in. With
   `train_class_embeddings=False` W is held fixed (FedPE+Fixed).
@@ -195,10 +197,11 @@ def local_trainer(model, *, head_kwargs: dict, optimizer: optax.GradientTransfor
     return optimizer.init(params_of(variables, class_embeddings))
 
   def train(variables, class_embeddings, data, rng, opt_state=None, *, fixed_classes=None,
-            lr_scale=None, row_input=None):
+            lr_scale=None, row_input=None, loss_scale_state=None):
     params = params_of(variables, class_embeddings)
     if opt_state is None:
       opt_state = optimizer.init(params)
+    opt_state = loss_scale.with_scale(opt_state, loss_scale_state)
     carry = (params, variables.get('batch_stats', {}), opt_state)
     num_steps = data['images'].shape[0]
     xs = {'images': data['images'], 'labels': data['labels'], 'mask': data['mask'],

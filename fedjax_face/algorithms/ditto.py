@@ -150,12 +150,14 @@ def _client_update(task, step, optimizers, step_mode, client_input: ClientInput,
   personal = private['personal']
   # w's optimizer starts from the very arrays received (a block's FedProx / SCAFFOLD term ties
   # to them, core/local_terms.py); v's from w^t too: that is the proximal term's anchor.
-  start_w_opt, start_v_opt = w_optimizer.init(w), v_optimizer.init(w)
+  start_w_opt, start_v_opt = personal_training.start_scales(private, w_optimizer.init(w),
+                                                            v_optimizer.init(w))
   carry = (w, received.get('batch_stats', {}), start_w_opt,
            personal['params'], personal['batch_stats'], start_v_opt)
   (w, w_state, w_opt, v, v_state, v_opt), (loss_w, loss_v) = personal_training.run_round(
       step, carry, task.step_inputs(data, rng), client_input.shared.get('lr_scale'), step_mode)
-  kept = {'personal': {'params': v, 'batch_stats': v_state}}
+  kept = {'personal': {'params': v, 'batch_stats': v_state},
+          **personal_training.end_scales(w_opt, v_opt)}
   if task.recognition:
     kept['W'] = w['W']
   return ClientResult(update={'model': task.variables(w, w_state)},    # Alg. 1: Delta_k
@@ -191,7 +193,9 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
   def init(rng, start=None):
     variables, rows = personal_training.initial(config, model, fed, task, rng, start, 'ditto')
     personal = personal_training.personal_start(task, variables, rows, fed.num_clients)
-    return personal_training.initial_state(variables, rows, {'personal': personal}, task)
+    clients = {'personal': personal,
+               **personal_training.initial_scales(model, fed.num_clients)}
+    return personal_training.initial_state(variables, rows, clients, task)
 
   # The server's step is Alg. 1's aggregation of w (`personal_training.global_model_algorithm`).
   return personal_training.global_model_algorithm(

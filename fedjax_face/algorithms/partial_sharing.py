@@ -88,7 +88,7 @@ def as_variables(*parts: dict) -> dict:
 
 
 def train_part(loss_fn: Callable, optimizer: optax.GradientTransformation, params, stats,
-               frozen, xs, *, step_mode: str, lr_scale=None):
+               frozen, xs, *, step_mode: str, lr_scale=None, loss_scale_state=None):
   """Steps over `xs` (leading axis: steps) that update `params` alone: (params, stats, losses).
 
   `loss_fn(params, stats, frozen, batch) -> (loss, new stats)`; the gradient is taken with
@@ -99,7 +99,10 @@ def train_part(loss_fn: Callable, optimizer: optax.GradientTransformation, param
 
   A loss whose backbone computes in float16 (`precision.computes_in_float16`, read from its
   program: this function is handed a loss, not a model) trains under dynamic loss scaling
-  (core/loss_scale.py), its scale fresh with the optimizer.
+  (core/loss_scale.py). Its scale starts at `loss_scale_state` (a client's kept one) when given,
+  and the function then returns the optimizer's end state fourth, (params, stats, losses,
+  opt_state): its `loss_scale` is what the client keeps, and `loss_scale.round_metrics(None,
+  opt_state)` the round's metrics. Otherwise the scale starts fresh with the optimizer.
   """
   first = jax.tree.map(lambda x: x[0], xs)
   optimizer = loss_scale.scaled_optimizer(
@@ -117,9 +120,11 @@ def train_part(loss_fn: Callable, optimizer: optax.GradientTransformation, param
         (params, stats))
     return (params, stats, new_opt_state), loss
 
-  carry = (params, stats, optimizer.init(params))
-  (params, stats, _), losses = local.run_steps(local.skip_if_empty(step), carry, xs,
-                                               mode=step_mode)
+  carry = (params, stats, loss_scale.with_scale(optimizer.init(params), loss_scale_state))
+  (params, stats, opt_state), losses = local.run_steps(local.skip_if_empty(step), carry, xs,
+                                                       mode=step_mode)
+  if loss_scale_state is not None:
+    return params, stats, losses, opt_state
   return params, stats, losses
 
 

@@ -24,7 +24,7 @@ import numpy as np
 import optax
 
 from fedjax_face.algorithms import common, fedgpad, pad_training
-from fedjax_face.core import aggregation, class_tables, local, loss_scale
+from fedjax_face.core import aggregation, class_tables, local, loss_scale, precision
 from fedjax_face.core.algorithm import Algorithm, ClientInput, RoundState, origin_by_key
 from fedjax_face.data import preprocess, sources
 from fedjax_face.models import heads
@@ -144,6 +144,30 @@ def apply_update(optimizer: optax.GradientTransformation, params, opt_state, gra
   new_params = loss_scale.undo_if_skipped(new_opt_state, opt_state,
                                           optax.apply_updates(params, updates), params)
   return new_params, new_opt_state
+
+
+def initial_scales(model, num_clients: int) -> dict:
+  """Under float16, every client's kept loss scales before its first round, one for the global
+  model's optimizer and one for the personal model's (`{'loss_scale': {'global', 'personal'}}`,
+  core/loss_scale.py: the scale is the client's private state); {} otherwise."""
+  if not precision.model_needs_loss_scaling(model):
+    return {}
+  return {'loss_scale': {'global': loss_scale.client_states(num_clients),
+                         'personal': loss_scale.client_states(num_clients)}}
+
+
+def start_scales(private: dict, w_opt, v_opt) -> tuple:
+  """The round's fresh optimizer states of w and v, started from the client's kept scales."""
+  kept = private.get('loss_scale', {})
+  return (loss_scale.with_scale(w_opt, kept.get('global')),
+          loss_scale.with_scale(v_opt, kept.get('personal')))
+
+
+def end_scales(w_opt, v_opt) -> dict:
+  """What the client keeps of the round's loss scales (`initial_scales`' structure)."""
+  if not loss_scale.is_scaled(w_opt):
+    return {}
+  return {'loss_scale': {'global': w_opt.loss_scale, 'personal': v_opt.loss_scale}}
 
 
 def scaled_optimizers(model, optimizers) -> tuple:

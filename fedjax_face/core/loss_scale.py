@@ -31,24 +31,28 @@ then `apply_if_finite`:
 
 The methods' local steps hold it in the optimizer's state instead (`scaled_optimizer`, below).
 
-Where the scale lives across rounds: in the client's optimizer state. PyTorch saves a
-GradScaler's `state_dict` beside its optimizer's, and the scale is a property of that training
-loop's recent gradients, as momentum is. So the scale lives as long as the optimizer state does,
-and goes where it goes:
-  * `federated.client_optimizer_state='reset'` (the default; FedFR, FedMA, Ditto, APFL, FedBN /
-    FedRep also start their optimizers afresh each round): every client starts every round at
-    INITIAL_SCALE, and the first steps of a round are skipped until the scale fits (their
-    number is logged; BUILD_NOTES.md measures it on runlocal).
-  * 'keep', and FedGPAD's kept Adam state: the scale is the client's private state, kept with
-    its momentum in `RoundState.clients` (never sent; a client never sampled starts at
-    INITIAL_SCALE) and checkpointed with it, so a resumed run continues bit for bit.
-  * centralized training: the server's optimizer state, as GradScaler in one training loop.
-Nothing new crosses to the server but the round's training metrics ('loss_scale/skipped_steps',
-'loss_scale/scale': averaged over the cohort like the loss, outside any DP accounting like it).
-A server-held scale that each client sent back would leak one scalar per client (whether it
-overflowed), and under secure aggregation the server could not take the minimum of masked
-values; a private per-client scale under 'reset' would keep momentum's lifetime apart from the
-scale's, which no PyTorch training loop does.
+Where the scale lives across rounds: it is each client's private state, as its class rows are.
+A client's scale says how large its own gradients run; PyTorch keeps a GradScaler for the life of
+a training loop and saves its `state_dict` beside the optimizer's. Here it rides in the
+optimizer's state (`ScaledOptState`) during a round and, where the optimizer starts afresh each
+round (`federated.client_optimizer_state='reset'`, the default), the client keeps it in
+`RoundState.clients['loss_scale']` between rounds and starts the next round's optimizer from it
+(`with_scale`). Under 'keep' (and FedGPAD's kept Adam state) it stays inside the kept optimizer
+state; in centralized training it is the server's optimizer state. Either way it is checkpointed
+with the round state, so a resumed run continues bit for bit, and it never crosses: a client
+never sampled starts at INITIAL_SCALE. Only the round's training metrics say anything about it
+('loss_scale/skipped_steps', 'loss_scale/scale': averaged over the cohort like the loss, outside
+any DP accounting like it). The two other readings, and why not:
+  * a server-held scale each client sends back would cost one scalar per client (whether it
+    overflowed), and under secure aggregation the server could not take a minimum of masked
+    values;
+  * a fresh scale every round skips each round's first steps until the scale fits: measured in
+    float16 runlocal runs, FedFR's clients skipped 5.5 of 12 steps in round 1 and 5.0 of 9.25 in
+    round 2, and FedPAD / FedGPAD, which take one local step a round (the authors' code), skipped
+    every round's only step, so nothing trained.
+The methods whose client state is held elsewhere keep the fresh scale until their round state
+carries 'loss_scale' (BUILD_NOTES.md, "Mixed precision", lists them): `common.local_trainer` and
+`partial_sharing.train_part` take the starting state (`loss_scale_state`) already.
 
 Wiring into a method's local step, three calls around the optimizer it already has:
 
@@ -208,6 +212,20 @@ def scaled_optimizer(optimizer: optax.GradientTransformation, enabled: bool,
   return optax.GradientTransformation(init_fn, update_fn)
 
 
+def with_scale(opt_state: Any, state: LossScaleState | None) -> Any:
+  """`opt_state` (a fresh one, say) carrying the loss scale `state` (a client's kept one); itself
+  when `state` is None or `opt_state` is not scaled."""
+  if state is None or not is_scaled(opt_state):
+    return opt_state
+  return opt_state.replace(loss_scale=state)
+
+
+def client_states(num_clients: int) -> LossScaleState:
+  """Every client's loss-scale state before its first round (`init`), stacked on a leading
+  clients axis: the private state of a method whose optimizer starts afresh each round."""
+  return jax.tree.map(lambda x: jnp.broadcast_to(x, (num_clients,) + x.shape), init())
+
+
 def is_scaled(opt_state: Any) -> bool:
   """Whether `opt_state` is a `scaled_optimizer`'s (decided when tracing: a Python bool)."""
   return isinstance(opt_state, ScaledOptState)
@@ -241,10 +259,13 @@ def undo_if_skipped(new_opt_state: Any, old_opt_state: Any, new: Any, old: Any) 
 
 
 def round_metrics(start_opt_state: Any, end_opt_state: Any) -> dict[str, jax.Array]:
-  """A client's round under loss scaling: 'loss_scale/skipped_steps' (its overflowed steps) and
-  'loss_scale/scale' (S at the end); {} when not scaled."""
+  """A client's round under loss scaling: 'loss_scale/skipped_steps' (its overflowed steps since
+  `start_opt_state`; None: since a fresh state) and 'loss_scale/scale' (S at the end); {} when
+  not scaled."""
   if not is_scaled(end_opt_state):
     return {}
-  skipped = end_opt_state.skipped_steps - start_opt_state.skipped_steps
+  skipped = end_opt_state.skipped_steps
+  if start_opt_state is not None:
+    skipped = skipped - start_opt_state.skipped_steps
   return {'loss_scale/skipped_steps': skipped.astype(jnp.float32),
           'loss_scale/scale': end_opt_state.loss_scale.scale}

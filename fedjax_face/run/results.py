@@ -10,7 +10,7 @@ import time
 import jax
 import numpy as np
 
-from fedjax_face.core import communication, privacy, xla_flags
+from fedjax_face.core import communication, precision, privacy, xla_flags
 from fedjax_face.core import engine as engine_lib
 from fedjax_face.data import sources
 from fedjax_face.io import checkpoint, files, provenance
@@ -120,7 +120,10 @@ def run_results(config, method, setup, sim, plan, noise, trained, outputs, plots
       'rounds': config.num_rounds,
       'images_seen': config.num_rounds * cohort_size * fl.local_steps * fl.batch_size,
       'blocks': blocks_in_effect(config, method),
-      'engine': engine_record(setup, sim.engine, plan),
+      # The compute dtype 'auto' resolved to here (core/precision.py): a workdir resumed on
+      # another platform says what each start computed in (config.json's provenance).
+      'engine': {**engine_record(setup, sim.engine, plan),
+                 'compute_dtype': precision.resolve_here(config.model.dtype)},
       'timing': {'data_s': setup.data_s, 'train_s': trained.train_s, 'eval_s': eval_s,
                  'first_round_s': trained.first_round_s, 'in_rounds_s': trained.in_rounds_s,
                  'between_rounds_s': trained.train_s - trained.in_rounds_s,

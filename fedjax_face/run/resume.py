@@ -21,7 +21,7 @@ import json
 from typing import NamedTuple
 
 from fedjax_face import algorithms
-from fedjax_face.core import checks
+from fedjax_face.core import checks, precision
 from fedjax_face.data import sources
 from fedjax_face.io import checkpoint, files, provenance
 
@@ -219,7 +219,7 @@ def write_config(workdir: str, config_dict: dict, defaults: dict | None, opening
     remove_results(workdir)
     record = checkpoint.run_provenance(
         None if opening.old is None else opening.old.get(checkpoint.PROVENANCE_KEY),
-        opening.latest, provenance.collect())
+        opening.latest, provenance.collect() | {'compute_dtype': compute_dtype(config_dict)})
     stopped = opening.stopped
     if stopped is not None and opening.latest is not None:   # the stopped run, changed
       record['resumed'][-1]['after_stop'] = {
@@ -230,6 +230,13 @@ def write_config(workdir: str, config_dict: dict, defaults: dict | None, opening
   files.write_json_atomic(path, config_dict | {checkpoint.PROVENANCE_KEY: record})
   if opening.stopped is not None and reopened is None:
     files.remove(files.join(workdir, STOPPED_FILE))
+
+
+def compute_dtype(config_dict: dict) -> str:
+  """The dtype this start computes in: `model.dtype` with 'auto' resolved on this process's
+  device (core/precision.py), so that each start and resume in config.json's provenance says what
+  it computed in (a config from before `model.dtype`: float32)."""
+  return precision.resolve_here(config_dict.get('model', {}).get('dtype', 'float32'))
 
 
 def remove_results(workdir: str) -> None:

@@ -153,3 +153,40 @@ def test_what_crosses_under_float16(client_optimizer_state):
   assert _shapes((kept.loss_scale, kept.skipped_steps)) == (
       loss_scale.LossScaleState(((), jnp.float32), ((), jnp.int32)), ((), jnp.int32))
   assert isinstance(state16.clients['opt_state'], loss_scale.ScaledOptState)
+
+
+def _pad_client_update(name: str, dtype: str):
+  from tests import config_files
+  config = config_files.load_config(name)
+  config.model.dtype = dtype
+  fed = engine_cases.tiny_problem(3)
+  steps, batch, size = 1, 4, config.data.image_size
+  data = {'images': jax.ShapeDtypeStruct((steps, batch, size, size, 3), jnp.uint8),
+          'labels': jax.ShapeDtypeStruct((steps, batch), jnp.int32),
+          'mask': jax.ShapeDtypeStruct((steps, batch), jnp.bool_),
+          'targets': {'depth': jax.ShapeDtypeStruct((steps, batch, size, size), jnp.float32)}}
+  algorithm = algorithms.get(config.algorithm).build(config, models.build_backbone(config.model),
+                                                     fed, step_mode='scan')
+  return engine_cases.traced_client_update(algorithm, data)
+
+
+def _is_scale(tree) -> bool:
+  return isinstance(tree, loss_scale.LossScaleState) and _shapes(tree) == (
+      loss_scale.LossScaleState(((), jnp.float32), ((), jnp.int32)))
+
+
+@pytest.mark.parametrize('name,kept', [
+    ('pad/fedgpad', None), pytest.param('pad/fedma', None, marks=pytest.mark.full),
+    pytest.param('pad/ditto', ('global', 'personal'), marks=pytest.mark.full)])
+def test_a_data_center_keeps_its_loss_scale_between_rounds_and_sends_nothing_of_it(name, kept):
+  # FedPAD / FedGPAD take one local step a round: a scale started afresh each round would
+  # skip every round's only step until it fitted (core/loss_scale.py).
+  state32, result32 = _pad_client_update(name, 'float32')
+  state16, result16 = _pad_client_update(name, 'float16')
+  assert _shapes(result16.update) == _shapes(result32.update)
+  assert set(result16.private) == set(result32.private) | {'loss_scale'}
+  scales = result16.private['loss_scale']
+  assert _is_scale(scales) if kept is None else (
+      set(scales) == set(kept) and all(_is_scale(scales[k]) for k in kept))
+  num_clients = jax.tree.leaves(state16.clients['loss_scale'])[0].shape
+  assert num_clients == (3,)

@@ -49,7 +49,7 @@ import optax
 
 from fedjax_face.algorithms import common, fedgpad, pad_losses
 from fedjax_face.algorithms.fedma import layers, matching
-from fedjax_face.core import aggregation, checks, local, loss_scale
+from fedjax_face.core import aggregation, checks, local, loss_scale, precision
 from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, RoundState
 from fedjax_face.data import sources
 from fedjax_face.models import pad as pad_model
@@ -150,9 +150,10 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
   """FedMA over the data centers `fed` (every one in every round)."""
   c = config.fedma
   weights = dict(pad_losses.LOSS_WEIGHTS)
-  # Under float16 the loss scale lives in the optimizer's state, fresh each round as the
-  # optimizer is (core/loss_scale.py).
+  # Under float16 the loss scale rides in the optimizer's state, which starts afresh each round;
+  # between rounds each data center keeps it (core/loss_scale.py).
   optimizer = common.scaled_for(model, common.make_optimizer(config.optimizer))
+  keeps_scale = precision.model_needs_loss_scaling(model)
   cap_width, client_width = config.model.width, c.client_width
   own_masks = tuple(jnp.asarray(m, jnp.float32)
                     for m in layers.client_masks(client_width, cap_width))
@@ -172,7 +173,10 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     clients = jax.tree.map(lambda *xs: jnp.stack(xs), *[own_network(k) for k in keys[1:]])
     server = {'model': own_network(keys[0]), 'masks': own_masks,
               'assign': jnp.full((fed.num_clients, max_cap), -1, jnp.int32)}
-    return RoundState(server=server, clients={'model': clients}, round=jnp.zeros((), jnp.int32))
+    kept = {'model': clients}
+    if keeps_scale:
+      kept['loss_scale'] = loss_scale.client_states(fed.num_clients)
+    return RoundState(server=server, clients=kept, round=jnp.zeros((), jnp.int32))
 
   def broadcast(server, client_ids, round_index, rng):
     del rng
@@ -221,7 +225,8 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
                                        (params, old_stats))
       return (*new, new_opt_state), terms
 
-    start_opt_state = optimizer.init(start['params'])
+    start_opt_state = loss_scale.with_scale(optimizer.init(start['params']),
+                                            private.get('loss_scale'))
     carry = (start['params'], start['batch_stats'], start_opt_state)
     (params, batch_stats, opt_state), terms = local.run_steps(
         local.skip_if_empty(step), carry, fedgpad.step_inputs(data, rng), mode=step_mode)
@@ -229,9 +234,12 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     trained = layers.select_layers(held, start, {'params': params, 'batch_stats': batch_stats})
     metrics = {**fedgpad.loss_metrics(terms, data['mask'], weights),
                **loss_scale.round_metrics(start_opt_state, opt_state)}
+    own = {'model': trained}
+    if keeps_scale:
+      own['loss_scale'] = opt_state.loss_scale
     # What crosses: every layer the server does not already hold.
-    return ClientResult(update=layers.select_layers(held, zeros, trained),
-                        private={'model': trained}, metrics=metrics)
+    return ClientResult(update=layers.select_layers(held, zeros, trained), private=own,
+                        metrics=metrics)
 
   def match_branch(index, server, updates, client_weights, client_ids, rng):
     values = layers.layer_variables(updates, index)
