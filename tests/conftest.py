@@ -53,3 +53,40 @@ def pytest_collection_modifyitems(config, items):
   for item in items:
     if 'full' in item.keywords:
       item.add_marker(skip)
+
+
+# What the suite compiles, per test: with FEDJAX_FACE_COMPILE_LOG=<folder>, each pytest process
+# writes <folder>/compiles_<pid>.tsv, a line per XLA compilation it asked for (the test, the
+# program's name, its seconds; a persistent-cache hit is a compilation that took milliseconds).
+# The suite's CPU is mostly these (BUILD_NOTES.md, "The test suite"), so the costliest names say
+# where a cut can come from. Subprocesses the tests start (forced devices, the bench, real
+# federations) load no conftest and are not listed. Off by default.
+COMPILE_LOG_ENV = 'FEDJAX_FACE_COMPILE_LOG'
+_current_test = ['(collection)']
+
+
+def _compile_logger(folder: str):
+  """A jax.monitoring duration listener appending each backend compilation to this process's
+  file, and the file's path."""
+  path = os.path.join(folder, f'compiles_{os.getpid()}.tsv')
+
+  def listener(event: str, duration: float, **kwargs) -> None:
+    if event == '/jax/core/compile/backend_compile_duration':
+      with open(path, 'a') as f:
+        f.write(f"{_current_test[0]}\t{kwargs.get('fun_name', '?')}\t{duration:.4f}\n")
+
+  return listener, path
+
+
+if os.environ.get(COMPILE_LOG_ENV):
+  os.makedirs(os.environ[COMPILE_LOG_ENV], exist_ok=True)
+  from jax import monitoring  # pylint: disable=g-import-not-at-top  (after the XLA flags above)
+  monitoring.register_event_duration_secs_listener(
+      _compile_logger(os.environ[COMPILE_LOG_ENV])[0])
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+  del nextitem
+  _current_test[0] = item.nodeid   # fixtures set up for this test are charged to it
+  yield
