@@ -167,20 +167,36 @@ def scaled_for(model, optimizer: optax.GradientTransformation) -> optax.Gradient
   return loss_scale.scaled_optimizer(optimizer, precision.model_needs_loss_scaling(model))
 
 
+def initial_loss_scales(model, num_clients: int) -> dict:
+  """For a method's round state: under float16, every client's loss scale before its first round,
+  `{'loss_scale': [K] states}` (core/loss_scale.py: the scale is the client's private state,
+  kept between rounds while its optimizer starts afresh); {} otherwise."""
+  if not precision.model_needs_loss_scaling(model):
+    return {}
+  return {'loss_scale': loss_scale.client_states(num_clients)}
+
+
+def kept_loss_scale(private: dict, opt_state) -> dict:
+  """What a client keeps of its round's loss scale: `{'loss_scale': ...}`, the end state carried
+  by `opt_state`, when its private state holds one (`initial_loss_scales`); {} otherwise."""
+  return {'loss_scale': opt_state.loss_scale} if 'loss_scale' in private else {}
+
+
 def local_trainer(model, *, head_kwargs: dict, optimizer: optax.GradientTransformation,
                   step_mode: str, train_class_embeddings: bool = True,
                   class_rows: Callable | None = None, sample_rate: float = 1.0) -> Callable:
   """Builds `train(variables, W, data, rng, opt_state=None, *, fixed_classes=None,
-  lr_scale=None, row_input=None, loss_scale_state=None) -> (variables, W, opt_state, metrics)` (the keywords,
-  `class_rows` and `sample_rate`: `local_step`).
+  lr_scale=None, row_input=None, loss_scale_state=None) -> (variables, W, opt_state, metrics)`
+  (the keywords, `class_rows` and `sample_rate`: `local_step`).
 
   Runs `local_step` over the client's steps (`data` leaves have a leading steps axis; padded
-  steps are skipped). Under float16 the returned `opt_state` carries the loss scale
-  (`loss_scale.ScaledOptState`); `loss_scale_state`, a client's kept one, starts the round's
-  optimizer from it (core/loss_scale.py: where the scale lives). Without `opt_state` the momentum is created afresh at the start of the
+  steps are skipped). Without `opt_state` the momentum is created afresh at the start of the
   round (`federated.client_optimizer_state='reset'`); clients that keep theirs
   (`client_opt_states`) and centralized training pass it in. With
-  `train_class_embeddings=False` W is held fixed (FedPE+Fixed).
+  `train_class_embeddings=False` W is held fixed (FedPE+Fixed). Under float16 the returned
+  `opt_state` carries the loss scale (`loss_scale.ScaledOptState`), and `loss_scale_state`, a
+  client's kept one, starts the round's optimizer from it (core/loss_scale.py: where the scale
+  lives); the metrics gain 'loss_scale/skipped_steps' and 'loss_scale/scale'.
   """
   one_step = local_step(model, head_kwargs=head_kwargs, optimizer=optimizer,
                         train_class_embeddings=train_class_embeddings, class_rows=class_rows,

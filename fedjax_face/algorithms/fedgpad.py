@@ -39,7 +39,7 @@ import ml_collections
 import optax
 
 from fedjax_face.algorithms import common, pad_dp_sgd, pad_losses
-from fedjax_face.core import aggregation, checks, local, loss_scale, precision
+from fedjax_face.core import aggregation, checks, local, loss_scale
 from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, RoundState
 from fedjax_face.data import preprocess, sources
 from fedjax_face.models import pad as pad_model
@@ -167,8 +167,6 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
   lr_schedule = common.lr_scale_schedule(config)
   private_parts = PRIVATE_PARTS if model.disentangle else ()
   keep_opt_state = common.keeps_client_optimizer(config)
-  # float16 with a fresh optimizer each round: the data center keeps its loss scale apart.
-  keeps_scale = precision.model_needs_loss_scaling(model) and not keep_opt_state
   uniform = config.fedgpad.weighting == 'uniform'
   image_shape = (config.data.image_size, config.data.image_size, pad_model.PAD_CHANNELS)
   dp = pad_dp_sgd.spec(config) if pad_dp_sgd.enabled(config) else None
@@ -187,9 +185,9 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
       clients = _parts(variables, private_parts)
     if keep_opt_state:   # over every trained parameter, shared and own
       clients = {**clients, 'opt_state': optimizer.init(variables['params'])}
-    if keeps_scale:
-      clients = {**clients, 'loss_scale': loss_scale.init()}
     clients = jax.tree.map(lambda x: jnp.broadcast_to(x, (fed.num_clients,) + x.shape), clients)
+    if not keep_opt_state:   # float16: the loss scale, kept apart from the fresh optimizer
+      clients = {**clients, **common.initial_loss_scales(model, fed.num_clients)}
     return RoundState(server=_parts(variables, SHARED_PARTS), clients=clients,
                       round=jnp.zeros((), jnp.int32))
 
@@ -255,8 +253,7 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     kept = _parts(trained, private_parts) if private_parts else {}
     if keep_opt_state:
       kept['opt_state'] = opt_state
-    if keeps_scale:
-      kept['loss_scale'] = opt_state.loss_scale
+    kept.update(common.kept_loss_scale(private, opt_state))
     return ClientResult(update=_parts(trained, SHARED_PARTS),              # Eq. 10's parts
                         private=kept, metrics=metrics)
 

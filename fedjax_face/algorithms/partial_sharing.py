@@ -104,9 +104,9 @@ def train_part(loss_fn: Callable, optimizer: optax.GradientTransformation, param
   opt_state): its `loss_scale` is what the client keeps, and `loss_scale.round_metrics(None,
   opt_state)` the round's metrics. Otherwise the scale starts fresh with the optimizer.
   """
-  first = jax.tree.map(lambda x: x[0], xs)
+  one_step = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), xs)   # 0 steps ok
   optimizer = loss_scale.scaled_optimizer(
-      optimizer, precision.computes_in_float16(loss_fn, params, stats, frozen, first))
+      optimizer, precision.computes_in_float16(loss_fn, params, stats, frozen, one_step))
 
   def step(carry, batch):
     params, stats, opt_state = carry

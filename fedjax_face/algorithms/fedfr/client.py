@@ -20,7 +20,7 @@ from fedjax_face.algorithms import common
 from fedjax_face.algorithms.fedfr import losses
 from fedjax_face.algorithms.fedfr.hard_negatives import (epoch_order, hard_negative_mask,
                                                          kept_public)
-from fedjax_face.core import arrays, local, loss_scale, precision
+from fedjax_face.core import arrays, local, loss_scale
 from fedjax_face.core.algorithm import ClientInput, ClientResult
 from fedjax_face.data import preprocess
 from fedjax_face.models import heads
@@ -248,16 +248,6 @@ def client_optimizer(setup: Setup) -> optax.GradientTransformation:
   return common.scaled_for(setup.model, setup.optimizer)
 
 
-def initial_loss_scales(setup: Setup, num_clients: int) -> dict:
-  """Under float16 every client's kept loss scale before its first round
-  (`{'loss_scale': ...}`, for the round state's clients: core/loss_scale.py, the scale is the
-  client's private state); {} otherwise. A client whose state holds none starts each round's
-  scale afresh."""
-  if not precision.model_needs_loss_scaling(setup.model):
-    return {}
-  return {'loss_scale': loss_scale.client_states(num_clients)}
-
-
 def _round_metrics(setup: Setup, shared: dict, terms: dict, valid, hard) -> dict:
   """Each term's and Eq. 7's mean over the steps a client ran, those steps (Fig. 3's steps per
   epoch) and its hard public images."""
@@ -275,7 +265,7 @@ def _round_metrics(setup: Setup, shared: dict, terms: dict, valid, hard) -> dict
 def _result(setup: Setup, params: dict, batch_stats, metrics: dict,
             kept_scale: dict) -> ClientResult:
   """Sends theta_l (and Phi_l); keeps W_l, the DFC branch and theta_l (next round's f_prev), and
-  `kept_scale` (`initial_loss_scales`' structure: its loss scale under float16)."""
+  `kept_scale` (`common.kept_loss_scale`: its loss scale, when its state holds one)."""
   local_model = {'params': params['backbone']}
   if batch_stats:
     local_model['batch_stats'] = batch_stats
@@ -319,5 +309,4 @@ def client_update(setup: Setup, client_input: ClientInput, private: dict, data: 
                                                           step_rng)
   metrics = {**_round_metrics(setup, shared, terms, valid, hard),
              **loss_scale.round_metrics(start_opt_state, opt_state)}
-  kept_scale = {'loss_scale': opt_state.loss_scale} if 'loss_scale' in private else {}
-  return _result(setup, params, batch_stats, metrics, kept_scale)
+  return _result(setup, params, batch_stats, metrics, common.kept_loss_scale(private, opt_state))

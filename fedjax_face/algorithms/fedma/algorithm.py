@@ -49,7 +49,7 @@ import optax
 
 from fedjax_face.algorithms import common, fedgpad, pad_losses
 from fedjax_face.algorithms.fedma import layers, matching
-from fedjax_face.core import aggregation, checks, local, loss_scale, precision
+from fedjax_face.core import aggregation, checks, local, loss_scale
 from fedjax_face.core.algorithm import Algorithm, ClientInput, ClientResult, RoundState
 from fedjax_face.data import sources
 from fedjax_face.models import pad as pad_model
@@ -153,7 +153,6 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
   # Under float16 the loss scale rides in the optimizer's state, which starts afresh each round;
   # between rounds each data center keeps it (core/loss_scale.py).
   optimizer = common.scaled_for(model, common.make_optimizer(config.optimizer))
-  keeps_scale = precision.model_needs_loss_scaling(model)
   cap_width, client_width = config.model.width, c.client_width
   own_masks = tuple(jnp.asarray(m, jnp.float32)
                     for m in layers.client_masks(client_width, cap_width))
@@ -173,9 +172,7 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     clients = jax.tree.map(lambda *xs: jnp.stack(xs), *[own_network(k) for k in keys[1:]])
     server = {'model': own_network(keys[0]), 'masks': own_masks,
               'assign': jnp.full((fed.num_clients, max_cap), -1, jnp.int32)}
-    kept = {'model': clients}
-    if keeps_scale:
-      kept['loss_scale'] = loss_scale.client_states(fed.num_clients)
+    kept = {'model': clients, **common.initial_loss_scales(model, fed.num_clients)}
     return RoundState(server=server, clients=kept, round=jnp.zeros((), jnp.int32))
 
   def broadcast(server, client_ids, round_index, rng):
@@ -234,9 +231,7 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     trained = layers.select_layers(held, start, {'params': params, 'batch_stats': batch_stats})
     metrics = {**fedgpad.loss_metrics(terms, data['mask'], weights),
                **loss_scale.round_metrics(start_opt_state, opt_state)}
-    own = {'model': trained}
-    if keeps_scale:
-      own['loss_scale'] = opt_state.loss_scale
+    own = {'model': trained, **common.kept_loss_scale(private, opt_state)}
     # What crosses: every layer the server does not already hold.
     return ClientResult(update=layers.select_layers(held, zeros, trained), private=own,
                         metrics=metrics)
