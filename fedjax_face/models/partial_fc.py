@@ -43,8 +43,10 @@ exactly `sample_classes(num_shards=S)`'s shard r), computes the logits of its sa
 for the whole (replicated, arcface_torch: all-gathered) batch, and the softmax's max, sum and
 target logit are all-reduced across the axis as arcface_torch's `DistCrossEntropyFunc` does; JAX
 differentiates through the all-reduces. It takes equal slices (C divisible by the axis size,
-which shard_map needs) and no padded classes; the run path (`algorithms/centralized.py`) trains
-on one device, its W unsharded (docs/partial_fc.md says what a sharded run still needs).
+which shard_map needs) and no padded classes. A device may hold several consecutive shards
+(`device_samples`, `shard_cross_entropy`): the sample is then a function of the shard count S
+alone, not of the devices, so a run with `centralized.class_shards = S` draws the same centers on
+1 or S devices (algorithms/sharded_classes.py, the run's step; docs/partial_fc.md, "Sharded").
 """
 
 from typing import Any, Optional, Sequence
