@@ -18,6 +18,12 @@ Figures:
     on 1 and on all usable threads, the clients split over one process per usable core with one
     thread each, and torch's CUDA device when it sees one), only when torch is installed. It is
     not a requirement of the project: `pip install torch` to see those rows.
+
+The engine rows run the conv gradient `policy.resolve_engine` picks from the bench config's
+`engine` section (XLA's own on CPU for this CNN), and each row records it; run with
+`--config.engine.conv_gradient=chunked` to time the chunked kernel gradient (`models/conv.py`), a
+setting a run's config may choose: on XLA CPU's YNNPACK convolutions it took this CNN's conv2
+kernel gradient from 9.5 to 3.9 ms a step on one core (BUILD_NOTES.md, "Client step on XLA CPU").
 """
 
 import flax.linen as nn
