@@ -2,9 +2,13 @@
 sizes and shard split; every positive sampled and the rest the top of the same uniform draws;
 the sampled loss and its gradients exactly those of a dense head built by hand over the sampled
 centers; the full sample and rate 1.0 bit for bit the full head; unsampled rows of W and of its
-momentum unchanged to the bit under SGD with momentum and weight decay; the one-line refusals;
-configs/fedfr/pretrain.py:partial_fc end to end; the sharded loss (4 forced CPU devices) equal to
-the one-device loss over the same per-shard sample."""
+momentum unchanged to the bit under SGD with momentum and weight decay; the one-line refusals,
+`centralized.class_shards`' among them (before any file); on 4 forced CPU devices the sharded
+step (algorithms/sharded_classes.py) equal to the one-device step over the same per-shard sample
+to float32 rounding, each shard's unsampled rows and momentum to the bit, a checkpoint read back
+onto the mesh, and configs/fedfr/pretrain.py:partial_fc=0.5,class_shards=4 end to end. Full tier:
+the unsharded run end to end, the sharded loss against the dense one, and sharded runs on 1 and 4
+devices and resumed."""
 
 import functools
 
