@@ -9,9 +9,12 @@ step of FedPE, FedGC, FedFV, FedAwS, FedFace, FedUV, centralized):
   parameters, BatchNorm statistics and optimizer state bit for bit, the scale halving and the
   metrics counting the steps; training then recovers: the run equals, bit for bit, the run whose
   skipped steps were padding steps and whose scale started where the first run's settled;
-- what crosses under float16: the update and its shapes as under float32; the loss scale stays
-  in the client's optimizer state, private under `client_optimizer_state='keep'` and absent from
-  the round state under 'reset'; two metrics more.
+- what crosses under float16: the update and its shapes as under float32, two metrics more. The
+  loss scale stays on the client: in its kept optimizer state under FedPE's
+  `client_optimizer_state='keep'` (under 'reset' FedPE's round state does not hold it yet, and
+  each round starts afresh), and in `RoundState.clients['loss_scale']` for the methods whose
+  optimizer starts afresh each round and whose state holds it (Ditto: one for each model;
+  FedGPAD, FedMA in the full tier).
 The float16 runs through the driver: tests/test_experiment_float16.py."""
 
 import jax
@@ -134,7 +137,8 @@ def _shapes(tree):
   return jax.tree.map(lambda x: (x.shape, x.dtype), tree)
 
 
-@pytest.mark.parametrize('client_optimizer_state', ['reset', 'keep'])
+@pytest.mark.parametrize('client_optimizer_state', [
+    pytest.param('reset', marks=pytest.mark.full), 'keep'])
 def test_what_crosses_under_float16(client_optimizer_state):
   state32, result32 = _client_update('float32', client_optimizer_state)
   state16, result16 = _client_update('float16', client_optimizer_state)
@@ -155,16 +159,25 @@ def test_what_crosses_under_float16(client_optimizer_state):
   assert isinstance(state16.clients['opt_state'], loss_scale.ScaledOptState)
 
 
-def _pad_client_update(name: str, dtype: str):
-  from tests import config_files
-  config = config_files.load_config(name)
-  config.model.dtype = dtype
+def _kept_client_update(name: str, dtype: str):
+  """A data center of a PAD config (`pad/<method>`), or a client of the tiny recognition problem
+  (`engine_cases`: `name` a method), traced by shapes."""
   fed = engine_cases.tiny_problem(3)
-  steps, batch, size = 1, 4, config.data.image_size
-  data = {'images': jax.ShapeDtypeStruct((steps, batch, size, size, 3), jnp.uint8),
-          'labels': jax.ShapeDtypeStruct((steps, batch), jnp.int32),
-          'mask': jax.ShapeDtypeStruct((steps, batch), jnp.bool_),
-          'targets': {'depth': jax.ShapeDtypeStruct((steps, batch, size, size), jnp.float32)}}
+  if name.startswith('pad/'):
+    from tests import config_files
+    config = config_files.load_config(name)
+    steps, batch, size = 1, 4, config.data.image_size
+    data = {'images': jax.ShapeDtypeStruct((steps, batch, size, size, 3), jnp.uint8),
+            'labels': jax.ShapeDtypeStruct((steps, batch), jnp.int32),
+            'mask': jax.ShapeDtypeStruct((steps, batch), jnp.bool_),
+            'targets': {'depth': jax.ShapeDtypeStruct((steps, batch, size, size), jnp.float32)}}
+  else:
+    config = engine_cases.tiny_config(name)
+    data = {'images': jax.ShapeDtypeStruct((2, 4, 8, 8, 3), jnp.uint8),
+            'labels': jax.ShapeDtypeStruct((2, 4), jnp.int32),
+            'mask': jax.ShapeDtypeStruct((2, 4), jnp.bool_),
+            'class_mask': jax.ShapeDtypeStruct((fed.max_classes,), jnp.bool_)}
+  config.model.dtype = dtype
   algorithm = algorithms.get(config.algorithm).build(config, models.build_backbone(config.model),
                                                      fed, step_mode='scan')
   return engine_cases.traced_client_update(algorithm, data)
@@ -176,13 +189,15 @@ def _is_scale(tree) -> bool:
 
 
 @pytest.mark.parametrize('name,kept', [
-    ('pad/fedgpad', None), pytest.param('pad/fedma', None, marks=pytest.mark.full),
+    ('ditto', ('global', 'personal')),
+    pytest.param('pad/fedgpad', None, marks=pytest.mark.full),
+    pytest.param('pad/fedma', None, marks=pytest.mark.full),
     pytest.param('pad/ditto', ('global', 'personal'), marks=pytest.mark.full)])
-def test_a_data_center_keeps_its_loss_scale_between_rounds_and_sends_nothing_of_it(name, kept):
+def test_a_client_keeps_its_loss_scale_between_rounds_and_sends_nothing_of_it(name, kept):
   # FedPAD / FedGPAD take one local step a round: a scale started afresh each round would
   # skip every round's only step until it fitted (core/loss_scale.py).
-  state32, result32 = _pad_client_update(name, 'float32')
-  state16, result16 = _pad_client_update(name, 'float16')
+  state32, result32 = _kept_client_update(name, 'float32')
+  state16, result16 = _kept_client_update(name, 'float16')
   assert _shapes(result16.update) == _shapes(result32.update)
   assert set(result16.private) == set(result32.private) | {'loss_scale'}
   scales = result16.private['loss_scale']
