@@ -32,6 +32,9 @@ devices equals the run on one device to float32 rounding, not bit for bit. Runs 
 are bit for bit (a resumed run equals the uninterrupted one). At S = 1 the sample is the
 one-device step's (`fold_in(key, 0)`).
 
+Compute dtypes: float32 and bfloat16 (the logits and the softmax's sums are float32 either way:
+`heads.logits`); float16, which needs dynamic loss scaling, is refused in one line.
+
 The run: one process, the engine's loop backend without a clients mesh (the one client's program
 spans the classes mesh); `engine.backend` must be 'loop' (configs/fedfr/pretrain.py:class_shards
 sets it). A restored checkpoint (whole arrays) is put back on the mesh by the initial state's
@@ -44,7 +47,7 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from fedjax_face.core import local
+from fedjax_face.core import local, precision
 from fedjax_face.core.checks import UsageError
 from fedjax_face.data import preprocess
 from fedjax_face.models import heads, partial_fc
@@ -115,6 +118,10 @@ def sharded_trainer(model, *, head_kwargs: dict, optimizer: optax.GradientTransf
   metrics)`, `common.local_trainer`'s contract with W and its mirrors split over `mesh`
   (`num_shards` shards of `num_classes / num_shards` rows, module docstring)."""
   check_classes(num_classes, num_shards)
+  if precision.model_needs_loss_scaling(model):
+    raise UsageError(f"config.centralized.class_shards={num_shards} with model.dtype='float16': "
+                     'the sharded step has no dynamic loss scaling (core/loss_scale.py); '
+                     "expected model.dtype 'float32' or 'bfloat16'.")
   shards_here = num_shards // mesh.size
   num_local = num_classes // num_shards
   (size,) = set(partial_fc.sample_sizes(num_classes, sample_rate, batch_size, num_shards))

@@ -11,6 +11,7 @@ the unsharded run end to end, the sharded loss against the dense one, and sharde
 devices and resumed."""
 
 import functools
+import types
 
 import flax.linen as nn
 import jax
@@ -326,12 +327,20 @@ def test_class_shard_refusals_name_the_fields_in_one_line(changes, message):
   assert str(raised.value) == message
 
 
-def test_shards_that_do_not_split_the_classes_or_the_devices_are_refused_before_any_file(
+def test_shards_that_do_not_split_and_a_float16_model_are_refused_in_one_line_before_any_file(
     tmp_path):
   with pytest.raises(UsageError) as raised:
     sharded_classes.class_mesh(4, 3)   # this process sees one device
   assert str(raised.value) == ('config.centralized.class_shards=4 over engine.num_devices=3 '
                                '(1 visible); expected a device count dividing 4, at most 1.')
+  with pytest.raises(UsageError) as raised:
+    sharded_classes.sharded_trainer(
+        types.SimpleNamespace(dtype=jnp.float16), head_kwargs=HEAD, optimizer=OPTIMIZER,
+        step_mode='unroll', mesh=sharded_classes.class_mesh(4), num_classes=8, num_shards=4,
+        sample_rate=1.0, batch_size=4)
+  assert str(raised.value) == (
+      "config.centralized.class_shards=4 with model.dtype='float16': the sharded step has no "
+      "dynamic loss scaling (core/loss_scale.py); expected model.dtype 'float32' or 'bfloat16'.")
   # runlocal's 8 public classes in 16 shards (all 16 on this process's one device).
   config = config_files.load_config('pretrain', 'runlocal,class_shards=16')
   with pytest.raises(UsageError) as raised:
