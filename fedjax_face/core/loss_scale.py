@@ -50,13 +50,15 @@ any DP accounting like it). The two other readings, and why not:
     float16 runlocal runs, FedFR's clients skipped 5.5 of 12 steps in round 1 and 5.0 of 9.25 in
     round 2, and FedPAD / FedGPAD, which take one local step a round (the authors' code), skipped
     every round's only step, so nothing trained.
-The methods whose client state is held elsewhere keep the fresh scale until their round state
-carries 'loss_scale' (BUILD_NOTES.md, "Mixed precision", lists them): `common.local_trainer` and
-`partial_sharing.train_part` take the starting state (`loss_scale_state`) already.
+Kept so far by FedGPAD / FedPAD, FedMA, Ditto and APFL. FedPE, FedGC, FedFV, FedAwS, FedFace,
+FedUV, FedBN, FedRep and FedFR build their round state in modules of their own and, until it
+holds 'loss_scale' (`algorithms.common.initial_loss_scales` / `kept_loss_scale`, and
+`loss_scale_state=` to `common.local_trainer`, `partial_sharing.train_part`; FedFR's client
+reads it already), start each round's scale afresh under 'reset'.
 
 Wiring into a method's local step, three calls around the optimizer it already has:
 
-  optimizer = loss_scale.scaled_optimizer(optimizer, precision.needs_loss_scaling_for(model))
+  optimizer = loss_scale.scaled_optimizer(optimizer, precision.model_needs_loss_scaling(model))
   (loss, aux), grads = loss_scale.value_and_grad_of(loss_fn, has_aux=True)(opt_state, params, x)
   updates, new_opt_state = optimizer.update(grads, opt_state, params)
   new_params = optax.apply_updates(params, updates)
@@ -68,7 +70,9 @@ other two are `jax.value_and_grad` and the identity: the traced program is today
 An overflowed step is undone whole: parameters, optimizer state and the BatchNorm statistics of
 its forward pass (PyTorch's GradScaler skips `optimizer.step()` only, keeping the statistics; a
 forward pass that overflowed would leave inf in them here), as `core.local.skip_if_empty` undoes
-a padding step.
+a padding step. A skipped step's loss still counts in the round's 'train_loss', as PyTorch logs
+it: an overflow is ordinarily in the backward pass, and a forward pass that overflows is a
+diverged model, which the divergence guard is there to report.
 """
 
 from typing import Any, Callable
