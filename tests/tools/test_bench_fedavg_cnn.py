@@ -91,3 +91,21 @@ def test_a_client_sends_its_parameters_only(setup):
   assert jax.tree.structure(result.update['params']) == jax.tree.structure(state.server['params'])
   jax.tree.map(lambda a, b: np.testing.assert_equal(a.shape, b.shape), result.update['params'],
                state.server['params'])
+
+
+def test_the_pytorch_loop_in_channels_last_trains_the_nchw_loops_states():
+  """`torch_reference.cnn_clients(channels_last=True)` (a layout, not another model): the summed
+  client states equal the NCHW loop's to float rounding, key for key and shape for shape. Runs
+  only where torch is installed (it is optional)."""
+  pytest.importorskip('torch')
+  from fedjax_face.tools.bench import torch_reference  # pylint: disable=g-import-not-at-top
+  spec = SPEC.to_dict()
+  start = torch_reference.initial_cnn_state(IMAGE_SIZE, 6, seed=0)
+  args = (spec, IMAGE_SIZE, 6, LEARNING_RATE, 0)
+  nchw = torch_reference.cnn_clients(*args)(start, range(spec['cohort_size']))
+  channels_last = torch_reference.cnn_clients(*args, channels_last=True)(
+      start, range(spec['cohort_size']))
+  assert list(channels_last) == list(nchw) == list(start)
+  for key, value in nchw.items():
+    assert channels_last[key].shape == value.shape == start[key].shape
+    np.testing.assert_allclose(channels_last[key], value, rtol=1e-5, atol=1e-6, err_msg=key)

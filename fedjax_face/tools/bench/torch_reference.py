@@ -121,13 +121,16 @@ def cnn_round_data(spec, image_size: int, num_classes: int, seed: int):
 
 
 def cnn_clients(spec, image_size: int, num_classes: int, learning_rate: float, seed: int,
-                device: str = 'cpu'):
+                device: str = 'cpu', channels_last: bool = False):
   """The round's client work on `device`: `(start state, client ids) -> the sum of those
   clients' trained states` (numpy in and out; on CUDA, returning waits for the device). A
-  `PerCore` worker's task, and the in-process rows' round."""
+  `PerCore` worker's task, and the in-process rows' round. `channels_last`: the model's weights
+  and every batch in PyTorch's NHWC memory format (the bench's rows use its default, NCHW; on
+  one CPU thread its NCHW max-pool forward was the loop's largest cost)."""
   import torch   # pylint: disable=g-import-not-at-top
   torch.manual_seed(seed)
-  model = cnn(image_size, num_classes).to(device)
+  layout = torch.channels_last if channels_last else torch.contiguous_format
+  model = cnn(image_size, num_classes).to(device).to(memory_format=layout)
   images, labels = (torch.from_numpy(a).to(device)
                     for a in cnn_round_data(spec, image_size, num_classes, seed))
   loss_fn = torch.nn.CrossEntropyLoss()
@@ -140,7 +143,8 @@ def cnn_clients(spec, image_size: int, num_classes: int, learning_rate: float, s
       opt = torch.optim.SGD(model.parameters(), lr=learning_rate)
       for s in range(spec['local_steps']):
         opt.zero_grad()
-        loss_fn(model(images[client, s].float() / 127.5 - 1.0), labels[client, s]).backward()
+        batch = (images[client, s].float() / 127.5 - 1.0).contiguous(memory_format=layout)
+        loss_fn(model(batch), labels[client, s]).backward()
         opt.step()
       for k, v in model.state_dict().items():
         total[k] += v
