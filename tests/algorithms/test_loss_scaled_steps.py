@@ -14,7 +14,8 @@ step of FedPE, FedGC, FedFV, FedAwS, FedFace, FedUV, centralized):
   `client_optimizer_state='keep'` (under 'reset' FedPE's round state does not hold it yet, and
   each round starts afresh), and in `RoundState.clients['loss_scale']` for the methods whose
   optimizer starts afresh each round and whose state holds it (Ditto: one for each model;
-  FedGPAD, FedMA in the full tier).
+  FedGPAD in the full tier; FedMA, whose broadcast differs per client, end to end in
+  tests/test_experiment_float16.py).
 The float16 runs through the driver: tests/test_experiment_float16.py."""
 
 import jax
@@ -191,7 +192,6 @@ def _is_scale(tree) -> bool:
 @pytest.mark.parametrize('name,kept', [
     ('ditto', ('global', 'personal')),
     pytest.param('pad/fedgpad', None, marks=pytest.mark.full),
-    pytest.param('pad/fedma', None, marks=pytest.mark.full),
     pytest.param('pad/ditto', ('global', 'personal'), marks=pytest.mark.full)])
 def test_a_client_keeps_its_loss_scale_between_rounds_and_sends_nothing_of_it(name, kept):
   # FedPAD / FedGPAD take one local step a round: a scale started afresh each round would
