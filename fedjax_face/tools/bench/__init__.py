@@ -66,27 +66,32 @@ import json
 import os
 import time
 
-from fedjax_face import models
-from fedjax_face.core import policy
-from fedjax_face.tools.bench.attacks import bench_leakage, bench_membership
-from fedjax_face.tools.bench.backbone_training import bench_backbone_training
-from fedjax_face.tools.bench.common import make_problem, platform_info, validate
-from fedjax_face.tools.bench.evaluation import bench_eval
-from fedjax_face.tools.bench.fedavg_cnn import bench_fedavg_cnn
-from fedjax_face.tools.bench.federation import bench_federation
-from fedjax_face.tools.bench.fedma_matching import bench_fedma_matching
-from fedjax_face.tools.bench.inversion import bench_inversion
-from fedjax_face.tools.bench.ijb import bench_ijb
-from fedjax_face.tools.bench.one_per_client import bench_one_per_client
-from fedjax_face.tools.bench.partial_fc import bench_partial_fc
-from fedjax_face.tools.bench.report import markdown
-from fedjax_face.tools.bench.rounds import bench_cohort
-from fedjax_face.tools.bench.scaling import bench_scaling, best_parallel_combination
-from fedjax_face.tools.bench.server_step import bench_regularizer_section
-
 
 def run(config, out_dir: str, log=print) -> dict:
   """Runs the sections of `config.bench.sections`; writes bench.json and bench.md to `out_dir`."""
+  # The sections are imported here, not when the package is: every process a section spawns
+  # (backbone_training's engine rows, the PyTorch rows of torch_reference, which imports numpy
+  # alone) imports this package first, and would otherwise import JAX, Flax and every other
+  # section with it (~5 s of start-up a process; ~1.4 s of it scipy.optimize for FedMA).
+  # pylint: disable=g-import-not-at-top
+  from fedjax_face import models
+  from fedjax_face.core import policy
+  from fedjax_face.tools.bench.attacks import bench_leakage, bench_membership
+  from fedjax_face.tools.bench.backbone_training import bench_backbone_training
+  from fedjax_face.tools.bench.common import make_problem, platform_info, validate
+  from fedjax_face.tools.bench.evaluation import bench_eval
+  from fedjax_face.tools.bench.fedavg_cnn import bench_fedavg_cnn
+  from fedjax_face.tools.bench.federation import bench_federation
+  from fedjax_face.tools.bench.fedma_matching import bench_fedma_matching
+  from fedjax_face.tools.bench.inversion import bench_inversion
+  from fedjax_face.tools.bench.ijb import bench_ijb
+  from fedjax_face.tools.bench.one_per_client import bench_one_per_client
+  from fedjax_face.tools.bench.partial_fc import bench_partial_fc
+  from fedjax_face.tools.bench.report import markdown
+  from fedjax_face.tools.bench.rounds import bench_cohort
+  from fedjax_face.tools.bench.scaling import bench_scaling, best_parallel_combination
+  from fedjax_face.tools.bench.server_step import bench_regularizer_section
+  # pylint: enable=g-import-not-at-top
   validate(config)
   t_start = time.perf_counter()
   os.makedirs(out_dir, exist_ok=True)
