@@ -49,10 +49,12 @@ import sys
 from absl import app, flags
 
 from fedjax_face.io import files
+from fedjax_face.io import provenance
 from fedjax_face.tools import claims
 from fedjax_face.tools.tables import archive
 from fedjax_face.tools.tables import markdown
 from fedjax_face.tools.tables import run as table_runs
+from fedjax_face.tools.tables import seed_plan
 from fedjax_face.tools.tables import spec
 from fedjax_face.tools.tables import verdict as verdict_lib
 
@@ -396,6 +398,27 @@ def numbers_report(docs_dir: str, archive_dir: str) -> list[str]:
   return lines
 
 
+def archived_pages(docs_dir: str, archive_dir: str) -> list[list[seed_plan.Archived]]:
+  """Per paper with a page, its tables as their pages were made (`recorded_results`), the one
+  the page leads with marked (`seed_plan.headline_table`): what `--plan_seeds` reads."""
+  pages = []
+  for paper in PAPERS:
+    recorded = {tid: recorded_results(paper, tid, docs_dir, archive_dir) for tid in table_ids(paper)}
+    recorded = {tid: got for tid, got in recorded.items() if got is not None}
+    page = os.path.join(docs_dir, f'{paper}.md')
+    names = {f'{paper}{tid}': out_name(paper, tid) for tid in recorded}
+    lead = seed_plan.headline_table(files.read_text(page) if os.path.exists(page) else '',
+                                    list(names), names)
+    pages.append([seed_plan.Archived(
+        f'{paper}{tid}', f'docs/{paper}.md', tables_of(paper)[tid], results, seeds,
+        os.path.join(archive_dir, f'{paper}_tables'),
+        spec.parse_overrides(recorded_command(files.read_text(
+            os.path.join(docs_dir, out_name(paper, tid))))['set']),
+        f'{paper}{tid}' == lead)
+        for tid, (results, seeds) in recorded.items()])
+  return pages
+
+
 def define_flags():
   """The flags, defined only when run as a program: other tools define an `out` flag too, and absl
   refuses a flag defined twice in one process (e.g. a test session importing both)."""
@@ -424,6 +447,17 @@ def define_flags():
                       "tables of a page not made now, for the page's family of verdicts).")
   flags.DEFINE_string('archive', 'results', 'The run archive (--check; and the runs of the '
                       "tables of a page not made now, for the page's family of verdicts).")
+  flags.DEFINE_bool('plan_seeds', False, 'Print which orderings of the tables archived at fewer '
+                    'than five seeds could be decided otherwise at seeds 0-4, the runs and '
+                    "lane-hours that rerun their tables, and a selection within "
+                    '--plan_budget_hours (tools/tables/seed_plan.py; reads --docs and --archive, '
+                    'runs nothing).')
+  flags.DEFINE_float('plan_budget_hours', seed_plan.BUDGET_HOURS, '--plan_seeds: lane-hours.')
+  flags.DEFINE_enum('plan_band', 'sd2', seed_plan.BANDS, "--plan_seeds: where a new seed's "
+                    'margin may land: mean ± 2 sd of the archived seeds, or their range.')
+  flags.DEFINE_enum('plan_family', 'free', seed_plan.FAMILIES, "--plan_seeds: the page family's "
+                    "other tests free (BH's threshold anywhere from q/m to q), or held at their "
+                    'archived p.')
   flags.DEFINE_bool('allow_mixed_commits', False, 'Make a table whose runs came from several '
                     'commits (the table names them) instead of refusing it.')
 
@@ -433,6 +467,13 @@ def main(argv):
   f = flags.FLAGS
   if f.numbers:
     print('\n'.join(numbers_report(f.docs, f.archive)))
+    return
+  if f.plan_seeds:
+    commit = provenance.git_state().get('commit') or 'COMMIT'
+    pages = archived_pages(f.docs, f.archive)
+    print('\n'.join(seed_plan.plan(pages, f.plan_budget_hours, f.plan_band, f.plan_family,
+                                    commit[:7])
+                     + seed_plan.five_seed_check(pages, f.plan_band, f.plan_family)))
     return
   if f.check:
     verdicts = check(f.docs, f.archive)
