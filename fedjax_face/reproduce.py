@@ -34,6 +34,14 @@ diagnostics; what the generated pages print) and those exempt (`tools/claims.py:
 verdict line backs, and a seed's figure quoted as a mean); it looks `quotable_forms` up by name,
 since tools/ sits below this module. A figure found may still be a chance match among the many
 differences, so neither judges a figure quoted for another.
+
+    python -m fedjax_face.reproduce --plan_seeds   # which tables need seeds 3-4, and their cost
+
+`--plan_seeds` reads the archive as the pages record it (`archived_pages`; nothing is run) and
+prints `tools/tables/seed_plan.py`'s plan: per page, each ordering of a table below five seeds
+whose adjusted decision seeds 0-4 could change, the tables that rerun together and their
+lane-hours, a selection within `--plan_budget_hours` and its commands; then the same criterion
+tried on the 5-seed tables read at seeds 0-2.
 """
 
 import contextlib
