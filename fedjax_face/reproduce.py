@@ -411,7 +411,8 @@ def archived_pages(docs_dir: str, archive_dir: str) -> list[list[seed_plan.Archi
   the page leads with marked (`seed_plan.headline_table`): what `--plan_seeds` reads."""
   pages = []
   for paper in PAPERS:
-    recorded = {tid: recorded_results(paper, tid, docs_dir, archive_dir) for tid in table_ids(paper)}
+    recorded = {tid: recorded_results(paper, tid, docs_dir, archive_dir)
+                for tid in table_ids(paper)}
     recorded = {tid: got for tid, got in recorded.items() if got is not None}
     page = os.path.join(docs_dir, f'{paper}.md')
     names = {f'{paper}{tid}': out_name(paper, tid) for tid in recorded}

@@ -61,7 +61,6 @@ import statistics
 import numpy as np
 
 from fedjax_face.io import files
-from fedjax_face.tools.tables import run as table_runs
 from fedjax_face.tools.tables import spec
 from fedjax_face.tools.tables import verdict as verdict_lib
 
