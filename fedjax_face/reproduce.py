@@ -480,8 +480,10 @@ def main(argv):
   if f.plan_seeds:
     commit = provenance.git_state().get('commit') or 'COMMIT'
     pages = archived_pages(f.docs, f.archive)
+    # The sweep's root lives in this checkout (committed when parked), the worktree runs it.
+    root = os.path.abspath(os.path.join(f.archive, 'seeds5'))
     print('\n'.join(seed_plan.plan(pages, f.plan_budget_hours, f.plan_band, f.plan_family,
-                                    commit[:7])
+                                    commit[:7], root)
                      + seed_plan.five_seed_check(pages, f.plan_band, f.plan_family)))
     return
   if f.check:

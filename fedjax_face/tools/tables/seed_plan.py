@@ -94,7 +94,8 @@ class Assessment:
   column: str
   current: str                 # the page's decision at the archived seeds
   reachable: tuple[str, ...]   # the decisions some point of the band gives at seeds 0-4
-  central: str                 # the decision with every new seed at the archived mean
+  central: str                 # the decision with every new seed at the archived mean (at the
+                               # lower BH threshold: q / m under family 'free')
 
   @property
   def flagged(self) -> bool:
@@ -169,7 +170,7 @@ def bh_threshold(others: list[float], q: float = verdict_lib.FDR) -> float:
 def reachable(margins: dict[int, float], seeds: tuple[int, ...], thresholds: tuple[float, float],
               band_kind: str = 'sd2') -> tuple[tuple[str, ...], str]:
   """(the decisions seeds `TARGET_SEEDS` can give, the one with each new seed at the archived
-  mean) for an ordering with archived `margins` at `seeds`, decided at any BH threshold in
+  mean, decided at the lower threshold) for an ordering with archived `margins` at `seeds`, decided at any BH threshold in
   `thresholds` (low, high). Seeds asked for without a margin stay without one; the new seeds are
   those of TARGET_SEEDS not in `seeds`."""
   observed = [margins[s] for s in seeds if s in margins]
