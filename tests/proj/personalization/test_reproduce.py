@@ -61,7 +61,7 @@ def test_the_anti_spoofing_table_stands_each_baseline_against_fedpad_and_fedgpad
 
 
 def test_the_schedule_table_varies_only_the_step_and_the_local_epochs():
-  table = reproduce.PENDING[3]
+  table = reproduce.TABLES[3]
   assert table.orderings == () and table.columns == reproduce.TABLES[1].columns
   runs = [row.run for row in table.rows]
   assert runs[0] == fedfr_tables.PRETRAIN and len(runs) == 1 + 5 * 4
@@ -79,3 +79,19 @@ def test_the_schedule_table_varies_only_the_step_and_the_local_epochs():
                                                                    else (1.0, 4)), label
     if c.algorithm == 'apfl':     # one eta for w, v and alpha, as the paper's
       assert c.apfl.alpha_learning_rate == c.optimizer.learning_rate, label
+
+
+def test_the_tuned_table_reuses_table_3_s_runs_and_judges_against_fedfr_and_the_start():
+  table, schedules = reproduce.PENDING[4], reproduce.TABLES[3]
+  runs = {row.label: row.run for row in table.rows}
+  assert list(runs)[:2] == ['pre-trained (public identities)', 'FedFR']
+  assert runs['FedFR'] == reproduce.FEDFR_RUN and runs['pre-trained (public identities)'] == (
+      fedfr_tables.PRETRAIN)
+  # Its seed-0 cells are Table 3's 'lr 0.01, E = 4' runs, by name.
+  tuned = {row.label: row.run for row in schedules.rows if row.label.endswith('lr 0.01, E = 4')}
+  assert {label: run for label, run in runs.items() if label in tuned} == tuned and len(tuned) == 5
+  assert [(o.ahead, o.behind) for o in table.orderings][::6] == (
+      [(('FedFR',), (label,)) for label in tuned]
+      + [((label,), ('pre-trained (public identities)',)) for label in tuned])
+  assert len(table.orderings) == 60 and {o.column for o in table.orderings} == set(
+      reproduce.PERSONAL + reproduce.WORST)
