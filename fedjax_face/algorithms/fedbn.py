@@ -38,7 +38,7 @@ import ml_collections
 import numpy as np
 
 from fedjax_face.algorithms import common, pad_training, partial_sharing
-from fedjax_face.core import aggregation, class_tables
+from fedjax_face.core import aggregation, class_tables, loss_scale
 from fedjax_face.core.algorithm import (Algorithm, ClientInput, ClientResult, RoundState,
                                         origin_by_key)
 from fedjax_face.data import sources
@@ -131,18 +131,23 @@ def batch_norm_layers(config, model, shape) -> frozenset:
 
 
 def pad_trainer(model, optimizer, step_mode: str):
-  """`train(variables, data, rng, lr_scale) -> (variables, metrics)`: a data center's round,
-  every parameter trained (FedAvg's local steps on the detector's loss)."""
+  """`train(variables, data, rng, lr_scale, loss_scale_state) -> (variables, metrics, the
+  optimizer's end state or None)`: a data center's round, every parameter trained (FedAvg's
+  local steps on the detector's loss); under float16 from its kept loss scale, the end state
+  carrying the next (`partial_sharing.train_part`)."""
   loss_fn = pad_training.loss(model)
   nothing = {'params': {}, 'stats': {}}
 
-  def train(variables, data, rng, lr_scale=None):
+  def train(variables, data, rng, lr_scale=None, loss_scale_state=None):
     whole = lambda p, s, frozen, batch: loss_fn({'params': p, 'stats': s}, frozen, batch)
-    params, stats, losses = partial_sharing.train_part(
+    params, stats, losses, *end = partial_sharing.train_part(
         whole, optimizer, variables['params'], variables.get('batch_stats', {}), nothing,
-        pad_training.step_inputs(data, rng), step_mode=step_mode, lr_scale=lr_scale)
-    return partial_sharing.as_variables({'params': params, 'stats': stats}), {
-        'train_loss': partial_sharing.mean_over_active(losses, data['mask'])}
+        pad_training.step_inputs(data, rng), step_mode=step_mode, lr_scale=lr_scale,
+        loss_scale_state=loss_scale_state)
+    end_state = end[0] if end else None
+    metrics = {'train_loss': partial_sharing.mean_over_active(losses, data['mask']),
+               **loss_scale.round_metrics(None, end_state)}
+    return partial_sharing.as_variables({'params': params, 'stats': stats}), metrics, end_state
 
   return train
 
@@ -164,7 +169,10 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
   is_kept = partial_sharing.in_layers(batch_norm_layers(config, model, shape))
 
   def init(rng, start=None):
-    return initial_state(config, model, fed, shape, is_kept, 'bn', rng, start)
+    state = initial_state(config, model, fed, shape, is_kept, 'bn', rng, start)
+    # float16: each client's loss scale, kept between rounds (core/loss_scale.py).
+    return state.replace(clients={**state.clients,
+                                  **common.initial_loss_scales(model, fed.num_clients)})
 
   def broadcast(server, client_ids, round_index, rng):
     del client_ids, rng   # every client receives the same averaged layers, never a BatchNorm
@@ -174,11 +182,15 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
   def client_update(client_input: ClientInput, private, data, rng) -> ClientResult:
     variables = partial_sharing.merge(client_input.shared['model'], private['bn'])
     lr_scale = client_input.shared.get('lr_scale')
+    scale = private.get('loss_scale')
     if recognition:
-      trained, w, _, metrics = train(variables, private['W'], data, rng, lr_scale=lr_scale)
+      trained, w, opt_state, metrics = train(variables, private['W'], data, rng,
+                                             lr_scale=lr_scale, loss_scale_state=scale)
       kept = {'W': w}
     else:
-      (trained, metrics), kept = train(variables, data, rng, lr_scale), {}
+      trained, metrics, opt_state = train(variables, data, rng, lr_scale, scale)
+      kept = {}
+    kept.update(common.kept_loss_scale(private, opt_state))
     shared, bn = partial_sharing.split(trained, is_kept)
     return ClientResult(update={'model': shared}, private={**kept, 'bn': bn}, metrics=metrics)
 

@@ -57,6 +57,8 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     clients = {'W': w}
     if keep_opt_state:
       clients['opt_state'] = common.client_opt_states(train, variables, w)
+    else:   # float16: each client's loss scale, kept between rounds (core/loss_scale.py)
+      clients.update(common.initial_loss_scales(model, fed.num_clients))
     return RoundState(server={'model': variables}, clients=clients,
                       round=jax.numpy.zeros((), jax.numpy.int32))
 
@@ -68,8 +70,10 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
   def client_update(client_input: ClientInput, private, data, rng) -> ClientResult:
     model_vars, w, opt_state, metrics = train(client_input.shared['model'], private['W'], data,
                                               rng, private.get('opt_state'),
-                                              lr_scale=client_input.shared.get('lr_scale'))
+                                              lr_scale=client_input.shared.get('lr_scale'),
+                                              loss_scale_state=private.get('loss_scale'))
     kept = {'W': w, 'opt_state': opt_state} if keep_opt_state else {'W': w}
+    kept.update(common.kept_loss_scale(private, opt_state))
     return ClientResult(update={'model': model_vars}, private=kept, metrics=metrics)
 
   def server_update(server, updates, weights, client_ids, round_index, rng):

@@ -196,7 +196,8 @@ def _initial_state(setup: client.Setup, config, fed, public, rng, start) -> Roun
   num_clients = fed.num_clients
   stack = lambda x: jnp.broadcast_to(x, (num_clients,) + x.shape)
   clients = {'W': w, 'prev_model': jax.tree.map(stack, variables),
-             'started': jnp.zeros(num_clients, bool)}
+             'started': jnp.zeros(num_clients, bool),
+             **common.initial_loss_scales(setup.model, num_clients)}   # float16's scales
   if setup.fedfr.dfc:
     clients['dfc'] = {'projection': {'kernel': stack(jnp.eye(dim)), 'bias': stack(jnp.zeros(dim))},
                       'omega': w, 'bias': jnp.zeros((num_clients, setup.max_classes))}

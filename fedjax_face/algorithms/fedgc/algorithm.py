@@ -106,7 +106,7 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
       variables, _ = common.start_from(start, variables, method=config.algorithm)
     server = {'model': variables, 'W': w}
     clients = ({'opt_state': common.client_opt_states(train, variables, w)} if keep_opt_state
-               else {})
+               else common.initial_loss_scales(model, fed.num_clients))   # float16's scales
     return RoundState(server=server, clients=clients, round=jnp.zeros((), jnp.int32))
 
   def broadcast(server, client_ids, round_index, rng):
@@ -118,8 +118,10 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
   def client_update(client_input: ClientInput, private, data, rng) -> ClientResult:
     model_vars, w, opt_state, metrics = train(
         client_input.shared['model'], client_input.per_client['W'], data, rng,
-        private.get('opt_state'), lr_scale=client_input.shared.get('lr_scale'))
-    kept = {'opt_state': opt_state} if keep_opt_state else private
+        private.get('opt_state'), lr_scale=client_input.shared.get('lr_scale'),
+        loss_scale_state=private.get('loss_scale'))
+    kept = ({'opt_state': opt_state} if keep_opt_state else
+            {**private, **common.kept_loss_scale(private, opt_state)})
     return ClientResult(update={'model': model_vars, 'W': w}, private=kept, metrics=metrics)
 
   def server_update(server, updates, weights, client_ids, round_index, rng):
