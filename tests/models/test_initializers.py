@@ -1,5 +1,7 @@
 """models/initializers.py: Flax's variance-scaling initializers, value for value, drawn flat."""
 
+import threading
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -111,18 +113,119 @@ def test_every_kernel_takes_the_initializer_it_always_had(name, monkeypatch):
 # 'pad_net/shared' is PadNet without the domain-specific half, whose extractor is a second
 # `Extractor` and whose decoder's transposed-conv kernels are the LeCun draws the dense layers
 # take (test_every_kernel_takes_the_initializer_it_always_had[pad_net] tags them).
-@pytest.mark.parametrize('name', ['small_cnn', 'gn_cnn', 'iresnet', 'pad_net/shared',
-                                  pytest.param('pad_net', marks=pytest.mark.full),
-                                  pytest.param('pad_resnet18', marks=pytest.mark.full)])
-def test_the_compiled_init_gives_the_eager_parameters_bit_for_bit(name):
-  """`common.init_backbone` compiles `init` as one program; every variable equals the eager
-  init's to the last bit, in the BatchNorm mode each network is initialized in (FedGPAD's
-  in training mode). Without the initializers' optimization barrier, XLA moved the last bits
-  of thousands of weights in each of these networks at their default sizes."""
-  from fedjax_face.algorithms import common  # pylint: disable=g-import-not-at-top
+BACKBONES = ['small_cnn', 'gn_cnn', 'iresnet', 'pad_net/shared',
+             pytest.param('pad_net', marks=pytest.mark.full),
+             pytest.param('pad_resnet18', marks=pytest.mark.full)]
+
+
+def _init(name: str):
+  """`init(key)` as `common.init_backbone` runs it, with the eager parameters (key 5)."""
   model, shape = _model(name.split('/')[0], disentangle=not name.endswith('/shared'))
   train = name.startswith('pad_')
-  eager = model.init(jax.random.PRNGKey(5), jnp.zeros((1,) + shape[1:]), train=train)
-  compiled = common.init_backbone(model, jax.random.PRNGKey(5), shape[1:], train=train)
-  assert jax.tree.structure(compiled) == jax.tree.structure(dict(eager))
-  jax.tree.map(np.testing.assert_array_equal, compiled, dict(eager))
+  zeros = jnp.zeros((1,) + shape[1:])
+  return lambda key: dict(model.init(key, zeros, train=train))
+
+
+@pytest.mark.parametrize('name', BACKBONES)
+def test_the_compiled_init_gives_the_eager_parameters_bit_for_bit(name):
+  """`initializers.batched_init` compiled, as `common.init_backbone` runs it: every variable
+  equals the eager init's to the last bit, in the BatchNorm mode each network is initialized in
+  (FedGPAD's in training mode). So did the per-draw program before it (below): without the
+  initializers' optimization barrier, XLA moved the last bits of thousands of weights in each of
+  these networks at their default sizes."""
+  init = _init(name)
+  eager = init(jax.random.PRNGKey(5))
+  compiled = jax.jit(initializers.batched_init(init))(jax.random.PRNGKey(5))
+  assert jax.tree.structure(compiled) == jax.tree.structure(eager)
+  jax.tree.map(np.testing.assert_array_equal, compiled, eager)
+
+
+# The per-draw program is what `batched_init` runs under the non-partitionable threefry (below),
+# which the library never sets: a repeat of the equality above, in the full tier.
+@pytest.mark.full
+@pytest.mark.parametrize('name', BACKBONES)
+def test_the_per_draw_compiled_init_gives_the_batched_parameters_bit_for_bit(name):
+  """Today's program (one draw at a time, each behind its barrier) and the batched one."""
+  init = _init(name)
+  per_draw = jax.jit(init)(jax.random.PRNGKey(5))
+  batched = jax.jit(initializers.batched_init(init))(jax.random.PRNGKey(5))
+  jax.tree.map(np.testing.assert_array_equal, batched, per_draw)
+
+
+def _three_kernels(key):
+  keys = jax.random.split(key, 3)
+  return (initializers.he_normal_fan_out(keys[0], (3, 3, 2, 4)),
+          initializers.he_normal_fan_out(keys[1], (3, 3, 4, 4)),
+          initializers.lecun_normal(keys[2], (5, 3)))
+
+
+def _random_bits(init) -> int:
+  """How many draws of random bits the traced `init` makes."""
+  return str(jax.make_jaxpr(init)(jax.random.PRNGKey(0))).count('random_bits[')
+
+
+def test_batched_init_draws_once_per_kind_and_per_draw_without_partitionable_threefry():
+  """The two He-normal kernels (72 and 144 elements, padded to 288 <= 2 x 216) are one vmapped
+  draw. Under the older threefry a draw's bits depend on its length, so no prefix is shared:
+  `batched_init` then traces `init` as it is, the same program."""
+  assert _random_bits(_three_kernels) == 3
+  assert _random_bits(initializers.batched_init(_three_kernels)) == 2
+  with jax.threefry_partitionable(False):
+    assert str(jax.make_jaxpr(initializers.batched_init(_three_kernels))(
+        jax.random.PRNGKey(0))) == str(jax.make_jaxpr(_three_kernels)(jax.random.PRNGKey(0)))
+
+
+def test_padded_groups_split_a_kind_where_padding_would_pass_the_cap():
+  # Kind 'a', longest first: 100, 100, 10, 10 pad to 400 <= 2 x 220; a third 10 would pad 500
+  # elements for 230, so the next group starts at it. Kind 'b' is a group of its own.
+  draws = [('a', 10), ('a', 100), ('b', 7), ('a', 10), ('a', 100), ('a', 10)]
+  assert initializers.padded_groups(draws, 2.0) == [[1, 4, 0, 3], [5], [2]]
+  assert initializers.padded_groups(draws, float('inf')) == [[1, 4, 0, 3, 5], [2]]
+  assert initializers.padded_groups(draws, 1.0) == [[1, 4], [0, 3, 5], [2]]
+  # At most 250 elements: 100 + 100 padded, then the 10s.
+  assert initializers.padded_groups(draws, float('inf'), 250) == [[1, 4], [0, 3, 5], [2]]
+
+
+def test_an_init_that_draws_differently_the_second_time_is_refused():
+  calls = []
+
+  def init(key):
+    calls.append(key)
+    return initializers.lecun_normal(key, (2, len(calls) + 1))
+
+  with pytest.raises(RuntimeError) as error:
+    jax.make_jaxpr(initializers.batched_init(init))(jax.random.PRNGKey(0))
+  # The first line is ours (JAX appends a note on its filtered traceback).
+  assert str(error.value).splitlines()[0] == (
+      'batched_init: draw 0 of shape (2, 3) differs from the first pass: the init must draw the '
+      'same parameters each time it runs.')
+
+  def fewer_the_second_time(key):
+    calls.append(key)
+    return [initializers.lecun_normal(key, (2, 2)) for _ in range(2 if len(calls) % 2 else 1)]
+
+  calls.clear()
+  with pytest.raises(RuntimeError) as error:
+    jax.make_jaxpr(initializers.batched_init(fewer_the_second_time))(jax.random.PRNGKey(0))
+  assert str(error.value).splitlines()[0] == (
+      "batched_init: the second pass drew 1 of the first pass's 2 parameters: the init must draw "
+      'the same parameters each time it runs.')
+
+
+def test_another_thread_draws_as_it_would_during_a_batched_init():
+  """The record / replay state is the calling thread's (a context variable): a draw on another
+  thread while `init` is traced is its own value, and is neither recorded nor replayed."""
+  seen = []
+
+  def init(key):
+    thread = threading.Thread(target=lambda: seen.append(
+        initializers.lecun_normal(jax.random.PRNGKey(1), (2, 2))))
+    thread.start()
+    thread.join()
+    return initializers.lecun_normal(key, (2, 2))
+
+  jax.make_jaxpr(initializers.batched_init(init))(jax.random.PRNGKey(0))
+  assert len(seen) == 2   # one per pass
+  for value in seen:
+    np.testing.assert_array_equal(value, nn.initializers.lecun_normal()(jax.random.PRNGKey(1),
+                                                                        (2, 2)))
