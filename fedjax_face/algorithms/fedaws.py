@@ -117,7 +117,9 @@ def build_spreadout_method(config, model, fed, *, step_mode: str, name: str,
     server = {'model': variables, 'W': w}
     if init_from_features:
       server['initialised'] = jnp.zeros(num_clients, bool)
-    return RoundState(server=server, clients={}, round=jnp.zeros((), jnp.int32))
+    # float16: each client's loss scale, kept between rounds (core/loss_scale.py); {} otherwise.
+    clients = common.initial_loss_scales(model, num_clients)
+    return RoundState(server=server, clients=clients, round=jnp.zeros((), jnp.int32))
 
   def broadcast(server, client_ids, round_index, rng):
     del rng
@@ -133,9 +135,11 @@ def build_spreadout_method(config, model, fed, *, step_mode: str, name: str,
     if init_from_features:
       w = jax.lax.cond(client_input.per_client['initialised'], lambda: w,
                        lambda: mean_features(model, variables, data, max_classes).astype(w.dtype))
-    model_vars, w, _, metrics = train(variables, w, data, rng,
-                                      lr_scale=client_input.shared.get('lr_scale'))
-    return ClientResult(update={'model': model_vars, 'W': w}, private=private, metrics=metrics)
+    model_vars, w, opt_state, metrics = train(variables, w, data, rng,
+                                              lr_scale=client_input.shared.get('lr_scale'),
+                                              loss_scale_state=private.get('loss_scale'))
+    kept = {**private, **common.kept_loss_scale(private, opt_state)}
+    return ClientResult(update={'model': model_vars, 'W': w}, private=kept, metrics=metrics)
 
   def server_update(server, updates, weights, client_ids, round_index, rng):
     del rng

@@ -122,7 +122,9 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     if start is not None:
       variables, _ = common.start_from(start, variables, method='fedfv')
     server = {'model': variables, 'W': w}
-    return RoundState(server=server, clients={}, round=jnp.zeros((), jnp.int32))
+    # float16: each client's loss scale, kept between rounds (core/loss_scale.py); {} otherwise.
+    clients = common.initial_loss_scales(model, num_clients)
+    return RoundState(server=server, clients=clients, round=jnp.zeros((), jnp.int32))
 
   def equivalents(server, eligible, rng):
     groups = draw_groups(rng, eligible, c.num_equivalent, c.group_size)   # lines 6-9
@@ -141,10 +143,12 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
 
   def client_update(client_input: ClientInput, private, data, rng) -> ClientResult:
     w_eq = client_input.shared.get('W_eq', client_input.per_client.get('W_eq'))
-    model_vars, w, _, metrics = train(client_input.shared['model'], client_input.per_client['W'],
-                                      data, rng, fixed_classes=w_eq,
-                                      lr_scale=client_input.shared.get('lr_scale'))
-    return ClientResult(update={'model': model_vars, 'W': w}, private=private,   # client line 6
+    model_vars, w, opt_state, metrics = train(
+        client_input.shared['model'], client_input.per_client['W'], data, rng,
+        fixed_classes=w_eq, lr_scale=client_input.shared.get('lr_scale'),
+        loss_scale_state=private.get('loss_scale'))
+    kept = {**private, **common.kept_loss_scale(private, opt_state)}
+    return ClientResult(update={'model': model_vars, 'W': w}, private=kept,   # client line 6
                         metrics=metrics)
 
   def server_update(server, updates, weights, client_ids, round_index, rng):

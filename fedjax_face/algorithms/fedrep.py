@@ -31,6 +31,14 @@ Readings:
     respect to the trained part only, so the frozen part is carried bit for bit, and each phase
     starts its own optimizer (its momentum) over the part it trains, as PyTorch's SGD skips a
     parameter without a gradient.
+  * float16's loss scale (core/loss_scale.py): one per client, kept between rounds
+    ('loss_scale'), and carried from the head phase into the body phase, not one per phase's
+    optimizer. PyTorch serves several optimizers with one GradScaler, `update()` once per
+    iteration after stepping the optimizers it used (pytorch/pytorch,
+    docs/source/notes/amp_examples.rst, 'Working with Multiple Models, Losses, and
+    Optimizers'); each step of the alternation steps one optimizer, so one scaler updates once
+    a step across both phases, as here. The scale measures the client's loss and gradients,
+    which both phases share, and two scales would each restart at the other's stale value.
   * The shared model (the generic protocols) is the averaged body with the starting model's head
     layers, kept on the server: the server never receives a head. Client k's personalized model
     is the body with its own head layers.
@@ -46,7 +54,7 @@ import numpy as np
 import optax
 
 from fedjax_face.algorithms import common, fedbn, pad_training, partial_sharing
-from fedjax_face.core import aggregation, checks, class_tables
+from fedjax_face.core import aggregation, checks, class_tables, loss_scale
 from fedjax_face.core.algorithm import (Algorithm, ClientInput, ClientResult, RoundState,
                                         origin_by_key)
 from fedjax_face.data import preprocess, sources
@@ -93,13 +101,19 @@ def variant_name(config) -> str:
 # -- the alternation, on any loss ----------------------------------------------------------------
 
 def alternate(loss_fn: Callable, optimizer: optax.GradientTransformation, head: dict,
-              body: dict, xs, body_steps: int, *, step_mode: str, lr_scale=None):
+              body: dict, xs, body_steps: int, *, step_mode: str, lr_scale=None,
+              loss_scale_state=None):
   """FedRep's Algorithm 1 on one client: (head, body, losses `[steps]`).
 
   `head` and `body` are parts `{'params': ..., 'stats': ...}`; `loss_fn(trained, frozen, batch)
   -> (loss, the trained part's new stats)` takes the part a step trains and the other one. Of the
   steps with a sample (`xs['mask']` `[steps, batch]`), the last `body_steps` update the body with
   the new head fixed (tau), the ones before them the head with the received body fixed (tau_h).
+
+  Under float16 with a client's kept `loss_scale_state`, the head phase starts from it, the body
+  phase from the head phase's end scale (one scaler for both: the module docstring), and a
+  fourth value comes back, `ended(head_end, body_end)`: the loss scale the client keeps and the
+  round's metrics.
   """
   # A client's steps past its data are empty (`federated.sample_round` under local epochs):
   # moved first (where `train_part` skips them), the last steps are the client's last batches.
@@ -111,25 +125,38 @@ def alternate(loss_fn: Callable, optimizer: optax.GradientTransformation, head: 
   part_loss = lambda p, s, frozen, batch: loss_fn({'params': p, 'stats': s}, frozen, batch)
   train = functools.partial(partial_sharing.train_part, part_loss, optimizer,
                             step_mode=step_mode, lr_scale=lr_scale)
-  h_params, h_stats, head_losses = train(head['params'], head['stats'], body, head_xs)  # tau_h
+  h_params, h_stats, head_losses, *head_end = train(head['params'], head['stats'], body, head_xs,
+                                                    loss_scale_state=loss_scale_state)  # tau_h
   head = {'params': h_params, 'stats': h_stats}
-  b_params, b_stats, body_losses = train(body['params'], body['stats'], head, body_xs)  # tau
+  body_scale = head_end[0].loss_scale if head_end else None   # the head phase's end scale
+  b_params, b_stats, body_losses, *body_end = train(body['params'], body['stats'], head, body_xs,
+                                                    loss_scale_state=body_scale)  # tau
   losses = jnp.zeros(num_steps).at[order].set(jnp.concatenate([head_losses, body_losses]))
-  return head, {'params': b_params, 'stats': b_stats}, losses   # losses in the steps' order
+  trained = (head, {'params': b_params, 'stats': b_stats}, losses)   # losses in the steps' order
+  return trained + ((ended(head_end[0], body_end[0]),) if head_end else ())
+
+
+def ended(head_end, body_end):
+  """The round's end state of `alternate`'s two phases (`loss_scale.ScaledOptState`): the body
+  phase's, its loss scale the round's last, its `skipped_steps` counting both phases' (each
+  phase's optimizer starts at 0), so `loss_scale.round_metrics(None, ·)` reads the round."""
+  return body_end.replace(skipped_steps=head_end.skipped_steps + body_end.skipped_steps)
 
 
 def jointly(loss_fn: Callable, optimizer: optax.GradientTransformation, head: dict, body: dict,
-            xs, *, step_mode: str, lr_scale=None):
-  """FedPer's local training: every step updates head and body together: (head, body, losses)."""
+            xs, *, step_mode: str, lr_scale=None, loss_scale_state=None):
+  """FedPer's local training: every step updates head and body together: (head, body, losses);
+  under float16 with a client's kept `loss_scale_state`, the optimizer's end state fourth
+  (`partial_sharing.train_part`)."""
   merged = lambda key: partial_sharing.merge(head[key], body[key])
   nothing = {'params': {}, 'stats': {}}
   whole_loss = lambda p, s, frozen, batch: loss_fn({'params': p, 'stats': s}, nothing, batch)
-  params, stats, losses = partial_sharing.train_part(
+  params, stats, losses, *end = partial_sharing.train_part(
       whole_loss, optimizer, merged('params'), merged('stats'), None, xs, step_mode=step_mode,
-      lr_scale=lr_scale)
+      lr_scale=lr_scale, loss_scale_state=loss_scale_state)
   part = lambda template: {'params': partial_sharing.at_paths_of(params, template['params']),
                            'stats': partial_sharing.at_paths_of(stats, template['stats'])}
-  return part(head), part(body), losses
+  return (part(head), part(body), losses, *end)
 
 
 # -- the method ----------------------------------------------------------------------------------
@@ -170,7 +197,10 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
   shape = fedbn.image_shape(config, fed)
 
   def init(rng, start=None):
-    return fedbn.initial_state(config, model, fed, shape, is_head, 'head', rng, start)
+    state = fedbn.initial_state(config, model, fed, shape, is_head, 'head', rng, start)
+    # float16: each client's loss scale, kept between rounds (core/loss_scale.py).
+    return state.replace(clients={**state.clients,
+                                  **common.initial_loss_scales(model, fed.num_clients)})
 
   def broadcast(server, client_ids, round_index, rng):
     del client_ids, rng   # every client receives the same body, never a head
@@ -190,10 +220,14 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
       xs, loss_fn = pad_training.step_inputs(data, rng), pad_training.loss(model)
     body = {'params': body_vars['params'], 'stats': body_vars.get('batch_stats', {})}
     train = functools.partial(alternate, body_steps=c.body_steps) if c.alternate else jointly
-    head, body, losses = train(loss_fn, optimizer, head, body, xs, step_mode=step_mode,
-                               lr_scale=client_input.shared.get('lr_scale'))
+    head, body, losses, *end = train(loss_fn, optimizer, head, body, xs, step_mode=step_mode,
+                                     lr_scale=client_input.shared.get('lr_scale'),
+                                     loss_scale_state=private.get('loss_scale'))
+    end_state = end[0] if end else None   # float16: the round's end scale and skipped steps
     kept = {'W': head['params'].pop('W')} if recognition else {}
-    metrics = {'train_loss': partial_sharing.mean_over_active(losses, data['mask'])}
+    kept.update(common.kept_loss_scale(private, end_state))
+    metrics = {'train_loss': partial_sharing.mean_over_active(losses, data['mask']),
+               **loss_scale.round_metrics(None, end_state)}
     return ClientResult(update={'model': _variables(body)},
                         private={**kept, 'head': _variables(head)}, metrics=metrics)
 

@@ -166,7 +166,8 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
     # Each client's secret message, from the run's seed on the host (the encoder is numpy).
     messages = random_messages(np.random.default_rng([config.seed, n, k]), num_clients, k)
     clients = {'codeword': jnp.asarray(codewords(n, k, messages)),
-               'threshold': jnp.zeros(num_clients, jnp.float32)}
+               'threshold': jnp.zeros(num_clients, jnp.float32),
+               **common.initial_loss_scales(model, num_clients)}   # float16's scales
     return RoundState(server={'model': variables, 'projection': projection}, clients=clients,
                       round=jnp.zeros((), jnp.int32))
 
@@ -178,13 +179,15 @@ def build(config, model, fed, *, step_mode: str) -> Algorithm:
   def client_update(client_input: ClientInput, private, data, rng) -> ClientResult:
     shared = client_input.shared
     v = private['codeword']
-    model_vars, projection, _, metrics = train(shared['model'], shared['projection'], data, rng,
-                                               lr_scale=shared.get('lr_scale'),
-                                               row_input=v[None, :])
+    model_vars, projection, opt_state, metrics = train(
+        shared['model'], shared['projection'], data, rng, lr_scale=shared.get('lr_scale'),
+        row_input=v[None, :], loss_scale_state=private.get('loss_scale'))
     scores, mask = own_scores(model, model_vars, projection, v, data, power)
     threshold = user_threshold(scores, mask, c.threshold_quantile)
     return ClientResult(update={'model': model_vars, 'projection': projection},
-                        private={'codeword': v, 'threshold': threshold}, metrics=metrics)
+                        private={'codeword': v, 'threshold': threshold,
+                                 **common.kept_loss_scale(private, opt_state)},
+                        metrics=metrics)
 
   def server_update(server, updates, weights, client_ids, round_index, rng):
     del server, client_ids, round_index, rng

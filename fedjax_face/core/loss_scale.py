@@ -50,11 +50,11 @@ any DP accounting like it). The two other readings, and why not:
     float16 runlocal runs, FedFR's clients skipped 5.5 of 12 steps in round 1 and 5.0 of 9.25 in
     round 2, and FedPAD / FedGPAD, which take one local step a round (the authors' code), skipped
     every round's only step, so nothing trained.
-Kept so far by FedGPAD / FedPAD, FedMA, Ditto and APFL. FedPE, FedGC, FedFV, FedAwS, FedFace,
-FedUV, FedBN, FedRep and FedFR build their round state in modules of their own and, until it
-holds 'loss_scale' (`algorithms.common.initial_loss_scales` / `kept_loss_scale`, and
-`loss_scale_state=` to `common.local_trainer`, `partial_sharing.train_part`; FedFR's client
-reads it already), start each round's scale afresh under 'reset'.
+Kept by every federated method: FedPE, FedGC, FedFR, FedFV, FedAwS, FedFace, FedUV, FedBN,
+FedRep / FedPer, FedGPAD / FedPAD, FedMA, Ditto and APFL (`algorithms.common.initial_loss_scales`
+in the round state, `loss_scale_state=` to `common.local_trainer` or
+`partial_sharing.train_part`, `common.kept_loss_scale` in what the client keeps). FedRep keeps one
+scale for its head and body phases (algorithms/fedrep.py: one GradScaler serves both optimizers).
 
 Wiring into a method's local step, three calls around the optimizer it already has:
 

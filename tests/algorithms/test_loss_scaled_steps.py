@@ -12,8 +12,11 @@ step of FedPE, FedGC, FedFV, FedAwS, FedFace, FedUV, centralized):
 - what crosses under float16: the update and its shapes as under float32, two metrics more. The
   loss scale stays on the client: in its kept optimizer state under FedPE's
   `client_optimizer_state='keep'`, and in `RoundState.clients['loss_scale']` where the optimizer
-  starts afresh each round (FedPE's 'reset'; Ditto: one for each model; FedGPAD in the full
-  tier; FedMA, whose broadcast differs per client, end to end in tests/test_experiment_float16.py).
+  starts afresh each round (FedPE's 'reset'; Ditto: one for each model; FedRep, FedPer, FedFV,
+  FedAwS; FedFace, FedUV and FedGPAD in the full tier; FedMA, whose broadcast differs per client,
+  end to end in tests/test_experiment_float16.py);
+- FedRep's head and body phases share one scale: the body phase starts where the head phase's
+  overflows left it (a hand-computed float16 quadratic).
 The float16 runs through the driver: tests/test_experiment_float16.py."""
 
 import jax
@@ -24,8 +27,9 @@ import optax
 import pytest
 
 from fedjax_face import algorithms, models
-from fedjax_face.algorithms import common
+from fedjax_face.algorithms import common, fedrep
 from fedjax_face.core import loss_scale
+from fedjax_face.data import federated
 from tests import engine_cases
 
 _STEPS = 24
@@ -159,10 +163,20 @@ def test_what_crosses_under_float16(client_optimizer_state):
   assert isinstance(state16.clients['opt_state'], loss_scale.ScaledOptState)
 
 
+def _one_identity_each(num_clients: int):
+  """`engine_cases.tiny_problem`'s images, one identity per client (FedFV's and FedUV's
+  partition)."""
+  rng = np.random.default_rng(0)
+  labels = np.repeat(np.arange(num_clients), 4).astype(np.int32)
+  images = rng.integers(0, 256, size=(len(labels), 8, 8, 3), dtype=np.uint8)
+  return federated.build(images, labels, [np.array([i], np.int32) for i in range(num_clients)])
+
+
 def _kept_client_update(name: str, dtype: str):
   """A data center of a PAD config (`pad/<method>`), or a client of the tiny recognition problem
-  (`engine_cases`: `name` a method), traced by shapes."""
-  fed = engine_cases.tiny_problem(3)
+  (`engine_cases`: `name` a method, 'fedper' FedRep's joint steps), traced by shapes."""
+  one_each = name in ('fedfv', 'feduv')
+  fed = _one_identity_each(3) if one_each else engine_cases.tiny_problem(3)
   if name.startswith('pad/'):
     from tests import config_files
     config = config_files.load_config(name)
@@ -172,7 +186,9 @@ def _kept_client_update(name: str, dtype: str):
             'mask': jax.ShapeDtypeStruct((steps, batch), jnp.bool_),
             'targets': {'depth': jax.ShapeDtypeStruct((steps, batch, size, size), jnp.float32)}}
   else:
-    config = engine_cases.tiny_config(name)
+    config = engine_cases.tiny_config('fedrep' if name == 'fedper' else name)
+    if name == 'fedper':
+      config.fedrep.alternate = False
     data = {'images': jax.ShapeDtypeStruct((2, 4, 8, 8, 3), jnp.uint8),
             'labels': jax.ShapeDtypeStruct((2, 4), jnp.int32),
             'mask': jax.ShapeDtypeStruct((2, 4), jnp.bool_),
@@ -180,7 +196,20 @@ def _kept_client_update(name: str, dtype: str):
   config.model.dtype = dtype
   algorithm = algorithms.get(config.algorithm).build(config, models.build_backbone(config.model),
                                                      fed, step_mode='scan')
-  return engine_cases.traced_client_update(algorithm, data)
+  return _traced_client_update(algorithm, data)
+
+
+def _traced_client_update(algorithm, data):
+  """`engine_cases.traced_client_update`, client 0's `per_client` inputs (FedFV's own rows and
+  W~) taken off the broadcast's clients axis, as the engine's map over clients takes them."""
+  state = jax.eval_shape(algorithm.init, jax.random.PRNGKey(0))
+  client_input = jax.eval_shape(lambda s: algorithm.broadcast(
+      s, jnp.zeros(1, jnp.int32), jnp.zeros((), jnp.int32), jax.random.PRNGKey(1)), state.server)
+  client_input = client_input._replace(per_client=jax.tree.map(
+      lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), client_input.per_client))
+  private = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), state.clients)
+  return state, jax.eval_shape(algorithm.client_update, client_input, private, data,
+                               jax.random.PRNGKey(0))
 
 
 def _is_scale(tree) -> bool:
@@ -190,6 +219,12 @@ def _is_scale(tree) -> bool:
 
 @pytest.mark.parametrize('name,kept', [
     ('ditto', ('global', 'personal')),
+    ('fedrep', None),   # one scale for its head and body phases (fedrep's docstring)
+    ('fedper', None),
+    ('fedfv', None),
+    ('fedaws', None),
+    pytest.param('fedface', None, marks=pytest.mark.full),
+    pytest.param('feduv', None, marks=pytest.mark.full),
     pytest.param('pad/fedgpad', None, marks=pytest.mark.full),
     pytest.param('pad/ditto', ('global', 'personal'), marks=pytest.mark.full)])
 def test_a_client_keeps_its_loss_scale_between_rounds_and_sends_nothing_of_it(name, kept):
@@ -199,8 +234,46 @@ def test_a_client_keeps_its_loss_scale_between_rounds_and_sends_nothing_of_it(na
   state16, result16 = _kept_client_update(name, 'float16')
   assert _shapes(result16.update) == _shapes(result32.update)
   assert set(result16.private) == set(result32.private) | {'loss_scale'}
+  # The round's metrics say so (Ditto's personal model: two more, 'loss_scale/personal_*').
+  added = set(result16.metrics) - set(result32.metrics)
+  assert set(result32.metrics) <= set(result16.metrics)
+  assert {'loss_scale/skipped_steps', 'loss_scale/scale'} <= added
+  assert all(name.startswith('loss_scale/') for name in added)
   scales = result16.private['loss_scale']
   assert _is_scale(scales) if kept is None else (
       set(scales) == set(kept) and all(_is_scale(scales[k]) for k in kept))
   num_clients = jax.tree.leaves(state16.clients['loss_scale'])[0].shape
   assert num_clients == (3,)
+
+
+def _float16_quadratic(trained, frozen, batch):
+  """FedRep's two-part quadratic 1/2 (h b - y)^2 with its residual in float16 (so `train_part`
+  scales it): the backward pass carries S·r in float16, inf once |S·r| > 65504."""
+  parts = {**trained['params'], **frozen['params']}
+  residual = (parts['h'] * parts['b'] - batch['y']).astype(jnp.float16)
+  return 0.5 * (residual * residual).astype(jnp.float32), trained['stats']
+
+
+def test_fedrep_carries_one_loss_scale_from_its_head_steps_into_its_body_steps():
+  head = {'params': {'h': jnp.float32(1.0)}, 'stats': {}}
+  body = {'params': {'b': jnp.float32(2.0)}, 'stats': {}}
+  xs = {'y': jnp.full(3, 5.0), 'mask': jnp.ones((3, 1), bool)}
+  alternate = lambda scale: fedrep.alternate(_float16_quadratic, optax.sgd(0.125), head, body,
+                                             xs, 1, step_mode='scan',
+                                             loss_scale_state=loss_scale.init(scale))
+  # From 2**14 (|S·r| = 3·2**14 fits) no step overflows: float32's numbers (test_fedbn_fedrep:
+  # h = 2.125, b = 2.19921875), every value exact in float16.
+  new_head, new_body, losses, end = alternate(2.0**14)
+  assert (float(new_head['params']['h']), float(new_body['params']['b'])) == (2.125, 2.19921875)
+  assert np.asarray(losses).tolist() == [4.5, 1.125, 0.28125]
+  assert (float(end.loss_scale.scale), int(end.loss_scale.good_steps), int(end.skipped_steps)) == (
+      2.0**14, 3, 0)
+  # From 2**16: head step 1 (r = -3) overflows at 2**16 and head step 2 (h still 1, r = -3) at
+  # 2**15; the body step takes the head phase's 2**14 (a fresh scale would overflow again):
+  # b = 2 + 3·1/8 = 2.375.
+  new_head, new_body, _, end = alternate(2.0**16)
+  assert (float(new_head['params']['h']), float(new_body['params']['b'])) == (1.0, 2.375)
+  assert (float(end.loss_scale.scale), int(end.loss_scale.good_steps), int(end.skipped_steps)) == (
+      2.0**14, 1, 2)
+  assert loss_scale.round_metrics(None, end) == {'loss_scale/skipped_steps': 2.0,
+                                                 'loss_scale/scale': 2.0**14}
