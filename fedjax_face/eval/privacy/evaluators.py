@@ -40,6 +40,12 @@ global model recognises each reconstruction as the right identity: nearest class
 the method keeps them) and nearest mean embedding of that identity's training images (up to
 `GALLERY_IMAGES` each), beside the same for the true images (the ceiling).
 
+Not attacked under float16 (`model.dtype='float16'`, refused by `check_inversion`): a client's
+steps there are loss-scaled from its private scale and skipped where that scale overflows
+(core/loss_scale.py), which the attacker's model (`client_update_model`, every SGD step taken)
+does not reproduce; the replayed updates themselves are the run's (run/replay.py runs the
+method's own client update on the checkpointed state, the kept scale included).
+
 Not attacked: anti-spoofing (FedPAD, FedGPAD). Their clients take Adam steps from a fresh state
 (proj/pad/setting.py), whose first step sends lr · g / (|g| + ε): the sign of each coordinate
 of the gradient rather than its direction, through which a matching objective has almost no
@@ -126,6 +132,14 @@ def check_inversion(config, section) -> None:
   if config.optimizer.get('name', 'sgd') != 'sgd':
     raise ValueError(f'config.{name}: optimizer.name={config.optimizer.name!r}; the update reads '
                      "as a pseudo-gradient only under SGD; expected 'sgd'.")
+  if config.model.get('dtype', 'float32') == 'float16':
+    # `client_update_model` takes plain SGD steps; a float16 client's are loss-scaled from its
+    # private scale and skipped on overflow (core/loss_scale.py), which the model cannot see.
+    raise checks.UsageError(
+        f"config.model.dtype='float16' with config.{name}.targets={section.targets}: the "
+        "attacker's model of a client's update takes every SGD step, while a float16 client "
+        'skips the steps its private loss scale overflows; expected model.dtype float32 or '
+        f'bfloat16, or {name}.targets=0.')
 
 
 def _method_part(tree):

@@ -6,6 +6,7 @@ true images over reconstructions, and the arrays; the model cut to one stage, 2 
 2 images, so that it compiles in seconds."""
 
 import itertools
+import re
 import types
 
 import jax
@@ -15,7 +16,7 @@ import pytest
 from fedjax_face import algorithms, eval as eval_lib
 from fedjax_face.core import algorithm as algorithm_lib
 from fedjax_face.core import engine as engine_lib
-from fedjax_face.core import privacy, secure_aggregation
+from fedjax_face.core import checks, privacy, secure_aggregation
 from fedjax_face.data import federated, preprocess
 from fedjax_face.eval.privacy import evaluators, inversion
 from fedjax_face.models import heads
@@ -80,6 +81,18 @@ def test_refusals_name_what_the_attack_needs():
   with pytest.raises(ValueError, match=r"algorithm='fedfv', whose client update the attack does "
                                        r"not model; expected one of \('fedpe', 'fedgc'\)"):
     evaluators.check_inversion(c, c.evals.inversion)
+  c = _config(targets=1)
+  c.model.dtype = 'float16'
+  with pytest.raises(checks.UsageError, match=re.escape(
+      "config.model.dtype='float16' with config.evals.inversion.targets=1: the attacker's model "
+      "of a client's update takes every SGD step, while a float16 client skips the steps its "
+      'private loss scale overflows; expected model.dtype float32 or bfloat16, or '
+      'evals.inversion.targets=0.')):
+    eval_lib.check_config(c)
+  c.model.dtype = 'bfloat16'   # no loss scaling: the attacker's model computes as the client
+  evaluators.check_inversion(c, c.evals.inversion)
+  c.model.dtype, c.evals.inversion.targets = 'float16', 0   # off: nothing to refuse
+  eval_lib.check_config(c)
   c = _config(targets=1)
   c.evals.inversion.extra = 1
   with pytest.raises(ValueError, match=r'has fields .*extra.*; expected'):
