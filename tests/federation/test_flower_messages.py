@@ -149,3 +149,35 @@ def test_a_holders_refusal_is_its_own_line_and_another_error_names_its_node(kind
   other = apps.holder_error('round 0', 7, "<class 'KeyError'>:<'x'>")
   assert type(other) is RuntimeError
   assert str(other) == "round 0: node 7: <class 'KeyError'>:<'x'>"
+
+
+@pytest.mark.full   # FedPE's float32 case above checks the messages; this one the kept scale
+def test_a_float16_run_over_flower_messages_keeps_each_holders_loss_scale(holders_root,
+                                                                          tmp_path):
+  # Under float16 each holder keeps its loss scale in its private file between rounds
+  # (core/loss_scale.py), never sent: the run ends at the simulator's state, scales included.
+  float32 = grid_of(holders_root, str(tmp_path / 'state'))
+  run_config = dict(float32.run_config,
+                    overrides=float32.run_config['overrides'] + ' model.dtype=float16')
+  grid = loopback.LoopbackGrid(apps.client_app, {node: dict(context.node_config) for node, context
+                                                 in float32.contexts.items()}, run_config)
+  config = apps.load_config(grid.run_config['config'], grid.run_config['overrides'])
+  assert config.model.dtype == 'float16'
+  sim_config = config.copy_and_resolve_references()
+  del sim_config.evals.verification, sim_config.evals.identification
+  simulated, sim_metrics = direct.simulate(sim_config)
+  metrics = []
+  hook = hooks.Hook(after_round=lambda end: metrics.append(
+      jax.tree.map(np.asarray, end.metrics)))
+  trained, _ = apps.serve(grid, config, (hook,))
+  direct.assert_trees_equal(trained.state.server, simulated.server)
+  assert trained.state.clients == {}   # the scales stay with the holders
+  for k in range(direct.NUM_HOLDERS):
+    h = apps.holder_of(grid.contexts[103 - k])
+    kept = wire.load(holder.private_path(h.state_dir, direct.ROUNDS), h.agreement.private)
+    assert set(kept) == {'W', 'loss_scale'}
+    direct.assert_trees_equal(kept, jax.tree.map(lambda x, k=k: x[k], simulated.clients))
+  direct.assert_trees_equal(metrics, sim_metrics)
+  assert {'loss_scale/skipped_steps', 'loss_scale/scale'} <= set(sim_metrics[0])
+  for reply in grid.received[direct.NUM_HOLDERS:]:   # no scale in what a holder sends
+    assert not any('loss_scale' in name for name in reply.content.array_records['update'])
