@@ -12,7 +12,7 @@ XLA folds the scale into the draw's own last multiplications and moves the last 
 
 `batched_init(init)` compiles such an `init` in a fraction of the time, to the same bits. Behind
 one barrier per draw, XLA compiles one set of threefry and normal fusions per parameter (FedGPAD's
-network: 35 draws, 318 fusions, 7-10 s). `batched_init` traces `init` twice: the first pass
+network: 35 draws, 318 fusions, 7-10 s; ~4 s batched). `batched_init` traces `init` twice: the first pass
 records each draw and is discarded; the draws of one sampler and its arguments then run as one
 vmapped draw over their keys, at the group's longest length, and the second pass takes each
 parameter as the leading part of its row. With partitionable threefry (JAX's default), element i
