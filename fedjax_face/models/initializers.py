@@ -14,11 +14,11 @@ XLA folds the scale into the draw's own last multiplications and moves the last 
 one barrier per draw, XLA compiles one set of threefry and normal fusions per parameter (FedGPAD's
 network: 35 draws, 318 fusions, 7-10 s; ~4 s batched). `batched_init` traces `init` twice: the
 first pass records each draw and is discarded; the draws of one sampler and its arguments then
-run as one vmapped draw over their keys, at the group's longest length, and the second pass takes each
-parameter as the leading part of its row. With partitionable threefry (JAX's default), element i
-of a draw depends on its key and on i only (its counter is i: jax-ml/jax jax/_src/prng.py,
-`_threefry_random_bits_partitionable`, and the normal and truncated normal are element-wise over
-those bits), so that part is the parameter's own draw, bit for bit
+run as one vmapped draw over their keys, at the group's longest length, and the second pass
+takes each parameter as the leading part of its row. With partitionable threefry (JAX's default),
+element i of a draw depends on its key and on i only (its counter is i: jax-ml/jax
+jax/_src/prng.py, `_threefry_random_bits_partitionable`, and the normal and truncated normal are
+element-wise over those bits), so that part is the parameter's own draw, bit for bit
 (tests/models/test_initializers.py). The older threefry (`_threefry_random_bits_original`) pairs
 the counters of the draw's two halves, so its bits depend on the draw's length too.
 """
