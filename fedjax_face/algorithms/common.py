@@ -11,6 +11,7 @@ from fedjax_face.core import arrays, local, local_terms, loss_scale, precision
 from fedjax_face.data import preprocess
 from fedjax_face.models import starts
 from fedjax_face.models import heads
+from fedjax_face.models import initializers
 from fedjax_face.models import partial_fc
 
 
@@ -63,11 +64,13 @@ def head_kwargs(config) -> dict:
 def init_backbone(model, rng: jax.Array, image_shape: tuple[int, ...], train: bool = False):
   """Backbone variables (`params` and, if the model has BatchNorm, `batch_stats`).
 
-  Compiled as one program: eagerly, every layer's draws and forward operations compiled their
-  own (seconds per fresh process). The parameters are the eager ones to the last bit
-  (`models/initializers.py`; tests/models/test_initializers.py)."""
+  Compiled as one program, its parameter draws batched (`models/initializers.batched_init`):
+  eagerly, every layer's draws and forward operations compiled their own (seconds per fresh
+  process), and one draw at a time compiles one set of random-number fusions per parameter. The
+  parameters are the eager ones to the last bit (tests/models/test_initializers.py)."""
   zeros = jnp.zeros((1,) + tuple(image_shape), jnp.float32)
-  return dict(jax.jit(lambda key: model.init(key, zeros, train=train))(rng))
+  init = initializers.batched_init(lambda key: model.init(key, zeros, train=train))
+  return dict(jax.jit(init)(rng))
 
 
 def local_step(model, *, head_kwargs: dict, optimizer: optax.GradientTransformation,
