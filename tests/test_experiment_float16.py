@@ -7,7 +7,9 @@ scales in the last checkpoint's client states, and the compute dtype in results.
 and config.json's provenance ('auto' resolved: `run.resume.compute_dtype`).
 
 The full tier: that run stopped after round 2 and resumed ends bit for bit as the uninterrupted
-run (the scales and their counts of good steps in the client states included); one float16 runlocal run per family of local step (FedGC: common.local_step;
+run (the scales and their counts of good steps in the client states included), and so does a
+FedRep run on PAD, whose optimizer starts afresh each round while each data center keeps its
+scale in `RoundState.clients['loss_scale']`; one float16 runlocal run per family of local step (FedGC: common.local_step;
 FedFR: its client; FedGPAD: a PAD method; FedMA: its masked step; FedRep on PAD:
 partial_sharing.train_part; Ditto: two models), each with a finite loss every round and its
 skipped steps logged. The loss-scaling unit tests: tests/core/test_loss_scale.py,
@@ -31,21 +33,39 @@ from tests.test_experiment_precision import logged_scalars
 _ROUNDS = 3
 
 
-def _fedpe_keep():
-  config = config_files.load_config('fedpe')
+def _float16(name: str):
+  """`name`'s config in float16 for _ROUNDS rounds, every checkpoint kept, no evaluator (what is
+  checked is the training and the checkpoints)."""
+  config = config_files.load_config(name)
   config.model.dtype = 'float16'
   config.num_rounds = _ROUNDS
   config.checkpoint_keep = _ROUNDS
+  for kind in list(config.evals):
+    del config.evals[kind]
+  return config
+
+
+def _fedpe_keep():
+  config = _float16('fedpe')
   config.federated.client_optimizer_state = 'keep'
   # Smaller than runlocal, and the local steps in one scan (one step compiled, not two): the
   # driver's float16 run at about two thirds of runlocal's CPU time.
   config.model.width = 2
   config.model.embedding_dim = 8
   config.engine.step_mode = 'scan'
-  # No evaluator: what is checked is the training and the checkpoints.
-  for kind in list(config.evals):
-    del config.evals[kind]
   return config
+
+
+def _resumed_after_the_last_but_one_round(straight_run, config, tmp_path):
+  """The last round's checkpoint of `straight_run` resumed from the one before it."""
+  cut = tmp_path / 'cut'
+  shutil.copytree(straight_run, cut)
+  shutil.rmtree(cut / 'checkpoints' / str(_ROUNDS))
+  os.remove(cut / 'checkpoint_digests' / f'{_ROUNDS}.json')
+  os.remove(cut / 'results.json')
+  resumed = experiment.train_and_evaluate(config, str(cut))
+  assert resumed['timing']['resumed_from_round'] == _ROUNDS - 1
+  return saved_checkpoints.restore(cut, _ROUNDS)
 
 
 @pytest.fixture(scope='module')
@@ -78,15 +98,30 @@ def test_each_start_records_the_dtype_auto_resolved_to():
 
 @pytest.mark.full
 def test_a_resumed_float16_run_equals_the_uninterrupted_one(straight_run, tmp_path):
-  cut = tmp_path / 'cut'
-  shutil.copytree(straight_run, cut)
-  shutil.rmtree(cut / 'checkpoints' / str(_ROUNDS))
-  os.remove(cut / 'checkpoint_digests' / f'{_ROUNDS}.json')
-  os.remove(cut / 'results.json')
-  resumed = experiment.train_and_evaluate(_fedpe_keep(), str(cut))
-  assert resumed['timing']['resumed_from_round'] == _ROUNDS - 1
-  jax.tree.map(np.testing.assert_array_equal, saved_checkpoints.restore(cut, _ROUNDS),
+  jax.tree.map(np.testing.assert_array_equal,
+               _resumed_after_the_last_but_one_round(straight_run, _fedpe_keep(), tmp_path),
                saved_checkpoints.restore(straight_run, _ROUNDS))
+
+
+@pytest.mark.full
+def test_fedreps_kept_scales_are_checkpointed_and_a_resumed_run_equals_the_uninterrupted_one(
+    tmp_path):
+  """FedRep on PAD (`partial_sharing.train_part`, one scale carried through its head and body
+  phases) keeps each data center's scale in `RoundState.clients['loss_scale']` while its
+  optimizer starts afresh each round ('reset')."""
+  straight = tmp_path / 'straight'
+  experiment.train_and_evaluate(_float16('pad/fedrep'), str(straight))
+  for tag in ('train_loss', 'loss_scale/skipped_steps', 'loss_scale/scale'):
+    assert sorted(logged_scalars(str(straight), tag)) == list(range(1, _ROUNDS + 1)), tag
+  saved = saved_checkpoints.restore(straight, _ROUNDS)
+  scales = saved['clients']['loss_scale']
+  num_clients = _float16('pad/fedrep').federated.num_clients
+  assert np.shape(scales['scale']) == np.shape(scales['good_steps']) == (num_clients,)
+  assert np.all(np.asarray(scales['scale']) >= loss_scale.MIN_SCALE)
+  assert np.any(np.asarray(scales['scale']) != loss_scale.INITIAL_SCALE)   # kept, not restarted
+  jax.tree.map(np.testing.assert_array_equal,
+               _resumed_after_the_last_but_one_round(straight, _float16('pad/fedrep'), tmp_path),
+               saved)
 
 
 @pytest.mark.full

@@ -40,10 +40,12 @@ def grid_of(root: str, state_root: str) -> loopback.LoopbackGrid:
                                 + ':runlocal', 'overrides': overrides(root)})
 
 
-def test_fedpe_over_flower_messages_ends_at_the_simulators_state(holders_root, tmp_path):
-  grid = grid_of(holders_root, str(tmp_path / 'state'))
+def served_as_simulated(grid):
+  """Serves `grid`'s run and simulates the same config file with the same overrides; asserts
+  they end at the same server state, metrics and holders' private files. Returns (the served
+  run's privacy ledger, the simulated run, its metrics)."""
   config = apps.load_config(grid.run_config['config'], grid.run_config['overrides'])
-  # The simulator reads the same file with the same overrides; its evaluators need pair sets.
+  # The simulator's evaluators need pair sets.
   sim_config = config.copy_and_resolve_references()
   del sim_config.evals.verification, sim_config.evals.identification
   simulated, sim_metrics = direct.simulate(sim_config)
@@ -51,14 +53,20 @@ def test_fedpe_over_flower_messages_ends_at_the_simulators_state(holders_root, t
   hook = hooks.Hook(after_round=lambda end: metrics.append(
       jax.tree.map(np.asarray, end.metrics)))
   trained, ledger = apps.serve(grid, config, (hook,))
-  assert ledger is None   # no DP: no privacy part
   direct.assert_trees_equal(trained.state.server, simulated.server)
-  assert trained.state.clients == {}
+  assert trained.state.clients == {}   # what a holder keeps stays with it
   for k in range(direct.NUM_HOLDERS):
     h = apps.holder_of(grid.contexts[103 - k])
     kept = wire.load(holder.private_path(h.state_dir, direct.ROUNDS), h.agreement.private)
     direct.assert_trees_equal(kept, jax.tree.map(lambda x, k=k: x[k], simulated.clients))
   direct.assert_trees_equal(metrics, sim_metrics)
+  return ledger, simulated, sim_metrics
+
+
+def test_fedpe_over_flower_messages_ends_at_the_simulators_state(holders_root, tmp_path):
+  grid = grid_of(holders_root, str(tmp_path / 'state'))
+  ledger, simulated, sim_metrics = served_as_simulated(grid)
+  assert ledger is None   # no DP: no privacy part
   # What crossed to the server: per holder and round the model's arrays, every byte of them (the
   # ledger's figure), and the training metrics; no W_k (FedPE's "what crosses" test).
   model = wire.to_arrays({'model': simulated.server['model']})
@@ -161,23 +169,10 @@ def test_a_float16_run_over_flower_messages_keeps_each_holders_loss_scale(holder
                     overrides=float32.run_config['overrides'] + ' model.dtype=float16')
   grid = loopback.LoopbackGrid(apps.client_app, {node: dict(context.node_config) for node, context
                                                  in float32.contexts.items()}, run_config)
-  config = apps.load_config(grid.run_config['config'], grid.run_config['overrides'])
-  assert config.model.dtype == 'float16'
-  sim_config = config.copy_and_resolve_references()
-  del sim_config.evals.verification, sim_config.evals.identification
-  simulated, sim_metrics = direct.simulate(sim_config)
-  metrics = []
-  hook = hooks.Hook(after_round=lambda end: metrics.append(
-      jax.tree.map(np.asarray, end.metrics)))
-  trained, _ = apps.serve(grid, config, (hook,))
-  direct.assert_trees_equal(trained.state.server, simulated.server)
-  assert trained.state.clients == {}   # the scales stay with the holders
-  for k in range(direct.NUM_HOLDERS):
-    h = apps.holder_of(grid.contexts[103 - k])
-    kept = wire.load(holder.private_path(h.state_dir, direct.ROUNDS), h.agreement.private)
-    assert set(kept) == {'W', 'loss_scale'}
-    direct.assert_trees_equal(kept, jax.tree.map(lambda x, k=k: x[k], simulated.clients))
-  direct.assert_trees_equal(metrics, sim_metrics)
+  assert apps.load_config(grid.run_config['config'],
+                          grid.run_config['overrides']).model.dtype == 'float16'
+  _, simulated, sim_metrics = served_as_simulated(grid)
+  assert set(jax.tree.map(lambda x: x[0], simulated.clients)) == {'W', 'loss_scale'}
   assert {'loss_scale/skipped_steps', 'loss_scale/scale'} <= set(sim_metrics[0])
   for reply in grid.received[direct.NUM_HOLDERS:]:   # no scale in what a holder sends
     assert not any('loss_scale' in name for name in reply.content.array_records['update'])
