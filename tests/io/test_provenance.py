@@ -170,6 +170,12 @@ def save_round(workdir: str, step: int) -> None:
                           {'arrays': checkpoint.array_digests({'round': step}), 'run': None})
 
 
+def as_recorded(prov: dict) -> dict:
+  """`prov` as a start records it: with the dtype it computed in (these configs name none:
+  float32; run/resume.py `compute_dtype`)."""
+  return prov | {'compute_dtype': 'float32'}
+
+
 def open_run(workdir: str, config: dict, prov: dict, monkeypatch) -> dict:
   """Opens the run's Checkpointer at the provenance `prov`; returns config.json."""
   monkeypatch.setattr(provenance, 'collect', lambda: prov)
@@ -183,15 +189,16 @@ def test_config_json_records_the_start_and_each_resume_at_another_commit(tmp_pat
   a, b = fake_prov('a'), fake_prov('b')
   saved = open_run(workdir, config, a, monkeypatch)
   # The config's fields stay at the top level, the record beside them.
-  assert saved == config | {'provenance': {'start': a, 'resumed': []}}
+  assert saved == config | {'provenance': {'start': as_recorded(a), 'resumed': []}}
   save_round(workdir, 2)
   # Resumed at another commit (and extended): accepted, provenance being no config field.
   saved = open_run(workdir, config | {'num_rounds': 4}, b, monkeypatch)
-  assert saved['provenance'] == {'start': a, 'resumed': [b | {'from_round': 2}]}
+  assert saved['provenance'] == {'start': as_recorded(a),
+                                 'resumed': [as_recorded(b) | {'from_round': 2}]}
   assert saved['num_rounds'] == 4
   save_round(workdir, 4)
   saved = open_run(workdir, config | {'num_rounds': 4}, a, monkeypatch)
-  assert saved['provenance']['start'] == a
+  assert saved['provenance']['start'] == as_recorded(a)
   assert [r['from_round'] for r in saved['provenance']['resumed']] == [2, 4]
   # Another config is still refused, and config.json is left as it was.
   before = (tmp_path / 'config.json').read_text()
@@ -211,7 +218,8 @@ def test_a_config_json_from_before_provenance_still_resumes(tmp_path, monkeypatc
   save_round(workdir, 2)
   b = fake_prov('b')
   saved = open_run(workdir, config, b, monkeypatch)
-  assert saved == config | {'provenance': {'start': None, 'resumed': [b | {'from_round': 2}]}}
+  assert saved == config | {'provenance': {'start': None,
+                                           'resumed': [as_recorded(b) | {'from_round': 2}]}}
   assert checkpoint.config_commits(saved) == ['unrecorded', 'bbbbbbbbbbbb']
 
 
