@@ -34,9 +34,15 @@ def run_config(run):
   (dotted paths, each value parsed as the field's type)."""
   config = load_config(run.config, run.arg or None)
   for field, value in run.overrides:
-    *path, key = field.split('.')
-    section = config
-    for part in path:
-      section = section[part]
-    section[key] = type(section[key])(value)
+    set_field(config, field, value, parse=True)
   return config
+
+
+def set_field(config, field: str, value, parse: bool = False) -> None:
+  """Sets the dotted `field` ('head.sample_rate') of `config` to `value` (parsed as the field's
+  type when `parse`, as a command line's override is)."""
+  *path, key = field.split('.')
+  section = config
+  for part in path:
+    section = section[part]
+  section[key] = type(section[key])(value) if parse else value

@@ -298,8 +298,7 @@ def test_take_rows_and_put_rows_cut_and_write_only_the_class_rows():
 def test_refusals_name_the_fields_in_one_line(config_name, changes, message):
   config = config_files.load_config(config_name)
   for field, value in changes.items():
-    section, name = field.split('.')
-    config[section][name] = value
+    config_files.set_field(config, field, value)
   with pytest.raises(ValueError) as raised:
     heads.check_config(config)
   assert str(raised.value) == message
@@ -320,8 +319,7 @@ def test_refusals_name_the_fields_in_one_line(config_name, changes, message):
 def test_class_shard_refusals_name_the_fields_in_one_line(changes, message):
   config = config_files.load_config('pretrain', 'runlocal,class_shards=4')
   for field, value in changes.items():
-    section, name = field.split('.')
-    config[section][name] = value
+    config_files.set_field(config, field, value)
   with pytest.raises(UsageError) as raised:
     setup.validate(config)
   assert str(raised.value) == message
