@@ -72,10 +72,6 @@ def test_pad_configs_run_end_to_end(tmp_path, name, arg):
 ])
 def test_pad_config_errors_name_the_field(field, value, match):
   config = load_config('pad/fedgpad')
-  *path, key = field.split('.')
-  section = config
-  for part in path:
-    section = section[part]
-  section[key] = value
+  config_files.set_field(config, field, value)
   with pytest.raises(ValueError, match=match):
     experiment.validate(config)

@@ -43,8 +43,7 @@ load_config = config_files.load_config
 ])
 def test_non_finite_values_are_refused_at_start(tmp_path, field, value):
   config = load_config('fedgc')
-  section, key = field.split('.')
-  config[section][key] = value
+  config_files.set_field(config, field, value)
   with pytest.raises(ValueError, match=rf'config.{field}={value!r}; expected a finite'):
     experiment.train_and_evaluate(config, str(tmp_path / 'run'))
   assert not (tmp_path / 'run').exists()

@@ -115,8 +115,7 @@ def test_a_started_run_reads_the_method_part_of_a_wrapped_run():
 ])
 def test_block_config_errors_name_the_field(field, value, message):
   config = engine_cases.tiny_config('fedpe')
-  section, key = field.split('.')
-  config[section][key] = value
+  config_files.set_field(config, field, value)
   with pytest.raises(ValueError, match=message.replace('.', r'\.').replace('(', r'\(')):
     config_lib.validate(config)
 
