@@ -110,7 +110,8 @@ def test_a_loss_is_read_as_float16_from_its_program(dtype, expected):
 
 def _model(name: str, dtype: str):
   fields, shape = _TINY[name]
-  return models.build_backbone(ml_collections.ConfigDict(dict(fields, name=name, dtype=dtype))), shape
+  model = models.build_backbone(ml_collections.ConfigDict(dict(fields, name=name, dtype=dtype)))
+  return model, shape
 
 
 def _loss(model):
@@ -214,7 +215,7 @@ def _sgd_losses(dtype: str, steps: int = 3) -> list[float]:
   labels = jnp.asarray(np.arange(16) % 4)
   x = jnp.asarray(rng.normal(size=(16, 8, 8, 3)) * 0.5 + np.asarray(labels)[:, None, None, None]
                   * 0.25, jnp.float32)
-  variables = model.init(jax.random.PRNGKey(0), x, train=True)
+  variables = common.init_backbone(model, jax.random.PRNGKey(0), x.shape[1:], train=True)
   params = {'backbone': variables['params'],
             'classes': jnp.asarray(rng.normal(size=(16, 4)) * 0.1, jnp.float32)}
 
