@@ -89,10 +89,14 @@ def flat(tree) -> dict[str, np.ndarray]:
 
 def run_config():
   """A runlocal FedGC on vmap whose cohort (3 of 4 clients) is padded to the 4 devices: the
-  second process holds a padding row."""
+  second process holds a padding row. One local step: what is checked is how the rows are split
+  over processes, not the steps, and each unrolled step adds to programs every process compiles
+  (`plan_width`'s one-client program in both workers, the round, this process's reference); the
+  second step cost about 7 s of this file's CPU."""
   c = config_files.load_config('fedgc')
   c.engine.backend = 'vmap'
   c.federated.participation = 0.75
+  c.federated.local_steps = 1
   c.checkpoint_every = 0
   del c.evals.identification
   c.evals.verification.pair_sets = ('lfw',)
