@@ -92,7 +92,11 @@ def park(table: Table, root: str, extra: tuple, seeds: tuple[int, ...],
   or kept whole. Stop the sweep first: a running run is removed.
   `also_kept`: workdir -> what other tables keep of that run, where it is theirs too
   (`reproduce --park` passes them: FedFV Table 3's cosine histograms of the runs it shares with
-  Tables 1 and 2, and of no other run). Local paths only."""
+  Tables 1 and 2, and of no other run). Local paths only.
+  A table that shows a diverged run at its last accepted checkpoint (`Table.evaluate_diverged`)
+  has that checkpoint evaluated first (`evaluate_stopped_runs`): pruned, the run could not be."""
+  if table.evaluate_diverged:
+    evaluate_stopped_runs(table, root, extra, seeds)
   lines = []
   for run_dir, started_from in table_runs.table_workdirs(table, root, extra, seeds).items():
     if not os.path.isdir(run_dir):
@@ -112,6 +116,19 @@ def park(table: Table, root: str, extra: tuple, seeds: tuple[int, ...],
     if prune(run_dir, kept):
       lines.append(f'pruned to its archived files: {run_dir}')
   return lines
+
+
+def evaluate_stopped_runs(table: Table, root: str, extra: tuple, seeds: tuple[int, ...]) -> None:
+  """Evaluates the last accepted checkpoint of each of `table`'s runs in `root` that ended in an
+  error (`run.last_accepted`: once; a run the guard did not stop, or stopped before any
+  checkpoint, gets no evaluation), as making the table would, so that its record and
+  evaluation are kept when its checkpoints are not."""
+  for row in table.rows:
+    if not isinstance(row.run, Run):
+      continue
+    for seed in seeds:
+      if table_runs.failure(row.run, root, extra, seed) is not None:
+        table_runs.last_accepted(row.run, root, extra, seed, dry_run=False)
 
 
 def prune(directory: str, kept: set[str]) -> list[str]:

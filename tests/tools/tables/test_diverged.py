@@ -185,6 +185,25 @@ def test_park_keeps_the_evaluation_inside_its_folder(evaluated_sweep):
       'failed.json', 'last_accepted.json']
 
 
+def test_park_evaluates_a_stopped_run_before_its_checkpoints_go(tmp_path, monkeypatch):
+  # A sweep parked before its table was made: the evaluation the table needs is made first, and
+  # the parked root makes the same table as the evaluated sweep did, without checkpoints.
+  write_sweep(tmp_path)
+  fake = FakeEvaluate()
+  monkeypatch.setattr(table_runs.subprocess, 'run', fake)
+  archive.park(make_table(), str(tmp_path), (), (0,))
+  run_dir = tmp_path / STOPPED_RUN.name()
+  assert len(fake.commands) == 1 and not (run_dir / 'checkpoints').exists()
+  assert (run_dir / table_runs.LAST_ACCEPTED).exists()
+  parked = table_runs.run_all(make_table(), str(tmp_path), (), dry_run=True)
+  assert ('| noised (diverged at round 50: its round-40 checkpoint [1]) | 61.23 | — |'
+          in markdown.render(make_table(), parked, 'cmd').splitlines())
+  # A table that does not evaluate diverged runs parks without evaluating.
+  write_sweep(tmp_path / 'other')
+  archive.park(make_table(evaluate_diverged=False), str(tmp_path / 'other'), (), (0,))
+  assert len(fake.commands) == 1
+
+
 def test_a_run_stopped_before_its_first_checkpoint_is_marked_so(tmp_path, monkeypatch):
   write_sweep(tmp_path, checkpoints=())
   fake = FakeEvaluate()
