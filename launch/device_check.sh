@@ -77,12 +77,17 @@ run_part() {
     eval_and_fedfv) bench eval_and_fedfv 90 $(sections "'eval','one_per_client'") ;;
     ijb) bench ijb 90 $(sections "'ijb',") ;;
     backbone_training) bench backbone_training 120 $(sections "'backbone_training',") ;;
+    partial_fc) bench partial_fc 120 $(sections "'partial_fc',") ;;
+    # IResNet-50 images/s in float32 / bfloat16 / float16 beside PyTorch AMP where torch sees CUDA
+    # (issue 62), at arcface_torch's batch per GPU; prints its table into the log.
+    precision) part "precision" 150 python3 -m fedjax_face.tools.bench.precision \
+      --batch_size=128 --repeats=5 ;;
     engine_tests) part "engine tests" 200 python3 -m pytest -q -p no:cacheprovider \
       tests/core/test_engine.py ;;
     *) echo "== $1: no such part" | tee -a "$log" ;;
   esac
 }
-for name in ${PARTS:-rounds_fedgc rounds_fedfv rounds_large fedavg_cnn regularizer eval_and_fedfv ijb backbone_training engine_tests}; do
+for name in ${PARTS:-rounds_fedgc rounds_fedfv rounds_large fedavg_cnn regularizer eval_and_fedfv ijb backbone_training partial_fc precision engine_tests}; do
   run_part "$name"
 done
 echo "== done, $(left) s of the limit left" | tee -a "$log"
