@@ -22,10 +22,11 @@ def test_table_names_and_selection():
                    + ['fedfr1', 'fedfr2', 'fedfr_fig3', 'fedfr_fig4']
                    + ['pad1', 'pad3', 'pad5', 'pad6', 'pad7', 'pad8', 'pad9', 'pad10',
                       'pad_all_batch_norm', 'pad_fedma', 'pad_terms']
-                   + ['privacy1', 'privacy2', 'privacy3', 'privacy4', 'privacy6', 'privacy7'] + ['blocks1', 'blocks2']
+                   + ['privacy1', 'privacy2', 'privacy3', 'privacy4', 'privacy5', 'privacy6',
+                      'privacy7'] + ['blocks1', 'blocks2']
                    + ['personalization1', 'personalization3'])
   pending = set(reproduce.table_names(pending=True)) - set(names)
-  assert pending == {'privacy5', 'personalization2', 'personalization4', 'fedgc_scale',
+  assert pending == {'personalization2', 'personalization4', 'fedgc_scale',
                      'fedgc_scale_5seeds'}   # their
   # sweeps have not finished
   assert reproduce.select('fedgc4') == [('fedgc', 4)]
@@ -33,7 +34,7 @@ def test_table_names_and_selection():
   assert reproduce.select('fedfr_fig3') == [('fedfr', '_fig3')]
   assert reproduce.out_name('fedfr', '_fig3') == 'fedfr_fig3.md'
   assert reproduce.out_name('fedfr', 1) == 'fedfr_table1.md'
-  assert len(reproduce.select('all')) == 41
+  assert len(reproduce.select('all')) == 42
   with pytest.raises(app.UsageError, match=r"--table=fedfv5; expected one of \['fedgc1'"):
     reproduce.select('fedfv5')
 

@@ -166,6 +166,7 @@ TABLES = {
              'class rows (an upper bound).',
              titles=INVERSION_TITLES, column_digits=(2, 3, 2, 2, 2, 2, 2)),
     4: attacks.TABLES[4],   # what each method reveals, attacked: the FedGC setting
+    5: attacks.TABLES[5],   # and the FedFV setting
     6: attacks.TABLES[6],   # and face anti-spoofing
     7: Table('The HTER cost of subject-level DP-SGD inside each data center (O&C&I -> M)',
              'results', DP_SGD_COLUMNS,
@@ -178,11 +179,6 @@ TABLES = {
              'subject neighbours; "no DP-SGD" is the method\'s own run (balanced batches, '
              'train-mode BatchNorm); HTER and AUC in %.',
              titles=DP_SGD_TITLES, column_digits=(2, 2, 2, 2, 3), evaluate_diverged=True),
-}
-# Specified, their sweeps not finished (`fedjax_face.reproduce.tables_of`): each joins TABLES once
-# its runs are archived; docs/privacy.md names the command that resumes it.
-PENDING = {
-    5: attacks.TABLES[5],   # what each method reveals, attacked: the FedFV setting
 }
 
 
