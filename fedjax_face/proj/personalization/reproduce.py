@@ -178,6 +178,11 @@ TABLES = {
              tuple(Row(label, run, (None,) * len(COLUMNS)) for label, run in ROWS),
              'none (no paper compares these methods in this setting)', SETTING, titles=TITLES,
              orderings=_against_baselines(), own_orderings=True),
+    2: Table('Personalization baselines against FedPAD and FedGPAD (anti-spoofing, '
+             f'{pad_tables.ARROW[PROTOCOL]})', 'results', IN_DOMAIN + TARGET,
+             tuple(Row(label, run, (None,) * 5) for label, run in PAD_SHARED + PAD_BASELINES),
+             'none (no paper compares these methods in this setting)', PAD_SETTING,
+             titles=PAD_TITLES, orderings=_pad_orderings(), own_orderings=True),
     3: Table('The baselines at a larger step and a longer local schedule (recognition, one seed)',
              'results', COLUMNS,
              tuple(Row(label, run, (None,) * len(COLUMNS)) for label, run in SCHEDULE_ROWS),
@@ -188,11 +193,6 @@ TABLES = {
 # Tables whose sweeps have not finished (reproduce.py's `PENDING`): `--table` runs them; each
 # joins TABLES once its runs are archived.
 PENDING = {
-    2: Table('Personalization baselines against FedPAD and FedGPAD (anti-spoofing, '
-             f'{pad_tables.ARROW[PROTOCOL]})', 'results', IN_DOMAIN + TARGET,
-             tuple(Row(label, run, (None,) * 5) for label, run in PAD_SHARED + PAD_BASELINES),
-             'none (no paper compares these methods in this setting)', PAD_SETTING,
-             titles=PAD_TITLES, orderings=_pad_orderings(), own_orderings=True),
     4: Table('The baselines at their best schedule (lr 0.01, E = 4) against FedFR and the '
              'pre-trained model (recognition)', 'results', COLUMNS,
              tuple(Row(label, run, (None,) * len(COLUMNS)) for label, run in TUNED_ROWS),

@@ -41,7 +41,7 @@ def test_fedfr_is_judged_against_each_baseline_on_every_personalized_column():
 
 
 def test_the_anti_spoofing_table_stands_each_baseline_against_fedpad_and_fedgpad():
-  table = reproduce.PENDING[2]
+  table = reproduce.TABLES[2]
   for row in table.rows:
     experiment.validate(config_files.run_config(row.run))
   algorithms = {row.label: config_files.load_config(row.run.config, row.run.arg)
