@@ -1,7 +1,9 @@
 """The command line (main.py): bad input is one line on stderr naming the flag, field, file or path
 and what was expected, with exit status 2, found before any data is made or anything compiled;
-`-v 1` or FEDJAX_FACE_TRACEBACK=1 shows the traceback too (issue 32). Each case runs the real
-command in a subprocess."""
+`-v 1` or FEDJAX_FACE_TRACEBACK=1 shows the traceback too (issue 32). Each case runs the command
+in its own process, forked from one that has imported its dependencies (tests/forked_commands.py:
+the module run as __main__, its own exit status and stderr); a usage error and a traceback also
+come from `python -m fedjax_face.main` in a new interpreter, what a user runs."""
 
 import os
 import re
@@ -12,7 +14,7 @@ import pytest
 
 import fedjax_face
 from fedjax_face.core import xla_flags
-from tests import config_files
+from tests import config_files, forked_commands
 
 ROOT = config_files.ROOT
 CONFIG = 'configs/fedgc/fedgc.py:runlocal'
@@ -21,12 +23,22 @@ TRACEBACK_ENV = 'FEDJAX_FACE_TRACEBACK'
 RUNLOCAL = config_files.load_config('fedgc/fedgc')   # the values the messages quote
 
 
-def run_main(*args: str, env_update: dict | None = None) -> subprocess.CompletedProcess:
+def command_env(env_update: dict | None) -> dict:
+  """This process's environment less the switches under test, plus `env_update`."""
   env = {k: v for k, v in os.environ.items()
          if k not in ('XLA_FLAGS', xla_flags.OPT_OUT_ENV, TRACEBACK_ENV)}
-  env.update(env_update or {})
-  return subprocess.run([sys.executable, '-m', 'fedjax_face.main', *args], cwd=ROOT, env=env,
-                        capture_output=True, text=True, timeout=120)
+  return {**env, **(env_update or {})}
+
+
+def run_main(*args: str, env_update: dict | None = None) -> subprocess.CompletedProcess:
+  """`python -m fedjax_face.main *args` in a forked child (tests/forked_commands.py)."""
+  return forked_commands.run_module('fedjax_face.main', *args, env=command_env(env_update))
+
+
+def run_real_main(*args: str, env_update: dict | None = None) -> subprocess.CompletedProcess:
+  """`python -m fedjax_face.main *args` in a new interpreter."""
+  return subprocess.run([sys.executable, '-m', 'fedjax_face.main', *args], cwd=ROOT,
+                        env=command_env(env_update), capture_output=True, text=True, timeout=120)
 
 
 def error_line(out: subprocess.CompletedProcess) -> str:
@@ -152,10 +164,28 @@ def test_the_traceback_is_shown_on_request_with_the_line_last(tmp_path, case, sw
   args, expected = USAGE_ERRORS[case]
   flags_on = switch if isinstance(switch, list) else []
   env_on = switch if isinstance(switch, dict) else {}
-  out = run_main(f'--workdir={tmp_path}/run', *args, *flags_on, env_update=env_on)
+  assert_traceback_then_line(run_main(f'--workdir={tmp_path}/run', *args, *flags_on,
+                                      env_update=env_on), expected)
+
+
+def assert_traceback_then_line(out: subprocess.CompletedProcess, expected: str) -> None:
   assert out.returncode == 2
   assert 'Traceback (most recent call last)' in out.stderr
   assert out.stderr.rstrip().splitlines()[-1] == f'{PROG}: {expected}'
+
+
+# What a user sees: the real command in a new interpreter, for one usage error and one traceback.
+
+def test_the_command_a_user_runs_says_one_line(tmp_path):
+  args, expected = USAGE_ERRORS['wrong_type_int']
+  assert error_line(run_real_main(f'--workdir={tmp_path}/run', *args)) == expected
+  assert not (tmp_path / 'run').exists()
+
+
+def test_the_command_a_user_runs_shows_the_traceback_on_request(tmp_path):
+  args, expected = USAGE_ERRORS['negative_count']
+  assert_traceback_then_line(run_real_main(f'--workdir={tmp_path}/run', *args,
+                                           env_update={TRACEBACK_ENV: '1'}), expected)
 
 
 def test_the_traceback_switch_at_0_is_off(tmp_path):

@@ -1,16 +1,16 @@
 """No command overwrites or misreports a run, and every refusal is one line (issue 56): each case
 runs `fedjax_face.main` or `fedjax_face.evaluate` in this process (tests/main_in_process.py) and
 asserts exit status 2, the exact line, and that the workdir is byte for byte as it was (or was
-never made). Real processes only where a process is the point: a workdir another process holds,
-and an empty `--workdir` (whose outputs would land in the process's current directory)."""
+never made). Other processes only where a process is the point: a workdir another process holds,
+and an empty `--workdir` (whose outputs would land in the process's current directory); each is
+the command run in a child forked from a process that has imported its dependencies
+(tests/forked_commands.py), with its own current directory, exit status and stderr."""
 
 import errno
 import json
 import logging as pylogging
 import os
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -21,7 +21,7 @@ from fedjax_face.io import checkpoint, files
 from fedjax_face.tools.tables import run as table_runs
 from fedjax_face.run import results as run_results
 from fedjax_face.run import resume
-from tests import config_files, main_in_process, saved_checkpoints, torch_files
+from tests import config_files, forked_commands, main_in_process, saved_checkpoints, torch_files
 
 load_config = config_files.load_config
 CONFIG = 'configs/fedgc/fedgc.py:runlocal'
@@ -204,10 +204,9 @@ def test_evaluate_beside_a_training_process_writes_only_its_own_folder(tmp_path,
   workdir = copy_of(finished, tmp_path / 'run')
   before = saved_checkpoints.workdir_files(workdir)
   with files.workdir_lock(workdir):
-    out = subprocess.run(
-        [sys.executable, '-m', 'fedjax_face.evaluate', f'--config={CONFIG}',
-         f'--workdir={workdir}', f'--config.init_from={workdir}'],
-        cwd=config_files.ROOT, capture_output=True, text=True, timeout=300)
+    out = forked_commands.run_module('fedjax_face.evaluate', f'--config={CONFIG}',
+                                     f'--workdir={workdir}', f'--config.init_from={workdir}',
+                                     timeout=300)
   assert out.returncode == 0, out.stderr
   # Not one orbax "read only" warning on the way (issue 56 item 10).
   assert 'read only' not in out.stderr and 'read_only' not in out.stderr, out.stderr
@@ -235,11 +234,10 @@ def test_an_evaluation_in_progress_holds_its_folder(tmp_path, monkeypatch, capsy
 
 
 def test_an_empty_workdir_is_refused_and_nothing_lands_in_the_current_directory(tmp_path):
-  out = subprocess.run(
-      [sys.executable, '-m', 'fedjax_face.main',
-       f'--config={os.path.join(config_files.ROOT, "configs/fedgc/fedgc.py")}:runlocal',
-       '--workdir='],
-      cwd=tmp_path, capture_output=True, text=True, timeout=300)
+  out = forked_commands.run_module(
+      'fedjax_face.main',
+      f'--config={os.path.join(config_files.ROOT, "configs/fedgc/fedgc.py")}:runlocal',
+      '--workdir=', cwd=tmp_path, timeout=300)
   assert out.returncode == 2
   [line] = out.stderr.strip().splitlines()
   assert line.endswith("--workdir='' is empty; expected the run's directory, e.g. "

@@ -1,4 +1,8 @@
-"""The XLA CPU compiler defaults (core/xla_flags.py): set by the entry points, never on import."""
+"""The XLA CPU compiler defaults (core/xla_flags.py): set by the entry points, never on import.
+What an entry point does runs in a child forked from one that has imported jax without starting
+a backend (tests/forked_commands.py): each child's backend reads its own XLA_FLAGS when it
+starts, as a new interpreter's does (a test below shows it). What importing does is seen in a new
+interpreter: the forking process has imported everything already."""
 
 import os
 import subprocess
@@ -7,7 +11,7 @@ import sys
 import pytest
 
 from fedjax_face.core import xla_flags
-from tests import config_files
+from tests import config_files, forked_commands
 
 ROOT = config_files.ROOT
 # Every `python -m` entry point that runs JAX programs.
@@ -54,18 +58,34 @@ def test_apply_honours_the_opt_out():
   assert environ['XLA_FLAGS'].split() == list(xla_flags.cpu_defaults())
 
 
-def _flags_seen_by(code: str, env_update: dict) -> str:
+def _run_code(code: str, env_update: dict, new_interpreter: bool = False):
+  """`python -c code` without this process's XLA flags or opt-out: in a forked child, or in a new
+  interpreter."""
   env = {k: v for k, v in os.environ.items() if k not in ('XLA_FLAGS', xla_flags.OPT_OUT_ENV)}
   env.update(env_update)
-  out = subprocess.run([sys.executable, '-c', code], cwd=ROOT, env=env, capture_output=True,
-                       text=True, timeout=120, check=True)
+  if new_interpreter:
+    return subprocess.run([sys.executable, '-c', code], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+  return forked_commands.run_code(code, env=env)
+
+
+def _flags_seen_by(code: str, env_update: dict, new_interpreter: bool = False) -> str:
+  out = _run_code(code, env_update, new_interpreter)
+  assert out.returncode == 0, out.stderr
   return out.stdout.rpartition('XLA_FLAGS=')[2].strip()   # after any --help text
+
+
+def test_a_child_s_backend_reads_its_own_xla_flags_when_it_starts():
+  # Else every check below would pass on the flags the forking process had read already.
+  out = _run_code('import jax; jax.devices()', {'XLA_FLAGS': '--xla_no_such_flag=1'})
+  assert out.returncode != 0
+  assert 'Unknown flag in XLA_FLAGS: --xla_no_such_flag=1' in out.stderr, out.stderr
 
 
 def test_import_leaves_the_environment_alone():
   code = ('import os, fedjax_face, fedjax_face.experiment, jax; jax.devices(); '
           'print("XLA_FLAGS=" + os.environ.get("XLA_FLAGS", ""))')
-  assert _flags_seen_by(code, {}) == ''
+  assert _flags_seen_by(code, {}, new_interpreter=True) == ''
 
 
 @pytest.mark.parametrize('module', ENTRY_POINTS)
