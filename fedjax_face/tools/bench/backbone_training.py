@@ -29,18 +29,44 @@ from fedjax_face.tools.bench.common import measured, parse_engines
 from fedjax_face.tools.timing import measure
 
 
-def training_problem(s, seed: int, conv_gradient: str, dtype: str = 'float32'):
+def host_dense_params(rng: np.random.Generator, inputs: int, outputs: int) -> dict:
+  """`nn.Dense(outputs)`'s parameters at LeCun-normal scale (variance 1 / inputs, untruncated)
+  and a zero bias, drawn with NumPy: Flax's eager init compiled a truncated-normal draw (~1.5 s
+  of CPU in each process that trains a row), and what is timed does not depend on the values."""
+  kernel = rng.standard_normal((inputs, outputs)) / np.sqrt(inputs)
+  return {'params': {'kernel': jnp.asarray(kernel.astype(np.float32)),
+                     'bias': jnp.asarray(np.zeros(outputs, np.float32))}}
+
+
+def backbone(s, conv_gradient: str = 'xla', dtype: str = 'float32') -> nn.Module:
+  """The section's backbone (`s.model`, `s.dim`, `s.width`) computing in `dtype`."""
+  return models.build_backbone(ml_collections.ConfigDict(dict(
+      name=s.model, embedding_dim=s.dim, dtype=dtype, width=s.width)),
+                               conv_gradient=conv_gradient)
+
+
+def initial_variables(s, seed: int) -> dict:
+  """The backbone's starting variables as host arrays: drawn once here and handed to each engine
+  row's process, which would otherwise compile the init again (~1.5 s of CPU at runlocal size,
+  far more for IResNet-50). Neither the conv gradient nor the compute dtype changes them."""
+  return jax.device_get(common.init_backbone(backbone(s), jax.random.PRNGKey(seed),
+                                             (s.image_size, s.image_size, 3)))
+
+
+def training_problem(s, seed: int, conv_gradient: str, dtype: str = 'float32',
+                     variables: dict | None = None):
   """(params, batch_stats, optimizer, loss_fn(params, stats) -> (loss, updated variables)): the
   backbone in `dtype` with a float32 linear classifier on one fixed batch of random images and
-  labels, SGD with momentum; its convolutions' gradients as `conv_gradient` (models/conv.py)."""
-  model = models.build_backbone(ml_collections.ConfigDict(dict(
-      name=s.model, embedding_dim=s.dim, dtype=dtype, width=s.width)),
-                                conv_gradient=conv_gradient)
+  labels, SGD with momentum; its convolutions' gradients as `conv_gradient` (models/conv.py).
+  `variables`: the backbone's starting variables (`initial_variables`), or None to draw them."""
+  model = backbone(s, conv_gradient, dtype)
   head = nn.Dense(s.classes)
   size = s.image_size
-  variables = common.init_backbone(model, jax.random.PRNGKey(seed), (size, size, 3))
-  head_params = head.init(jax.random.PRNGKey(seed + 1), jnp.zeros((1, s.dim)))
-  params = {'backbone': variables['params'], 'head': head_params}
+  if variables is None:
+    variables = common.init_backbone(model, jax.random.PRNGKey(seed), (size, size, 3))
+  variables = jax.device_put(variables)
+  params = {'backbone': variables['params'],
+            'head': host_dense_params(np.random.default_rng(seed + 1), s.dim, s.classes)}
   rng = np.random.default_rng(seed)
   images = jnp.asarray(rng.uniform(-1, 1, (s.batch_size, size, size, 3)).astype(np.float32))
   labels = jnp.asarray(rng.integers(0, s.classes, s.batch_size))
@@ -54,10 +80,12 @@ def training_problem(s, seed: int, conv_gradient: str, dtype: str = 'float32'):
   return params, variables['batch_stats'], optax.sgd(0.1, momentum=0.9), loss_fn
 
 
-def engine_row(s, seed: int, timing: dict, conv_gradient: str) -> dict:
+def engine_row(s, seed: int, timing: dict, conv_gradient: str,
+               variables: dict | None = None) -> dict:
   """The backbone's jitted training step (forward, backward, SGD with momentum), its convolutions'
-  gradients as `conv_gradient` (models/conv.py) gives them."""
-  params, batch_stats, opt, loss_fn = training_problem(s, seed, conv_gradient)
+  gradients as `conv_gradient` (models/conv.py) gives them; `variables` as `training_problem`."""
+  params, batch_stats, opt, loss_fn = training_problem(s, seed, conv_gradient,
+                                                       variables=variables)
 
   @jax.jit
   def step(params, stats, opt_state):
@@ -65,7 +93,8 @@ def engine_row(s, seed: int, timing: dict, conv_gradient: str) -> dict:
     updates, opt_state = opt.update(grads, opt_state, params)
     return optax.apply_updates(params, updates), updated['batch_stats'], opt_state, loss
 
-  timed = measure(step, params, batch_stats, opt.init(params), **timing)
+  # One compiled init of the optimizer state, not a compiled zeros per parameter.
+  timed = measure(step, params, batch_stats, jax.jit(opt.init)(params), **timing)
   library = xla_flags.cpu_convolutions_in_effect() if jax.default_backend() == 'cpu' else None
   return measured({'name': f'engine (one jitted step), {library or "XLA"} convolutions, '
                            f'{conv_gradient} conv gradient',
@@ -73,22 +102,25 @@ def engine_row(s, seed: int, timing: dict, conv_gradient: str) -> dict:
                   s.batch_size, timed)
 
 
-def engine_row_on(library: str, s, seed: int, timing: dict, conv_gradient: str) -> dict:
+def engine_row_on(library: str, s, seed: int, timing: dict, conv_gradient: str,
+                  variables: dict) -> dict:
   """`engine_row` in a fresh process whose XLA CPU runs convolutions on `library`."""
   with concurrent.futures.ProcessPoolExecutor(
       1, mp_context=multiprocessing.get_context('spawn'),
       initializer=xla_flags.apply_cpu_convolutions, initargs=(library,)) as pool:
-    return pool.submit(engine_row, s, seed, timing, conv_gradient).result()
+    return pool.submit(engine_row, s, seed, timing, conv_gradient, variables).result()
 
 
 def engine_rows(s, seed: int, timing: dict) -> list[dict]:
   """One row per engine: on CPU each in its own process (the library is process-wide); off CPU
   in this one, once per gradient (the CPU library changes nothing there)."""
   engines = parse_engines(s.engines)
+  variables = initial_variables(s, seed)
   if jax.default_backend() != 'cpu':
     gradients = dict.fromkeys(gradient for _, gradient in engines)
-    return [engine_row(s, seed, timing, gradient) for gradient in gradients]
-  return [engine_row_on(library, s, seed, timing, gradient) for library, gradient in engines]
+    return [engine_row(s, seed, timing, gradient, variables) for gradient in gradients]
+  return [engine_row_on(library, s, seed, timing, gradient, variables)
+          for library, gradient in engines]
 
 
 # arcface_torch's IResNet name -> its stage depths.
