@@ -228,6 +228,7 @@ def runlocal(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   c.data.image_size = 8
   c.model.width = 2
   c.model.embedding_dim = 8
+  c.model.num_stages = 3   # the small CNN's own default, named so that a flag can set it
   b = c.bench
   b.map_widths = (2,)
   b.loop_threads = (1, 2)   # named, not 0: the same combinations on every machine

@@ -49,30 +49,21 @@ TINY = {
     # (n) without its PAD rows: the detector's compilation alone is ~8 s on a loaded 2-core
     # machine (`python -m fedjax_face.tools.bench --config=configs/bench.py:runlocal` has them).
     'bench.membership.pad_frames': (),
-    # (g)'s FedFV run and its jitted loops on a one-stage CNN (runlocal: 3 stages).
+    # The bench model and (g)'s FedFV run on a one-stage CNN (runlocal: 3 stages). What is
+    # checked (rows, counts, names, the sequential baseline's equality) holds at any depth, and
+    # the programs of (a)-(c), (e)-(g) and (l)-(n) compile in about 40 % less CPU.
+    'model.num_stages': 1,
     'bench.one_per_client.run.model.num_stages': 1,
 }
-# The bench model's conv stages. What is checked (rows, counts, names, the sequential baseline's
-# equality) holds at any depth, and the programs of (a)-(c), (e), (f) and (l)-(n) compile in
-# about 40 % less CPU with one stage than with the backbone's default 3 (~11 s of the fixture's
-# CPU with TINY's (g) field above). configs/bench.py names no `model.num_stages`, so no
-# `--config.` flag can set it: `tiny_config` and the command line's main add it to the config.
-MODEL_STAGES = 1
 NUM_DEVICES = 2
 
 _RUN_CLI = """
 import sys
-from absl import app, flags
+from absl import app
 from fedjax_face.tools.bench import __main__ as bench_main
 sys.argv = ['bench'] + {argv!r}
 bench_main.define_flags()
-
-def main(argv):
-  with flags.FLAGS.config.unlocked():
-    flags.FLAGS.config.model.num_stages = {stages!r}
-  bench_main.main(argv)
-
-app.run(main)
+app.run(bench_main.main)
 """
 
 
@@ -89,7 +80,6 @@ def tiny_config():
   config = load_config('runlocal')
   for field, value in TINY.items():
     override(config, field, value)
-  config.model.num_stages = MODEL_STAGES
   return config
 
 
@@ -100,8 +90,7 @@ def tiny_run(tmp_path_factory):
   out = tmp_path_factory.mktemp('bench')
   argv = ['--config=configs/bench.py:runlocal', f'--out={out}']
   argv += [f'--config.{k}={v if isinstance(v, str) else repr(v)}' for k, v in TINY.items()]
-  stdout = forced_devices.run(_RUN_CLI.format(argv=argv, stages=MODEL_STAGES),
-                              num_devices=NUM_DEVICES)
+  stdout = forced_devices.run(_RUN_CLI.format(argv=argv), num_devices=NUM_DEVICES)
   saved = json.loads((out / 'bench.json').read_text())
   return tiny_config(), saved, out, stdout
 
@@ -299,7 +288,7 @@ def loop_round_and_sequential(config, name: str):
 
 
 def test_sequential_baseline_does_the_loop_backends_work():
-  # The fixture's model (MODEL_STAGES) on runlocal's FedGC-like cohort: 4 clients x 2 steps.
+  # The fixture's model (TINY's one stage) on runlocal's FedGC-like cohort: 4 clients x 2 steps.
   config = tiny_config()
   state, new_state, model_avg, ws, ids = loop_round_and_sequential(config, 'fedgc')
   flat_engine, tree_engine = jax.tree.flatten(new_state.server['model'])
