@@ -7,8 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from fedjax_face import algorithms, experiment, models
-from fedjax_face.data import sources
+from fedjax_face import experiment
 from fedjax_face.run import setup as run_setup
 from tests import config_files, saved_checkpoints
 
@@ -23,13 +22,27 @@ def fedfr_pretraining(tmp_path_factory):
   return workdir, experiment.train_and_evaluate(load_config('pretrain'), str(workdir))
 
 
+def recorded_starts(monkeypatch) -> list:
+  """The round state each of the test's driver runs starts from (`run.setup.init_state`'s, before
+  any round), as host arrays: the very start the runs train from, not a copy rebuilt beside them."""
+  starts, init_state = [], run_setup.init_state
+
+  def recording(*args):
+    state = init_state(*args)
+    starts.append(jax.device_get(state))
+    return state
+
+  monkeypatch.setattr(run_setup, 'init_state', recording)
+  return starts
+
+
 def same_training(a, b) -> bool:
   """Whether two configs differ in their evaluators' sections alone."""
   strip = lambda c: {k: v for k, v in c.to_dict().items() if k != 'evals'}
   return strip(a) == strip(b)
 
 
-def test_fedfr_starts_from_its_pretraining_run(tmp_path, fedfr_pretraining):
+def test_fedfr_starts_from_its_pretraining_run(tmp_path, fedfr_pretraining, monkeypatch):
   # configs/fedfr/pretrain.py trains on the public identities only; FedFR starts from its final
   # backbone and class matrix (config.init_from) and runs every client over the private ones.
   pre_dir, pretrain = fedfr_pretraining
@@ -38,13 +51,11 @@ def test_fedfr_starts_from_its_pretraining_run(tmp_path, fedfr_pretraining):
   assert pre_state['server']['W'].shape[0] == 8   # K_g public identities
   config = load_config('fedfr')
   config.init_from = str(pre_dir)
-  _, fed = sources.training_views(config, sources.load(config), one_client=False)
-  model = models.build_backbone(config.model)
-  start = algorithms.get('fedfr').build(config, model, fed, step_mode='scan').init(
-      jax.random.PRNGKey(0), run_setup.warm_start(config))
+  starts = recorded_starts(monkeypatch)
+  results = experiment.train_and_evaluate(config, str(tmp_path / 'fedfr'))
+  start = starts[0]
   jax.tree.map(np.testing.assert_array_equal, start.server['model'], pre_state['server']['model'])
   np.testing.assert_array_equal(start.server['Phi'], pre_state['server']['W'])
-  results = experiment.train_and_evaluate(config, str(tmp_path / 'fedfr'))
   assert results['config_name'] == 'fedfr/cosface/balanced'
   assert 0.0 <= results['verification']['lfw']['accuracy'] <= 1.0
   # Table 1's personalized columns: the pre-trained model for every client, then each client's.
@@ -53,8 +64,11 @@ def test_fedfr_starts_from_its_pretraining_run(tmp_path, fedfr_pretraining):
   assert results['personalized']['clients'] == 4
   assert 'Personalized evaluation' in (tmp_path / 'fedfr' / 'report.md').read_text()
   # Each client's local model and DFC branch kept in host memory (engine.client_state='host'):
-  # the same rounds, and the personalized evaluation reads them from there.
+  # the same rounds, and the personalized evaluation reads them from there. The other
+  # evaluators score the global model alone, which the checkpoints compare, so they are left out.
   config.engine.client_state = 'host'
+  for kind in set(config.evals) - {'personalized'}:
+    del config.evals[kind]
   on_host = experiment.train_and_evaluate(config, str(tmp_path / 'fedfr_host'))
   assert on_host['personalized'] == results['personalized']
   rounds = config.num_rounds
@@ -92,22 +106,21 @@ def test_fig4_fedface_and_fedfr_start_from_the_scenarios_pretraining(tmp_path, i
 
 @pytest.mark.parametrize('name', ['ditto', 'apfl'])
 def test_ditto_and_apfl_start_from_the_pretraining_and_score_each_clients_model(tmp_path, name,
-                                                                               fedfr_pretraining):
+                                                                               fedfr_pretraining,
+                                                                               monkeypatch):
   # Ditto's and APFL's personal models start as the pre-trained model (v_k^0 = w^0, the
   # modules' readings); the personalized evaluation then scores each client's own model.
   pre_dir, _ = fedfr_pretraining
   pre_model = saved_checkpoints.restore(str(pre_dir), 4)['server']['model']
   config = load_config(f'fedfr/{name}')
   config.init_from = str(pre_dir)
-  _, fed = sources.training_views(config, sources.load(config), one_client=False)
-  start = algorithms.get(name).build(config, models.build_backbone(config.model), fed,
-                                     step_mode='scan').init(jax.random.PRNGKey(0),
-                                                            run_setup.warm_start(config))
-  personal = start.clients['personal']
-  personal = {'params': personal['params']['backbone'], 'batch_stats': personal['batch_stats']}
-  for k in range(fed.num_clients):
-    jax.tree.map(np.testing.assert_array_equal, jax.tree.map(lambda x: x[k], personal), pre_model)
+  starts = recorded_starts(monkeypatch)
   results = experiment.train_and_evaluate(config, str(tmp_path / name))
+  personal = starts[0].clients['personal']
+  personal = {'params': personal['params']['backbone'], 'batch_stats': personal['batch_stats']}
+  assert len(jax.tree.leaves(personal)[0]) == config.federated.num_clients
+  for k in range(config.federated.num_clients):
+    jax.tree.map(np.testing.assert_array_equal, jax.tree.map(lambda x: x[k], personal), pre_model)
   assert results['config_name'] == f'{name}/cosface/balanced'
   assert results['personalized']['model'] == 'personalized'
   assert results['personalized']['clients'] == 4
