@@ -2,7 +2,10 @@
 per workdir, a divergence guard, a full disk named at once, a corrupted checkpoint skipped for the
 newest good one, kill -9 at random points resumed to the uninterrupted result, and preemption
 (issue 18). Faults are done for real: bytes overwritten on disk, a real small filesystem, SIGKILL
-and SIGTERM to a real process.
+and SIGTERM to a real process. A process is the command run in a child forked from one that
+has imported its dependencies (tests/forked_commands.py: its own pid, exit status, stdout and
+stderr), except where the interpreter's own end is part of what is checked: the full disk's one
+line on stderr and the first SIGTERM stop run `python -m fedjax_face.main` in a new interpreter.
 
 The rules under them, with no run, are in tests/run/ and tests/io/test_checkpoint.py: no
 non-finite state checkpointed and the guard's stop (test_loop_and_hooks), every checkpoint bad,
@@ -32,7 +35,7 @@ from fedjax_face.io import files
 from fedjax_face.run.hooks import divergence
 from fedjax_face.run.hooks import preemption
 from fedjax_face.run import resume
-from tests import config_files, saved_checkpoints
+from tests import config_files, forked_commands, saved_checkpoints
 
 load_config = config_files.load_config
 
@@ -53,9 +56,9 @@ def test_a_second_process_on_the_same_workdir_is_refused(tmp_path):
   workdir = str(tmp_path)
   with files.workdir_lock(workdir):
     # Another process: refused with the holder's pid and host, and nothing of its own written.
-    out = subprocess.run([sys.executable, '-m', 'fedjax_face.main',
-                          '--config=configs/fedgc/fedgc.py:runlocal', f'--workdir={workdir}'],
-                         cwd=config_files.ROOT, capture_output=True, text=True, timeout=300)
+    out = forked_commands.run_module('fedjax_face.main',
+                                     '--config=configs/fedgc/fedgc.py:runlocal',
+                                     f'--workdir={workdir}', timeout=300)
     # A usage error: one line, exit status 2, found before the data is made.
     assert out.returncode == 2
     [line] = out.stderr.strip().splitlines()
@@ -187,7 +190,7 @@ def _config():
 
 @pytest.fixture(scope='module')
 def uninterrupted_workdir(tmp_path_factory):
-  """The workdir of the run none of the tests interrupt, as `_preempt_command` runs it
+  """The workdir of the run none of the tests interrupt, as the preemption test runs it
   (checkpoint_every=0: its results.json is the same command's; checkpoint_every and
   checkpoint_keep change no trained value)."""
   workdir = tmp_path_factory.mktemp('straight')
@@ -210,10 +213,10 @@ def test_kill_9_at_a_random_point_resumes_to_the_uninterrupted_result(tmp_path, 
   # The point: after round r's progress line, plus up to 0.4 s (through its checkpoint's write,
   # which runs in the background, or into the next round).
   after_round, delay = int(rng.integers(1, ROUNDS)), float(rng.uniform(0, 0.4))
-  proc = subprocess.Popen(
-      [sys.executable, '-m', 'fedjax_face.main', '--config=configs/fedgc/fedgc.py:runlocal',
-       f'--workdir={tmp_path}', f'--config.num_rounds={ROUNDS}'],
-      cwd=config_files.ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+  # No teardown follows a kill -9: a forked child dies as a new interpreter would.
+  proc = forked_commands.start_module(
+      'fedjax_face.main', '--config=configs/fedgc/fedgc.py:runlocal', f'--workdir={tmp_path}',
+      f'--config.num_rounds={ROUNDS}', timeout=300)
   try:
     for line in proc.stdout:
       if line.startswith(f'round {after_round}/'):
@@ -260,10 +263,10 @@ def test_a_corrupted_checkpoint_falls_back_to_the_newest_good_one(tmp_path, caps
 # status 75; the rerun of the same command ends where an uninterrupted run ends.
 
 
-def _preempt_command(workdir) -> list[str]:
-  return [sys.executable, '-m', 'fedjax_face.main', '--config=configs/fedgc/fedgc.py:runlocal',
-          f'--workdir={workdir}', f'--config.num_rounds={ROUNDS}',
-          '--config.checkpoint_every=0']
+def _preempt_args(workdir) -> list[str]:
+  """The flags of `python -m fedjax_face.main` that the preemption test runs."""
+  return ['--config=configs/fedgc/fedgc.py:runlocal', f'--workdir={workdir}',
+          f'--config.num_rounds={ROUNDS}', '--config.checkpoint_every=0']
 
 
 def _comparable(workdir) -> dict:
@@ -275,11 +278,16 @@ def _comparable(workdir) -> dict:
   return results
 
 
-def _signal_after(command, prefix: str, sig) -> tuple[subprocess.Popen, str, str]:
-  """Runs `command`, sends `sig` once a stdout line starts with `prefix`, and returns the process
-  (ended), its stdout and its stderr."""
-  proc = subprocess.Popen(command, cwd=config_files.ROOT, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True)
+def _signal_after(args, prefix: str, sig, new_interpreter: bool = False):
+  """Runs `python -m fedjax_face.main *args` (in a forked child, or a new interpreter), sends
+  `sig` once a stdout line starts with `prefix`, and returns the process (ended), its stdout and
+  its stderr."""
+  if new_interpreter:
+    proc = subprocess.Popen([sys.executable, '-m', 'fedjax_face.main', *args],
+                            cwd=config_files.ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+  else:
+    proc = forked_commands.start_module('fedjax_face.main', *args, timeout=300)
   lines = []
   try:
     for line in proc.stdout:
@@ -310,8 +318,9 @@ def test_sigint_is_taken_as_sigterm_is():
 def test_a_signal_mid_round_then_one_at_the_final_evaluation_and_the_reruns_end_as_uninterrupted(
     tmp_path, uninterrupted_workdir, uninterrupted, sig):
   # Sent while round 3 trains (round 2's line is printed after it, as round 3 starts): before,
-  # the process died at once and, with checkpoint_every=0, every round was lost.
-  proc, _, err = _signal_after(_preempt_command(tmp_path), 'round 2/', sig)
+  # the process died at once and, with checkpoint_every=0, every round was lost. This process is
+  # a new interpreter, what a user runs: its exit status and last line come after its teardown.
+  proc, _, err = _signal_after(_preempt_args(tmp_path), 'round 2/', sig, new_interpreter=True)
   assert proc.returncode == 75, err[-3000:]
   line = err.splitlines()[-1]
   match = re.fullmatch(rf'{sig.name}: stopped after round (\d) of 8 \(checkpoint '
@@ -326,7 +335,7 @@ def test_a_signal_mid_round_then_one_at_the_final_evaluation_and_the_reruns_end_
   # The rerun resumes and trains to the end; SIGTERM at its final evaluation leaves no partial
   # results, the last round's checkpoint (the uninterrupted run's, bit for bit) beside the one
   # before it (checkpoint_keep=2), and one line.
-  proc, out, err = _signal_after(_preempt_command(tmp_path), 'evaluating the model of round 8',
+  proc, out, err = _signal_after(_preempt_args(tmp_path), 'evaluating the model of round 8',
                                  signal.SIGTERM)
   assert f'resumed from round {reached} in {tmp_path}' in out
   assert proc.returncode == 75, err[-3000:]
@@ -339,8 +348,7 @@ def test_a_signal_mid_round_then_one_at_the_final_evaluation_and_the_reruns_end_
                uninterrupted)
   # The rerun after that evaluates: nothing trained, and the training metrics are those of the
   # earlier processes' rounds, so results.json is the uninterrupted run's.
-  rerun = subprocess.run(_preempt_command(tmp_path), cwd=config_files.ROOT, capture_output=True,
-                         text=True, timeout=300)
+  rerun = forked_commands.run_module('fedjax_face.main', *_preempt_args(tmp_path), timeout=300)
   assert rerun.returncode == 0, rerun.stderr[-3000:]
   assert not [l for l in rerun.stdout.splitlines() if l.startswith('round ')], rerun.stdout
   assert _comparable(tmp_path) == _comparable(uninterrupted_workdir)

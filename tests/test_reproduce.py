@@ -1,9 +1,9 @@
-"""`python -m fedjax_face.reproduce`: table names, the command end to end on finished runs."""
+"""`python -m fedjax_face.reproduce`: table names, the command end to end on finished runs (each
+command in a child forked from a process that has imported its dependencies,
+tests/forked_commands.py: its own process, flags, exit status, stdout and stderr)."""
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 from absl import app
@@ -13,7 +13,7 @@ from fedjax_face.proj.fedgc import reproduce as fedgc_tables
 from fedjax_face.tools.tables import markdown
 from fedjax_face.tools.tables import run as table_runs
 from fedjax_face.tools.tables import spec
-from tests import config_files
+from tests import config_files, forked_commands
 
 
 def test_table_names_and_selection():
@@ -38,6 +38,11 @@ def test_table_names_and_selection():
     reproduce.select('fedfv5')
 
 
+def reproduce_command(*args: str):
+  """`python -m fedjax_face.reproduce *args` from the repository's root."""
+  return forked_commands.run_module('fedjax_face.reproduce', *args)
+
+
 def test_command_line_dry_run_with_seeds(tmp_path):
   """The program end to end (flags included) on finished runs: no training is started."""
   fedpe = fedgc_tables._fedpe()  # pylint: disable=protected-access
@@ -46,9 +51,9 @@ def test_command_line_dry_run_with_seeds(tmp_path):
     workdir.mkdir()
     (workdir / 'results.json').write_text(json.dumps({'verification': {'lfw': {'accuracy': acc}}}))
   out_file = tmp_path / 'table4.md'
-  cmd = [sys.executable, '-m', 'fedjax_face.reproduce', '--table=fedgc4', f'--root={tmp_path}',
-         '--seeds=0,1', '--dry_run', f'--out={out_file}']
-  proc = subprocess.run(cmd, cwd=config_files.ROOT, capture_output=True, text=True, check=True)
+  args = ['--table=fedgc4', f'--root={tmp_path}', '--seeds=0,1', '--dry_run', f'--out={out_file}']
+  proc = reproduce_command(*args)
+  assert proc.returncode == 0, proc.stderr
   text = out_file.read_text()
   assert text in proc.stdout
   assert '| FedPE | 85.00 ± 7.07 | 94.77 |' in text and '| FedGC | — | 98.40 |' in text
@@ -56,18 +61,17 @@ def test_command_line_dry_run_with_seeds(tmp_path):
   assert '--dry_run' not in text   # the footnote names the command that makes the table
   # Runs archived before provenance was recorded are one label, and the table says so.
   assert '\ncommit: unrecorded (runs made before provenance was recorded)\n' in text
-  for args, message in ((['--table=fedgc13'], '--table=fedgc13; expected one of'),
+  for bad_args, message in ((['--table=fedgc13'], '--table=fedgc13; expected one of'),
                         (['--table=fedfv', f'--out={out_file}'], '--out names one file but '
                          '--table=fedfv is 4 tables'),
                         (['--table=fedgc1', '--seeds=0,0'], '--seeds=0,0; expected distinct')):
-    bad = subprocess.run(cmd[:3] + args + [f'--root={tmp_path}', '--dry_run'],
-                         cwd=config_files.ROOT, capture_output=True, text=True)
-    assert bad.returncode != 0 and message in bad.stderr + bad.stdout, args
+    bad = reproduce_command(*bad_args, f'--root={tmp_path}', '--dry_run')
+    assert bad.returncode != 0 and message in bad.stderr + bad.stdout, bad_args
   # --park trains nothing and leaves each ended run its archived files (tables/archive.py:park).
   seed_0 = tmp_path / fedpe.name(spec.seed_overrides((), 0))
   (seed_0 / 'checkpoints').mkdir()
-  parked = subprocess.run(cmd[:3] + ['--table=fedgc4', f'--root={tmp_path}', '--seeds=0', '--park'],
-                          cwd=config_files.ROOT, capture_output=True, text=True, check=True)
+  parked = reproduce_command('--table=fedgc4', f'--root={tmp_path}', '--seeds=0', '--park')
+  assert parked.returncode == 0, parked.stderr
   assert parked.stdout == f'fedgc4: pruned to its archived files: {seed_0}\n'
   assert [p.name for p in seed_0.iterdir()] == ['results.json']
 
@@ -81,15 +85,15 @@ def test_command_line_refuses_a_table_of_mixed_commits_unless_allowed(tmp_path):
               'provenance': {'git': {'commit': commit * 40, 'dirty': False, 'version': None}}}
     (workdir / 'results.json').write_text(json.dumps(result))
   out_file = tmp_path / 'table4.md'
-  cmd = [sys.executable, '-m', 'fedjax_face.reproduce', '--table=fedgc4', f'--root={tmp_path}',
-         '--seeds=0,1,2', '--dry_run', f'--out={out_file}']
-  refused = subprocess.run(cmd, cwd=config_files.ROOT, capture_output=True, text=True)
+  args = ['--table=fedgc4', f'--root={tmp_path}', '--seeds=0,1,2', '--dry_run',
+          f'--out={out_file}']
+  refused = reproduce_command(*args)
   assert refused.returncode == 1 and not out_file.exists()
   assert refused.stderr.strip().splitlines()[-1] == (
       '--table=fedgc4: the runs come from 2 commits: bbbbbbbbbbbb (2 runs), aaaaaaaaaaaa (1 run); '
       'rerun them at one commit, or pass --allow_mixed_commits to make the table anyway.')
-  allowed = subprocess.run(cmd + ['--allow_mixed_commits'], cwd=config_files.ROOT,
-                           capture_output=True, text=True, check=True)
+  allowed = reproduce_command(*args, '--allow_mixed_commits')
+  assert allowed.returncode == 0, allowed.stderr
   text = out_file.read_text()
   assert text in allowed.stdout and '| FedPE | 80.00 ± 0.00 | 94.77 |' in text
   assert ('\ncommits (mixed, --allow_mixed_commits): bbbbbbbbbbbb (2 runs), aaaaaaaaaaaa (1 run)\n'

@@ -3,13 +3,13 @@
 module's writers; each bad input stopped with its error; the species the 'fedgpad' `_print` /
 `_video` lists give their attack frames, and the codes `PadSet.attack` gets from them; the
 protocol strings beside the archived run names; and the embedded benchmark exported by
-`tools/export_pad.py` in each layout trains bit for bit as the in-memory run."""
+`tools/export_pad.py` in each layout trains bit for bit as the in-memory run; its command line
+runs in a child forked from a process that has imported its dependencies
+(tests/forked_commands.py)."""
 
 import json
 import os
 import re
-import subprocess
-import sys
 import types
 
 import numpy as np
@@ -23,7 +23,8 @@ from fedjax_face.data.sources import pad_lists as pad_lists_source
 from fedjax_face.data.synthetic.pad_benchmark import ATTACKS
 from fedjax_face.eval.pad import evaluators as pad_evaluators
 from fedjax_face.tools import export_pad
-from tests.config_files import ROOT, config_path, load_config
+from tests import forked_commands
+from tests.config_files import config_path, load_config
 
 
 # -- fixtures written with the layouts' writers ------------------------------------------------
@@ -600,10 +601,11 @@ def test_mcio_export_needs_two_frames_a_video(tmp_path):
 
 
 def test_the_export_command_prints_the_flags_that_read_it_back(tmp_path):
-  out = subprocess.run(
-      [sys.executable, '-m', 'fedjax_face.tools.export_pad', '--layout=ssdg',
-       f'--config={config_path("pad/fedpad")}:runlocal', f'--out={tmp_path}'],
-      capture_output=True, text=True, check=True, cwd=ROOT).stdout
+  command = forked_commands.run_module(
+      'fedjax_face.tools.export_pad', '--layout=ssdg',
+      f'--config={config_path("pad/fedpad")}:runlocal', f'--out={tmp_path}')
+  assert command.returncode == 0, command.stderr
+  out = command.stdout
   assert out.startswith('--config.data.source=pad_lists \\\n')
   assert f'--config.data.pad_lists.target_root={tmp_path}/M' in out
   assert sorted(os.listdir(tmp_path / 'O')) == ['depth', 'test', 'test_label.json', 'train',

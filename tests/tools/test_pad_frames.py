@@ -1,12 +1,12 @@
 """tools/pad_frames.py and data/formats/pad_videos.py on videos the tests encode themselves
 (PyAV, lossless codecs, so every decoded frame is the frame written): the sampling rules, the
-three box sources, each layout read back by its reader, and every bad input named."""
+three box sources, each layout read back by its reader, and every bad input named. The command
+line runs in a child forked from a process that has imported its dependencies
+(tests/forked_commands.py: its own process, flags, exit status, stdout and stderr)."""
 
 import csv
 import json
 import os
-import subprocess
-import sys
 
 import av
 import numpy as np
@@ -17,7 +17,7 @@ from fedjax_face.data.formats import pad_lists
 from fedjax_face.data.formats import pad_videos
 from fedjax_face.data.formats.pad_videos import PadVideoError
 from fedjax_face.tools import pad_frames
-from tests import config_files
+from tests import forked_commands
 
 H, W, SIZE = 24, 32, 16
 # (path, live, frames, container codec): CASIA-like names, one of each container.
@@ -247,16 +247,14 @@ def test_an_existing_split_is_not_overwritten(videos, tmp_path):
 
 
 def test_the_command_line_shows_progress_and_names_a_bad_input_in_one_line(videos, tmp_path):
-  command = [sys.executable, '-m', 'fedjax_face.tools.pad_frames',
-             f'--videos={videos / "videos.txt"}', f'--out={tmp_path / "O"}', '--layout=fedgpad',
-             '--split=train', '--size=16']
-  out = subprocess.run(command, cwd=config_files.ROOT, capture_output=True, text=True,
-                       timeout=120)
+  flags = [f'--out={tmp_path / "O"}', '--layout=fedgpad', '--split=train', '--size=16']
+  out = forked_commands.run_module('fedjax_face.tools.pad_frames',
+                                   f'--videos={videos / "videos.txt"}', *flags)
   assert out.returncode == 0, out.stderr
   assert '4/4 videos, 4 frames' in out.stderr
   assert out.stdout.startswith('4 videos -> 4 frames; lists: ')
-  bad = subprocess.run(command[:3] + [f'--videos={_bad_list(videos, "x.avi 3")}'] + command[4:],
-                       cwd=config_files.ROOT, capture_output=True, text=True, timeout=120)
+  bad = forked_commands.run_module('fedjax_face.tools.pad_frames',
+                                   f'--videos={_bad_list(videos, "x.avi 3")}', *flags)
   assert bad.returncode == 1
   assert bad.stderr.strip().splitlines() == [
       f"pad_frames: {videos / 'bad.txt'}:1: label '3'; expected 1 (live) or 0 (attack)."]
@@ -271,12 +269,11 @@ def test_an_error_after_progress_starts_on_its_own_line(videos, tmp_path):
   with pytest.raises(PadVideoError) as error:
     pad_frames.extract(str(listed), str(tmp_path / 'quiet'), layout='fedgpad', split='train',
                        size=SIZE, progress=False)
-  out = subprocess.run(
-      [sys.executable, '-m', 'fedjax_face.tools.pad_frames', f'--videos={listed}',
-       f'--out={tmp_path / "O"}', '--layout=fedgpad', '--split=train', f'--size={SIZE}'],
-      cwd=config_files.ROOT, capture_output=True, timeout=120)   # bytes: '\r' kept as is
-  stderr = out.stderr.decode()
-  assert out.returncode == 1 and out.stdout == b''
+  out = forked_commands.run_module(   # its text as written: '\r' kept as is
+      'fedjax_face.tools.pad_frames', f'--videos={listed}', f'--out={tmp_path / "O"}',
+      '--layout=fedgpad', '--split=train', f'--size={SIZE}')
+  stderr = out.stderr
+  assert out.returncode == 1 and out.stdout == ''
   progress, line, end = stderr.split('\n')
   assert progress.endswith('] 2/3 videos, 2 frames'), stderr
   assert progress.count('\r[') == 2, stderr

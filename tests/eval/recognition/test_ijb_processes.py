@@ -1,16 +1,18 @@
 """IJB-B/C in a real process (issue 56, items 9 and 10): a bad meta file stops `fedjax_face.main`
 with one line and exit status 2 before the workdir is made, and the evaluation's image workers
-die with the process that made them, however it dies (kill -9 included)."""
+die with the process that made them, however it dies (kill -9 included). That process is a
+`python -c` script run in a child forked from one that has imported its dependencies
+(tests/forked_commands.py): its own pid, stdout and exit status, its workers its own children
+(spawned: new interpreters)."""
 
 import os
 import signal
-import subprocess
 import sys
 import time
 
 import pytest
 
-from tests import config_files, ijb_files, main_in_process
+from tests import forked_commands, ijb_files, main_in_process
 
 CONFIG = 'configs/fedgc/fedgc.py:runlocal'
 GONE_WITHIN_S = 5.0   # the prctl signal is at once; the fallback polls every PARENT_POLL_S (0.5 s)
@@ -50,8 +52,7 @@ def _kill_and_wait_for(script: str, *args: str) -> dict:
   """Runs `script` (python -c) until it prints its workers' pids, kill -9s it, and returns each
   worker's state GONE_WITHIN_S seconds later, or as soon as all are gone. A survivor is killed
   before the test fails."""
-  proc = subprocess.Popen([sys.executable, '-c', script, *args], cwd=config_files.ROOT,
-                          stdout=subprocess.PIPE, text=True)
+  proc = forked_commands.start_code(script, *args, timeout=300)
   try:
     line = proc.stdout.readline()
     pids = [int(p) for p in line.split()]
@@ -61,6 +62,7 @@ def _kill_and_wait_for(script: str, *args: str) -> dict:
     proc.wait(timeout=30)
   finally:
     proc.kill()
+    proc.wait(timeout=30)
   deadline = time.monotonic() + GONE_WITHIN_S
   while time.monotonic() < deadline and any(_state(p) not in ('gone', 'Z') for p in pids):
     time.sleep(0.1)
@@ -122,6 +124,5 @@ def test_a_worker_whose_parent_is_already_gone_ends_at_once():
   # initializer ends the worker itself. Here the "parent" is a pid that is not this one's.
   script = ('import os\nfrom fedjax_face.eval.recognition import ijb\n'
             'ijb.die_with_parent(os.getppid() + 1)\nprint("still here")\n')
-  out = subprocess.run([sys.executable, '-c', script], cwd=config_files.ROOT, capture_output=True,
-                       text=True, timeout=120)
+  out = forked_commands.run_code(script)
   assert out.returncode == 1 and 'still here' not in out.stdout, out
