@@ -47,6 +47,8 @@ def problem():
 
 
 _GRAD = jax.jit(jax.grad(_loss, has_aux=True))
+# The grouping jitted, as a training step runs it: one program per loss, not each op on its own.
+_GROUP_GRADS = jax.jit(dp_sgd.group_grads, static_argnames=('loss_fn', 'chunk'))
 
 
 def _loop_grads(params, batch, ids):
@@ -64,7 +66,7 @@ def grouped(problem):
   """(each subject's gradient and terms by the grouping, the same by the loop), computed once."""
   params, batch, ids = problem
   groups = dp_sgd.group_indices(ids, NUM_GROUPS)
-  return dp_sgd.group_grads(_loss, params, batch, groups), _loop_grads(params, batch, ids)
+  return _GROUP_GRADS(_loss, params, batch, groups), _loop_grads(params, batch, ids)
 
 
 def test_group_gradients_equal_a_loop_over_subjects(problem, grouped):
@@ -106,11 +108,11 @@ def test_per_example_gradients_summed_by_segment_equal_group_gradients(problem):
     h = jnp.tanh(b['x'] @ p['w'] + p['b'])
     return jnp.sum(jnp.sum(jnp.square(h - b['y'][:, None]), axis=1) * b['mask']), {}
   frames = jnp.arange(ids.shape[0]).reshape(-1, 1)
-  per_frame, _ = dp_sgd.group_grads(summed, params, batch, frames)
+  per_frame, _ = _GROUP_GRADS(summed, params, batch, frames)
   by_segment = jax.tree.map(lambda g: jax.ops.segment_sum(g, ids, NUM_GROUPS), per_frame)
   # chunk=2: the lax.map of vmaps over 2 subjects at a time gives the same values.
-  by_group, _ = dp_sgd.group_grads(summed, params, batch, dp_sgd.group_indices(ids, NUM_GROUPS),
-                                   chunk=2)
+  by_group, _ = _GROUP_GRADS(summed, params, batch, dp_sgd.group_indices(ids, NUM_GROUPS),
+                             chunk=2)
   for name in params:
     np.testing.assert_allclose(by_segment[name], by_group[name], rtol=1e-5, atol=1e-6)
 
