@@ -188,11 +188,6 @@ TABLES = {
              tuple(Row(label, run, (None,) * len(COLUMNS)) for label, run in SCHEDULE_ROWS),
              'none (a check of our baselines, no paper reports it)', SCHEDULE_SETTING,
              titles=TITLES, own_orderings=True),
-}
-
-# Tables whose sweeps have not finished (reproduce.py's `PENDING`): `--table` runs them; each
-# joins TABLES once its runs are archived.
-PENDING = {
     4: Table('The baselines at their best schedule (lr 0.01, E = 4) against FedFR and the '
              'pre-trained model (recognition)', 'results', COLUMNS,
              tuple(Row(label, run, (None,) * len(COLUMNS)) for label, run in TUNED_ROWS),

@@ -82,7 +82,7 @@ def test_the_schedule_table_varies_only_the_step_and_the_local_epochs():
 
 
 def test_the_tuned_table_reuses_table_3_s_runs_and_judges_against_fedfr_and_the_start():
-  table, schedules = reproduce.PENDING[4], reproduce.TABLES[3]
+  table, schedules = reproduce.TABLES[4], reproduce.TABLES[3]
   runs = {row.label: row.run for row in table.rows}
   assert list(runs)[:2] == ['pre-trained (public identities)', 'FedFR']
   assert runs['FedFR'] == reproduce.FEDFR_RUN and runs['pre-trained (public identities)'] == (
