@@ -88,11 +88,8 @@ def one_stage(**fields):
   small CNN. The codecs act on every parameter leaf alike, whatever the depth (BatchNorm's
   statistics included), and each leaf is coded by its own ops: the coded client programs compile
   in about half the time of the three stages'."""
-  def configure(config):
-    config.model.num_stages = 1
-    for key, value in fields.items():
-      config.compression[key] = value
-  return configure
+  return engine_cases.set_fields(model__num_stages=1,
+                                 **{f'compression__{key}': value for key, value in fields.items()})
 
 
 @pytest.fixture(scope='module')
