@@ -31,7 +31,9 @@ VERDICT_RULE = ('Reproduced: the ordering holds in every seed asked for, and the
                 'ordering and column judged on one docs/<paper>.md, all of its tables together '
                 '(BH-adjusted p ≤ 0.05). Reversed: the same for the opposite ordering, also in '
                 'every seed. Otherwise within noise; where the test alone decided otherwise, the '
-                'line says so. A seed without a value (not run, failed or diverged) counts '
+                'line says so. Where every seed gives the same nonzero margin, t is undefined '
+                '(no spread): p is then the exact sign-flip test\'s, 2^-n (0.125 for 3 seeds, '
+                '0.031 for 5). A seed without a value (not run, failed or diverged) counts '
                 'against the ordering; one seed gives no noise estimate: not tested (one seed).')
 
 
@@ -84,10 +86,19 @@ def t_critical(n: int) -> float:
 
 def one_sided_p(t: float, n: int) -> float:
   """P(T ≥ |t|) for Student's T with n - 1 degrees of freedom: the p-value on the side the
-  seeds' mean falls (0 for an infinite t, 0.5 for t = 0), so that p < SIGNIFICANCE is exactly
-  |t| above `t_critical(n)`."""
+  seeds' mean falls (0.5 for t = 0), so that p < SIGNIFICANCE is exactly |t| above
+  `t_critical(n)`. An infinite t (every seed the same nonzero margin) has no spread to weigh the
+  mean against, and Student's p of 0 would take a metric that moves in steps (a TAR over few
+  pairs, an HTER over whole videos) landing on the same step for a certainty: its p is the exact
+  sign-flip test's, `sign_flip_p(n)`."""
   from scipy import stats  # pylint: disable=g-import-not-at-top
-  return 0.0 if math.isinf(t) else float(stats.t.sf(abs(t), n - 1))
+  return sign_flip_p(n) if math.isinf(t) else float(stats.t.sf(abs(t), n - 1))
+
+
+def sign_flip_p(n: int) -> float:
+  """The one-sided p of n paired margins all on one side under the exact sign-flip test (each
+  margin's sign a fair coin under no effect): 2^-n, the smallest p any test of n signs gives."""
+  return 0.5 ** n
 
 
 def sign_verdict(values: list[float], missing: tuple, significant: bool) -> str:
@@ -114,9 +125,9 @@ def judge(margins: dict[int, float], seeds: tuple[int, ...]) -> Verdict:
     t = mean / (sd / len(values) ** 0.5)
   else:   # every seed the same margin: no spread to weigh it against
     t = 0.0 if mean == 0 else float('inf') if mean > 0 else float('-inf')
-  critical = t_critical(len(values))
-  verdict = sign_verdict(values, missing, abs(t) > critical)
-  return Verdict(verdict, margins, missing, t, critical, one_sided_p(t, len(values)))
+  critical, p = t_critical(len(values)), one_sided_p(t, len(values))
+  verdict = sign_verdict(values, missing, p < SIGNIFICANCE)
+  return Verdict(verdict, margins, missing, t, critical, p)
 
 
 def bh_adjusted(p_values: list[float]) -> list[float]:
@@ -205,17 +216,24 @@ def _digits_apart(value: float, bound: float, fmt: str) -> int:
 def statistics_text(verdict: Verdict) -> str:
   """'t = 4.10 > 2.92, p = 0.0026; BH-adjusted p = 0.011 ≤ 0.05'."""
   t, critical = verdict.t, verdict.critical
+  if math.isinf(t):
+    return (f'every seed the same margin, no spread: exact sign-flip p = {verdict.p:.3g}'
+            + _adjusted_text(verdict))
   # Two decimals, or as many as it takes (up to 6) for t not to print as the quantile it passed.
   d = _digits_apart(abs(t), critical, 'f')
   text = (f't = {t:.{d}f} > {critical:.{d}f}' if t > critical else
           f't = {t:.{d}f} < -{critical:.{d}f}' if t < -critical else
           f'|t| = {abs(t):.{d}f} ≤ {critical:.{d}f}')
-  text += f', p = {verdict.p:.2g}'
-  if verdict.adjusted is not None:
-    g = _digits_apart(verdict.adjusted, FDR, 'g')
-    text += (f'; BH-adjusted p = {verdict.adjusted:.{g}g} '
-             f'{"≤" if verdict.adjusted <= FDR else ">"} {FDR:g}')
-  return text
+  return text + f', p = {verdict.p:.2g}' + _adjusted_text(verdict)
+
+
+def _adjusted_text(verdict: Verdict) -> str:
+  """'; BH-adjusted p = 0.011 ≤ 0.05', or '' before `adjust`."""
+  if verdict.adjusted is None:
+    return ''
+  g = _digits_apart(verdict.adjusted, FDR, 'g')
+  return (f'; BH-adjusted p = {verdict.adjusted:.{g}g} '
+          f'{"≤" if verdict.adjusted <= FDR else ">"} {FDR:g}')
 
 
 def verdict_detail(verdict: Verdict, seeds: tuple[int, ...], own: bool = False) -> str:

@@ -76,8 +76,12 @@ def test_the_stated_quantiles_are_student_s():
     # One seed: not tested, never "within noise".
     ({0: 5.0}, (0,), 'not tested (one seed)'),
     ({0: 5.0}, (0, 1), 'not tested (one seed)'),
-    # Every seed the same margin: no spread, the sign decides.
-    ({0: 1.0, 1: 1.0, 2: 1.0}, (0, 1, 2), 'reproduced'),
+    # Every seed the same margin: t is undefined, the exact sign-flip p is 2^-3 = 0.125, above
+    # 0.05, whatever the margin; at five seeds 2^-5 = 0.03125 < 0.05.
+    ({0: 1.0, 1: 1.0, 2: 1.0}, (0, 1, 2), 'within noise'),
+    ({0: -0.36, 1: -0.36, 2: -0.36}, (0, 1, 2), 'within noise'),
+    ({0: 1.0, 1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0}, (0, 1, 2, 3, 4), 'reproduced'),
+    ({0: -1.0, 1: -1.0, 2: -1.0, 3: -1.0, 4: -1.0}, (0, 1, 2, 3, 4), 'reversed'),
     # Five seeds, a smaller quantile: mean 1, sd 0.79, t = 2.83 > 2.13.
     ({0: 0.2, 1: 0.5, 2: 1.0, 3: 1.3, 4: 2.0}, (0, 1, 2, 3, 4), 'reproduced'),
     ({}, (0, 1, 2), 'not measured'),
@@ -98,6 +102,15 @@ def test_a_t_that_rounds_to_its_quantile_prints_the_digits_that_tell_them_apart(
   # So with an adjusted p that two significant digits would print as q itself.
   adjusted = dataclasses.replace(usual, adjusted=0.0504)
   assert verdict.verdict_detail(adjusted, (0, 1)).endswith('BH-adjusted p = 0.0504 > 0.05)')
+
+
+def test_equal_margins_print_the_sign_flip_test_not_an_infinite_t():
+  # Tuned Ditto against the pre-trained model on the worst client's TAR (personalization Table
+  # 4): -0.36 in each of three seeds.
+  flat = verdict.adjust(verdict.judge({0: -0.36, 1: -0.36, 2: -0.36}, (0, 1, 2)), 0.125)
+  assert verdict.verdict_detail(flat, (0, 1, 2)) == (
+      '**within noise**: holds in 0 of 3 seeds (by -0.36 to -0.36; every seed the same margin, '
+      'no spread: exact sign-flip p = 0.125; BH-adjusted p = 0.12 > 0.05)')
 
 
 def test_an_ordering_averages_rows_reads_lower_as_better_and_counts_missing_seeds_against():
@@ -171,7 +184,10 @@ def test_equal_measurements_tie_despite_the_percent_scaling():
 def test_the_p_value_is_student_s_on_the_side_of_the_mean_and_agrees_with_the_quantile():
   for t in (0.72, -0.72, 2.5, -4.1, 19.05):
     assert verdict.one_sided_p(t, 3) == pytest.approx(p_two_dof(t), rel=1e-12)
-  assert verdict.one_sided_p(float('inf'), 3) == 0.0 and verdict.one_sided_p(0.0, 3) == 0.5
+  assert verdict.one_sided_p(0.0, 3) == 0.5
+  # No spread: the exact sign-flip test's 2^-n, on either side.
+  assert verdict.one_sided_p(float('inf'), 3) == 0.125
+  assert verdict.one_sided_p(float('-inf'), 5) == 0.03125
   # p < 0.05 exactly where |t| passes the stated quantile, for 3 and 5 seeds.
   for n in (3, 5):
     critical = verdict.t_critical(n)
