@@ -130,7 +130,8 @@ def candidate_points(low: float, high: float, new: int, also: tuple[float, ...] 
 
 def t_and_p(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   """Per row of `values` [points, n], `verdict.judge`'s paired t and one-sided p (vectorized:
-  an infinite t where every margin is the same nonzero value, 0 where all are 0)."""
+  an infinite t where every margin is the same nonzero value, whose p is the exact sign-flip
+  test's, `verdict.sign_flip_p`; t = 0 where all are 0)."""
   from scipy import stats  # pylint: disable=g-import-not-at-top
   n = values.shape[1]
   mean = values.mean(axis=1)
@@ -138,7 +139,7 @@ def t_and_p(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   with np.errstate(divide='ignore', invalid='ignore'):
     t = np.where(sd > 0, mean / (sd / np.sqrt(n)), np.sign(mean) * np.inf)
   t = np.where((sd == 0) & (mean == 0), 0.0, t)
-  p = np.where(np.isinf(t), 0.0, stats.t.sf(np.abs(t), n - 1))
+  p = np.where(np.isinf(t), verdict_lib.sign_flip_p(n), stats.t.sf(np.abs(t), n - 1))
   return t, p
 
 
