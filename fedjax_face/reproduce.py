@@ -467,6 +467,11 @@ def define_flags():
   flags.DEFINE_enum('plan_family', 'free', seed_plan.FAMILIES, "--plan_seeds: the page family's "
                     "other tests free (BH's threshold anywhere from q/m to q), or held at their "
                     'archived p.')
+  flags.DEFINE_enum('plan_machine', 'here', seed_plan.MACHINES, '--plan_seeds: whether this '
+                    "machine is the archived runs' kind (the CPU model their provenance names): "
+                    "'here' compares it with this machine's; 'same' runs only the seeds a "
+                    "flagged table lacks, at its runs' commit; 'other' reruns it whole at seeds "
+                    '0-4 with the tables sharing its runs.')
   flags.DEFINE_bool('allow_mixed_commits', False, 'Make a table whose runs came from several '
                     'commits (the table names them) instead of refusing it.')
 
@@ -483,7 +488,7 @@ def main(argv):
     # The sweep's root lives in this checkout (committed when parked), the worktree runs it.
     root = os.path.abspath(os.path.join(f.archive, 'seeds5'))
     print('\n'.join(seed_plan.plan(pages, f.plan_budget_hours, f.plan_band, f.plan_family,
-                                    commit[:7], root)
+                                    commit[:7], root, f.plan_machine)
                      + seed_plan.five_seed_check(pages, f.plan_band, f.plan_family)))
     return
   if f.check:

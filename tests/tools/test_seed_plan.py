@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from fedjax_face.io import provenance
 from fedjax_face.tools.tables import seed_plan
 from fedjax_face.tools.tables import spec
 from fedjax_face.tools.tables import verdict
@@ -154,11 +155,23 @@ def test_run_seconds_adds_back_the_rounds_before_a_resume():
   assert seed_plan.run_seconds({'rounds': 40}) is None
 
 
-def write_result(root, run_, seed, seconds):
+def sitting(kind, commit):
+  """A sitting's provenance as `provenance.collect` records it (the fields the plan reads)."""
+  return {'git': {'commit': commit, 'dirty': False},
+          'platform': {'cpu': {'model': kind, 'usable': 2}}}
+
+
+def write_result(root, run_, seed, seconds, kind=None, commit=None, resumed=()):
+  """A finished run's results.json; with `kind` (and `commit`) also its config.json's record of
+  its start at them and of each `resumed` (kind, commit) sitting."""
   run_dir = spec.workdir(str(root), run_, (), seed)
   os.makedirs(run_dir)
   with open(os.path.join(run_dir, 'results.json'), 'w') as f:
     json.dump({'rounds': 1, 'timing': {'total_s': seconds}}, f)
+  if kind is not None:
+    with open(os.path.join(run_dir, 'config.json'), 'w') as f:
+      json.dump({'provenance': {'start': sitting(kind, commit), 'resumed': [
+          sitting(*later) | {'from_round': 1} for later in resumed]}}, f)
 
 
 def test_run_costs_stand_in_with_the_same_runs_archived_seeds(tmp_path):
@@ -187,12 +200,18 @@ def test_units_greedy_priority_and_headline():
       'x1': 'x_table1.md', 'x8': 'x_table8.md', 'x2': 'x_table2.md'}) == 'x8'
 
 
-def test_plan_lines(tmp_path):
+def test_plan_lines(tmp_path, monkeypatch):
+  monkeypatch.setattr(provenance, 'cpu', lambda: {'model': 'Kind B', 'usable': 2})
   for seed in THREE:   # 5 seeds x (6 + 12 minutes): 1.5 lane-hours
     write_result(tmp_path, BASE, seed, 360.0)
     write_result(tmp_path, run('a'), seed, 720.0)
   page = [archived({'a': {0: 1.0, 1: 2.0, 2: 6.0}}, THREE, root=str(tmp_path), headline=True)]
   lines = seed_plan.plan([page], budget_hours=1.0, commit='abc1234', sweep_root='R')
+  # Runs without a recorded machine are not this machine's kind: the table reruns whole.
+  assert lines[0] == (
+      'Seed plan: band sd2, family free; a flagged table reruns whole at seeds 0,1,2,3,4 (the '
+      "machine changed: here Kind B, the flagged tables' archived runs unrecorded (1 of 1)); "
+      "lane-hours from the archived runs' timing.total_s.")
   assert lines[1:] == [
       '== docs/x.md: 1 of 1 orderings below five seeds flagged',
       't (seeds 0,1,2, headline): 1 of 1 flagged; 10 runs at seeds 0-4 (6 timed in the archive, '
@@ -213,3 +232,192 @@ def test_plan_lines(tmp_path):
                         '  python -m fedjax_face.reproduce --table=t --seeds=0,1,2,3,4 --root=R',
                         '  python -m fedjax_face.reproduce --table=t --seeds=0,1,2,3,4 --root=R '
                         '--park']
+
+
+KIND_A, KIND_B = 'AMD EPYC', 'Intel(R) Xeon(R) Processor'
+SHA, OTHER_SHA = '23bfe48' + '0' * 33, 'abcdef0' + '0' * 33
+
+
+def here_is(monkeypatch, kind):
+  """This machine's kind, as the provenance function that records it in each run reads it."""
+  monkeypatch.setattr(provenance, 'cpu', lambda: {'model': kind, 'usable': 2})
+
+
+def shared_page(archive, b_seed_2=(KIND_A, SHA)):
+  """Tables t (headline) and u at seeds 0-2, each with one flagged ordering (margins 1, 2, 6:
+  within noise, could be reproduced), and f at seeds 0-4, all three reading the base run. The
+  archive holds base at seeds 0-4 (6 minutes each: f's seeds 3-4 too), a (t's) and b (u's) at
+  0-2 (12 and 18 minutes), c (f's) at 0-4 (6 minutes); every run on KIND_A at SHA but u's b at
+  seed 2 (`b_seed_2`)."""
+  for seed in range(5):
+    write_result(archive, BASE, seed, 360.0, KIND_A, SHA)
+    write_result(archive, run('c'), seed, 360.0, KIND_A, SHA)
+  for seed in THREE:
+    write_result(archive, run('a'), seed, 720.0, KIND_A, SHA)
+    write_result(archive, run('b'), seed, 1080.0, *((KIND_A, SHA) if seed < 2 else b_seed_2))
+  margins = {0: 1.0, 1: 2.0, 2: 6.0}
+  return [archived({'a': margins}, THREE, name='t', title='T', root=str(archive), headline=True),
+          archived({'b': margins}, THREE, name='u', title='U', root=str(archive)),
+          archived({'c': {s: 1.0 + s for s in range(5)}}, (0, 1, 2, 3, 4), name='f', title='F',
+                   root=str(archive))]
+
+
+FLAGGED_LINE = ('  [0] {0} above base (lfw): within noise -> could be reproduced; with the new '
+                'seeds at the mean: reproduced')
+
+
+def test_on_the_archives_machine_kind_only_the_missing_seeds_run_each_table_on_its_own(
+    tmp_path, monkeypatch):
+  here_is(monkeypatch, KIND_A)
+  archive = tmp_path / 'x_tables'
+  page = shared_page(archive, b_seed_2=(KIND_A, OTHER_SHA))
+  lines = seed_plan.plan([page], budget_hours=0.5, sweep_root='R')
+  # t lacks a at seeds 3-4 (stand-ins: a's mean, 12 min each: 0.4 h); base there is archived
+  # (f's), so it is read, not trained. u likewise b (18 min each: 0.6 h), its runs at two
+  # commits: most (base 0-4, b 0-1) at SHA.
+  assert lines == [
+      'Seed plan: band sd2, family free; a flagged table runs only the seeds its archive lacks, '
+      "on its own, at a worktree of its runs' commit (the same machine kind: here AMD EPYC, the "
+      "flagged tables' archived runs AMD EPYC (2 of 2)); lane-hours from the archived runs' "
+      'timing.total_s.',
+      '== docs/x.md: 2 of 2 orderings below five seeds flagged',
+      't (seeds 0,1,2, headline): 1 of 1 flagged; 2 runs to train at seeds 3,4 (2 of its 4 '
+      'there archived already, 0 of them starts that train again), at 23bfe48: 0.4 lane-hours',
+      FLAGGED_LINE.format('a'),
+      'u (seeds 0,1,2): 1 of 1 flagged; 2 runs to train at seeds 3,4 (2 of its 4 there archived '
+      'already, 0 of them starts that train again), at 23bfe48 (its runs mix commits 23bfe48 (7 '
+      'runs), abcdef0 (1 run)): 0.6 lane-hours',
+      FLAGGED_LINE.format('b'),
+      'Units (the same machine kind: each flagged table on its own, at the seeds its archive '
+      'lacks; a run two tables need counts once):',
+      '  t: 1 flagged, 2 runs, 0.4 lane-hours (holds a headline table)',
+      '  u: 1 flagged, 2 runs, 0.6 lane-hours',
+      'All: 2 orderings flagged, 2 units, 4 runs, 1.0 lane-hours, against a budget of 0.5 h.',
+      'Greedy within 0.5 h (units holding a headline table first, then flagged orderings per '
+      'lane-hour): t (0.4 lane-hours); left out: u.',
+      "Commands (the same machine kind: per commit of the archived runs, a worktree of it; at "
+      "the first sitting a root per paper begun as a copy of the paper's archive, so that only "
+      'the runs it lacks train, less the archived starts that train again; at the end of each '
+      'sitting stop, park, commit the root, and go on from a worktree of the same commit):',
+      '  git worktree add /tmp/seeds5_23bfe48 23bfe48 && cd /tmp/seeds5_23bfe48',
+      f'  mkdir -p R/x_tables && cp -rn {archive}/. R/x_tables/',
+      '  python -m fedjax_face.reproduce --table=t --seeds=3,4 --root=R/x_tables',
+      '  python -m fedjax_face.reproduce --table=t --seeds=3,4 --root=R/x_tables --park']
+  lines = seed_plan.plan([page], budget_hours=1.0, sweep_root='R')
+  assert lines[-5:] == [
+      '  # u: its runs mix commits 23bfe48 (7 runs), abcdef0 (1 run)',
+      '  python -m fedjax_face.reproduce --table=t --seeds=3,4 --root=R/x_tables',
+      '  python -m fedjax_face.reproduce --table=u --seeds=3,4 --root=R/x_tables',
+      '  python -m fedjax_face.reproduce --table=t --seeds=3,4 --root=R/x_tables --park',
+      '  python -m fedjax_face.reproduce --table=u --seeds=3,4 --root=R/x_tables --park']
+
+
+def test_on_another_machine_kind_the_tables_sharing_runs_rerun_whole(tmp_path, monkeypatch):
+  here_is(monkeypatch, KIND_B)
+  page = shared_page(tmp_path / 'x_tables')
+  lines = seed_plan.plan([page], budget_hours=4.0, commit='abc1234', sweep_root='R')
+  # t at seeds 0-4: base 5 x 6 min, a 5 x 12 min (two stand-ins): 1.5 h; u: base and b 5 x 18
+  # min: 2.0 h. Sharing base, t, u and f rerun together (f at its seeds 0-4: c 5 x 6 min):
+  # 30 + 60 + 90 + 30 minutes.
+  assert lines == [
+      'Seed plan: band sd2, family free; a flagged table reruns whole at seeds 0,1,2,3,4 (the '
+      "machine changed: here Intel(R) Xeon(R) Processor, the flagged tables' archived runs AMD "
+      "EPYC (2 of 2)); lane-hours from the archived runs' timing.total_s.",
+      '== docs/x.md: 2 of 2 orderings below five seeds flagged',
+      't (seeds 0,1,2, headline): 1 of 1 flagged; 10 runs at seeds 0-4 (8 timed in the archive, '
+      '2 stand-ins): 1.5 lane-hours',
+      FLAGGED_LINE.format('a'),
+      'u (seeds 0,1,2): 1 of 1 flagged; 10 runs at seeds 0-4 (8 timed in the archive, 2 '
+      'stand-ins): 2.0 lane-hours',
+      FLAGGED_LINE.format('b'),
+      'Units that rerun together (tables sharing a run; flagged tables at seeds 0-4, the others '
+      'at their seeds now):',
+      '  t+u+f: 2 flagged, 20 runs, 3.5 lane-hours (holds a headline table)',
+      'All: 2 orderings flagged, 1 units, 20 runs, 3.5 lane-hours, against a budget of 4 h.',
+      'Greedy within 4 h (units holding a headline table first, then flagged orderings per '
+      'lane-hour): t+u+f (3.5 lane-hours); left out: none.',
+      'Commands (a worktree of one commit; at the end of each sitting stop, park, commit the '
+      'root, and go on from a worktree of the same commit):',
+      '  git worktree add /tmp/seeds5 abc1234 && cd /tmp/seeds5',
+      '  python -m fedjax_face.reproduce --table=t --seeds=0,1,2,3,4 --root=R',
+      '  python -m fedjax_face.reproduce --table=u --seeds=0,1,2,3,4 --root=R',
+      '  python -m fedjax_face.reproduce --table=f --seeds=0,1,2,3,4 --root=R',
+      '  python -m fedjax_face.reproduce --table=t --seeds=0,1,2,3,4 --root=R --park',
+      '  python -m fedjax_face.reproduce --table=u --seeds=0,1,2,3,4 --root=R --park',
+      '  python -m fedjax_face.reproduce --table=f --seeds=0,1,2,3,4 --root=R --park']
+  # Forced, either case holds whatever the kinds: the same plan as when they match.
+  forced = seed_plan.plan([page], budget_hours=4.0, sweep_root='R', machine='same')
+  assert forced[0].endswith("(--plan_machine=same: here Intel(R) Xeon(R) Processor, the flagged "
+                            "tables' archived runs AMD EPYC (2 of 2)); lane-hours from the "
+                            "archived runs' timing.total_s.")
+  here_is(monkeypatch, KIND_A)
+  assert forced[1:] == seed_plan.plan([page], budget_hours=4.0, sweep_root='R')[1:]
+  assert seed_plan.plan([page], 4.0, commit='abc1234', sweep_root='R', machine='other')[1:] == (
+      lines[1:])
+
+
+def test_a_table_of_another_kind_takes_the_tables_sharing_its_runs_with_it(tmp_path,
+                                                                          monkeypatch):
+  here_is(monkeypatch, KIND_A)
+  page = shared_page(tmp_path / 'x_tables', b_seed_2=(KIND_B, SHA))
+  lines = seed_plan.plan([page], budget_hours=4.0, sweep_root='R')
+  # u's b at seed 2 is KIND_B's: u reruns whole, and t, sharing base, with it.
+  assert lines[0] == (
+      "Seed plan: band sd2, family free; a flagged table on this machine's kind runs only the "
+      "seeds its archive lacks, on its own, at a worktree of its runs' commit, one of another "
+      'reruns whole at seeds 0,1,2,3,4 with the tables sharing its runs (1 and 1 of the flagged '
+      "tables; the kinds differ: here AMD EPYC, the flagged tables' archived runs AMD EPYC (2 of "
+      "2), Intel(R) Xeon(R) Processor (1 of 2)); lane-hours from the archived runs' "
+      'timing.total_s.')
+  assert lines[2].endswith('at 23bfe48: 0.4 lane-hours')
+  assert lines[4].endswith('10 runs at seeds 0-4 (8 timed in the archive, 2 stand-ins): 2.0 '
+                           'lane-hours')
+  assert lines[6:9] == [
+      'Units that rerun together (tables sharing a run; flagged tables at seeds 0-4, the others '
+      'at their seeds now):',
+      '  t+u+f: 2 flagged, 20 runs, 3.5 lane-hours (holds a headline table)',
+      'All: 2 orderings flagged, 1 units, 20 runs, 3.5 lane-hours, against a budget of 4 h.']
+
+
+def starts_table():
+  """Runs k and l, each starting from another (start, bad)."""
+  start, bad = spec.Run('x/start'), spec.Run('x/bad')
+  table = spec.Table('T', 'verification', ('lfw',), (
+      spec.Row('k', spec.Run('x/k', init_from=start), ()),
+      spec.Row('l', spec.Run('x/l', init_from=bad), ())), '')
+  return table, start, bad
+
+
+def test_runs_to_train(tmp_path):
+  table, start, bad = starts_table()
+  write_result(tmp_path, start, 3, 60.0)
+  failed_dir = spec.workdir(str(tmp_path), bad, (), 3)
+  os.makedirs(failed_dir)
+  with open(os.path.join(failed_dir, 'failed.json'), 'w') as f:
+    json.dump({'returncode': 1, 'error': 'diverged'}, f)
+  item = seed_plan.Archived('t', '', table, {}, THREE, str(tmp_path))
+  # Seed 3: start is archived but keeps no checkpoint, so k's start trains again, first; l's
+  # start failed there, so l cannot start. Seed 4: nothing archived, each start before its run.
+  assert seed_plan.runs_to_train(item, (3, 4)) == [
+      'x-start_seed-3', 'x-k_seed-3', 'x-start_seed-4', 'x-k_seed-4', 'x-bad_seed-4',
+      'x-l_seed-4']
+  assert seed_plan.runs_to_train(item, (3,)) == ['x-start_seed-3', 'x-k_seed-3']
+
+
+def test_run_kinds_and_the_machine_case(tmp_path):
+  write_result(tmp_path, run('a'), 0, 1.0, KIND_A, SHA, resumed=[(KIND_B, SHA), (KIND_A, SHA)])
+  write_result(tmp_path, run('b'), 0, 1.0)
+  assert seed_plan.run_kinds(spec.workdir(str(tmp_path), run('a'), (), 0)) == [KIND_A, KIND_B]
+  assert seed_plan.run_kinds(spec.workdir(str(tmp_path), run('b'), (), 0)) == ['unrecorded']
+  assert seed_plan.same_machine({KIND_A: 3}, KIND_A)
+  assert not seed_plan.same_machine({KIND_A: 3, KIND_B: 1}, KIND_A)
+  assert not seed_plan.same_machine({KIND_A: 3}, KIND_B)
+  assert not seed_plan.same_machine({KIND_A: 3}, None)
+  assert seed_plan.same_machine({KIND_B: 3}, KIND_A, 'same')
+  assert not seed_plan.same_machine({KIND_A: 3}, KIND_A, 'other')
+  with pytest.raises(ValueError, match=r"machine='there'; expected one of \['here', 'same', "
+                                       r"'other'\]\."):
+    seed_plan.same_machine({}, KIND_A, 'there')
+  assert seed_plan.commit_group({'23bfe4806baa': 5}) == ('23bfe48', '')
+  assert seed_plan.commit_group({'ba036250000a': 1, '23bfe4806baa': 2}) == (
+      '23bfe48', 'its runs mix commits 23bfe48 (2 runs), ba03625 (1 run)')

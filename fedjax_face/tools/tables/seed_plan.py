@@ -44,14 +44,28 @@ Costs (`run_costs`): a run's lane-seconds are its archived results.json `timing.
 time of one process, the sweep's two lanes side by side on two cores, as `launch/share_runs.py
 --hours` reads them), scaled up where it was resumed (`resumed_from_round`: total_s covers only its
 last sitting); a seed the archive lacks (seeds 3-4 of a 3-seed table, a failed run) stands in
-with the mean of that run's archived seeds. The archived runs are an AMD EPYC's; the machine that
-reruns them is another (BUILD_NOTES, "The run archive"): the hours are a guide, not a promise.
+with the mean of that run's archived seeds. The hours are a guide, not a promise.
 
-What reruns. Since the machine changed, a flagged table reruns whole at every seed of
-`TARGET_SEEDS`. And since the archive holds one workdir per run and paper, which every table
-that reads the run shares, a rerun run would put a second machine into each of those tables: the
-tables that share runs rerun together (`units`), the flagged ones at seeds 0-4 and the others at
-the seeds their pages have. The budget is spent on such units (`greedy`), each run counted once.
+What runs depends on the machine (`same_machine`, `--plan_machine`). Within one machine kind the
+same commit gives the same digits, and XLA's code on another kind gives other last bits
+(BUILD_NOTES, "The run archive"). The kind is the CPU model `provenance.cpu` records in each
+run's provenance: this machine's is read by the same function, a table's from its archived runs
+(`origin`: config.json's record of each sitting, as `archive.run_commits` reads commits).
+- The same kind as every archived run of a flagged table: only the seeds its page lacks run
+  (`rerun_seeds`: seeds 3-4 of a 3-seed table, 1-4 of a one-seed one), at a worktree of its
+  runs' commit (`commit_group`: the commit of most of them, the table saying so when they mix),
+  into a root per paper begun as a copy of the paper's archive folder: its runs at those seeds
+  that another table archived are read, not trained, and a run the archive holds trains again
+  only as the start of a new one (`runs_to_train`: no checkpoints are archived). New runs
+  replace no archived one, so each flagged table is a unit of its own; a run two of them need
+  counts once.
+- Another kind (the archive's runs an Intel Xeon's, say, and this an AMD EPYC): a flagged table
+  reruns whole at every seed of `TARGET_SEEDS`. And since the archive holds one workdir per run
+  and paper, which every table that reads the run shares, a rerun run would put a second machine
+  into each of those tables: the tables that share runs rerun together (`units`), the flagged
+  ones at seeds 0-4 and the others at the seeds their pages have, at this checkout's commit.
+  A table of the same kind that shares a run with such a table reruns with it.
+The budget is spent on units (`greedy`), each run counted once.
 """
 
 import dataclasses
@@ -60,13 +74,18 @@ import statistics
 
 import numpy as np
 
+from fedjax_face.io import checkpoint
 from fedjax_face.io import files
+from fedjax_face.io import provenance
+from fedjax_face.tools.tables import archive
+from fedjax_face.tools.tables import run as table_runs
 from fedjax_face.tools.tables import spec
 from fedjax_face.tools.tables import verdict as verdict_lib
 
 TARGET_SEEDS = (0, 1, 2, 3, 4)
 BANDS = ('sd2', 'range')
 FAMILIES = ('held', 'free')
+MACHINES = ('here', 'same', 'other')   # detect from the runs' provenance, or force either case
 GRID = 101            # grid points of the shared free value over the band
 BUDGET_HOURS = 12.0   # issue 63 part 2: about 12 hours of one process
 REPRODUCED, REVERSED, NOISE = 'reproduced', 'reversed', 'within noise'
@@ -171,9 +190,9 @@ def bh_threshold(others: list[float], q: float = verdict_lib.FDR) -> float:
 def reachable(margins: dict[int, float], seeds: tuple[int, ...], thresholds: tuple[float, float],
               band_kind: str = 'sd2') -> tuple[tuple[str, ...], str]:
   """(the decisions seeds `TARGET_SEEDS` can give, the one with each new seed at the archived
-  mean, decided at the lower threshold) for an ordering with archived `margins` at `seeds`, decided at any BH threshold in
-  `thresholds` (low, high). Seeds asked for without a margin stay without one; the new seeds are
-  those of TARGET_SEEDS not in `seeds`."""
+  mean, decided at the lower threshold) for an ordering with archived `margins` at `seeds`,
+  decided at any BH threshold in `thresholds` (low, high). Seeds asked for without a margin stay
+  without one; the new seeds are those of TARGET_SEEDS not in `seeds`."""
   observed = [margins[s] for s in seeds if s in margins]
   missing = any(s not in margins for s in seeds)
   new = len([s for s in TARGET_SEEDS if s not in seeds])
@@ -237,22 +256,31 @@ def run_seconds(result: dict) -> float | None:
   return timing['total_s']
 
 
-def table_runs_at(table: spec.Table, root: str, extra: tuple,
-                  seeds: tuple[int, ...]) -> dict[str, list[str]]:
-  """Per workdir name a table is made of at `seeds` (`table_runs.table_workdirs`: its rows'
-  runs, a Combined row's, and the runs they start from), the workdirs of the same run at every
-  seed of `seeds` (whose times stand in for a seed the archive lacks)."""
-  out = {}
+def table_run_list(table: spec.Table) -> list[spec.Run]:
+  """Every run a table is made of (`table_runs.table_workdirs`): its rows' runs, a Combined
+  row's, and the runs they start from, each once, in the order met."""
+  out = []
   for row in table.rows:
     todo = list(() if row.run is None else row.run.runs if isinstance(row.run, spec.Combined)
                 else (row.run,))
     while todo:
       run = todo.pop()
-      same = [spec.workdir(root, run, extra, s) for s in seeds]
-      for seed_dir in same:
-        out[os.path.basename(seed_dir)] = same
+      if run not in out:
+        out.append(run)
       if run.init_from is not None:
         todo.append(run.init_from)
+  return out
+
+
+def table_runs_at(table: spec.Table, root: str, extra: tuple,
+                  seeds: tuple[int, ...]) -> dict[str, list[str]]:
+  """Per workdir name a table is made of at `seeds` (`table_run_list`), the workdirs of the
+  same run at every seed of `seeds` (whose times stand in for a seed the archive lacks)."""
+  out = {}
+  for run in table_run_list(table):
+    same = [spec.workdir(root, run, extra, s) for s in seeds]
+    for seed_dir in same:
+      out[os.path.basename(seed_dir)] = same
   return out
 
 
@@ -277,10 +305,107 @@ def run_costs(item: Archived, seeds: tuple[int, ...]) -> dict[str, tuple[float, 
   return out
 
 
-def rerun_seeds(item: Archived, flagged: bool) -> tuple[int, ...]:
-  """The seeds a table reruns at on the new machine: all of TARGET_SEEDS when one of its
-  orderings is flagged, else the seeds its page has now."""
+def rerun_seeds(item: Archived, flagged: bool, same: bool = False) -> tuple[int, ...]:
+  """The seeds a table runs at. On another machine kind than its runs' (`same` False): all of
+  TARGET_SEEDS when one of its orderings is flagged, else the seeds its page has now (it shares
+  runs with one that reruns). On theirs (`same`): the seeds of TARGET_SEEDS its page lacks, as
+  the archived ones are what a rerun would give."""
+  if same and flagged:
+    return tuple(s for s in TARGET_SEEDS if s not in item.seeds)
   return TARGET_SEEDS if flagged else item.seeds
+
+
+def machine_kind(prov: dict | None) -> str:
+  """The machine kind a provenance record (`provenance.collect`) names: the CPU model
+  `provenance.cpu` reads ('unrecorded' where the record predates it)."""
+  return (((prov or {}).get('platform') or {}).get('cpu') or {}).get('model') or 'unrecorded'
+
+
+def run_kinds(run_dir: str) -> list[str]:
+  """The machine kinds (`machine_kind`) a finished run was trained on, each once: its
+  config.json's record of its start and resumes when it has one (results.json's provenance is
+  that of the last of them), else its results.json's; as `archive.run_commits` reads commits."""
+  config_path = files.join(run_dir, 'config.json')
+  record = (files.read_json(config_path) if files.exists(config_path) else {}).get(
+      checkpoint.PROVENANCE_KEY)
+  sittings = ([record.get('start')] + list(record.get('resumed', [])) if record else
+              [files.read_json(files.join(run_dir, 'results.json')).get(
+                  checkpoint.PROVENANCE_KEY)])
+  return list(dict.fromkeys(machine_kind(prov) for prov in sittings))
+
+
+@dataclasses.dataclass(frozen=True)
+class Origin:
+  """Where a table's archived runs came from: runs per machine kind and per commit label."""
+  kinds: dict[str, int]
+  commits: dict[str, int]      # `archive.commit_counts`
+
+
+def origin(item: Archived) -> Origin:
+  """The machine kinds and commits of `item`'s runs at TARGET_SEEDS that the archive holds
+  finished (its seeds', and those of its missing seeds that another table archived)."""
+  dirs = [files.join(item.root, name)
+          for name in table_runs_at(item.table, item.root, item.extra, TARGET_SEEDS)
+          if files.exists(files.join(item.root, name, 'results.json'))]
+  kinds = {}
+  for run_dir in dirs:
+    for kind in run_kinds(run_dir):
+      kinds[kind] = kinds.get(kind, 0) + 1
+  return Origin(kinds, archive.commit_counts(dirs))
+
+
+def same_machine(kinds: dict[str, int], here: str | None, machine: str = 'here') -> bool:
+  """Whether a table whose archived runs are of `kinds` (runs per machine kind) is on this
+  machine's kind `here`: every run made on it, when `machine` is 'here' (detect); 'same' or
+  'other' force the answer. On the same kind the same commit gives the archive's digits, so the
+  runs a table lacks can join its archived ones."""
+  if machine not in MACHINES:
+    raise ValueError(f'machine={machine!r}; expected one of {list(MACHINES)}.')
+  if machine != 'here':
+    return machine == 'same'
+  return here is not None and list(kinds) == [here]
+
+
+def runs_to_train(item: Archived, seeds: tuple[int, ...]) -> list[str]:
+  """The workdir names of `item`'s runs at `seeds` that must train to join its archived ones:
+  each the archive has not ended (neither results.json nor a failure's record, which the same
+  run would give again), and the run each starts from even where the archive holds it (it keeps
+  no checkpoints to start from), and so on; a start that failed leaves its run unstarted. Starts
+  first."""
+  def ended(run, seed):
+    run_dir = spec.workdir(item.root, run, item.extra, seed)
+    return next((name for name in ('results.json', table_runs.FAILED)
+                 if files.exists(files.join(run_dir, name))), None)
+
+  out = []
+
+  def train(run, seed):
+    name = os.path.basename(spec.workdir(item.root, run, item.extra, seed))
+    if name in out:
+      return
+    if run.init_from is not None:
+      if ended(run.init_from, seed) == table_runs.FAILED:
+        return
+      train(run.init_from, seed)
+    out.append(name)
+
+  for run in table_run_list(item.table):
+    for seed in seeds:
+      if ended(run, seed) is None:
+        train(run, seed)
+  return out
+
+
+def commit_group(commits: dict[str, int]) -> tuple[str, str]:
+  """(the commit a table's missing runs train at: that of most of its archived runs, short;
+  what to say of it: '' for one commit, else each with its number of runs)."""
+  short = lambda label: label[:7] if len(label) == 12 else label   # `commit_label`'s sha
+  ranked = sorted(commits.items(), key=lambda item: (-item[1], item[0]))
+  if not ranked:
+    return 'unrecorded', 'no archived run to take a commit from'
+  note = ('' if len(ranked) == 1 else 'its runs mix commits ' + ', '.join(
+      f'{short(label)} ({n} run{"" if n == 1 else "s"})' for label, n in ranked))
+  return short(ranked[0][0]), note
 
 
 def units(items: list[Archived], runs_of: dict[str, set[str]]) -> list[list[str]]:
@@ -350,17 +475,47 @@ def hours(seconds: float) -> str:
   return f'{seconds / 3600:.1f} lane-hours'
 
 
+def machine_header(cases: dict[str, bool], kinds: dict[str, dict[str, int]], here: str | None,
+                   machine: str) -> str:
+  """What the plan does with a flagged table, and why: `cases` says per flagged table whether it
+  is on this machine's kind `here` (`same_machine`), `kinds` its archived runs' kinds."""
+  tables = {}
+  for by_kind in kinds.values():
+    for kind in by_kind:
+      tables[kind] = tables.get(kind, 0) + 1
+  named = ', '.join(f'{kind} ({n} of {len(kinds)})' for kind, n in
+                    sorted(tables.items(), key=lambda item: (-item[1], item[0])))
+  kinds_named = f"here {here or 'unrecorded'}, the flagged tables' archived runs {named or 'none'}"
+  forced = '' if machine == 'here' else f'--plan_machine={machine}'
+  same = sum(cases.values())
+  whole = f'reruns whole at seeds {",".join(map(str, TARGET_SEEDS))}'
+  missing = "runs only the seeds its archive lacks, on its own, at a worktree of its runs' commit"
+  if same and same < len(cases):
+    return (f"a flagged table on this machine's kind {missing}, one of another {whole} with the "
+            f'tables sharing its runs ({same} and {len(cases) - same} of the flagged tables; '
+            f'{forced or "the kinds differ"}: {kinds_named})')
+  if same or (not cases and machine == 'same'):
+    return f'a flagged table {missing} ({forced or "the same machine kind"}: {kinds_named})'
+  return f'a flagged table {whole} ({forced or "the machine changed"}: {kinds_named})'
+
+
 def plan(pages: list[list[Archived]], budget_hours: float = BUDGET_HOURS, band_kind: str = 'sd2',
-         family: str = 'free', commit: str = 'COMMIT', sweep_root: str = 'results/seeds5'
-         ) -> list[str]:
+         family: str = 'free', commit: str = 'COMMIT', sweep_root: str = 'results/seeds5',
+         machine: str = 'here') -> list[str]:
   """The plan's lines: per page family (in the order given; its headline table first, then in
-  the order given) each table below five seeds with its flagged orderings, its runs at seeds 0-4
-  and their lane-hours; the units that rerun together (`units`) and their cost; the greedy
-  selection of units within `budget_hours` (`priority`, `greedy`); the commands that run it."""
-  lines = [f'Seed plan: band {band_kind}, family {family}; a flagged table reruns whole at seeds '
-           f'{",".join(map(str, TARGET_SEEDS))} (the machine changed); lane-hours from the '
-           "archived runs' timing.total_s."]
-  all_flagged, unit_rows, unit_costs, unit_tables = 0, [], {}, {}
+  the order given) each table below five seeds with its flagged orderings, the runs it needs
+  and their lane-hours; the units that run (`units`) and their cost; the greedy selection of
+  units within `budget_hours` (`priority`, `greedy`); the commands that run it.
+
+  A flagged table whose archived runs are this machine's kind (`same_machine`: `machine` 'here'
+  detects it by `provenance.cpu`, 'same' and 'other' force it) runs the seeds its archive lacks
+  (`runs_to_train`) on its own, at a worktree of its runs' commit (`commit_group`); one of
+  another kind reruns whole at `commit` with the tables sharing its runs."""
+  if machine not in MACHINES:
+    raise ValueError(f'machine={machine!r}; expected one of {list(MACHINES)}.')
+  here = provenance.cpu().get('model')
+  lines, cases, kinds = [], {}, {}
+  all_flagged, unit_rows, unit_costs, unit_tables, unit_commit = 0, [], {}, {}, {}
   for archived in pages:
     if not archived:
       continue
@@ -370,6 +525,11 @@ def plan(pages: list[list[Archived]], budget_hours: float = BUDGET_HOURS, band_k
     all_flagged += sum(map(len, flagged.values()))
     lines.append(f'== {archived[0].page}: {sum(map(len, flagged.values()))} of {len(assessed)} '
                  'orderings below five seeds flagged')
+    origins = {item.name: origin(item) for item in archived if flagged[item.name]}
+    same = {name: same_machine(o.kinds, here, machine) for name, o in origins.items()}
+    cases.update(same)
+    kinds.update({name: o.kinds for name, o in origins.items()})
+    trained = {}   # a flagged table on this machine's kind: its runs to train, their seconds
     for item in sorted(archived, key=lambda it: not it.headline):
       if len(item.seeds) >= len(TARGET_SEEDS) or not item.table.orderings:
         continue
@@ -378,29 +538,52 @@ def plan(pages: list[list[Archived]], budget_hours: float = BUDGET_HOURS, band_k
       if not flagged[item.name]:
         lines.append(f'{head}: none of {len(item.table.orderings)} flagged')
         continue
-      cost = run_costs(item, TARGET_SEEDS)
-      own = sum(known for _, known in cost.values())
-      lines.append(f'{head}: {len(flagged[item.name])} of {len(item.table.orderings)} flagged; '
-                   f'{len(cost)} runs at seeds 0-4 ({own} timed in the archive, '
-                   f'{len(cost) - own} stand-ins): '
-                   f'{hours(sum(s for s, _ in cost.values()))}')
+      counts = f'{len(flagged[item.name])} of {len(item.table.orderings)} flagged'
+      if same[item.name]:
+        detail, trained[item.name] = missing_seeds_row(item, origins[item.name])
+        lines.append(f'{head}: {counts}; {detail}')
+      else:
+        cost = run_costs(item, TARGET_SEEDS)
+        own = sum(known for _, known in cost.values())
+        lines.append(f'{head}: {counts}; '
+                     f'{len(cost)} runs at seeds 0-4 ({own} timed in the archive, '
+                     f'{len(cost) - own} stand-ins): '
+                     f'{hours(sum(s for s, _ in cost.values()))}')
       lines += [flagged_line(a, item.table.own_orderings) for a in flagged[item.name]]
     seeds_of = {item.name: rerun_seeds(item, bool(flagged[item.name])) for item in archived}
     costs = {item.name: {n: s for n, (s, _) in run_costs(item, seeds_of[item.name]).items()}
              for item in archived}
+    by_name = {item.name: item for item in archived}
     for unit in units(archived, {name: set(c) for name, c in costs.items()}):
-      n = sum(len(flagged[name]) for name in unit)
-      if not n:
+      if not any(flagged[name] for name in unit):
         continue
-      runs = {run: s for name in unit for run, s in costs[name].items()}
-      label = '+'.join(unit)
-      unit_rows.append((label, any(i.headline for i in archived if i.name in unit), n,
-                        sum(runs.values())))
-      unit_costs[label] = runs
-      unit_tables[label] = [(name, seeds_of[name]) for name in unit]
+      # A run rerun on another kind replaces the archived one for every table that reads it;
+      # runs added on the same kind replace none, so each table goes on its own.
+      whole = any(flagged[name] and not same[name] for name in unit)
+      for part in ([unit] if whole else [[name] for name in unit if flagged[name]]):
+        label = '+'.join(part)
+        runs = ({run: s for name in part for run, s in costs[name].items()} if whole
+                else trained[part[0]])
+        unit_rows.append((label, any(by_name[name].headline for name in part),
+                          sum(len(flagged[name]) for name in part), sum(runs.values())))
+        unit_costs[label] = runs
+        unit_tables[label] = [(name, seeds_of[name] if whole else
+                               rerun_seeds(by_name[name], True, True), by_name[name].root)
+                              for name in part]
+        unit_commit[label] = None if whole else commit_group(origins[part[0]].commits)
+  lines.insert(0, f'Seed plan: band {band_kind}, family {family}; '
+                  f'{machine_header(cases, kinds, here, machine)}; lane-hours from the '
+                  "archived runs' timing.total_s.")
+  on_own = [label for label in unit_commit if unit_commit[label] is not None]
+  rerun_whole = len(on_own) < len(unit_commit) or not unit_commit
   total = {run: s for runs in unit_costs.values() for run, s in runs.items()}
   lines.append('Units that rerun together (tables sharing a run; flagged tables at seeds 0-4, '
-               'the others at their seeds now):')
+               'the others at their seeds now):' if not on_own else
+               'Units (the same machine kind: each flagged table on its own, at the seeds its '
+               'archive lacks; a run two tables need counts once):' if not rerun_whole else
+               'Units (a flagged table of another machine kind reruns with the tables sharing '
+               'its runs, flagged ones at seeds 0-4, the others at their seeds now; the rest '
+               'each on its own, at the seeds its archive lacks):')
   for label, headline, n, seconds in unit_rows:
     lines.append(f'  {label}: {n} flagged, {len(unit_costs[label])} runs, {hours(seconds)}'
                  f'{" (holds a headline table)" if headline else ""}')
@@ -413,14 +596,86 @@ def plan(pages: list[list[Archived]], budget_hours: float = BUDGET_HOURS, band_k
   lines.append(f'Greedy within {budget_hours:g} h (units holding a headline table first, then '
                f'flagged orderings per lane-hour): {", ".join(taken) or "none"} '
                f'({hours(used)}); left out: {", ".join(left) or "none"}.')
-  lines.append('Commands (a worktree of one commit; at the end of each sitting stop, park, '
-               'commit the root, and go on from a worktree of the same commit):')
-  lines.append(f'  git worktree add /tmp/seeds5 {commit} && cd /tmp/seeds5')
-  chosen = [(name, seeds) for label in taken for name, seeds in unit_tables[label]]
-  for flag in ('', ' --park'):
-    for name, seeds in chosen:
-      lines.append(f'  python -m fedjax_face.reproduce --table={name} '
-                   f'--seeds={",".join(map(str, seeds))} --root={sweep_root}{flag}')
+  if rerun_whole:
+    lines += rerun_commands([t for label in taken if unit_commit[label] is None
+                             for t in unit_tables[label]], commit, sweep_root)
+  if on_own:
+    lines += missing_seed_commands([(*unit_commit[label], *unit_tables[label][0],
+                                     unit_costs[label])
+                                    for label in taken if unit_commit[label] is not None],
+                                   sweep_root)
+  return lines
+
+
+def missing_seeds_row(item: Archived, origin_: Origin) -> tuple[str, dict[str, float]]:
+  """What a flagged table on its runs' machine kind needs (`runs_to_train` at the seeds it
+  lacks, at `commit_group`'s commit), said, and the runs' lane-seconds keyed by `paper_run`."""
+  seeds = rerun_seeds(item, True, True)
+  cost = run_costs(item, TARGET_SEEDS)
+  train = runs_to_train(item, seeds)
+  at_seeds = table_runs_at(item.table, item.root, item.extra, seeds)
+  there = [name for name in at_seeds if any(files.exists(files.join(item.root, name, f))
+                                            for f in ('results.json', table_runs.FAILED))]
+  at, note = commit_group(origin_.commits)
+  # Keyed by the paper's folder too: a run of another paper may have the same name (the
+  # personalization runs' FedFR pre-training) at another commit.
+  seconds = {paper_run(item, name): cost[name][0] for name in train}
+  return (f'{len(train)} runs to train at seeds {",".join(map(str, seeds))} ({len(there)} of its '
+          f'{len(at_seeds)} there archived already, {sum(n in there for n in train)} of them '
+          f'starts that train again), at {at}{f" ({note})" if note else ""}: '
+          f'{hours(sum(seconds.values()))}'), seconds
+
+
+def table_commands(chosen: list[tuple[str, tuple[int, ...], str]]) -> list[str]:
+  """Each chosen table run at its seeds into its root ((table, seeds, root)), then each parked."""
+  return [f'  python -m fedjax_face.reproduce --table={name} '
+          f'--seeds={",".join(map(str, seeds))} --root={root}{flag}'
+          for flag in ('', ' --park') for name, seeds, root in chosen]
+
+
+def rerun_commands(chosen: list[tuple[str, tuple[int, ...], str]], commit: str,
+                   sweep_root: str) -> list[str]:
+  """The commands that rerun the `chosen` tables (table, seeds, archive folder) whole at
+  `commit`, into one root."""
+  return (['Commands (a worktree of one commit; at the end of each sitting stop, park, commit the '
+           'root, and go on from a worktree of the same commit):',
+           f'  git worktree add /tmp/seeds5 {commit} && cd /tmp/seeds5']
+          + table_commands([(name, seeds, sweep_root) for name, seeds, _ in chosen]))
+
+
+def paper_run(item: Archived, name: str) -> str:
+  """A run's workdir under its paper's archive folder ('fedfr_tables/fedfr-pretrain_seed-3'):
+  where the archive and a sweep root that mirrors it keep it."""
+  return files.join(os.path.basename(item.root), name)
+
+
+def missing_seed_commands(chosen: list[tuple[str, str, str, tuple[int, ...], str, dict]],
+                          sweep_root: str) -> list[str]:
+  """The commands that add the seeds the `chosen` tables lack ((commit, note, table, seeds,
+  archive folder, runs to train by `paper_run`)), per commit in the order met: a worktree of
+  it; at the first sitting, a root per paper under `sweep_root` begun as a copy of its archive
+  folder (a run with results.json is read, not trained), less the archived runs that must train
+  again as starts; then the tables' runs."""
+  lines = ["Commands (the same machine kind: per commit of the archived runs, a worktree of it; "
+           "at the first sitting a root per paper begun as a copy of the paper's archive, so "
+           'that only the runs it lacks train, less the archived starts that train again; at the '
+           'end of each sitting stop, park, commit the root, and go on from a worktree of the '
+           'same commit):']
+  root_of = lambda archived: files.join(sweep_root, os.path.basename(archived))
+  for at in dict.fromkeys(row[0] for row in chosen):
+    group = [row[1:] for row in chosen if row[0] == at]
+    lines.append(f'  git worktree add /tmp/seeds5_{at} {at} && cd /tmp/seeds5_{at}')
+    for archived in dict.fromkeys(archived for _, _, _, archived, _ in group):
+      lines.append(f'  mkdir -p {root_of(archived)} && cp -rn {os.path.abspath(archived)}/. '
+                   f'{root_of(archived)}/')
+    again = list(dict.fromkeys(
+        run for _, _, _, archived, runs in group for run in runs
+        if files.exists(files.join(os.path.dirname(archived), run, 'results.json'))))
+    if again:
+      lines.append(f'  rm -rf {" ".join(files.join(sweep_root, run) for run in again)}')
+    lines += [f'  # {name}: {note}' for note, name, _, _, _ in group if note]
+    lines += table_commands([(name, seeds, root_of(archived))
+                             for _, name, seeds, archived, _ in group])
   return lines
 
 
