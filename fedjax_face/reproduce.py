@@ -39,9 +39,11 @@ differences, so neither judges a figure quoted for another.
 
 `--plan_seeds` reads the archive as the pages record it (`archived_pages`; nothing is run) and
 prints `tools/tables/seed_plan.py`'s plan: per page, each ordering of a table below five seeds
-whose adjusted decision seeds 0-4 could change, the tables that rerun together and their
-lane-hours, a selection within `--plan_budget_hours` and its commands; then the same criterion
-tried on the 5-seed tables read at seeds 0-2.
+whose adjusted decision seeds 0-4 could change, what must run and its lane-hours, a selection
+within `--plan_budget_hours` and its commands; then the same criterion tried on the 5-seed tables
+read at seeds 0-2. What must run depends on the machine (`--plan_machine`, detected by default):
+on the archived runs' kind a flagged table runs only its missing seeds, at its runs' commit; on
+another kind it reruns whole, with the tables that share its runs.
 """
 
 import contextlib
