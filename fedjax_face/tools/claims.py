@@ -2,8 +2,9 @@ r"""What reproduces, in one place: each paper's summary of verdicts, collected f
 
     python -m fedjax_face.tools.claims            # rewrite the summaries in docs/<paper>.md
     python -m fedjax_face.tools.claims --check    # exit 1 naming each summary that is stale, each
-                                                  # figure the archive lacks, each quantifier
-                                                  # no verdict line backs
+                                                  # figure the archive lacks, each count of
+                                                  # verdicts the family does not have, each
+                                                  # quantifier no verdict line backs
 
 The verdicts are made once, by `reproduce` (`tools/tables/verdict.py:judge`), at the end of each
 generated table (docs/<paper>_table<N>.md, docs/<paper>_fig<N>.md, ...). A paper's page states no
@@ -24,7 +25,13 @@ between the two HISTORY markers.
   `QUANTIFIER`) restates a verdict line, named in its sentence by `<!-- judged: <line> -->`
   (the line's text before its verdict, e.g. `FedGC above FedPE (LFW)`, or an ordering judged on
   several columns by its name alone), and that line holds in every seed, on every column it has
-  (`quantifier_failures`). A quantifier cannot be checked by matching words, so it names its line.
+  (`quantifier_failures`). A quantifier cannot be checked by matching words, so it names its line;
+- every count of verdicts it states as an integer in the family sentence's words (`COUNT_PHRASES`:
+  "N tests", "N verdicts the test alone gave (N reproduced, N reversed)", "N stand (N and N)",
+  "N of them pass the correction") is that count among the tests of the page's family, decided
+  as `reproduce` decides them (`verdict.page_family` over the tables as their pages were made),
+  or of the table it names ("Table 1's 30 tests"); one that names neither its table nor "this
+  page's" may also be that of a table its paragraph names (`count_failures`).
 A figure or quantifier is exempt only: in code (backticks), a table line, a link target, a
 reference to an equation, table, figure or section ("Eq. 3.2"), the verdict and history
 blocks, and a paragraph holding `<!-- unchecked: reason -->` (the reason is required). The check
@@ -32,10 +39,13 @@ prints, per page, how many figures it checked and how many each kind of exemptio
 
 What matching cannot see: a figure is found if ANY quotable value of the paper rounds to it, not
 necessarily the one the sentence means (2-decimal figures below 10 are often found by chance);
-a wrong figure that happens to equal another value passes.
+a wrong figure that happens to equal another value passes. Likewise a count that says neither
+its table nor its page passes when a table its paragraph names has it; counts written in words
+("the other five") or in other words ("the 24 checks") are not found.
 """
 
 import collections
+import functools
 import importlib
 import os
 import re
@@ -45,6 +55,7 @@ from typing import Callable, NamedTuple
 from absl import app, flags
 
 from fedjax_face.io import files
+from fedjax_face.tools.tables import verdict as verdict_lib
 
 BEGIN = ('<!-- verdicts: copied from the tables below by `python -m fedjax_face.tools.claims`; '
          'edit the tables, not this -->')
@@ -84,6 +95,11 @@ def table_files(docs_dir: str, paper: str) -> list[str]:
   return sorted(names, key=key)
 
 
+def title_of(table_text: str) -> str | None:
+  """A generated table's title (its '## ' line: `Table.title`), or None."""
+  return next((line[3:] for line in table_text.splitlines() if line.startswith('## ')), None)
+
+
 def summary(docs_dir: str, paper: str) -> str:
   """The block for docs/<paper>.md: per table with orderings, its title linked, then its lines."""
   parts = [BEGIN]
@@ -92,8 +108,7 @@ def summary(docs_dir: str, paper: str) -> str:
     lines = verdict_lines(text)
     if not lines:
       continue
-    title = next((line[3:] for line in text.splitlines() if line.startswith('## ')), name)
-    parts += ['', f'**[{title}]({name})**', ''] + lines
+    parts += ['', f'**[{title_of(text) or name}]({name})**', ''] + lines
   return '\n'.join(parts + ['', END])
 
 
@@ -196,10 +211,15 @@ def exempt_spans(page: str) -> list[tuple[int, int, str]]:
                         ('link', r'\]\([^)\s]*\)')):
     spans += [(m.start(), m.end(), kind) for m in re.finditer(pattern, page, flags=re.DOTALL)]
   for marker in UNCHECKED.finditer(page):   # its paragraph, or its item of a list
-    start = max((m.end() for m in PARAGRAPH_BREAK.finditer(page, 0, marker.start())), default=0)
-    end = PARAGRAPH_BREAK.search(page, marker.end())
-    spans.append((start, end.start() if end else len(page), 'unchecked'))
+    spans.append((*paragraph_at(page, marker.start(), marker.end()), 'unchecked'))
   return spans
+
+
+def paragraph_at(page: str, start: int, end: int) -> tuple[int, int]:
+  """(start, end) of the paragraph (or list item, `PARAGRAPH_BREAK`) holding page[start:end]."""
+  begin = max((m.end() for m in PARAGRAPH_BREAK.finditer(page, 0, start)), default=0)
+  found = PARAGRAPH_BREAK.search(page, end)
+  return begin, found.start() if found else len(page)
 
 
 def figure_matches(page: str) -> list[tuple[re.Match, str | None]]:
@@ -379,25 +399,174 @@ def figure_failures(path: str, page: str, forms: Forms) -> tuple[list[str], int,
   return out, checked, exempt
 
 
-def prose_check(docs_dir: str, forms_of: Callable[[str], Forms]) -> tuple[list[str],
-                                                                               list[str]]:
+# Counts of verdicts the prose states as integers, in the words of the tables' family sentence
+# (`markdown.family_sentence`) and of the pages' summaries: "this page's 103 tests", "of the 42
+# verdicts the test alone gave (33 reproduced, 9 reversed), 25 stand (19 and 6)", "12 of them pass
+# the correction", "Table 1's 30 tests, Table 2's 20 and Table 4's 60". A family's counts move
+# whenever a table joins it or a run is redone, and a sentence quoting the old ones still reads
+# as true.
+COUNT = r'(?<![\w.,@=+\-−])(\d+)'   # an integer, not 1e-3's 3, 0.05's 05 or 1,500's 500
+# Whose count it says it is: "Table 1's 30 tests" that table's, "this page's 103 tests" the
+# family's; a count that says neither may be either (`count_failures`).
+OWNER = r"(?:\b(Table|Fig\.)\s+(\d+|[IVXL]+)['’]s\s+|\b(page)['’]s\s+)?"
+COUNT_PHRASES = (   # (what each integer of the phrase counts, in order; the phrase)
+    (('tests',), COUNT + r'\s+tests\b'),
+    (('alone', 'alone reproduced', 'alone reversed'),
+     COUNT + r'\s+verdicts\s+(?:that\s+)?the\s+test\s+alone\s+gave(?:\s+\(' + COUNT
+     + r'\s+reproduced,\s+' + COUNT + r'\s+reversed\))?'),
+    (('stand', 'reproduced', 'reversed'),
+     COUNT + r'\s+stands?\b(?:\s+\(' + COUNT + r'\s+and\s+' + COUNT + r'\))?'),
+    (('pass',), COUNT + r"(?:\s+(?:tests|orderings))?(?:\s+of\s+(?:them|the\s+\d+\s+tests))?"
+     r"\s+pass(?:es)?\s+(?:the\s+(?:page['’]s\s+)?correction|BH\b)"),
+)
+# The rest of a list whose first item named the table and the noun: ", Table 2's 20 and Table
+# 4's 60".
+OWNED_ITEM = re.compile(r"(?:,\s*|,?\s+and\s+)(Table|Fig\.)\s+(\d+|[IVXL]+)['’]s\s+(\d+)\b"
+                        r'(?![.,]\d)')
+# The tables a paragraph names, whose counts a count it does not own may be: "Tables 1-8 and 12",
+# "Table III", "Fig. 4", and each generated page it links to.
+NAMED_TABLES = re.compile(r'\b(Tables?|Figs?\.)\s+((?:\d+|[IVXL]+)\b(?:\s*(?:,|and|-|–|to)\s*'
+                          r'(?:\d+|[IVXL]+)\b)*)')
+ROMAN = {'I': 1, 'V': 5, 'X': 10, 'L': 50}
+DECIDED = ('reproduced', 'reversed')
+QUANTITIES = {   # what a count counts among the tests of a page (or of one table): words, test
+    'tests': ('tests', lambda v: True),
+    'pass': ('tests passing the correction', lambda v: v.adjusted <= verdict_lib.FDR),
+    'alone': ('verdicts the test alone gave', lambda v: v.alone in DECIDED),
+    'alone reproduced': ('reproduced by the test alone', lambda v: v.alone == 'reproduced'),
+    'alone reversed': ('reversed by the test alone', lambda v: v.alone == 'reversed'),
+    'stand': ('verdicts standing after the correction', lambda v: v.verdict in DECIDED),
+    'reproduced': ('reproduced after the correction', lambda v: v.verdict == 'reproduced'),
+    'reversed': ('reversed after the correction', lambda v: v.verdict == 'reversed'),
+}
+
+
+class Count(NamedTuple):
+  """An integer the prose states as a count of verdicts."""
+  index: int          # where in the page
+  quantity: str       # a key of QUANTITIES
+  stated: int
+  owner: str | None   # the generated page of the table it counts ('pad_table3.md'), its own
+                      # page ('pad.md': the family's), or None: not said
+
+
+def table_number(numeral: str) -> int:
+  """'12' -> 12, 'III' -> 3 (the PAD page numbers its tables as the paper does)."""
+  if numeral.isdigit():
+    return int(numeral)
+  values = [ROMAN[c] for c in numeral]
+  return sum(-v if v < after else v for v, after in zip(values, values[1:] + [0]))
+
+
+def table_file(paper: str, kind: str, number: int) -> str:
+  """The generated page of `paper`'s "Table <number>" or "Fig. <number>": 'pad_table3.md',
+  'fedfr_fig4.md'."""
+  return f'{paper}_{"fig" if kind.startswith("Fig") else "table"}{number}.md'
+
+
+def counts(page: str, paper: str) -> list[Count]:
+  """Every count of verdicts `page` states (`COUNT_PHRASES`) outside `exempt_spans`, in order."""
+  spans = exempt_spans(page)
+  found = []
+  for quantities, phrase in COUNT_PHRASES:
+    for match in re.finditer(OWNER + phrase, page):
+      table = match.group(1) and table_file(paper, match.group(1), table_number(match.group(2)))
+      owner = table or (f'{paper}.md' if match.group(3) else None)
+      found += [Count(match.start(group), quantity, int(match.group(group)), owner)
+                for group, quantity in enumerate(quantities, 4) if match.group(group)]
+      end = match.end()
+      while table and (item := OWNED_ITEM.match(page, end)):   # the noun said once for all
+        found.append(Count(item.start(3), quantities[0], int(item.group(3)),
+                           table_file(paper, item.group(1), table_number(item.group(2)))))
+        end = item.end()
+  return sorted(c for c in found if not any(start <= c.index < end for start, end, _ in spans))
+
+
+def named_tables(paragraph: str, paper: str) -> list[str]:
+  """The generated pages of the tables `paragraph` names (`NAMED_TABLES`) or links to."""
+  names = re.findall(rf'\]\(({paper}_\w+\.md)\)', paragraph)
+  for match in NAMED_TABLES.finditer(paragraph):
+    for part in re.split(r'\s*(?:,|and)\s*', match.group(2)):
+      bounds = [table_number(n) for n in re.split(r'\s*(?:-|–|to)\s*', part)]   # "1-8", "12"
+      names += [table_file(paper, match.group(1), n) for n in range(bounds[0], bounds[-1] + 1)]
+  return list(dict.fromkeys(names))
+
+
+def decided_tests(page: str, judged: list) -> list[tuple[str, verdict_lib.Verdict]]:
+  """(table title, verdict as the table prints it) for each test of a page's family: `judged`,
+  its tables with orderings each with its tests alone (`verdict.judge_table`), decided over
+  them all by the correction as `reproduce` decides them (`verdict.page_family`, `adjust`)."""
+  family = verdict_lib.page_family(page, judged)
+  return [(table.title, verdict_lib.adjust(v, family.adjusted[(table.title, index)]))
+          for table, verdicts in judged for index, v in enumerate(verdicts) if v.p is not None]
+
+
+def tally(tests: list[tuple[str, verdict_lib.Verdict]], quantity: str, docs_dir: str,
+          name: str | None = None) -> int:
+  """How many of `tests` (`decided_tests`) `quantity` counts: all of them, or those of the table
+  whose generated page is docs/`name` (none if there is no such page)."""
+  holds = QUANTITIES[quantity][1]
+  if name is None:
+    return sum(holds(v) for _, v in tests)
+  path = os.path.join(docs_dir, name)
+  title = title_of(files.read_text(path)) if os.path.exists(path) else None
+  return sum(holds(v) for table, v in tests if table == title)
+
+
+def count_failures(path: str, page: str, found: list[Count],
+                   tests: list[tuple[str, verdict_lib.Verdict]], docs_dir: str,
+                   paper: str) -> list[str]:
+  """'<path>:<line>: ...' for each of the counts `found` on `page` that is not what it counts
+  among `tests` (`decided_tests`): the table's it names ("Table 1's 30 tests"), the page's
+  family's ("this page's 103 tests"); one that names neither, the family's or that of a table its
+  paragraph names."""
+  out = []
+  for count in found:
+    where = f'{path}:{page.count(chr(10), 0, count.index) + 1}'
+    words = QUANTITIES[count.quantity][0]
+    if count.owner not in (None, f'{paper}.md'):   # a table's
+      true = tally(tests, count.quantity, docs_dir, count.owner)
+      if count.stated != true:
+        out.append(f'{where}: {count.stated} {words} in {count.owner}; it has {true}')
+      continue
+    named = [] if count.owner else named_tables(
+        page[slice(*paragraph_at(page, count.index, count.index))], paper)
+    tables = {name: tally(tests, count.quantity, docs_dir, name) for name in named}
+    true = tally(tests, count.quantity, docs_dir)
+    if count.stated != true and count.stated not in tables.values():
+      said = ', '.join(f'{name} {n}' for name, n in tables.items())
+      out.append(f"{where}: {count.stated} {words}; the page's family has {true}"
+                 + (f' (the tables its paragraph names: {said})' if said else ''))
+  return out
+
+
+def prose_check(docs_dir: str, forms_of: Callable[[str], Forms],
+                judged_of: Callable[[str], list]) -> tuple[list[str], list[str]]:
   """(each failure of the prose of every paper page, one line each; per page how many figures
-  were checked and how many each kind of exemption held, then a closing line of the totals).
-  `forms_of(paper)` gives what the page may quote (`reproduce.quotable_forms`)."""
+  were checked and how many each kind of exemption held, and how many verdict counts were
+  checked, then a closing line of the totals). `forms_of(paper)` gives what the page may quote
+  (`reproduce.quotable_forms`), `judged_of(paper)` its tables' tests alone (`decided_tests`;
+  asked only of a page that states a count)."""
   failures, notes, totals = [], [], collections.Counter()
   for paper in papers_with_tables(docs_dir):
     path = os.path.join(docs_dir, f'{paper}.md')
     page = files.read_text(path)
     figure_lines, checked, exempt = figure_failures(path, page, forms_of(paper))
+    found = counts(page, paper)
+    tests = decided_tests(path, judged_of(paper)) if found else []
     failures += (unsourced(docs_dir, paper) + figure_lines + quantifier_failures(path, page)
+                 + count_failures(path, page, found, tests, docs_dir, paper)
                  + empty_reasons(path, page))
     where = ', '.join(f'{n} {kind}' for kind, n in sorted(exempt.items())) or 'none'
-    notes.append(f'{path}: {checked} figures checked; exempt: {where}')
+    notes.append(f'{path}: {checked} figures checked; exempt: {where}; {len(found)} verdict '
+                 'counts checked')
     totals.update(exempt)
     totals['checked'] += checked
-  checked = totals.pop('checked', 0)
+    totals['counted'] += len(found)
+  checked, counted = totals.pop('checked', 0), totals.pop('counted', 0)
   notes.append(f'{checked} figures checked on {len(notes)} pages; exempt: '
-               + (', '.join(f'{n} {kind}' for kind, n in sorted(totals.items())) or 'none'))
+               + (', '.join(f'{n} {kind}' for kind, n in sorted(totals.items())) or 'none')
+               + f'; {counted} verdict counts checked')
   return failures, notes
 
 
@@ -416,46 +585,62 @@ def write_all(docs_dir: str) -> list[str]:
   return changed
 
 
-# The module that knows the papers' table specs, and so what their pages may quote. It sits in
-# the top layer (WORKSPACE.md, "Layers"), which this module may not import: the command looks it
-# up by name when it runs, as the registries look up a method; tests pass `forms_of` themselves.
+# The module that knows the papers' table specs, and so what their pages may quote and which runs
+# their tables were made of. It sits in the top layer (WORKSPACE.md, "Layers"), which this module
+# may not import: the command looks it up by name when it runs, as the registries look up a
+# method; tests pass `forms_of` and `judged_of` themselves.
 QUOTABLE_FORMS = ('fedjax_face.reproduce', 'quotable_forms')
+ARCHIVED_PAGES = ('fedjax_face.reproduce', 'archived_pages')
+
+
+def judged_pages(archived: list[list]) -> dict[str, list]:
+  """Per page ('docs/<paper>.md'), its tables with orderings as their pages were made
+  (`reproduce.archived_pages`: the runs and seeds each footnote records, as
+  `reproduce.page_family` reads them), each with its tests alone (`verdict.judge_table`)."""
+  out = collections.defaultdict(list)
+  for item in (item for page in archived for item in page if item.table.orderings):
+    out[item.page].append(
+        (item.table, verdict_lib.judge_table(item.table, item.results, item.seeds)))
+  return dict(out)
 
 
 def main(argv):
   del argv
   f = flags.FLAGS
-  module, name = QUOTABLE_FORMS
-  quotable = getattr(importlib.import_module(module), name)
+  quotable, archived = (getattr(importlib.import_module(module), name)
+                        for module, name in (QUOTABLE_FORMS, ARCHIVED_PAGES))
+  judged = functools.cache(lambda: judged_pages(archived(f.docs, f.archive)))   # read once
   try:
-    sys.exit(run(f.docs, f.check, lambda paper: quotable(paper, f.docs, f.archive)))
+    sys.exit(run(f.docs, f.check, lambda paper: quotable(paper, f.docs, f.archive),
+                 lambda paper: judged().get(f'docs/{paper}.md', [])))
   except ValueError as e:   # a page without its verdict block: one line naming it
     sys.exit(str(e))
 
 
-def run(docs_dir: str, check: bool, forms_of: Callable[[str], Forms]) -> int:
+def run(docs_dir: str, check: bool, forms_of: Callable[[str], Forms],
+        judged_of: Callable[[str], list]) -> int:
   """Rewrites the stale verdict blocks of `docs_dir`, or with `check` prints what is stale (the
-  blocks) and each failure of the prose (`prose_check`), then the exemptions per page; returns
-  the exit status (1 if anything failed)."""
+  blocks) and each failure of the prose (`prose_check`: `forms_of` and `judged_of` are its),
+  then the exemptions per page; returns the exit status (1 if anything failed)."""
   if not check:
     for path in write_all(docs_dir):
       print(f'rewrote {path}')
     return 0
   paths = stale(docs_dir)
-  failures, notes = prose_check(docs_dir, forms_of)
+  failures, notes = prose_check(docs_dir, forms_of, judged_of)
   if paths:
     print('stale verdict blocks (run python -m fedjax_face.tools.claims): ' + ', '.join(paths))
   print('\n'.join(failures + notes))
   if paths or failures:
     return 1
-  print('every verdict block matches its tables; every figure and quantifier of the prose is '
-        "the archive's or exempt")
+  print('every verdict block matches its tables; every figure, verdict count and quantifier of '
+        "the prose is the archive's or exempt")
   return 0
 
 
 if __name__ == '__main__':
   flags.DEFINE_string('docs', 'docs', 'The docs directory.')
-  flags.DEFINE_bool('check', False, 'Only check; exit 1 naming each stale page and each figure '
-                    'or quantifier of the prose the archive does not back.')
+  flags.DEFINE_bool('check', False, 'Only check; exit 1 naming each stale page and each figure, '
+                    'verdict count or quantifier of the prose the archive does not back.')
   flags.DEFINE_string('archive', 'results', 'The run archive the figures are looked up in.')
   app.run(main)

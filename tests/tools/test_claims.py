@@ -1,10 +1,14 @@
-"""A paper's page says what reproduces only by copying its generated tables' verdict lines."""
+"""A paper's page says what reproduces only by copying its generated tables' verdict lines, and
+its prose quotes only what the archive holds: figures, verdict counts and quantifiers."""
 
 import os
+import re
+import types
 
 import pytest
 
 from fedjax_face.tools import claims
+from fedjax_face.tools.tables import verdict
 from tests import config_files
 
 DOCS = os.path.join(config_files.ROOT, 'docs')
@@ -122,11 +126,70 @@ def test_a_figure_is_found_at_its_printed_rounding_or_named():
   assert (missing, checked) == ([(3, '0.14'), (19, '12.34')], 4)
 
 
+COUNTS = """# P
+
+Over this page's 103 tests: of the 42 verdicts the test alone gave (33 reproduced, 9
+reversed), 25 stand (19 and 6); 12 of them pass the correction, and 20 orderings pass BH.
+
+Table 1's 30 tests, Table 2's 20 and Table III's 60; 15 of the 30 tests pass the correction.
+
+Not counts: `7 tests`, FedUV-127 is reversed, TPIR@FPIR=1e-1 now passes, 5 passes; Sec. 5 test
+sets; 1,500 tests.
+
+<!-- unchecked: an earlier family --> 99 tests.
+"""
+
+
+def test_the_counts_of_verdicts_prose_states_and_the_tables_they_count():
+  found = claims.counts(COUNTS, 'p')
+  assert [(COUNTS.count('\n', 0, c.index) + 1, c.quantity, c.stated, c.owner) for c in found] == [
+      (3, 'tests', 103, 'p.md'), (3, 'alone', 42, None), (3, 'alone reproduced', 33, None),
+      (3, 'alone reversed', 9, None), (4, 'stand', 25, None), (4, 'reproduced', 19, None),
+      (4, 'reversed', 6, None), (4, 'pass', 12, None), (4, 'pass', 20, None),
+      (6, 'tests', 30, 'p_table1.md'), (6, 'tests', 20, 'p_table2.md'),
+      (6, 'tests', 60, 'p_table3.md'), (6, 'pass', 15, None), (6, 'tests', 30, None)]
+  assert all(re.match(rf'{c.stated}\b', COUNTS[c.index:]) for c in found)   # at its number
+  assert claims.named_tables('Tables 1-3 and 12, Table III, Fig. 4 and [it](p_table9.md); '
+                             "[q's](q_table5.md)", 'p') == [
+      'p_table9.md', 'p_table1.md', 'p_table2.md', 'p_table3.md', 'p_table12.md', 'p_fig4.md']
+
+
+def test_each_count_is_of_the_verdicts_as_the_tables_print_them(tmp_path):
+  # Table T1: A (p = 0.010) and B (p = 0.048) reproduced by the test alone; T2: C reversed
+  # (p = 0.0014), D within noise. Over the four, BH keeps A and C only: B's adjusted p is
+  # 4 x 0.048 / 3 = 0.064, so 3 verdicts the test alone gave, 2 stand.
+  def judged(title, *margins):
+    return (types.SimpleNamespace(title=title),
+            [verdict.judge(dict(enumerate(m)), (0, 1, 2)) for m in margins])
+  tests = claims.decided_tests('docs/p.md', [judged('T1', (1.5, 2.0, 2.5), (1.0, 2.0, 3.5)),
+                                             judged('T2', (-1.0, -1.2, -1.1), (1.0, -1.0, 0.5))])
+  (tmp_path / 'p_table1.md').write_text('## T1\n')
+  (tmp_path / 'p_table2.md').write_text('## T2\n')
+  assert list(claims.QUANTITIES) == ['tests', 'pass', 'alone', 'alone reproduced',
+                                     'alone reversed', 'stand', 'reproduced', 'reversed']
+  assert {name: [claims.tally(tests, quantity, str(tmp_path), name)
+                 for quantity in claims.QUANTITIES]
+          for name in (None, 'p_table1.md', 'p_table2.md', 'p_table3.md')} == {
+              None: [4, 2, 3, 2, 1, 2, 1, 1], 'p_table1.md': [2, 1, 2, 2, 0, 1, 1, 0],
+              'p_table2.md': [2, 1, 1, 0, 1, 1, 0, 1], 'p_table3.md': [0] * 8}
+  # The verdicts the test alone gave, stated as the ones that stand; a table's count of its own.
+  page = "Of the 3 verdicts the test alone gave, 3 stand; Table 2's 1 stands (0 and 1)."
+  found = claims.counts(page, 'p')
+  assert [(c.quantity, c.stated, c.owner) for c in found] == [
+      ('alone', 3, None), ('stand', 3, None), ('stand', 1, 'p_table2.md'),
+      ('reproduced', 0, 'p_table2.md'), ('reversed', 1, 'p_table2.md')]
+  assert claims.count_failures('p.md', page, found, tests, str(tmp_path), 'p') == [
+      "p.md:1: 3 verdicts standing after the correction; the page's family has 2 (the tables "
+      'its paragraph names: p_table2.md 1)']
+
+
 def toy_docs(tmp_path, monkeypatch):
   """docs/ of the toy paper (tests/tools/tables/test_family.py: Table 1's A at 51.50 / 52.00 /
   52.50 against B's 50.00, Table 2's A at 51.00 / 52.00 / 53.50), its tables made from the toy
   archive, and `check(prose)`: the page written with `prose` above its verdict block, then
-  `claims.run --check` on it with what the archive holds: (exit status, printed lines)."""
+  `claims.run --check` on it with what the archive holds: (exit status, printed lines). The
+  tables are written each as its own family; the page's family (both tables, 2 tests, both
+  reproduced after the correction) is what the prose counts."""
   from fedjax_face import reproduce
   from tests.tools.tables.test_family import toy_paper, write_pages
   tables, archive = toy_paper(tmp_path, monkeypatch)
@@ -139,8 +202,10 @@ def toy_docs(tmp_path, monkeypatch):
     page.write_text(f'# Toy\n\n{prose}\n\n{claims.BEGIN}\n{claims.END}\n')
     claims.write_all(str(docs))
     capsys.readouterr()
-    status = claims.run(str(docs), True,
-                        lambda paper: reproduce.quotable_forms(paper, str(docs), archive))
+    status = claims.run(
+        str(docs), True, lambda paper: reproduce.quotable_forms(paper, str(docs), archive),
+        lambda paper: claims.judged_pages(reproduce.archived_pages(str(docs), archive))[
+            f'docs/{paper}.md'])
     return status, capsys.readouterr().out.splitlines()
   return check, str(page)
 
@@ -155,10 +220,12 @@ def test_check_passes_a_page_whose_figures_and_quantifiers_the_archive_holds(
            '<!-- unchecked: the paper\'s own figure --> The paper: 99.10.')
   status, lines = check(prose, capsys)
   assert (status, lines[-3:]) == (0, [
-      f'{path}: 4 figures checked; exempt: 1 reference, 1 unchecked, 14 verdicts',
-      '4 figures checked on 1 pages; exempt: 1 reference, 1 unchecked, 14 verdicts',
-      'every verdict block matches its tables; every figure and quantifier of the prose is the '
-      "archive's or exempt"])
+      f'{path}: 4 figures checked; exempt: 1 reference, 1 unchecked, 14 verdicts; 0 verdict counts '
+      'checked',
+      '4 figures checked on 1 pages; exempt: 1 reference, 1 unchecked, 14 verdicts; 0 verdict '
+      'counts checked',
+      'every verdict block matches its tables; every figure, verdict count and quantifier of the '
+      "prose is the archive's or exempt"])
 
 
 def test_check_names_a_wrong_figure_a_false_quantifier_a_seed_as_mean_and_a_figure_from_nowhere(
@@ -194,9 +261,51 @@ def test_check_names_a_wrong_figure_a_false_quantifier_a_seed_as_mean_and_a_figu
 
 
 
+def test_check_names_a_count_of_verdicts_the_page_s_family_does_not_have(tmp_path, monkeypatch,
+                                                                          capsys):
+  check, path = toy_docs(tmp_path, monkeypatch)
+  true = ("Over this page's 2 tests: of the 2 verdicts the test alone gave (2 reproduced, 0 "
+          'reversed), 2 stand (2 and 0); 2 of them pass the correction. Table 1\'s 1 tests and '
+          "Table 2's 1.\n\n[Table 2](toy_table2.md) alone holds 1 tests.\n\n"
+          '`3 tests` in code, and <!-- unchecked: an earlier family --> 3 tests.')
+  status, lines = check(true, capsys)   # the two 3s exempt: in code, and unchecked
+  assert (status, lines[-2]) == (0, '0 figures checked on 1 pages; exempt: 14 verdicts; 11 '
+                                    'verdict counts checked')
+  # A stale count of the page's family, planted among the true ones.
+  status, lines = check(true.replace("page's 2 tests", "page's 3 tests"), capsys)
+  assert (status, lines[0]) == (1, f"{path}:3: 3 tests; the page's family has 2")
+  # One the sentence does not say is the page's may be a table's its paragraph names.
+  named = '(the tables its paragraph names: toy_table1.md {0}, toy_table2.md {0})'
+  status, lines = check(true.replace('0 reversed', '1 reversed'), capsys)
+  assert (status, lines[0]) == (
+      1, f"{path}:3: 1 reversed by the test alone; the page's family has 0 {named.format(0)}")
+  assert check(true.replace('2 stand', '1 stand'), capsys)[0] == 0   # each table's 1
+  status, lines = check(true.replace('2 stand', '3 stand'), capsys)
+  assert (status, lines[0]) == (
+      1, f"{path}:3: 3 verdicts standing after the correction; the page's family has 2 "
+         f'{named.format(1)}')
+  # "this page's" says whose: a table's count is no longer enough.
+  status, lines = check(true.replace("page's 2 tests", "page's 1 tests"), capsys)
+  assert (status, lines[0]) == (1, f"{path}:3: 1 tests; the page's family has 2")
+  # A table's count: the page's family has 2 tests, Table 1 only 1; an item of the list too.
+  status, lines = check(true.replace("Table 1's 1 tests", "Table 1's 2 tests"), capsys)
+  assert (status, lines[0]) == (1, f'{path}:3: 2 tests in toy_table1.md; it has 1')
+  status, lines = check(true.replace("Table 2's 1.", "Table 2's 2."), capsys)
+  assert (status, lines[0]) == (1, f'{path}:3: 2 tests in toy_table2.md; it has 1')
+  # A count that names no table may be one its paragraph names, and only that one.
+  status, lines = check(true.replace('[Table 2](toy_table2.md) alone', 'It alone'), capsys)
+  assert (status, lines[0]) == (1, f"{path}:5: 1 tests; the page's family has 2")
+  status, lines = check(true.replace('alone holds 1 tests', 'alone holds 3 tests'), capsys)
+  assert (status, lines[0]) == (
+      1, f"{path}:5: 3 tests; the page's family has 2 (the tables its paragraph names: "
+         'toy_table2.md 1)')
+
+
 def test_the_real_pages_pass_the_check(capsys):
   from fedjax_face import reproduce
   archive = os.path.join(config_files.ROOT, 'results')
-  status = claims.run(DOCS, True, lambda paper: reproduce.quotable_forms(paper, DOCS, archive))
+  judged = claims.judged_pages(reproduce.archived_pages(DOCS, archive))
+  status = claims.run(DOCS, True, lambda paper: reproduce.quotable_forms(paper, DOCS, archive),
+                      lambda paper: judged.get(f'docs/{paper}.md', []))
   out = capsys.readouterr().out
   assert status == 0, out
