@@ -283,6 +283,32 @@ def check(docs_dir: str, archive_dir: str) -> list[tuple[str, str]]:
   return table_checks + extras
 
 
+DECIDED = ('reproduced', 'reversed')
+
+
+def verdict_counts(paper: str, docs_dir: str, archive_dir: str) -> str:
+  """One line on what the correction does to docs/<paper>.md's verdicts, from its tables'
+  records (`recorded_results`): the tests of its family (two seeds or more), how many the test
+  alone decides (reproduced or reversed, at `verdict.SIGNIFICANCE`) and how many survive
+  Benjamini-Hochberg, and the orderings one seed leaves untested."""
+  family = page_family(paper, docs_dir, archive_dir)
+  alone, after, one_seed = [], [], 0
+  for tid in table_ids(paper):
+    table = tables_of(paper)[tid]
+    got = recorded_results(paper, tid, docs_dir, archive_dir) if table.orderings else None
+    if got is None:
+      continue
+    for v in verdict_lib.table_verdicts(table, *got, family):
+      one_seed += v.verdict == verdict_lib.ONE_SEED
+      if v.p is not None:
+        alone.append(v.alone)
+        after.append(v.verdict)
+  count = lambda verdicts: (f'{sum(v in DECIDED for v in verdicts)} ('
+                            + ', '.join(f'{verdicts.count(v)} {v}' for v in DECIDED) + ')')
+  return (f'docs/{paper}.md: {family.tests} tests; decided by the test alone {count(alone)}, '
+          f'after the correction {count(after)}; {one_seed} not tested (one seed)')
+
+
 def side_means(table: spec.Table, labels: tuple[str, ...], column: str, results: dict,
                seeds: tuple[int, ...]) -> list[float]:
   """Per seed whose rows all have a value, the mean of `labels`' values on `column` (an
@@ -498,6 +524,9 @@ def main(argv):
     for name, status in verdicts:
       print(f'{name}: {status}')
     bad = [name for name, status in verdicts if status != 'ok']
+    if not bad:
+      for paper in PAPERS:
+        print(verdict_counts(paper, f.docs, f.archive))
     if bad:
       sys.exit(f'{len(bad)} of {len(verdicts)} tables do not rebuild from {f.archive}: '
                + ', '.join(bad))

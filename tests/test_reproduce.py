@@ -170,3 +170,41 @@ def test_a_pending_table_is_named_on_its_paper_s_page_and_has_no_stale_page():
     assert name in reproduce.table_names(pending=True) and name not in reproduce.table_names()
     assert reproduce.select(name) == [(paper, tid)]
     assert (paper, tid) not in reproduce.select(paper)   # a paper's docs command trains none
+
+
+def test_verdict_counts_say_what_the_correction_decides(tmp_path, monkeypatch):
+  """`--check`'s line per page: its tests, how many the test alone decides and how many survive
+  Benjamini-Hochberg. Margins over 3 seeds (points of LFW accuracy), B the reference: A above B
+  +1.0, +1.1, +0.9 (t = 17.3, p = 0.0017); B above A the same reversed; C above B +0.2, +0.6,
+  +0.3 (t = 3.05 > 2.92, p = 0.046); D above B -0.5, +0.5, +0.1 (p = 0.38). BH over the four,
+  by hand: 0.38; min(0.38, 4 x 0.046 / 3 = 0.061) > 0.05, so C falls; min(0.061, 4 x 0.0017 /
+  2 = 0.0034) and 0.0034 pass: A above B reproduced, B above A reversed. A fifth table's ordering
+  at one seed is not tested."""
+  import types  # pylint: disable=g-import-not-at-top
+  runs = {label: spec.Run(f'fedgc/{name}') for label, name in
+          (('A', 'fedgc'), ('B', 'fedpe'), ('C', 'centralized'), ('D', 'fedcos'))}
+  rows = tuple(spec.Row(label, run, (None,)) for label, run in runs.items())
+  above = lambda a, b: spec.Ordering((a,), (b,), 'lfw', f'{a} above {b}')
+  table = spec.Table('Toy', 'verification', ('lfw',), rows, 'c', orderings=(
+      above('A', 'B'), above('B', 'A'), above('C', 'B'), above('D', 'B')))
+  one_seed = spec.Table('Toy one seed', 'verification', ('lfw',), rows, 'c',
+                        orderings=(above('A', 'B'),))
+  monkeypatch.setattr(reproduce, 'PAPERS', ('toy',))
+  monkeypatch.setattr(reproduce, 'paper_module',
+                      lambda paper: types.SimpleNamespace(TABLES={1: table, 2: one_seed}))
+  accuracy = {'A': (81.0, 81.1, 80.9), 'B': (80.0, 80.0, 80.0), 'C': (80.2, 80.6, 80.3),
+              'D': (79.5, 80.5, 80.1)}
+  archive, docs = tmp_path / 'results', tmp_path / 'docs'
+  docs.mkdir()
+  for label, run in runs.items():
+    for seed, value in enumerate(accuracy[label]):
+      run_dir = archive / 'toy_tables' / run.name(spec.seed_overrides((), seed))
+      run_dir.mkdir(parents=True)
+      (run_dir / 'results.json').write_text(json.dumps(
+          {'verification': {'lfw': {'accuracy': value / 100}}}))
+  for tid, seeds in ((1, '0,1,2'), (2, '0')):
+    (docs / f'toy_table{tid}.md').write_text(
+        f'Made by `python -m fedjax_face.reproduce --table=toy{tid} --seeds={seeds}`\n')
+  assert reproduce.verdict_counts('toy', str(docs), str(archive)) == (
+      'docs/toy.md: 4 tests; decided by the test alone 3 (2 reproduced, 1 reversed), after the '
+      'correction 2 (1 reproduced, 1 reversed); 1 not tested (one seed)')
