@@ -4,7 +4,9 @@ r"""What reproduces, in one place: each paper's summary of verdicts, collected f
     python -m fedjax_face.tools.claims --check    # exit 1 naming each summary that is stale, each
                                                   # figure the archive lacks, each count of
                                                   # verdicts the family does not have, each
-                                                  # quantifier no verdict line backs
+                                                  # quantifier no verdict line backs, each
+                                                  # judged line its sentence's verdict words
+                                                  # do not match
 
 The verdicts are made once, by `reproduce` (`tools/tables/verdict.py:judge`), at the end of each
 generated table (docs/<paper>_table<N>.md, docs/<paper>_fig<N>.md, ...). A paper's page states no
@@ -26,6 +28,12 @@ between the two HISTORY markers.
   (the line's text before its verdict, e.g. `FedGC above FedPE (LFW)`, or an ordering judged on
   several columns by its name alone), and that line holds in every seed, on every column it has
   (`quantifier_failures`). A quantifier cannot be checked by matching words, so it names its line;
+- a sentence with a `<!-- judged: -->` marker that states a decided verdict in words
+  (`VERDICT_WORDS`: "reproduced", "reverses", "passes the correction", "stands"; "ahead" and
+  "behind" for our own orderings) names only lines decided that way after the correction
+  (judged: reproduced or ahead; judged reversed: reversed or behind). A sentence whose words say
+  a verdict is undecided ("within noise", "before the correction", "the test alone"; `UNDECIDED`)
+  or that quotes only the seed pattern is not held to it (`verdict_word_failures`);
 - every count of verdicts it states as an integer in the family sentence's words (`COUNT_PHRASES`:
   "N tests", "N verdicts the test alone gave (N reproduced, N reversed)", "N stand (N and N)",
   "N of them pass the correction") is that count among the tests of the page's family, decided
@@ -41,7 +49,9 @@ What matching cannot see: a figure is found if ANY quotable value of the paper r
 necessarily the one the sentence means (2-decimal figures below 10 are often found by chance);
 a wrong figure that happens to equal another value passes. Likewise a count that says neither
 its table nor its page passes when a table its paragraph names has it; counts written in words
-("the other five") or in other words ("the 24 checks") are not found.
+("the other five") or in other words ("the 24 checks") are not found. Verdict words are read per
+sentence: one undecided word frees all its markers, and a verdict it states of other lines holds
+its markers' lines too (split the sentence).
 """
 
 import collections
@@ -282,11 +292,15 @@ HOLDS = re.compile(r'(?:holds|ahead) in (\d+) of (\d+) seeds? \(by ([+-]?\d+\.\d
 
 class Judged(NamedTuple):
   """One verdict line as a quantifier may cite it: in how many of how many seeds the ordering
-  holds, and its smallest and largest per-seed margin."""
+  holds, its smallest and largest per-seed margin, its verdict after the correction as printed
+  ('reproduced', 'within noise', 'behind', ...), and whether it is one of our own orderings
+  (its seeds read 'ahead in', its verdicts 'ahead' and 'behind': `verdict.OWN_WORDS`)."""
   holds: int
   seeds: int
   low: float
   high: float
+  verdict: str
+  own: bool
 
 
 def judged_lines(page: str) -> dict[str, list[Judged]]:
@@ -309,7 +323,9 @@ def judged_lines(page: str) -> dict[str, list[Judged]]:
     if not holds:
       continue
     judged = Judged(int(holds.group(1)), int(holds.group(2)), float(holds.group(3)),
-                    float(holds.group(4) or holds.group(3)))
+                    float(holds.group(4) or holds.group(3)),
+                    re.search(r': \*\*([^*]+)\*\*', line).group(1),
+                    holds.group(0).startswith('ahead'))
     if line.startswith('- '):
       names = [line[2:line.index(': **')]]
     else:   # '  - LFW: **reproduced**: ...', a column of `ordering`
@@ -365,6 +381,51 @@ def quantifier_failures(path: str, page: str) -> list[str]:
     if not SEED_NOUN.search(match.group(0)) and cited and len(cited) < 2:
       out.append(f'{where}: "{phrase}" is over columns, but <!-- judged: --> names one column '
                  'line; name the ordering (all its columns) or each column line')
+  return out
+
+
+# A verdict the prose states in words, as the verdict lines print it after the correction: a
+# reader takes "reproduced", "reverses", "passes the correction", "stands" for the decided verdict,
+# not for the seed pattern a `<!-- judged: -->` marker checks. "ahead" and "behind" are verdicts
+# only of our own orderings (`verdict.OWN_WORDS`); elsewhere they are the sign of a margin
+# ("seed 0 has both ahead of FedFR").
+DECIDED_WORDS = (r"reproduced|reproduces|reversed|reverses|stands?|after\s+the\s+correction|"
+                 r"pass(?:es)?\s+(?:the\s+)?(?:page['’]s\s+)?correction|"
+                 r"survives?\s+the\s+correction")
+VERDICT_WORDS = {own: re.compile(r'(?i)\b(?:' + DECIDED_WORDS + extra + r')\b')
+                 for own, extra in ((False, ''),
+                                    (True, '|' + '|'.join(verdict_lib.OWN_WORDS.values())))}
+# Words that say a verdict is undecided: its sentence states no decided verdict to hold.
+UNDECIDED = re.compile(r'(?i)(?:within|inside)\s+(?:the\s+)?noise|before\s+the\s+correction|'
+                       r'test\s+alone|\bnot\s+(?:survive|pass)')
+DIRECTIONS = {False: ('reproduced', verdict_lib.OWN_WORDS['reproduced']),   # judged
+              True: ('reversed', verdict_lib.OWN_WORDS['reversed'])}       # judged reversed
+
+
+def verdict_word_failures(path: str, page: str) -> list[str]:
+  """'<path>:<line>: ...' for each line a `<!-- judged: -->` marker names (outside
+  `exempt_spans`) whose sentence states a verdict in words (`VERDICT_WORDS`) and says none is
+  undecided (`UNDECIDED`), but whose verdict after the correction is not the marker's direction
+  (judged: reproduced or ahead; judged reversed: reversed or behind)."""
+  spans = exempt_spans(page)
+  lines = judged_lines(page)
+  out = []
+  for marker in JUDGED.finditer(page):
+    if any(start <= marker.start() < end for start, end, _ in spans):
+      continue
+    start, end = sentence_at(page, marker.start())
+    words = re.sub(r'<!--.*?-->', ' ', page[start:end], flags=re.DOTALL)   # not the lines' names
+    if UNDECIDED.search(words):
+      continue
+    for name in marker.group(2).split(' ; '):
+      judged = lines.get(name, [])   # a name the block lacks: `quantifier_failures` says so
+      said = VERDICT_WORDS[any(j.own for j in judged)].search(words)
+      verdicts = [j.verdict for j in judged]
+      if said and not set(verdicts) <= set(DIRECTIONS[bool(marker.group(1))]):
+        where = f'{path}:{page.count(chr(10), 0, marker.start()) + 1}'
+        out.append(f'{where}: "{" ".join(said.group(0).split())}" states a decided verdict, but '
+                   f'{name} is {" / ".join(verdicts)} after the correction; say so, or name '
+                   'only lines decided as the marker says')
   return out
 
 
@@ -555,6 +616,7 @@ def prose_check(docs_dir: str, forms_of: Callable[[str], Forms],
     found = counts(page, paper)
     tests = decided_tests(path, judged_of(paper)) if found else []
     failures += (unsourced(docs_dir, paper) + figure_lines + quantifier_failures(path, page)
+                 + verdict_word_failures(path, page)
                  + count_failures(path, page, found, tests, docs_dir, paper)
                  + empty_reasons(path, page))
     where = ', '.join(f'{n} {kind}' for kind, n in sorted(exempt.items())) or 'none'

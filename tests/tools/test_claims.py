@@ -309,3 +309,71 @@ def test_the_real_pages_pass_the_check(capsys):
                       lambda paper: judged.get(f'docs/{paper}.md', []))
   out = capsys.readouterr().out
   assert status == 0, out
+
+
+# A verdict block of our own orderings ('ahead in', verdicts 'ahead' and 'behind': X behind Y on
+# LFW, within noise on CFP though behind in every seed) and of the paper's ('holds in').
+VERDICT_BLOCK = f"""{claims.BEGIN}
+
+**[T1](p_table1.md)**
+
+- X, against Y: ahead on 0 of 2 columns, behind on 1:
+  - LFW: **behind**: ahead in 0 of 3 seeds (by -2.28 to -1.62; t = -9.35 < -2.92).
+  - CFP: **within noise** (behind before the correction): ahead in 0 of 3 seeds (by -1.12 to -0.25).
+- A above B (LFW): **within noise**: holds in 3 of 3 seeds (by +0.10 to +0.50; |t| = 2.50).
+- C above D (LFW): **reproduced**: holds in 3 of 3 seeds (by +1.00 to +2.00; t = 6.93 > 2.92).
+
+{claims.END}
+"""
+
+
+def test_a_verdict_line_is_read_with_its_verdict_after_the_correction():
+  lines = claims.judged_lines(VERDICT_BLOCK)
+  assert lines['X, against Y'] == [claims.Judged(0, 3, -2.28, -1.62, 'behind', True),
+                                   claims.Judged(0, 3, -1.12, -0.25, 'within noise', True)]
+  assert lines['p_table1.md: A above B (LFW)'] == [
+      claims.Judged(3, 3, 0.10, 0.50, 'within noise', False)]
+
+
+CFP = '<!-- judged reversed: X, against Y (CFP) -->'
+WANTED = ('is within noise after the correction; say so, or name only lines decided as the marker '
+          'says')
+
+
+@pytest.mark.parametrize('sentence, failures', [
+    # "behind" is the verdict of our own orderings: the line it names must be behind.
+    (f'X is behind Y in every seed {CFP}.',
+     [f'p.md:1: "behind" states a decided verdict, but X, against Y (CFP) {WANTED}']),
+    ('X is behind Y in every seed <!-- judged reversed: X, against Y (LFW) -->.', []),
+    # An ordering's name is all its columns; "reversed" is a verdict of every ordering.
+    ('X is behind Y in every seed on both columns (reversed) '
+     '<!-- judged reversed: X, against Y -->.',
+     ['p.md:1: "behind" states a decided verdict, but X, against Y is behind / within noise '
+      'after the correction; say so, or name only lines decided as the marker says']),
+    # Words that say it is undecided, or only the seed pattern (the marker's own "reversed" is
+    # no word of the sentence): not held.
+    (f'X is behind Y in every seed, within noise {CFP}.', []),
+    (f'X is behind Y in every seed, just inside the noise {CFP}.', []),
+    (f'X is behind Y in every seed, reversed by the test alone {CFP}.', []),
+    (f'X is behind Y in every seed {CFP}, but that reversal does not survive the correction.', []),
+    (f'X trails Y in every seed {CFP}.', []),
+    # The paper's orderings: "ahead" is the sign of a margin, "reproduces" the verdict.
+    ('A is ahead of B in every seed <!-- judged: p_table1.md: A above B (LFW) -->.', []),
+    ('A above B reproduces, in every seed <!-- judged: A above B (LFW) -->.',
+     [f'p.md:1: "reproduces" states a decided verdict, but A above B (LFW) {WANTED}']),
+    ('C above D passes the correction, in every seed <!-- judged: C above D (LFW) -->.', []),
+    # A sentence ends at its full stop: the next one's verdict words are not this one's.
+    (f'X trails Y in every seed {CFP}. On LFW X is behind Y.', []),
+    (f'<!-- unchecked: an exempt paragraph --> X is behind Y in every seed {CFP}.', []),
+])
+def test_a_sentence_that_states_a_decided_verdict_names_lines_decided_so(sentence, failures):
+  assert claims.verdict_word_failures('p.md', f'{sentence}\n\n{VERDICT_BLOCK}') == failures
+
+
+def test_the_prose_check_holds_a_judged_line_to_its_sentence_s_verdict_words(tmp_path):
+  (tmp_path / 'p_table1.md').write_text('## T1\n')
+  (tmp_path / 'p.md').write_text(f'X is behind Y in every seed {CFP}.\n\n{VERDICT_BLOCK}')
+  failures, _ = claims.prose_check(str(tmp_path), lambda paper: claims.Forms(set(), set()),
+                                   lambda paper: [])
+  assert failures == [f'{tmp_path / "p.md"}:1: "behind" states a decided verdict, but X, '
+                      f'against Y (CFP) {WANTED}']
