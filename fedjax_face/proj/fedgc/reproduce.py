@@ -3,8 +3,9 @@ r"""The FedGC paper's tables, scaled down to the embedded benchmark, with the pa
     python -m fedjax_face.reproduce --table=fedgc1 --out=docs/fedgc_table1.md
     python -m fedjax_face.reproduce --table=fedgc --seeds=0,1,2 --out_dir=docs
 
-    python -m fedjax_face.reproduce --table=fedgc_scale --seeds=0,1,2          # pending: the scale
-    python -m fedjax_face.reproduce --table=fedgc_scale_5seeds --seeds=0,1,2,3,4   # study (scale.py)
+    python -m fedjax_face.reproduce --table=fedgc_scale --seeds=0,1,2            # the scale study
+    python -m fedjax_face.reproduce --table=fedgc_scale_5seeds --seeds=0,1,2,3,4 \
+        --allow_mixed_commits                                                   # (scale.py)
 
 `--seeds=0,1,2` repeats every run with `--config.seed=S` (which redraws the benchmark and the
 training randomness) and reports mean ± standard deviation over the seeds: single runs differ by a
@@ -241,12 +242,12 @@ TABLES = {tid: dataclasses.replace(table, setting=SETTING, orderings=ORDERINGS.g
 
 
 # The scale study (issue 63 part 4; proj/fedgc/scale.py): FedGC against FedPE as clients hold
-# more identities and as there are more clients, Softmax, FedGC's default reading; pending until
-# its runs are archived. The tables ask for seeds as a whole, so the cells over 5 seeds are a table
-# of their own: `_scale` holds the three new cells of the middle (30 IDs; 72 and 144 clients) over
-# seeds 0-2; `_scale_5seeds` the two ends of the identity sweep over seeds 0-4, the default cell
-# (36 x 10: the runs of Table 12, whose "FedGC reset above FedPE reset" judges its gap, so it is
-# not judged twice) and the paper's (C_k - 1)/d (36 x 74).
+# more identities and as there are more clients, Softmax, FedGC's default reading. The tables
+# ask for seeds as a whole, so the cells over 5 seeds are a table of their own: `_scale` holds
+# the three new cells of the middle (30 IDs; 72 and 144 clients) over seeds 0-2; `_scale_5seeds`
+# the two ends of the identity sweep over seeds 0-4, the default cell (36 x 10: the runs of
+# Table 12, whose "FedGC reset above FedPE reset" judges its gap, so it is not judged twice) and
+# the paper's (C_k - 1)/d (36 x 74).
 SCALE_RUNS = {cell: {method: _run(method.lower(), 'softmax', scale.overrides(*cell))
                      for method in scale.METHODS} for cell in scale.CELLS}
 SCALE_COLUMNS = tuple(f'verification/{pair_set}/accuracy' for pair_set in PAIR_SETS) + \
@@ -292,9 +293,7 @@ def _scale_table(title: str, cells: tuple, orderings: tuple[Ordering, ...]) -> T
 
 
 _MIDDLE = tuple(cell for cell in scale.CELLS if cell not in (scale.DEFAULT_CELL, scale.LARGEST))
-# Tables whose sweeps have not finished (`fedjax_face.reproduce.tables_of`): `--table` runs them;
-# each joins TABLES once its runs are archived; docs/fedgc.md names the commands.
-PENDING = {
+SCALE_TABLES = {
     '_scale': _scale_table(
         'Scale: FedGC against FedPE at 30 identities per client, and at 72 and 144 clients '
         '(Softmax)', _MIDDLE, sum((_gap_above(cell) for cell in _MIDDLE), ())),
@@ -303,6 +302,7 @@ PENDING = {
         '(C_k - 1)/d, 74 (36 clients, Softmax)', (scale.DEFAULT_CELL, scale.LARGEST),
         _gap_above(scale.LARGEST) + (_gap_grows(scale.DEFAULT_CELL, scale.LARGEST),)),
 }
+TABLES.update(SCALE_TABLES)
 
 
 def scale_figure(root: str, extra: tuple, seeds: tuple[int, ...], out_dir: str | None) -> str:
@@ -316,8 +316,6 @@ def scale_figure(root: str, extra: tuple, seeds: tuple[int, ...], out_dir: str |
   return '\n'.join(scale.page_lines(data))
 
 
-# A table's extra page is written by `reproduce --table` and rebuilt by `--check` once its table
-# is in docs (`fedjax_face.reproduce.check` reads every EXTRAS entry), so the picture joins
-# EXTRAS when `_scale_5seeds` joins TABLES.
-_EXTRAS_IN_DOCS = {'_scale_5seeds': ('fedgc_scale_figure.md', scale_figure)}
-EXTRAS = {tid: extra for tid, extra in _EXTRAS_IN_DOCS.items() if tid in TABLES}
+# A table's extra page is written by `reproduce --table` and rebuilt by `--check` from the
+# seeds its table's footnote records (`fedjax_face.reproduce.check` reads every EXTRAS entry).
+EXTRAS = {'_scale_5seeds': ('fedgc_scale_figure.md', scale_figure)}

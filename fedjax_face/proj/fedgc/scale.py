@@ -1,6 +1,7 @@
 r"""FedGC's claim where its mechanism should matter: FedGC − FedPE as clients hold more identities
 and as there are more clients (issue 63 part 4; the tables are proj/fedgc/reproduce.py's
-`PENDING['_scale']` and `['_scale_5seeds']`, the picture its `scale_figure`, drawn by `figure`).
+`SCALE_TABLES['_scale']` and `['_scale_5seeds']`, the picture its `scale_figure`, drawn by
+`figure`).
 
 FedGC corrects the gradient of the class embeddings a client never sees. docs/fedgc.md reads the
 effect as growing with (C_k − 1)/d, the share of the d embedding dimensions a client's softmax

@@ -1,4 +1,4 @@
-"""FedGC's scale study (proj/fedgc/scale.py, reproduce.PENDING['_scale' | '_scale_largest']):
+"""FedGC's scale study (proj/fedgc/scale.py, reproduce.SCALE_TABLES['_scale' | '_scale_5seeds']):
 every run validates and has exactly its cell's sizes, the default cell is the default run, each
 cell's gap is judged once, and the figure's numbers by hand on fixture results.json files."""
 
@@ -32,7 +32,7 @@ def test_every_run_validates_with_exactly_its_cell_s_sizes():
           'federated.local_epochs': str(default.federated.local_epochs),
           'federated.local_steps': str(default.federated.local_steps)} == scale.DEFAULT_FIELDS
   seen = set()
-  for table in reproduce.PENDING.values():
+  for table in reproduce.SCALE_TABLES.values():
     for row in table.rows:
       clients, ids = cell = _cell(row.label)
       seen.add(cell)
@@ -73,7 +73,7 @@ def test_the_default_cell_is_the_default_run_and_other_names_are_their_sizes():
 
 def test_each_cell_s_gap_is_judged_once_on_the_six_pair_sets():
   judged = {}
-  for tid, table in reproduce.PENDING.items():
+  for tid, table in reproduce.SCALE_TABLES.items():
     for ordering in table.orderings:
       if len(ordering.ahead) > 1:
         continue   # the gap's growth, below
@@ -85,7 +85,7 @@ def test_each_cell_s_gap_is_judged_once_on_the_six_pair_sets():
   # The default cell's gap is Table 12's ('FedGC reset above FedPE reset', the same runs).
   assert judged == {cell: [('_scale_5seeds' if cell == (36, 74) else '_scale', c)
                            for c in columns] for cell in SIZES if cell != (36, 10)}
-  grows = reproduce.PENDING['_scale_5seeds'].orderings[-1]
+  grows = reproduce.SCALE_TABLES['_scale_5seeds'].orderings[-1]
   assert (grows.ahead, grows.behind, grows.column) == (
       ('FedGC, 36 clients x 74 IDs', 'FedPE, 36 clients x 10 IDs'),
       ('FedPE, 36 clients x 74 IDs', 'FedGC, 36 clients x 10 IDs'), 'verification/lfw/accuracy')
