@@ -603,6 +603,33 @@ def main(argv):
         files.write_text_atomic(os.path.join(f.out_dir, file_name), text)
 
 
+USAGE_EXIT = 2   # the command line cannot work as written
+
+
+def refuse(message: str):
+  """A usage error: `message` as one line on stderr and exit status 2 (not absl's help text)."""
+  line = ' '.join(part.strip() for part in message.splitlines() if part.strip())
+  print(f'{sys.argv[0]}: {line}', file=sys.stderr, flush=True)
+  sys.exit(USAGE_EXIT)
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+  """absl's flag parsing; an error in it (an unknown flag, a value an enum does not hold) is
+  `refuse`d with the last line of absl's message."""
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as error:
+    refuse([line for line in str(error).splitlines() if line.strip()][-1])
+
+
+def run(argv: list[str]) -> None:
+  """`main`, with its usage errors (`app.UsageError`) `refuse`d."""
+  try:
+    main(argv)
+  except app.UsageError as error:
+    refuse(str(error))
+
+
 if __name__ == '__main__':
   define_flags()
-  app.run(main)
+  app.run(run, flags_parser=parse_flags)

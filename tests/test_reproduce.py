@@ -208,3 +208,16 @@ def test_verdict_counts_say_what_the_correction_decides(tmp_path, monkeypatch):
   assert reproduce.verdict_counts('toy', str(docs), str(archive)) == (
       'docs/toy.md: 4 tests; decided by the test alone 3 (2 reproduced, 1 reversed), after the '
       'correction 2 (1 reproduced, 1 reversed); 1 not tested (one seed)')
+
+
+@pytest.mark.parametrize('args, line', [
+    (('--table=nope',), "--table=nope; expected one of ['fedgc1',"),
+    (('--plan_seeds', '--plan_machine=bogus'),
+     'flag --plan_machine=bogus: value should be one of <here|same|other>'),
+    (('--tabel=fedgc4',), "Unknown command line flag 'tabel'"),
+    (('--table=fedgc4', '--set=seed=1'), '--set=seed=... is not allowed; use --seeds.'),
+])
+def test_a_usage_error_is_one_line_and_exit_status_2(args, line):
+  refused = reproduce_command(*args)
+  assert refused.returncode == 2 and refused.stdout == ''
+  assert len(refused.stderr.splitlines()) == 1 and line in refused.stderr, refused.stderr
