@@ -41,13 +41,13 @@ from absl import flags
 
 from fedjax_face import models
 from fedjax_face.core import blocks, checks
-from fedjax_face.io import checkpoint, files, torch_state_dict
+from fedjax_face.io import checkpoint, files, torch_state_dict, usage
 from fedjax_face.models import arcface_torch, onnx_export, starts
 from fedjax_face.run import resume
 
 FORMATS = ('onnx', 'pth')
 IMAGE_SIZE = 112   # arcface_torch's IResNet: fc reads 512 x 7 x 7 (iresnet.py, fc_scale = 7 * 7)
-USAGE_EXIT = 2
+USAGE_EXIT = usage.USAGE_EXIT
 EXPORT_DIR = 'export'   # <workdir>/export/backbone.<format> unless --out names the file
 
 FLAGS = flags.FlagValues()   # its own: `fedjax_face.main`'s --workdir lives in absl's global set
@@ -181,8 +181,7 @@ def run(argv: list[str]) -> int:
                               f'--workdir=/tmp/run --format=onnx (formats: {", ".join(FORMATS)}).')
     path = export(FLAGS.workdir, FLAGS.format, FLAGS.out, FLAGS.step)
   except (checks.UsageError, flags.Error) as error:
-    line = ' '.join(part.strip() for part in str(error).splitlines() if part.strip())
-    print(f'{argv[0]}: {line}', file=sys.stderr, flush=True)
+    usage.print_refusal(str(error), argv[0])
     return USAGE_EXIT
   finally:
     FLAGS.unparse_flags()

@@ -47,7 +47,7 @@ from fedjax_face import experiment
 from fedjax_face.run import resume
 from fedjax_face.run.hooks import preemption
 from fedjax_face.core import checks, distributed, policy, xla_flags
-from fedjax_face.io import checkpoint
+from fedjax_face.io import checkpoint, usage
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment config file (configs/*.py).',
                                           lock_config=True)
@@ -62,7 +62,7 @@ _PROCESS_ID = flags.DEFINE_integer('process_id', None,
                                    'This process, 0..num_processes-1 (default: JAX_PROCESS_ID).')
 flags.mark_flags_as_required(['config', 'workdir'])
 
-USAGE_EXIT = 2                          # the command line cannot work as written
+USAGE_EXIT = usage.USAGE_EXIT           # the command line cannot work as written
 PREEMPTED_EXIT = 75                     # stopped by SIGTERM / SIGINT, state saved (EX_TEMPFAIL)
 TRACEBACK_ENV = 'FEDJAX_FACE_TRACEBACK'  # '1': usage errors print their traceback too
 _REQUIRED = {  # what a missing required flag expects
@@ -100,8 +100,7 @@ def exit_usage(message: str, error: BaseException | None = None, argv: list[str]
   argv = sys.argv if argv is None else argv
   if error is not None and wants_traceback(argv):
     traceback.print_exception(error)
-  line = ' '.join(part.strip() for part in message.splitlines() if part.strip())
-  print(f'{argv[0]}: {line}', file=sys.stderr, flush=True)
+  usage.print_refusal(message, argv[0])
   sys.exit(USAGE_EXIT)
 
 

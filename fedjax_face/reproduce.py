@@ -60,6 +60,7 @@ from absl import app, flags
 
 from fedjax_face.io import files
 from fedjax_face.io import provenance
+from fedjax_face.io import usage
 from fedjax_face.tools import claims
 from fedjax_face.tools.tables import archive
 from fedjax_face.tools.tables import markdown
@@ -603,14 +604,10 @@ def main(argv):
         files.write_text_atomic(os.path.join(f.out_dir, file_name), text)
 
 
-USAGE_EXIT = 2   # the command line cannot work as written
-
-
 def refuse(message: str):
   """A usage error: `message` as one line on stderr and exit status 2 (not absl's help text)."""
-  line = ' '.join(part.strip() for part in message.splitlines() if part.strip())
-  print(f'{sys.argv[0]}: {line}', file=sys.stderr, flush=True)
-  sys.exit(USAGE_EXIT)
+  usage.print_refusal(message, sys.argv[0])
+  sys.exit(usage.USAGE_EXIT)
 
 
 def parse_flags(argv: list[str]) -> list[str]:
