@@ -9,11 +9,11 @@ fedfv1-3: `proj/fedfv/reproduce.py`); a paper's name alone runs all of its table
 workdir under `--root` already holds results.json are read, not run again (`tools/tables/run.py`).
 `--out_dir` writes `<paper>_table<N>.md` per table, and a paper's extras (FedFV's Fig. 5) beside.
 Each table names the commits its runs came from; a table whose runs came from several commits is
-refused (one line naming them) unless `--allow_mixed_commits`. A page's verdicts are decided
-over its paper's tables together (Benjamini-Hochberg, `tools/tables/verdict.py`): the tables made
-now are judged on their runs, the paper's others on what their pages in `--docs` record from
-`--archive`; so the runs of every chosen table are made before any page is written, and a page
-made anew changes its siblings' verdicts (`--table=<paper>` rewrites them all).
+refused unless `--allow_mixed_commits` (one line naming them, exit status 2, before any file is
+written). A page's verdicts are decided over its paper's tables together (Benjamini-Hochberg,
+`tools/tables/verdict.py`): the tables made now are judged on their runs, the paper's others on
+what their pages in `--docs` record from `--archive`; so the runs of every chosen table are made
+before any page is written, and a page made anew changes its siblings' verdicts (`--table=<paper>` rewrites them all).
 
     python -m fedjax_face.reproduce --check     # every table in docs/ against results/, runs nothing
 
@@ -579,14 +579,19 @@ def main(argv):
                                  {tid: (results, seeds) for (p, tid), results in built.items()
                                   if p == paper})
               for paper in dict.fromkeys(paper for paper, _ in chosen)}
+  # Every table is rendered before the first file is written, so that a refusal (runs of mixed
+  # commits) leaves no page half made.
+  texts = {}
   for paper, tid in chosen:
+    try:
+      texts[(paper, tid)] = table_text(tables_of(paper)[tid], f.root, extra, seeds, command,
+                                       f.allow_mixed_commits, f.dry_run, families[paper],
+                                       built[(paper, tid)])
+    except archive.MixedCommitsError as e:
+      raise app.UsageError(f'--table={paper}{tid}: {e}') from None
+  for (paper, tid), text in texts.items():
     module = paper_module(paper)
     table = tables_of(paper)[tid]
-    try:
-      text = table_text(table, f.root, extra, seeds, command, f.allow_mixed_commits, f.dry_run,
-                        families[paper], built[(paper, tid)])
-    except archive.MixedCommitsError as e:
-      sys.exit(f'--table={paper}{tid}: {e}')   # one line on stderr, exit status 1
     print(text, flush=True)
     out = f.out or (os.path.join(f.out_dir, out_name(paper, tid)) if f.out_dir else None)
     if out:

@@ -89,10 +89,17 @@ def test_command_line_refuses_a_table_of_mixed_commits_unless_allowed(tmp_path):
   args = ['--table=fedgc4', f'--root={tmp_path}', '--seeds=0,1,2', '--dry_run',
           f'--out={out_file}']
   refused = reproduce_command(*args)
-  assert refused.returncode == 1 and not out_file.exists()
-  assert refused.stderr.strip().splitlines()[-1] == (
+  assert refused.returncode == 2 and not out_file.exists()
+  (line,) = refused.stderr.splitlines()
+  assert line.endswith(
       '--table=fedgc4: the runs come from 2 commits: bbbbbbbbbbbb (2 runs), aaaaaaaaaaaa (1 run); '
-      'rerun them at one commit, or pass --allow_mixed_commits to make the table anyway.')
+      'rerun them at one commit, or pass --allow_mixed_commits to make the table anyway.'), line
+  # With a paper's tables at once, the refusal comes before any page is written.
+  out_dir = tmp_path / 'docs'
+  out_dir.mkdir()
+  refused = reproduce_command('--table=fedgc', f'--root={tmp_path}', '--seeds=0,1,2', '--dry_run',
+                              f'--out_dir={out_dir}')
+  assert refused.returncode == 2 and not list(out_dir.iterdir()), refused.stderr
   allowed = reproduce_command(*args, '--allow_mixed_commits')
   assert allowed.returncode == 0, allowed.stderr
   text = out_file.read_text()
