@@ -13,7 +13,8 @@ refused unless `--allow_mixed_commits` (one line naming them, exit status 2, bef
 written). A page's verdicts are decided over its paper's tables together (Benjamini-Hochberg,
 `tools/tables/verdict.py`): the tables made now are judged on their runs, the paper's others on
 what their pages in `--docs` record from `--archive`; so the runs of every chosen table are made
-before any page is written, and a page made anew changes its siblings' verdicts (`--table=<paper>` rewrites them all).
+before any page is written, and a page made anew changes its siblings' verdicts
+(`--table=<paper>` rewrites them all).
 
     python -m fedjax_face.reproduce --check     # every table in docs/ against results/, runs nothing
 
