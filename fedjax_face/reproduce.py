@@ -290,21 +290,22 @@ DECIDED = ('reproduced', 'reversed')
 
 def verdict_counts(paper: str, docs_dir: str, archive_dir: str) -> str:
   """One line on what the correction does to docs/<paper>.md's verdicts, from its tables'
-  records (`recorded_results`): the tests of its family (two seeds or more), how many the test
-  alone decides (reproduced or reversed, at `verdict.SIGNIFICANCE`) and how many survive
+  records (`recorded_results`): the tests of its family (two seeds or more; a comparison two
+  tables print is one test), how many the test alone decides (reproduced or reversed, at `verdict.SIGNIFICANCE`) and how many survive
   Benjamini-Hochberg, and the orderings one seed leaves untested."""
   family = page_family(paper, docs_dir, archive_dir)
-  alone, after, one_seed = [], [], 0
+  tested, one_seed = {}, 0   # comparison -> its verdict: one comparison is one test
   for tid in table_ids(paper):
     table = tables_of(paper)[tid]
     got = recorded_results(paper, tid, docs_dir, archive_dir) if table.orderings else None
     if got is None:
       continue
-    for v in verdict_lib.table_verdicts(table, *got, family):
+    for index, v in enumerate(verdict_lib.table_verdicts(table, *got, family)):
       one_seed += v.verdict == verdict_lib.ONE_SEED
       if v.p is not None:
-        alone.append(v.alone)
-        after.append(v.verdict)
+        tested.setdefault(family.comparisons[(table.title, index)], v)   # its first line
+  alone = [v.alone for v in tested.values()]
+  after = [v.verdict for v in tested.values()]
   count = lambda verdicts: (f'{sum(v in DECIDED for v in verdicts)} ('
                             + ', '.join(f'{verdicts.count(v)} {v}' for v in DECIDED) + ')')
   return (f'docs/{paper}.md: {family.tests} tests; decided by the test alone {count(alone)}, '

@@ -195,25 +195,27 @@ def test_a_pending_table_runs_by_its_name_alone(monkeypatch):
 def test_verdict_counts_say_what_the_correction_decides(tmp_path, monkeypatch):
   """`--check`'s line per page: its tests, how many the test alone decides and how many survive
   Benjamini-Hochberg. Margins over 3 seeds (points of LFW accuracy), B the reference: A above B
-  +1.0, +1.1, +0.9 (t = 17.3, p = 0.0017); B above A the same reversed; C above B +0.2, +0.6,
-  +0.3 (t = 3.05 > 2.92, p = 0.046); D above B -0.5, +0.5, +0.1 (p = 0.38). BH over the four,
-  by hand: 0.38; min(0.38, 4 x 0.046 / 3 = 0.061) > 0.05, so C falls; min(0.061, 4 x 0.0017 /
-  2 = 0.0034) and 0.0034 pass: A above B reproduced, B above A reversed. A fifth table's ordering
-  at one seed is not tested."""
+  +1.0, +1.1, +0.9 (t = 17.3, p = 0.0017); B above A is the same test (its opposite), counted
+  once, as A above B (its first line); B above E (E a twin of A, other runs) the same margins
+  reversed; C above B +0.2, +0.6, +0.3 (t = 3.05 > 2.92, p = 0.046); D above B -0.5, +0.5, +0.1
+  (p = 0.38). BH over the four tests, by hand: 0.38; min(0.38, 4 x 0.046 / 3 = 0.061) > 0.05, so
+  C falls; min(0.061, 4 x 0.0017 / 2 = 0.0034) and 0.0034 pass: A above B reproduced, B above E
+  reversed. A fifth table's ordering at one seed is not tested."""
   import types  # pylint: disable=g-import-not-at-top
   runs = {label: spec.Run(f'fedgc/{name}') for label, name in
-          (('A', 'fedgc'), ('B', 'fedpe'), ('C', 'centralized'), ('D', 'fedcos'))}
+          (('A', 'fedgc'), ('B', 'fedpe'), ('C', 'centralized'), ('D', 'fedcos'),
+           ('E', 'fedpe_fixed'))}
   rows = tuple(spec.Row(label, run, (None,)) for label, run in runs.items())
   above = lambda a, b: spec.Ordering((a,), (b,), 'lfw', f'{a} above {b}')
   table = spec.Table('Toy', 'verification', ('lfw',), rows, 'c', orderings=(
-      above('A', 'B'), above('B', 'A'), above('C', 'B'), above('D', 'B')))
+      above('A', 'B'), above('B', 'A'), above('B', 'E'), above('C', 'B'), above('D', 'B')))
   one_seed = spec.Table('Toy one seed', 'verification', ('lfw',), rows, 'c',
                         orderings=(above('A', 'B'),))
   monkeypatch.setattr(reproduce, 'PAPERS', ('toy',))
   monkeypatch.setattr(reproduce, 'paper_module',
                       lambda paper: types.SimpleNamespace(TABLES={1: table, 2: one_seed}))
   accuracy = {'A': (81.0, 81.1, 80.9), 'B': (80.0, 80.0, 80.0), 'C': (80.2, 80.6, 80.3),
-              'D': (79.5, 80.5, 80.1)}
+              'D': (79.5, 80.5, 80.1), 'E': (81.0, 81.1, 80.9)}
   archive, docs = tmp_path / 'results', tmp_path / 'docs'
   docs.mkdir()
   for label, run in runs.items():

@@ -553,29 +553,35 @@ def named_tables(paragraph: str, paper: str) -> list[str]:
   return list(dict.fromkeys(names))
 
 
-def decided_tests(page: str, judged: list) -> list[tuple[str, verdict_lib.Verdict]]:
-  """(table title, verdict as the table prints it) for each test of a page's family: `judged`,
-  its tables with orderings each with its tests alone (`verdict.judge_table`), decided over
-  them all by the correction as `reproduce` decides them (`verdict.page_family`, `adjust`)."""
+def decided_tests(page: str, judged: list) -> list[tuple[str, verdict_lib.Verdict, tuple]]:
+  """(table title, verdict as the table prints it, its comparison) for each tested line of a
+  page: `judged`, its tables with orderings each with its tests alone (`verdict.judge_table`),
+  decided over them all by the correction as `reproduce` decides them (`verdict.page_family`,
+  `adjust`); two lines of one comparison (`verdict.comparison_key`) are one test of the family."""
   family = verdict_lib.page_family(page, judged)
-  return [(table.title, verdict_lib.adjust(v, family.adjusted[(table.title, index)]))
+  return [(table.title, verdict_lib.adjust(v, family.adjusted[(table.title, index)]),
+           family.comparisons[(table.title, index)])
           for table, verdicts in judged for index, v in enumerate(verdicts) if v.p is not None]
 
 
-def tally(tests: list[tuple[str, verdict_lib.Verdict]], quantity: str, docs_dir: str,
+def tally(tests: list[tuple[str, verdict_lib.Verdict, tuple]], quantity: str, docs_dir: str,
           name: str | None = None) -> int:
-  """How many of `tests` (`decided_tests`) `quantity` counts: all of them, or those of the table
-  whose generated page is docs/`name` (none if there is no such page)."""
+  """How many of `tests` (`decided_tests`) `quantity` counts: the page family's (a comparison
+  several tables print counted once), or the lines of the table whose generated page is
+  docs/`name` (none if there is no such page)."""
   holds = QUANTITIES[quantity][1]
-  if name is None:
-    return sum(holds(v) for _, v in tests)
+  if name is None:   # each comparison by its first line (its opposite ordering may follow)
+    first = {}
+    for _, v, comparison in tests:
+      first.setdefault(comparison, v)
+    return sum(holds(v) for v in first.values())
   path = os.path.join(docs_dir, name)
   title = title_of(files.read_text(path)) if os.path.exists(path) else None
-  return sum(holds(v) for table, v in tests if table == title)
+  return sum(holds(v) for table, v, _ in tests if table == title)
 
 
 def count_failures(path: str, page: str, found: list[Count],
-                   tests: list[tuple[str, verdict_lib.Verdict]], docs_dir: str,
+                   tests: list[tuple[str, verdict_lib.Verdict, tuple]], docs_dir: str,
                    paper: str) -> list[str]:
   """'<path>:<line>: ...' for each of the counts `found` on `page` that is not what it counts
   among `tests` (`decided_tests`): the table's it names ("Table 1's 30 tests"), the page's

@@ -1,15 +1,17 @@
 """A paper's page says what reproduces only by copying its generated tables' verdict lines, and
 its prose quotes only what the archive holds: figures, verdict counts and quantifiers."""
 
+import dataclasses
 import os
 import re
-import types
 
 import pytest
 
 from fedjax_face.tools import claims
+from fedjax_face.tools.tables import spec
 from fedjax_face.tools.tables import verdict
 from tests import config_files
+from tests.tools.tables.fakes import ordered_table
 
 DOCS = os.path.join(config_files.ROOT, 'docs')
 
@@ -158,8 +160,11 @@ def test_each_count_is_of_the_verdicts_as_the_tables_print_them(tmp_path):
   # Table T1: A (p = 0.010) and B (p = 0.048) reproduced by the test alone; T2: C reversed
   # (p = 0.0014), D within noise. Over the four, BH keeps A and C only: B's adjusted p is
   # 4 x 0.048 / 3 = 0.064, so 3 verdicts the test alone gave, 2 stand.
-  def judged(title, *margins):
-    return (types.SimpleNamespace(title=title),
+  def judged(title, *margins):   # A above B, A above C, ...: one ordering per margins
+    table, _ = ordered_table()
+    orderings = tuple(spec.Ordering(('A',), (behind,), 'lfw', f'A above {behind}')
+                      for behind in 'BC'[:len(margins)])
+    return (dataclasses.replace(table, title=title, orderings=orderings),
             [verdict.judge(dict(enumerate(m)), (0, 1, 2)) for m in margins])
   tests = claims.decided_tests('docs/p.md', [judged('T1', (1.5, 2.0, 2.5), (1.0, 2.0, 3.5)),
                                              judged('T2', (-1.0, -1.2, -1.1), (1.0, -1.0, 0.5))])
@@ -181,6 +186,16 @@ def test_each_count_is_of_the_verdicts_as_the_tables_print_them(tmp_path):
   assert claims.count_failures('p.md', page, found, tests, str(tmp_path), 'p') == [
       "p.md:1: 3 verdicts standing after the correction; the page's family has 2 (the tables "
       'its paragraph names: p_table2.md 1)']
+
+  # T3 prints T1's A above B again (the same runs and seeds): the page's family counts it once,
+  # T3's own page counts its line.
+  (tmp_path / 'p_table3.md').write_text('## T3\n')
+  again = claims.decided_tests('docs/p.md', [
+      judged('T1', (1.5, 2.0, 2.5), (1.0, 2.0, 3.5)), judged('T2', (-1.0, -1.2, -1.1),
+                                                           (1.0, -1.0, 0.5)),
+      judged('T3', (1.5, 2.0, 2.5))])
+  assert [claims.tally(again, q, str(tmp_path), name) for name in (None, 'p_table3.md')
+          for q in ('tests', 'stand')] == [4, 2, 1, 1]
 
 
 def toy_docs(tmp_path, monkeypatch):

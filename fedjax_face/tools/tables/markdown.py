@@ -194,7 +194,8 @@ def family_sentence(family: verdict_lib.Family) -> str:
   if not family.page:
     return f' The family here is this table alone: {plural(family.tests, "test")}; {kept}'
   return (f' The family of {family.page}: {plural(family.tests, "test")} (ordering and column, '
-          f'two seeds or more) on its {plural(family.tables, "table")} with orderings; {kept}'
+          f'two seeds or more; a comparison several tables print is one test) on its '
+          f'{plural(family.tables, "table")} with orderings; {kept}'
           # A sibling's new seeds or runs move every p-value's rank, so a verdict of a table
           # left at its seeds can move too (PAD Table VI's did when Tables V, VIII-X reached 5).
           ' A verdict here can move when another table of the page gains seeds or runs: the '

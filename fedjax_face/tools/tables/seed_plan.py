@@ -220,9 +220,9 @@ def assess(archived: list[Archived], band_kind: str = 'sd2',
             for item in archived if item.table.orderings]
   fam = verdict_lib.page_family(archived[0].page if archived else '',
                                 [(item.table, verdicts) for item, verdicts in judged])
-  tests = {key: v.p for (item, verdicts) in judged
-           for key, v in (((item.table.title, i), v) for i, v in enumerate(verdicts))
-           if v.p is not None}
+  tests = {fam.comparisons[key]: p for key, p in
+           (((item.table.title, i), v.p) for item, verdicts in judged
+            for i, v in enumerate(verdicts)) if p is not None}   # one p per comparison
   out = []
   for item, verdicts in judged:
     if len(item.seeds) >= len(TARGET_SEEDS):
@@ -234,7 +234,7 @@ def assess(archived: list[Archived], band_kind: str = 'sd2',
         out.append(Assessment(item.name, index, ordering.claim, ordering.column, current,
                               (), current))
         continue
-      others = [p for k, p in tests.items() if k != key]
+      others = [p for k, p in tests.items() if k != fam.comparisons[key]]
       m = len(others) + 1
       thresholds = ((bh_threshold(others),) * 2 if family == 'held'
                     else (verdict_lib.FDR / m, verdict_lib.FDR))

@@ -5,8 +5,8 @@ An `Ordering` (spec.py) says that some rows beat others on one column. Per seed,
 far they lead (`ordering_margins`); over the seeds, `judge` applies the per-test half of
 `VERDICT_RULE` (a one-sided paired t-test, every seed required) and gives its p-value. A page
 judges many orderings at once, so the decision is taken over its family (`page_family`: every
-ordering and column judged on one docs/<paper>.md, all of its tables together) by the
-Benjamini-Hochberg procedure at `FDR` (`bh_adjusted`), and `adjust` turns each test's
+ordering and column judged on one docs/<paper>.md, all of its tables together, each
+comparison once: `comparison_key`) by the Benjamini-Hochberg procedure at `FDR` (`bh_adjusted`), and `adjust` turns each test's
 adjusted p-value into the verdict the page prints. `verdict_detail` says the verdict and its
 statistics in one line. The words and numbers of the rule are all here, so that changing the
 rule changes this file alone.
@@ -28,8 +28,9 @@ VERDICT_RULE = ('Reproduced: the ordering holds in every seed asked for, and the
                 "from Student's t with n - 1 degrees of freedom, on the side the mean falls; "
                 'p < 0.05 alone is t above 2.92 for 3 seeds, 2.13 for 5) that survives the '
                 'Benjamini-Hochberg correction at q = 0.05 over the page\'s family: every '
-                'ordering and column judged on one docs/<paper>.md, all of its tables together '
-                '(BH-adjusted p ≤ 0.05). Reversed: the same for the opposite ordering, also in '
+                'ordering and column judged on one docs/<paper>.md, all of its tables together, '
+                'one comparison counted once where several tables print it (the same runs on '
+                'each side, column and seeds) (BH-adjusted p ≤ 0.05). Reversed: the same for the opposite ordering, also in '
                 'every seed. Otherwise within noise; where the test alone decided otherwise, the '
                 'line says so. Where every seed gives the same nonzero margin, t is undefined '
                 '(no spread): p is then the exact sign-flip test\'s, 2^-n (0.125 for 3 seeds, '
@@ -147,35 +148,64 @@ def bh_adjusted(p_values: list[float]) -> list[float]:
 
 @dataclasses.dataclass(frozen=True)
 class Family:
-  """The tests a page judges together: each (table title, ordering index) with a p-value, and
-  its BH-adjusted p."""
+  """The tests a page judges together: each (table title, ordering index) with a p-value, the
+  comparison it makes (`comparison_key`: two tables printing the same comparison make one test)
+  and that comparison's BH-adjusted p."""
   page: str                                   # 'docs/pad.md', or '' for a table on its own
   tables: int                                 # tables with orderings in it
   adjusted: dict[tuple[str, int], float]
+  comparisons: dict[tuple[str, int], tuple]
 
   @property
   def tests(self) -> int:
-    return len(self.adjusted)
+    return len(set(self.comparisons.values()))
 
   @property
   def discoveries(self) -> int:
-    return sum(p <= FDR for p in self.adjusted.values())
+    decided = {self.comparisons[key]: p for key, p in self.adjusted.items()}
+    return sum(p <= FDR for p in decided.values())
+
+
+def comparison_key(table: Table, ordering: Ordering, verdict: Verdict) -> tuple:
+  """What one ordering's test compares, the same wherever a page prints it: the runs on its two
+  sides (several rows are averaged, so their order does not matter), the measure, and the seeds'
+  margins oriented from the first side to the second. An ordering and its opposite are one
+  test (p is on the side the mean falls); a page's counts take its verdict from the line that
+  prints it first. FedGC's FedGC-vs-FedPE with softmax is one test in
+  Tables 1, 3 and 5: counting it three times would count one discovery three times and make
+  the correction stricter for every other test of the page."""
+  runs = {row.label: row.run for row in table.rows}
+  def side(labels):
+    return tuple(sorted((runs[label] for label in labels), key=repr))
+  ahead, behind = side(ordering.ahead), side(ordering.behind)
+  first, second = sorted((ahead, behind), key=repr)
+  # margin = ahead - behind (behind - ahead where lower is better); oriented first - second.
+  sign = 1 if (ahead == first) != ordering.lower_is_better else -1
+  margins = tuple(sorted((seed, sign * m + 0.0) for seed, m in verdict.margins.items()))
+  return (table.metric, ordering.column, first, second, margins, verdict.missing)
 
 
 def page_family(page: str, judged: list[tuple[Table, list[Verdict]]]) -> Family:
   """The family of one page: every ordering and column of its tables (`judge`d) that has a
-  p-value, adjusted together (`bh_adjusted`). ValueError if two tables share a title."""
+  p-value, one test per comparison (`comparison_key`), adjusted together (`bh_adjusted`).
+  ValueError if two tables share a title, or a table's verdicts are not one per ordering."""
   titles = [table.title for table, _ in judged]
   if len(set(titles)) != len(titles):
     raise ValueError(f'{page}: two tables share a title among {titles}; expected distinct titles '
                      '(they name the tests of the family).')
-  keys, p_values = [], []
+  comparisons, p_values = {}, {}
   for table, verdicts in judged:
-    for index, verdict in enumerate(verdicts):
+    if len(verdicts) != len(table.orderings):
+      raise ValueError(f'{table.title}: {len(verdicts)} verdicts for {len(table.orderings)} '
+                       'orderings; expected one per ordering (`judge_table`).')
+    for index, (ordering, verdict) in enumerate(zip(table.orderings, verdicts)):
       if verdict.p is not None:
-        keys.append((table.title, index))
-        p_values.append(verdict.p)
-  return Family(page, len(judged), dict(zip(keys, bh_adjusted(p_values))))
+        key = comparison_key(table, ordering, verdict)
+        comparisons[(table.title, index)] = key
+        p_values[key] = verdict.p
+  adjusted = dict(zip(p_values, bh_adjusted(list(p_values.values()))))
+  return Family(page, len(judged), {line: adjusted[key] for line, key in comparisons.items()},
+                comparisons)
 
 
 def adjust(verdict: Verdict, adjusted: float | None) -> Verdict:

@@ -71,7 +71,8 @@ def test_a_page_s_tables_form_one_family_and_a_dirty_run_is_named(tmp_path, monk
   capsys.readouterr()
   assert reproduce.check(str(docs), archive) == [('toy1', 'ok'), ('toy2', 'ok')]
   page = (docs / 'toy_table2.md').read_text()
-  assert ('The family of docs/toy.md: 2 tests (ordering and column, two seeds or more) on its 2 '
+  assert ('The family of docs/toy.md: 2 tests (ordering and column, two seeds or more; a '
+          'comparison several tables print is one test) on its 2 '
           'tables with orderings; 2 of them pass the correction. A verdict here can move when '
           'another table of the page gains seeds or runs: the correction ranks the page\'s tests '
           'together.') in page

@@ -218,7 +218,9 @@ def test_benjamini_hochberg_by_hand(p_values, adjusted, surviving):
 
 def test_a_page_decides_its_tables_together():
   table, _ = ordered_table()
-  other = dataclasses.replace(table, title='U')
+  other = dataclasses.replace(table, title='U', orderings=tuple(
+      spec.Ordering(ahead, behind, 'lfw', f'{ahead[0]} above {behind[0]}')
+      for ahead, behind in ((('A',), ('B',)), (('A',), ('C',)), (('B',), ('C',)))))
   ahead = {0: 1.5, 1: 2.0, 2: 2.5}   # mean 2, sd 0.5: t = 6.93, p = 0.010
   close = {0: 1.0, 1: 2.0, 2: 3.5}   # mean 13/6, sd sqrt(19/12): t = 2.98 > 2.92, p = 0.048
   noisy = {0: 5.0, 1: -1.0, 2: 0.0}  # p = 0.27
@@ -246,3 +248,37 @@ def test_a_page_decides_its_tables_together():
       other, results, seeds, family)[0]
   with pytest.raises(ValueError, match='share a title'):
     verdict.page_family('docs/toy.md', judged + [(table, [])])
+  with pytest.raises(ValueError, match='2 verdicts for 3 orderings'):
+    verdict.page_family('docs/toy.md', [(other, judged[1][1][:2])])
+
+
+def test_one_comparison_printed_by_two_tables_is_one_test():
+  # A above B in T, B below A (the opposite ordering, lower read as better) in U on the same
+  # runs and seeds: one test, whose p both lines take. A above C is another test; so is D above
+  # B, D a twin of A (other runs with equal margins, as two runs both at chance).
+  table, (a, b, c) = ordered_table()
+  d = Run('fedfr/fedbn')
+  twin = dataclasses.replace(table, title='U', rows=table.rows + (Row('D', d, (None,)),),
+                             orderings=(
+      spec.Ordering(('B',), ('A',), 'lfw', 'B below A', lower_is_better=True),
+      spec.Ordering(('A',), ('C',), 'lfw', 'A above C'),
+      spec.Ordering(('D',), ('B',), 'lfw', 'D above B')))
+  seeds = (0, 1, 2)
+  # A - B = D - B: 1.5, 2.0, 2.5 (p = 0.010); A - C: 1.0, 2.0, 3.5 (p = 0.048).
+  results = lfw_results((a, b, c, d), {0: (0.515, 0.5, 0.505, 0.515), 1: (0.52, 0.5, 0.5, 0.52),
+                                       2: (0.525, 0.5, 0.49, 0.525)})
+  judged = [(t, verdict.judge_table(t, results, seeds)) for t in (table, twin)]
+  (a_b,), (b_a, a_c, d_b) = judged[0][1], judged[1][1]
+  assert a_b.margins == b_a.margins == d_b.margins == {0: 1.5, 1: 2.0, 2: 2.5}
+  assert a_c.margins == {0: 1.0, 1: 2.0, 2: 3.5}
+  family = verdict.page_family('docs/toy.md', judged)
+  assert family.comparisons[('T', 0)] == family.comparisons[('U', 0)]
+  assert family.comparisons[('U', 2)] != family.comparisons[('T', 0)]
+  # Four lines, three tests: A-B (both lines), A-C and D-B, adjusted over m = 3.
+  assert (len(family.adjusted), family.tests, family.discoveries) == (4, 3, 3)
+  # Sorted p: 0.010, 0.010, 0.048 against 0.0167, 0.0333, 0.05: all three pass alone at their
+  # rank; adjusted, from the largest down: 0.048; min(0.048, 3 x 0.010 / 2); the same.
+  expected = {('T', 0): 1.5 * a_b.p, ('U', 0): 1.5 * a_b.p, ('U', 1): a_c.p,
+              ('U', 2): 1.5 * a_b.p}
+  assert family.adjusted == pytest.approx(expected, rel=1e-12)
+  assert (f'{a_b.p:.2g}', f'{a_c.p:.2g}') == ('0.01', '0.048')
