@@ -6,7 +6,8 @@ r"""What reproduces, in one place: each paper's summary of verdicts, collected f
                                                   # verdicts the family does not have, each
                                                   # quantifier no verdict line backs, each
                                                   # judged line its sentence's verdict words
-                                                  # do not match
+                                                  # do not match, each line said not to hold
+                                                  # that is reproduced
 
 The verdicts are made once, by `reproduce` (`tools/tables/verdict.py:judge`), at the end of each
 generated table (docs/<paper>_table<N>.md, docs/<paper>_fig<N>.md, ...). A paper's page states no
@@ -34,6 +35,9 @@ between the two HISTORY markers.
   (judged: reproduced or ahead; judged reversed: reversed or behind). A sentence whose words say
   a verdict is undecided ("within noise", "before the correction", "the test alone"; `UNDECIDED`)
   or that quotes only the seed pattern is not held to it (`verdict_word_failures`);
+- a sentence that says an ordering holds nowhere ("at no C is FedGC ahead of FedPE after the
+  correction") names the lines it covers with `<!-- judged not reproduced: -->`, and none of
+  them is reproduced after the correction (`not_reproduced_failures`);
 - every count of verdicts it states as an integer in the family sentence's words (`COUNT_PHRASES`:
   "N tests", "N verdicts the test alone gave (N reproduced, N reversed)", "N stand (N and N)",
   "N of them pass the correction") is that count among the tests of the page's family, decided
@@ -429,6 +433,34 @@ def verdict_word_failures(path: str, page: str) -> list[str]:
   return out
 
 
+# A sentence that says an ordering holds nowhere ("at no C is FedGC ahead of FedPE after the
+# correction") names the lines it covers; each must be within noise or reversed.
+NOT_REPRODUCED = re.compile(r'<!-- judged not reproduced: ([^>]*?) -->')
+
+
+def not_reproduced_failures(path: str, page: str) -> list[str]:
+  """'<path>:<line>: ...' for each line a `<!-- judged not reproduced: -->` marker names (outside
+  `exempt_spans`) that the verdict block lacks, or whose verdict after the correction is
+  reproduced (ahead, for our own orderings)."""
+  spans = exempt_spans(page)
+  lines = judged_lines(page)
+  out = []
+  for marker in NOT_REPRODUCED.finditer(page):
+    if any(start <= marker.start() < end for start, end, _ in spans):
+      continue
+    where = f'{path}:{page.count(chr(10), 0, marker.start()) + 1}'
+    for name in marker.group(1).split(' ; '):
+      if name not in lines:
+        out.append(f'{where}: <!-- judged not reproduced: {name} --> names no verdict line of '
+                   'the page')
+        continue
+      decided = [j.verdict for j in lines[name] if j.verdict in DIRECTIONS[False]]
+      if decided:
+        out.append(f'{where}: the sentence says {name} is not reproduced, but it is '
+                   f'{" / ".join(decided)} after the correction')
+  return out
+
+
 def empty_reasons(path: str, page: str) -> list[str]:
   """'<path>:<line>: ...' for each `<!-- unchecked: -->` marker without a reason."""
   return [f'{path}:{page.count(chr(10), 0, m.start()) + 1}: <!-- unchecked: --> gives no reason; '
@@ -622,7 +654,7 @@ def prose_check(docs_dir: str, forms_of: Callable[[str], Forms],
     found = counts(page, paper)
     tests = decided_tests(path, judged_of(paper)) if found else []
     failures += (unsourced(docs_dir, paper) + figure_lines + quantifier_failures(path, page)
-                 + verdict_word_failures(path, page)
+                 + verdict_word_failures(path, page) + not_reproduced_failures(path, page)
                  + count_failures(path, page, found, tests, docs_dir, paper)
                  + empty_reasons(path, page))
     where = ', '.join(f'{n} {kind}' for kind, n in sorted(exempt.items())) or 'none'

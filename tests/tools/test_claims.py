@@ -385,6 +385,24 @@ def test_a_sentence_that_states_a_decided_verdict_names_lines_decided_so(sentenc
   assert claims.verdict_word_failures('p.md', f'{sentence}\n\n{VERDICT_BLOCK}') == failures
 
 
+@pytest.mark.parametrize('sentence, failures', [
+    # Within noise (A above B) and behind (X against Y, on LFW; CFP within noise): neither holds.
+    ('Nowhere is A ahead of B or X ahead of Y after the correction <!-- judged not reproduced: '
+     'A above B (LFW) ; X, against Y -->.', []),
+    ('Neither A nor C leads <!-- judged not reproduced: A above B (LFW) ; p_table1.md: C above D '
+     '(LFW) -->.',
+     ['p.md:1: the sentence says p_table1.md: C above D (LFW) is not reproduced, but it is '
+      'reproduced after the correction']),
+    ('E never leads <!-- judged not reproduced: E above F -->.',
+     ['p.md:1: <!-- judged not reproduced: E above F --> names no verdict line of the page']),
+    ('<!-- unchecked: an exempt paragraph --> C never leads <!-- judged not reproduced: C above D '
+     '(LFW) -->.', []),
+])
+def test_a_sentence_that_says_an_ordering_holds_nowhere_names_lines_not_reproduced(
+    sentence, failures):
+  assert claims.not_reproduced_failures('p.md', f'{sentence}\n\n{VERDICT_BLOCK}') == failures
+
+
 def test_the_prose_check_holds_a_judged_line_to_its_sentence_s_verdict_words(tmp_path):
   (tmp_path / 'p_table1.md').write_text('## T1\n')
   (tmp_path / 'p.md').write_text(f'X is behind Y in every seed {CFP}.\n\n{VERDICT_BLOCK}')
