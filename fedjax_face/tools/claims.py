@@ -349,18 +349,22 @@ def sentence_at(page: str, index: int) -> tuple[int, int]:
   return start, found.start() if found else len(text)
 
 
+def unexempt(path: str, page: str, pattern: re.Pattern):
+  """(match, '<path>:<line>') for each match of `pattern` in `page` outside `exempt_spans`."""
+  spans = exempt_spans(page)
+  for match in pattern.finditer(page):
+    if not any(start <= match.start() < end for start, end, _ in spans):
+      yield match, f'{path}:{page.count(chr(10), 0, match.start()) + 1}'
+
+
 def quantifier_failures(path: str, page: str) -> list[str]:
   """'<path>:<line>: ...' for each quantifier of the prose (outside `exempt_spans`) whose sentence
   names no verdict line (`<!-- judged: <name> -->`, several separated by ' ; '), names one the
   block lacks, or names lines that do not hold in every seed (reversed: whose reverse does not),
   or, for a quantifier over columns, fewer than two column lines."""
-  spans = exempt_spans(page)
   lines = judged_lines(page)
   out = []
-  for match in QUANTIFIER.finditer(page):
-    if any(start <= match.start() < end for start, end, _ in spans):
-      continue
-    where = f'{path}:{page.count(chr(10), 0, match.start()) + 1}'
+  for match, where in unexempt(path, page, QUANTIFIER):
     phrase = ' '.join(match.group(0).split())
     start, end = sentence_at(page, match.start())
     markers = list(JUDGED.finditer(page, start, end))
@@ -411,12 +415,9 @@ def verdict_word_failures(path: str, page: str) -> list[str]:
   `exempt_spans`) whose sentence states a verdict in words (`VERDICT_WORDS`) and says none is
   undecided (`UNDECIDED`), but whose verdict after the correction is not the marker's direction
   (judged: reproduced or ahead; judged reversed: reversed or behind)."""
-  spans = exempt_spans(page)
   lines = judged_lines(page)
   out = []
-  for marker in JUDGED.finditer(page):
-    if any(start <= marker.start() < end for start, end, _ in spans):
-      continue
+  for marker, where in unexempt(path, page, JUDGED):
     start, end = sentence_at(page, marker.start())
     words = re.sub(r'<!--.*?-->', ' ', page[start:end], flags=re.DOTALL)   # not the lines' names
     if UNDECIDED.search(words):
@@ -426,7 +427,6 @@ def verdict_word_failures(path: str, page: str) -> list[str]:
       said = VERDICT_WORDS[any(j.own for j in judged)].search(words)
       verdicts = [j.verdict for j in judged]
       if said and not set(verdicts) <= set(DIRECTIONS[bool(marker.group(1))]):
-        where = f'{path}:{page.count(chr(10), 0, marker.start()) + 1}'
         out.append(f'{where}: "{" ".join(said.group(0).split())}" states a decided verdict, but '
                    f'{name} is {" / ".join(verdicts)} after the correction; say so, or name '
                    'only lines decided as the marker says')
@@ -442,13 +442,9 @@ def not_reproduced_failures(path: str, page: str) -> list[str]:
   """'<path>:<line>: ...' for each line a `<!-- judged not reproduced: -->` marker names (outside
   `exempt_spans`) that the verdict block lacks, or whose verdict after the correction is
   reproduced (ahead, for our own orderings)."""
-  spans = exempt_spans(page)
   lines = judged_lines(page)
   out = []
-  for marker in NOT_REPRODUCED.finditer(page):
-    if any(start <= marker.start() < end for start, end, _ in spans):
-      continue
-    where = f'{path}:{page.count(chr(10), 0, marker.start()) + 1}'
+  for marker, where in unexempt(path, page, NOT_REPRODUCED):
     for name in marker.group(1).split(' ; '):
       if name not in lines:
         out.append(f'{where}: <!-- judged not reproduced: {name} --> names no verdict line of '
