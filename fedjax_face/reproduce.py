@@ -294,7 +294,7 @@ def verdict_counts(paper: str, docs_dir: str, archive_dir: str) -> str:
   tables print is one test), how many the test alone decides (reproduced or reversed, at `verdict.SIGNIFICANCE`) and how many survive
   Benjamini-Hochberg, and the orderings one seed leaves untested."""
   family = page_family(paper, docs_dir, archive_dir)
-  tested, one_seed = {}, 0   # comparison -> its verdict: one comparison is one test
+  tested, one_seed = [], 0   # (comparison, verdict) of each tested line
   for tid in table_ids(paper):
     table = tables_of(paper)[tid]
     got = recorded_results(paper, tid, docs_dir, archive_dir) if table.orderings else None
@@ -303,9 +303,9 @@ def verdict_counts(paper: str, docs_dir: str, archive_dir: str) -> str:
     for index, v in enumerate(verdict_lib.table_verdicts(table, *got, family)):
       one_seed += v.verdict == verdict_lib.ONE_SEED
       if v.p is not None:
-        tested.setdefault(family.comparisons[(table.title, index)], v)   # its first line
-  alone = [v.alone for v in tested.values()]
-  after = [v.verdict for v in tested.values()]
+        tested.append((family.comparisons[(table.title, index)], v))
+  tests = verdict_lib.one_per_comparison(tested)
+  alone, after = [v.alone for v in tests], [v.verdict for v in tests]
   count = lambda verdicts: (f'{sum(v in DECIDED for v in verdicts)} ('
                             + ', '.join(f'{verdicts.count(v)} {v}' for v in DECIDED) + ')')
   return (f'docs/{paper}.md: {family.tests} tests; decided by the test alone {count(alone)}, '

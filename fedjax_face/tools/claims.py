@@ -598,11 +598,8 @@ def tally(tests: list[tuple[str, verdict_lib.Verdict, tuple]], quantity: str, do
   several tables print counted once), or the lines of the table whose generated page is
   docs/`name` (none if there is no such page)."""
   holds = QUANTITIES[quantity][1]
-  if name is None:   # each comparison by its first line (its opposite ordering may follow)
-    first = {}
-    for _, v, comparison in tests:
-      first.setdefault(comparison, v)
-    return sum(holds(v) for v in first.values())
+  if name is None:
+    return sum(holds(v) for v in verdict_lib.one_per_comparison((c, v) for _, v, c in tests))
   path = os.path.join(docs_dir, name)
   title = title_of(files.read_text(path)) if os.path.exists(path) else None
   return sum(holds(v) for table, v, _ in tests if table == title)

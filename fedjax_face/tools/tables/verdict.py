@@ -208,6 +208,15 @@ def page_family(page: str, judged: list[tuple[Table, list[Verdict]]]) -> Family:
                 comparisons)
 
 
+def one_per_comparison(lines) -> list[Verdict]:
+  """The verdicts of a page's tested `lines` ((comparison, verdict) in page order), one per
+  comparison (`comparison_key`): its first line's, as the page's counts take it."""
+  first = {}
+  for comparison, verdict in lines:
+    first.setdefault(comparison, verdict)
+  return list(first.values())
+
+
 def adjust(verdict: Verdict, adjusted: float | None) -> Verdict:
   """The verdict the page prints: the test alone's signs, decided by its BH-adjusted p."""
   if verdict.p is None:
