@@ -291,8 +291,9 @@ DECIDED = ('reproduced', 'reversed')
 def verdict_counts(paper: str, docs_dir: str, archive_dir: str) -> str:
   """One line on what the correction does to docs/<paper>.md's verdicts, from its tables'
   records (`recorded_results`): the tests of its family (two seeds or more; a comparison two
-  tables print is one test), how many the test alone decides (reproduced or reversed, at `verdict.SIGNIFICANCE`) and how many survive
-  Benjamini-Hochberg, and the orderings one seed leaves untested."""
+  tables print is one test), how many the test alone decides (reproduced or reversed, at
+  `verdict.SIGNIFICANCE`) and how many survive Benjamini-Hochberg, and the orderings one seed
+  leaves untested."""
   family = page_family(paper, docs_dir, archive_dir)
   tested, one_seed = [], 0   # (comparison, verdict) of each tested line
   for tid in table_ids(paper):

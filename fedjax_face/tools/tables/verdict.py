@@ -6,8 +6,9 @@ far they lead (`ordering_margins`); over the seeds, `judge` applies the per-test
 `VERDICT_RULE` (a one-sided paired t-test, every seed required) and gives its p-value. A page
 judges many orderings at once, so the decision is taken over its family (`page_family`: every
 ordering and column judged on one docs/<paper>.md, all of its tables together, each
-comparison once: `comparison_key`) by the Benjamini-Hochberg procedure at `FDR` (`bh_adjusted`), and `adjust` turns each test's
-adjusted p-value into the verdict the page prints. `verdict_detail` says the verdict and its
+comparison once: `comparison_key`) by the Benjamini-Hochberg procedure at `FDR`
+(`bh_adjusted`), and `adjust` turns each test's adjusted p-value into the verdict the page
+prints. `verdict_detail` says the verdict and its
 statistics in one line. The words and numbers of the rule are all here, so that changing the
 rule changes this file alone.
 """
@@ -25,17 +26,18 @@ OWN_WORDS = {'reproduced': 'ahead', 'reversed': 'behind'}   # the verdicts of ou
 ONE_SEED = 'not tested (one seed)'
 VERDICT_RULE = ('Reproduced: the ordering holds in every seed asked for, and the mean of the '
                 "seeds' margins passes a one-sided paired t-test (t = mean / (sd / sqrt(n)); p "
-                "from Student's t with n - 1 degrees of freedom, on the side the mean falls; "
-                'p < 0.05 alone is t above 2.92 for 3 seeds, 2.13 for 5) that survives the '
-                'Benjamini-Hochberg correction at q = 0.05 over the page\'s family: every '
+                "from Student's t with n - 1 degrees of freedom, on the side the mean falls; p < "
+                '0.05 alone is t above 2.92 for 3 seeds, 2.13 for 5) that survives the '
+                "Benjamini-Hochberg correction at q = 0.05 over the page's family: every "
                 'ordering and column judged on one docs/<paper>.md, all of its tables together, '
                 'one comparison counted once where several tables print it (the same runs on '
-                'each side, column and seeds) (BH-adjusted p ≤ 0.05). Reversed: the same for the opposite ordering, also in '
-                'every seed. Otherwise within noise; where the test alone decided otherwise, the '
-                'line says so. Where every seed gives the same nonzero margin, t is undefined '
-                '(no spread): p is then the exact sign-flip test\'s, 2^-n (0.125 for 3 seeds, '
-                '0.031 for 5). A seed without a value (not run, failed or diverged) counts '
-                'against the ordering; one seed gives no noise estimate: not tested (one seed).')
+                'each side, column and seeds) (BH-adjusted p ≤ 0.05). Reversed: the same for the '
+                'opposite ordering, also in every seed. Otherwise within noise; where the test '
+                'alone decided otherwise, the line says so. Where every seed gives the same '
+                'nonzero margin, t is undefined (no spread): p is then the exact sign-flip '
+                "test's, 2^-n (0.125 for 3 seeds, 0.031 for 5). A seed without a value (not run, "
+                'failed or diverged) counts against the ordering; one seed gives no noise '
+                'estimate: not tested (one seed).')
 
 
 def ordering_margins(table: Table, ordering: Ordering, results: dict,
@@ -171,9 +173,9 @@ def comparison_key(table: Table, ordering: Ordering, verdict: Verdict) -> tuple:
   sides (several rows are averaged, so their order does not matter), the measure, and the seeds'
   margins oriented from the first side to the second. An ordering and its opposite are one
   test (p is on the side the mean falls); a page's counts take its verdict from the line that
-  prints it first. FedGC's FedGC-vs-FedPE with softmax is one test in
-  Tables 1, 3 and 5: counting it three times would count one discovery three times and make
-  the correction stricter for every other test of the page."""
+  prints it first. FedGC against FedPE with Softmax is one test in FedGC's Tables 1, 3, 5 and
+  12: counting it four times would count one discovery four times and make the correction
+  stricter for every other test of the page."""
   runs = {row.label: row.run for row in table.rows}
   def side(labels):
     return tuple(sorted((runs[label] for label in labels), key=repr))
